@@ -1,0 +1,61 @@
+# The two commands that matter: `make run` and `make test`. `make help` lists
+# the rest. Everything a fresh Debian machine lacks is installed on the way.
+
+SHELL := /bin/bash
+GO ?= go
+PORT ?= 6379
+FUZZTIME ?= 30s
+
+# Local images only: the test reaper's image cannot be pulled.
+export TESTCONTAINERS_RYUK_DISABLED := true
+export CGO_ENABLED := 1
+
+# apt-get as root, or through sudo.
+SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
+
+.PHONY: help build run test unit integration lint images deps fuzz clean
+
+help: ## list the targets
+	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+
+build: ## build build/ratelimit.so
+	./build.sh
+
+run: build ## build, then serve the module on 127.0.0.1:$(PORT) in the foreground
+	@command -v redis-server >/dev/null || { \
+	  echo "run: installing Debian's redis-server"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq redis-server >/dev/null; }
+	@echo "serving ratelimit on 127.0.0.1:$(PORT); in another terminal try:"
+	@echo "  redis-cli -p $(PORT) GCRA.THROTTLE user123 15 30 60"
+	redis-server --bind 127.0.0.1 --port $(PORT) --save '' --appendonly no \
+	  --loadmodule $(CURDIR)/build/ratelimit.so
+
+test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, integration on all servers
+
+deps: ## download the Go modules (images.sh installs debootstrap itself)
+	$(GO) mod download
+
+lint: ## go vet, staticcheck, gofmt
+	$(GO) vet ./...
+	$(GO) tool staticcheck ./...
+	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
+
+unit: ## unit tests, examples and fuzz seed corpora of the pure packages and the Go side of the module
+	$(GO) test -count=1 ./gcra/ ./module/
+
+integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
+	$(GO) test -count=1 -timeout 45m ./integration/
+
+images: ## build the local server images from Debian's packages (no registry)
+	./images/build.sh
+
+fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
+	@for p in ./gcra ./module; do \
+	  for f in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
+	    echo "fuzz $$p $$f"; $(GO) test $$p -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
+	  done; \
+	done
+
+clean: ## remove build output
+	rm -rf build

@@ -1,0 +1,63 @@
+package gcra_test
+
+import (
+	"fmt"
+	"time"
+
+	"ratelimit/gcra"
+)
+
+// Burst 15 at 30 per 60 s: 16 at once, then one every 2 s.
+func Example() {
+	l, err := gcra.New(15, 30, 60)
+	if err != nil {
+		panic(err)
+	}
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var tat int64 // no state yet: the limiter is full
+	admitted := 0
+	for range 20 {
+		d, _ := l.Throttle(tat, now, 1)
+		if !d.Limited {
+			admitted++
+			tat = d.TAT
+		}
+	}
+	fmt.Println("admitted at once:", admitted)
+
+	d, _ := l.Throttle(tat, now, 1)
+	fmt.Println("next one refused:", d.Limited, "retry after", d.RetryAfter)
+
+	now += int64(2 * time.Second)
+	d, _ = l.Throttle(tat, now, 1)
+	fmt.Println("2 s later:", d.Limited, "remaining", d.Remaining, "full again in", d.ResetAfter)
+	// Output:
+	// admitted at once: 16
+	// next one refused: true retry after 2s
+	// 2 s later: false remaining 0 full again in 32s
+}
+
+// redis-cell's README: CL.THROTTLE user123 15 30 60 replies 0 16 15 -1 2.
+func ExampleLimiter_Throttle() {
+	l, _ := gcra.New(15, 30, 60)
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	d, _ := l.Throttle(0, now, 1)
+	fmt.Println(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter)
+	// Output: false 16 15 -1ns 2s
+}
+
+// A negative quantity gives tokens back, never beyond a full limiter.
+func ExampleLimiter_Throttle_refund() {
+	l, _ := gcra.New(4, 1, 1) // 5 at once, then 1 per second
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	d, _ := l.Throttle(0, now, 5)
+	fmt.Println("took 5, remaining", d.Remaining)
+	d, _ = l.Throttle(d.TAT, now, -2)
+	fmt.Println("gave 2 back, remaining", d.Remaining)
+	d, _ = l.Throttle(d.TAT, now, -100)
+	fmt.Println("gave 100 back, remaining", d.Remaining)
+	// Output:
+	// took 5, remaining 0
+	// gave 2 back, remaining 2
+	// gave 100 back, remaining 5
+}

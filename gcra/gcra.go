@@ -1,0 +1,207 @@
+// Package gcra implements the generic cell rate algorithm (GCRA) with the
+// semantics of redis-cell's CL.THROTTLE, with time passed in.
+//
+// A Limiter admits count requests per period with bursts of up to
+// max_burst + 1. Requests are spaced by the emission interval
+// T = period / count, and a burst may run ahead of that schedule by the
+// tolerance τ = T × (max_burst + 1). With max_burst 15, count 30 and period
+// 60 s: T = 2 s, τ = 32 s, so 16 requests pass at once from a full state,
+// then one every 2 s; after 32 s without requests the limiter is full again.
+//
+// The whole state is one number, the theoretical arrival time (TAT): the
+// instant, in nanoseconds since the Unix epoch, at which the limiter would be
+// full again if nothing else arrived. A request of cost q is admitted at time
+// now when max(TAT, now) + q×T − τ ≤ now, and then moves TAT to
+// max(TAT, now) + q×T. Nothing else is stored and nothing runs in the
+// background: between requests the state is full again once now ≥ TAT, which
+// is why a key holding it can expire at TAT.
+//
+// Times are int64 nanoseconds since the Unix epoch. Every step is checked for
+// 64-bit overflow: a combination that would overflow returns ErrOverflow
+// instead of wrapping.
+//
+// Compatibility with redis-cell: T is computed as redis-cell computes it
+// (float64 division truncated to whole nanoseconds), and remaining uses
+// redis-cell's formula on whole microseconds, so the five integers match
+// redis-cell's wherever redis-cell's are right. Where redis-cell is wrong
+// this package differs: remaining is kept within [0, limit], a negative cost
+// never fills the bucket beyond full, a stored TAT in the past counts as
+// "full now", and overflow is an error rather than a wrapped value.
+package gcra
+
+import (
+	"errors"
+	"math"
+	"time"
+)
+
+// Never is the RetryAfter of an admitted request, and of a refused request
+// whose cost exceeds the limit, so that it can never be admitted.
+const Never time.Duration = -1
+
+// MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64.
+const MaxPeriod = math.MaxInt64 / int64(time.Second)
+
+var (
+	// ErrOverflow means the arguments, or the arguments with the stored
+	// state and the current time, overflow 64-bit nanoseconds.
+	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds (max_burst x period / count, or quantity x period / count, is too large)")
+	// ErrRate means count exceeds the period's nanoseconds, so the emission
+	// interval would be under one nanosecond.
+	ErrRate = errors.New("count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)")
+	// ErrRange means an argument is outside its documented range; the
+	// command layer checks ranges first and names the argument.
+	ErrRange = errors.New("argument out of range: max_burst >= 0, count >= 1, 1 <= period <= 9223372036")
+)
+
+// Limiter holds the parameters of one GCRA limit. The zero value is not
+// usable; create one with New. A Limiter holds no state: the state (TAT) is
+// passed to and returned from Throttle.
+type Limiter struct {
+	interval  int64 // T, nanoseconds between requests at the sustained rate
+	tolerance int64 // τ = T × limit, nanoseconds
+	limit     int64 // max_burst + 1
+}
+
+// New returns a Limiter admitting count requests per period seconds with
+// bursts of up to maxBurst+1. It fails with ErrRange for maxBurst < 0,
+// count < 1 or a period outside [1, MaxPeriod], ErrRate when the interval
+// period/count is under 1 ns, and ErrOverflow when τ overflows.
+func New(maxBurst, count, period int64) (Limiter, error) {
+	if maxBurst < 0 || maxBurst == math.MaxInt64 || count < 1 || period < 1 || period > MaxPeriod {
+		return Limiter{}, ErrRange
+	}
+	// redis-cell: Duration::nanoseconds((period_ns as f64 / count as f64) as i64).
+	interval := int64(float64(period*int64(time.Second)) / float64(count))
+	if interval < 1 {
+		return Limiter{}, ErrRate
+	}
+	limit := maxBurst + 1
+	tolerance, ok := mul(interval, limit)
+	if !ok {
+		return Limiter{}, ErrOverflow
+	}
+	return Limiter{interval: interval, tolerance: tolerance, limit: limit}, nil
+}
+
+// Limit is the number of requests admitted at once from a full state:
+// max_burst + 1.
+func (l Limiter) Limit() int64 { return l.limit }
+
+// Interval is the emission interval T = period / count.
+func (l Limiter) Interval() time.Duration { return time.Duration(l.interval) }
+
+// Tolerance is τ = T × (max_burst + 1): how far TAT may run ahead of now.
+func (l Limiter) Tolerance() time.Duration { return time.Duration(l.tolerance) }
+
+// Decision is the outcome of one Throttle call.
+type Decision struct {
+	// Limited reports that the request was refused. A refused request
+	// changes nothing: Write is false.
+	Limited bool
+	// Limit is max_burst + 1, the requests admitted at once from full.
+	Limit int64
+	// Remaining is how many unit requests would still be admitted now,
+	// after this one if it was admitted; 0 ≤ Remaining ≤ Limit.
+	Remaining int64
+	// RetryAfter is Never when admitted; when refused, the time until this
+	// same request would be admitted, or Never if its cost exceeds Limit.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the limiter is full again.
+	ResetAfter time.Duration
+	// TAT is the state after the call, in Unix nanoseconds.
+	TAT int64
+	// Write reports that TAT must be stored, with an expiry at TAT. A TAT
+	// at or before now means the limiter is full: delete the stored state.
+	Write bool
+}
+
+// Throttle applies a request of cost quantity at time now (Unix ns) to the
+// state tat (Unix ns; 0 when there is none) and returns the decision.
+//
+// quantity 0 reports the state and writes nothing. A negative quantity
+// returns tokens: it is always admitted and moves TAT back, never beyond a
+// full limiter.
+func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
+	d := Decision{Limit: l.limit, RetryAfter: Never}
+	increment, ok := mul(l.interval, quantity)
+	if !ok {
+		return Decision{}, ErrOverflow
+	}
+	base := max(tat, now)
+	newTAT, ok := add(base, increment)
+	if !ok {
+		return Decision{}, ErrOverflow
+	}
+	if quantity < 0 {
+		newTAT = max(newTAT, now) // never beyond full
+	}
+	// The request fits when newTAT − τ ≤ now, that is newTAT − now ≤ τ.
+	ahead, ok := sub(newTAT, now)
+	if !ok {
+		return Decision{}, ErrOverflow
+	}
+	var ttl int64
+	if ahead > l.tolerance {
+		d.Limited = true
+		if increment <= l.tolerance {
+			d.RetryAfter = time.Duration(ahead - l.tolerance)
+		}
+		if ttl, ok = sub(base, now); !ok {
+			return Decision{}, ErrOverflow
+		}
+		d.TAT = base
+	} else {
+		ttl = ahead
+		d.TAT = newTAT
+		d.Write = quantity > 0 || (quantity < 0 && base > now)
+	}
+	d.ResetAfter = time.Duration(ttl)
+	d.Remaining = l.remaining(ttl)
+	return d, nil
+}
+
+// remaining is redis-cell's formula, (τ − ttl) / T on whole microseconds
+// truncated toward zero, kept within [0, limit]. redis-cell divides the
+// microseconds as float64, which equals this integer division below 2^53 µs
+// (285 years). For T under 1 µs, where redis-cell divides by zero, it
+// divides nanoseconds.
+func (l Limiter) remaining(ttl int64) int64 {
+	next := l.tolerance - ttl // ttl ≥ 0, so this cannot overflow
+	var r int64
+	if next > -l.interval {
+		if l.interval >= 1000 {
+			r = (next / 1000) / (l.interval / 1000)
+		} else {
+			r = next / l.interval
+		}
+	}
+	return min(max(r, 0), l.limit)
+}
+
+func mul(a, b int64) (int64, bool) {
+	if a == 0 || b == 0 {
+		return 0, true
+	}
+	c := a * b
+	if c/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
+		return 0, false
+	}
+	return c, true
+}
+
+func add(a, b int64) (int64, bool) {
+	c := a + b
+	if (c > a) != (b > 0) {
+		return 0, false
+	}
+	return c, true
+}
+
+func sub(a, b int64) (int64, bool) {
+	c := a - b
+	if (c < a) != (b > 0) {
+		return 0, false
+	}
+	return c, true
+}

@@ -1,0 +1,81 @@
+package main
+
+// #include "shim.h"
+import "C"
+
+import "unsafe"
+
+// callArgs views the command's arguments in place, without copying. The
+// strings are valid only during the call: nothing may keep them.
+func callArgs(c *C.rl_call, buf *[C.RL_MAX_ARGS]string) []string {
+	n := min(int(c.argc), len(buf))
+	args := buf[:n]
+	for i := range n {
+		a := c.argv[i]
+		args[i] = unsafe.String((*byte)(unsafe.Pointer(a.ptr)), int(a.len))
+	}
+	return args
+}
+
+// cReader reads the key through the C side, once, after the arguments parsed.
+type cReader struct{ c *C.rl_call }
+
+func (r cReader) read() keyState {
+	C.rl_read(r.c)
+	st := keyState{now: int64(r.c.now_ns), kind: keyKind(r.c.kind)}
+	if r.c.val != nil {
+		st.value = unsafe.String((*byte)(unsafe.Pointer(r.c.val)), int(r.c.val_len))
+	}
+	return st
+}
+
+// store copies the outcome into the C struct.
+func (o *outcome) store(c *C.rl_call) {
+	c.action = C.int(o.action)
+	switch o.action {
+	case actError:
+		setErr(c, o.err)
+		return
+	case actWrongType, actArity:
+		return
+	}
+	for i, v := range o.reply {
+		c.reply[i] = C.longlong(v)
+	}
+	if o.action == actSet {
+		n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&c.set_val[0])), len(c.set_val)), o.value[:o.valueLen])
+		c.set_len = C.size_t(n)
+		c.expire_ms = C.longlong(o.expireMs)
+	}
+}
+
+func setErr(c *C.rl_call, msg string) {
+	buf := unsafe.Slice((*byte)(unsafe.Pointer(&c.err[0])), len(c.err))
+	n := copy(buf[:len(buf)-1], msg)
+	buf[n] = 0
+}
+
+// numbering lists where the Go constants disagree with shim.h's.
+func numbering() []string {
+	var bad []string
+	check := func(name string, c C.int, g int) {
+		if int(c) != g {
+			bad = append(bad, name)
+		}
+	}
+	check("RL_OP_COUNT", C.RL_OP_COUNT, opCount)
+	check("RL_ACT_ERROR", C.RL_ACT_ERROR, actError)
+	check("RL_ACT_REPLY", C.RL_ACT_REPLY, actReply)
+	check("RL_ACT_SET", C.RL_ACT_SET, actSet)
+	check("RL_ACT_DEL", C.RL_ACT_DEL, actDel)
+	check("RL_ACT_WRONGTYPE", C.RL_ACT_WRONGTYPE, actWrongType)
+	check("RL_ACT_ARITY", C.RL_ACT_ARITY, actArity)
+	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(keyEmpty))
+	check("RL_KEY_STRING", C.RL_KEY_STRING, int(keyString))
+	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(keyOther))
+	check("RL_MAX_ARGS", C.RL_MAX_ARGS, maxArgs)
+	check("set_val", C.int(len(rlCall{}.set_val)), len(outcome{}.value))
+	return bad
+}
+
+type rlCall = C.rl_call

@@ -1,0 +1,138 @@
+package main
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+)
+
+// The algorithms, numbered as enum rl_op in shim.h.
+const (
+	opGCRAThrottle = iota
+	opGCRAPeek
+	opCount
+)
+
+// What shim.c does once execute returns, numbered as enum rl_action.
+const (
+	actError = iota
+	actReply
+	actSet
+	actDel
+	actWrongType
+	actArity
+)
+
+// maxArgs is RL_MAX_ARGS: the most arguments, command name included.
+const maxArgs = 16
+
+// keyKind is what the key holds, numbered as enum rl_keykind.
+type keyKind int
+
+const (
+	keyEmpty keyKind = iota
+	keyString
+	keyOther
+)
+
+// keyState is what rl_read reports: the clock, read once, and the key.
+type keyState struct {
+	now   int64 // Unix nanoseconds
+	kind  keyKind
+	value string // the string value; valid only during the call
+}
+
+// reader reads the key's state. It is called at most once, after the
+// arguments parsed, so that bad input never touches the key.
+type reader interface{ read() keyState }
+
+// outcome is what a command decided: the reply, and the write if any.
+type outcome struct {
+	action   int
+	reply    [5]int64
+	expireMs int64 // absolute Unix milliseconds, for actSet
+	valueLen int
+	value    [48]byte
+	err      string
+}
+
+func (o *outcome) fail(msg string) {
+	o.action = actError
+	o.err = msg
+}
+
+// setReply fills the five integers. Times are whole seconds rounded as
+// redis-cell rounds them, or milliseconds rounded up with MS; a negative
+// time is the sentinel -1.
+func (o *outcome) setReply(limited bool, limit, remaining int64, retry, reset time.Duration, ms bool) {
+	o.action = actReply
+	o.reply[0] = 0
+	if limited {
+		o.reply[0] = 1
+	}
+	o.reply[1] = limit
+	o.reply[2] = remaining
+	o.reply[3] = replyTime(retry, ms)
+	o.reply[4] = replyTime(reset, ms)
+}
+
+// setInt asks for the key to be set to v, expiring at the absolute instant
+// at (Unix ns), rounded up to the millisecond.
+func (o *outcome) setInt(v, at int64) {
+	o.action = actSet
+	o.valueLen = len(strconv.AppendInt(o.value[:0], v, 10))
+	o.expireMs = ceilDiv(at, int64(time.Millisecond))
+}
+
+// replyTime rounds d for the reply: with ms, milliseconds rounded up;
+// otherwise whole seconds plus one when the remainder has a non-zero
+// millisecond part (redis-cell's rounding: 1.0005 s is 1, 1.001 s is 2).
+func replyTime(d time.Duration, ms bool) int64 {
+	if d < 0 {
+		return -1
+	}
+	if ms {
+		return ceilDiv(int64(d), int64(time.Millisecond))
+	}
+	s := int64(d / time.Second)
+	if (d%time.Second)/time.Millisecond > 0 {
+		s++
+	}
+	return s
+}
+
+// ceilDiv is ⌈a/b⌉ for b > 0, without overflow.
+func ceilDiv(a, b int64) int64 {
+	q := a / b
+	if a%b > 0 {
+		q++
+	}
+	return q
+}
+
+// syntaxes are the commands' arguments, by operation.
+var syntaxes = [opCount]*syntax{
+	opGCRAThrottle: &gcraSyntax,
+	opGCRAPeek:     &gcraSyntax,
+}
+
+// execute runs one command: parse every argument (failing before any side
+// effect), then run the algorithm, which reads the key once and decides.
+// Dispatch is a switch, not a table of functions, so that nothing here
+// escapes to the heap.
+func execute(op int, args []string, r reader, o *outcome) {
+	if op < 0 || op >= opCount {
+		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
+		return
+	}
+	var p params
+	if !syntaxes[op].parse(args, &p, o) {
+		return
+	}
+	switch op {
+	case opGCRAThrottle:
+		runGCRA(&p, r, o, false)
+	case opGCRAPeek:
+		runGCRA(&p, r, o, true)
+	}
+}

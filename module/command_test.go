@@ -1,0 +1,313 @@
+package main
+
+import (
+	"math"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+	"unicode/utf8"
+)
+
+// t0 is the virtual clock: 2023-11-14T22:13:20Z in Unix nanoseconds.
+const t0 = int64(1_700_000_000) * int64(time.Second)
+
+func TestNumberingMatchesShim(t *testing.T) {
+	if bad := numbering(); len(bad) > 0 {
+		t.Fatalf("Go and shim.h disagree on %v", bad)
+	}
+}
+
+// fakeKey is a reader with a virtual clock that counts its reads.
+type fakeKey struct {
+	st    keyState
+	reads int
+}
+
+func (f *fakeKey) read() keyState {
+	f.reads++
+	return f.st
+}
+
+func run(op int, key *fakeKey, args ...string) outcome {
+	var o outcome
+	execute(op, append([]string{"cmd", "k"}, args...), key, &o)
+	return o
+}
+
+func TestReplyTime(t *testing.T) {
+	ms := time.Millisecond
+	for _, c := range []struct {
+		d      time.Duration
+		s, ms_ int64
+	}{
+		{-1, -1, -1},
+		{0, 0, 0},
+		{1, 0, 1},       // 1 ns: no millisecond part, so 0 s; 1 ms rounded up
+		{999_999, 0, 1}, // under 1 ms
+		{ms, 1, 1},      // 1 ms: the millisecond part is above zero
+		{time.Second, 1, 1000},
+		{time.Second + 500_000, 1, 1001}, // 1.0005 s: 1 s (redis-cell), 1001 ms
+		{time.Second + ms, 2, 1001},
+		{2*time.Second - 1, 2, 2000},
+		{time.Duration(math.MaxInt64), 9223372037, 9223372036855},
+	} {
+		if got := replyTime(c.d, false); got != c.s {
+			t.Errorf("replyTime(%d, s) = %d, want %d", c.d, got, c.s)
+		}
+		if got := replyTime(c.d, true); got != c.ms_ {
+			t.Errorf("replyTime(%d, ms) = %d, want %d", c.d, got, c.ms_)
+		}
+	}
+}
+
+func TestParse(t *testing.T) {
+	ok := []struct {
+		args []string
+		want params
+	}{
+		{[]string{"15", "30", "60"}, params{v: [4]int64{15, 30, 60, 1}}},
+		{[]string{"15", "30", "60", "3"}, params{v: [4]int64{15, 30, 60, 3}}},
+		{[]string{"15", "30", "60", "-3", "ms"}, params{v: [4]int64{15, 30, 60, -3}, ms: true}},
+		{[]string{"15", "30", "60", "MS"}, params{v: [4]int64{15, 30, 60, 1}, ms: true}},
+		{[]string{"+15", "030", "60", "0", "Ms", "mS"}, params{v: [4]int64{15, 30, 60, 0}, ms: true}},
+		{[]string{"0", "9223372036854775807", "9223372036", "-9223372036854775808"}, params{v: [4]int64{0, math.MaxInt64, 9223372036, math.MinInt64}}},
+	}
+	for _, c := range ok {
+		var p params
+		var o outcome
+		args := append([]string{"gcra.throttle", "k"}, c.args...)
+		if !gcraSyntax.parse(args, &p, &o) {
+			t.Errorf("parse %q: %s", c.args, o.err)
+		} else if p != c.want {
+			t.Errorf("parse %q = %+v, want %+v", c.args, p, c.want)
+		}
+	}
+	bad := []struct {
+		args []string
+		want string
+	}{
+		{[]string{"15", "30"}, ""}, // arity
+		{[]string{"-1", "30", "60"}, "ERR max_burst must be an integer from 0 to 9223372036854775806"},
+		{[]string{"1.5", "30", "60"}, "ERR max_burst must be an integer from 0 to 9223372036854775806"},
+		{[]string{"15", "0", "60"}, "ERR count must be an integer from 1 to 9223372036854775807"},
+		{[]string{"15", "30", "0"}, "ERR period must be whole seconds from 1 to 9223372036"},
+		{[]string{"15", "30", "9223372037"}, "ERR period must be whole seconds from 1 to 9223372036"},
+		{[]string{"15", "30", "60", "1e3"}, "ERR quantity must be an integer from -9223372036854775808 to 9223372036854775807"},
+		{[]string{"15", "30", "60", "1", "XX"}, `ERR unknown option "XX": the options are MS`},
+		{[]string{"15", "30", "60", "MS", "1"}, `ERR unknown option "1": the options are MS`},
+		{[]string{"15", "30", "60", "1", "\xff\r\n"}, `ERR unknown option "\xff\r\n": the options are MS`},
+	}
+	for _, c := range bad {
+		var p params
+		var o outcome
+		args := append([]string{"gcra.throttle", "k"}, c.args...)
+		if gcraSyntax.parse(args, &p, &o) {
+			t.Errorf("parse %q succeeded: %+v", c.args, p)
+			continue
+		}
+		if c.want == "" {
+			if o.action != actArity {
+				t.Errorf("parse %q: action %d, want arity", c.args, o.action)
+			}
+		} else if o.action != actError || o.err != c.want {
+			t.Errorf("parse %q: %q, want %q", c.args, o.err, c.want)
+		}
+	}
+}
+
+func TestGCRACommand(t *testing.T) {
+	fresh := &fakeKey{st: keyState{now: t0}}
+	o := run(opGCRAThrottle, fresh, "15", "30", "60")
+	if o.action != actSet || o.reply != [5]int64{0, 16, 15, -1, 2} {
+		t.Fatalf("fresh: %+v", o)
+	}
+	tat := t0 + 2*int64(time.Second)
+	if string(o.value[:o.valueLen]) != strconv.FormatInt(tat, 10) || o.expireMs != tat/1e6 {
+		t.Fatalf("state %q expiring %d, want %d at %d", o.value[:o.valueLen], o.expireMs, tat, tat/1e6)
+	}
+
+	// The stored TAT is read back; the expiry rounds up to the millisecond.
+	live := &fakeKey{st: keyState{now: t0 + 1, kind: keyString, value: strconv.FormatInt(tat, 10)}}
+	o = run(opGCRAThrottle, live, "15", "30", "60", "1", "MS")
+	if o.action != actSet || o.reply != [5]int64{0, 16, 14, -1, 4000} || o.expireMs != (tat+2e9)/1e6 {
+		t.Fatalf("live: %+v", o)
+	}
+	live.st.now = t0 + 2*int64(time.Second) + 1_500_000 // +1.5 ms: TAT = now + ...5 ms - 1 ns
+	o = run(opGCRAThrottle, live, "0", "1", "1")
+	if o.action != actSet || o.expireMs != (t0+3*int64(time.Second)+1_500_000)/1e6+1 {
+		t.Fatalf("expiry not rounded up: %+v", o)
+	}
+
+	// PEEK replies the same and writes nothing.
+	peek := run(opGCRAPeek, &fakeKey{st: keyState{now: t0}}, "15", "30", "60")
+	if peek.action != actReply || peek.reply != [5]int64{0, 16, 15, -1, 2} {
+		t.Fatalf("peek: %+v", peek)
+	}
+
+	// Refused: reply only.
+	full := &fakeKey{st: keyState{now: t0, kind: keyString, value: strconv.FormatInt(t0+32*int64(time.Second), 10)}}
+	if o := run(opGCRAThrottle, full, "15", "30", "60"); o.action != actReply || o.reply != [5]int64{1, 16, 0, 2, 32} {
+		t.Fatalf("refused: %+v", o)
+	}
+	// A refund back to full deletes the key.
+	if o := run(opGCRAThrottle, full, "15", "30", "60", "-100"); o.action != actDel || o.reply != [5]int64{0, 16, 16, -1, 0} {
+		t.Fatalf("refund: %+v", o)
+	}
+}
+
+func TestGCRAForeignState(t *testing.T) {
+	for _, v := range []string{"", "abc", "-5", "+5", " 5", "5 ", "1.5", "99999999999999999999", "\x00"} {
+		k := &fakeKey{st: keyState{now: t0, kind: keyString, value: v}}
+		for _, op := range []int{opGCRAThrottle, opGCRAPeek} {
+			if o := run(op, k, "1", "1", "1"); o.action != actError || o.err != errNotGCRAState {
+				t.Errorf("state %q: %+v", v, o)
+			}
+		}
+	}
+	k := &fakeKey{st: keyState{now: t0, kind: keyOther}}
+	if o := run(opGCRAThrottle, k, "1", "1", "1"); o.action != actWrongType {
+		t.Errorf("other type: %+v", o)
+	}
+}
+
+// Bad arguments fail before the key is read.
+func TestErrorsBeforeRead(t *testing.T) {
+	for _, args := range [][]string{
+		{"x", "1", "1"}, {"1", "1"}, {"1", "1", "1", "1", "bogus"},
+		{"1", "2000000000", "1"},          // interval under 1 ns
+		{"9223372036854775806", "1", "1"}, // τ overflows
+	} {
+		k := &fakeKey{st: keyState{now: t0}}
+		if o := run(opGCRAThrottle, k, args...); o.action == actReply || o.action == actSet || k.reads != 0 {
+			t.Errorf("%q: %+v after %d reads", args, o, k.reads)
+		}
+	}
+}
+
+// FuzzParse throws arbitrary arguments at the parser: it never panics,
+// values it accepts are in range and exactly what was written, and what it
+// refuses gets an ERR that names an argument or the option, on one line.
+func FuzzParse(f *testing.F) {
+	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff"} {
+		f.Add(s)
+	}
+	f.Fuzz(func(t *testing.T, line string) {
+		args := append([]string{"gcra.throttle", "k"}, strings.Split(line, " ")...)
+		var p params
+		var o outcome
+		if gcraSyntax.parse(args, &p, &o) {
+			for i, a := range gcraSyntax.positional {
+				if p.v[i] < a.min || p.v[i] > a.max {
+					t.Fatalf("%s = %d accepted out of range", a.name, p.v[i])
+				}
+				if v, _ := strconv.ParseInt(args[2+i], 10, 64); v != p.v[i] {
+					t.Fatalf("%s: %q parsed as %d", a.name, args[2+i], p.v[i])
+				}
+			}
+			return
+		}
+		switch o.action {
+		case actArity:
+			if len(args) >= 5 && len(args) <= maxArgs {
+				t.Fatalf("arity error for %d arguments", len(args))
+			}
+		case actError:
+			if !strings.HasPrefix(o.err, "ERR ") || strings.ContainsAny(o.err, "\r\n") || !utf8.ValidString(o.err) {
+				t.Fatalf("bad error text %q", o.err)
+			}
+			named := strings.Contains(o.err, "unknown option")
+			for _, a := range append(gcraSyntax.positional, gcraSyntax.optional) {
+				named = named || strings.HasPrefix(o.err, "ERR "+a.name+" must be")
+			}
+			if !named {
+				t.Fatalf("error names no argument: %q", o.err)
+			}
+		default:
+			t.Fatalf("parse failed with action %d", o.action)
+		}
+	})
+}
+
+// FuzzGCRACommand runs whole commands on arbitrary arguments and stored
+// values: the key is read at most once and only after the arguments
+// parsed, a write happens only for an admitted call, its expiry is the
+// stored TAT rounded up to the millisecond, and the reply is in range.
+func FuzzGCRACommand(f *testing.F) {
+	f.Add("15 30 60", "", t0)
+	f.Add("4 1 1 6", "1700000002000000000", t0)
+	f.Add("4 1 1 -2 MS", "1700000002000000000", t0)
+	f.Add("0 3 10 0", "garbage", t0)
+	f.Fuzz(func(t *testing.T, line, stored string, now int64) {
+		if now <= 0 {
+			return
+		}
+		st := keyState{now: now}
+		if stored != "" {
+			st.kind, st.value = keyString, stored
+		}
+		k := &fakeKey{st: st}
+		args := append([]string{"gcra.throttle", "k"}, strings.Split(line, " ")...)
+		var o outcome
+		execute(opGCRAThrottle, args, k, &o)
+		if k.reads > 1 {
+			t.Fatalf("%d reads", k.reads)
+		}
+		var p params
+		var po outcome
+		if !gcraSyntax.parse(args, &p, &po) && k.reads != 0 {
+			t.Fatal("the key was read although the arguments did not parse")
+		}
+		switch o.action {
+		case actSet:
+			tat, err := strconv.ParseInt(string(o.value[:o.valueLen]), 10, 64)
+			if err != nil || tat <= now {
+				t.Fatalf("wrote %q at now %d", o.value[:o.valueLen], now)
+			}
+			if o.expireMs*1e6 < tat || o.expireMs*1e6-tat >= 1e6 {
+				t.Fatalf("expiry %d ms for TAT %d", o.expireMs, tat)
+			}
+			fallthrough
+		case actReply, actDel:
+			r := o.reply
+			if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
+				t.Fatalf("reply %v", r)
+			}
+			if r[0] == 1 && o.action != actReply {
+				t.Fatalf("refused call writes: %+v", o)
+			}
+			if o.action == actDel && stored == "" {
+				t.Fatal("DEL of a missing key")
+			}
+		case actError:
+			if !strings.HasPrefix(o.err, "ERR ") {
+				t.Fatalf("error %q", o.err)
+			}
+		case actArity, actWrongType:
+		default:
+			t.Fatalf("action %d", o.action)
+		}
+	})
+}
+
+// The handler logic allocates nothing per command.
+func BenchmarkGCRACommand(b *testing.B) {
+	args := []string{"gcra.throttle", "user123", "15", "30", "60", "1"}
+	k := &fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000010000000000"}}
+	b.ReportAllocs()
+	for b.Loop() {
+		var o outcome
+		execute(opGCRAThrottle, args, k, &o)
+	}
+}
+
+func TestGCRACommandAllocatesNothing(t *testing.T) {
+	args := []string{"gcra.throttle", "user123", "15", "30", "60", "1", "MS"}
+	k := &fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000010000000000"}}
+	if n := testing.AllocsPerRun(100, func() {
+		var o outcome
+		execute(opGCRAThrottle, args, k, &o)
+	}); n != 0 {
+		t.Fatalf("%v allocations per command", n)
+	}
+}

@@ -1,0 +1,36 @@
+package main
+
+// #include "shim.h"
+import "C"
+
+import (
+	"fmt"
+	"runtime"
+)
+
+// rlExecute runs one command for the C side: parse, read the key (through
+// rl_read), compute, and leave in c what C must write and reply. A panic
+// becomes an error reply; it never reaches the server.
+//
+//export rlExecute
+func rlExecute(c *C.rl_call) {
+	defer func() {
+		if r := recover(); r != nil {
+			c.action = C.RL_ACT_ERROR
+			setErr(c, fmt.Sprintf("ERR internal error in ratelimit: %v", r))
+		}
+	}()
+	var buf [C.RL_MAX_ARGS]string
+	var o outcome
+	execute(int(c.op), callArgs(c, &buf), cReader{c}, &o)
+	o.store(c)
+}
+
+// rlInit runs once at load: it caps the Go runtime's threads, since the
+// server calls in from one thread and nothing runs in the background.
+//
+//export rlInit
+func rlInit() C.int {
+	runtime.GOMAXPROCS(min(runtime.NumCPU(), 2))
+	return C.int(runtime.GOMAXPROCS(0))
+}

@@ -1,0 +1,193 @@
+/*
+ * rmapi.h: the part of the Redis module API this module uses, declared by
+ * hand from the module API reference (https://redis.io/docs/latest/develop/
+ * reference/modules/modules-api-ref/). Values are the documented ABI; only
+ * what the module calls is here.
+ *
+ * The server hands the API over as a lookup function, the first pointer of
+ * the context passed to RedisModule_OnLoad. Each function is looked up by its
+ * documented name ("RedisModule_" + name); one the server lacks comes back
+ * NULL, which is how features are detected (never by version number).
+ */
+#ifndef RL_RMAPI_H
+#define RL_RMAPI_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#define REDISMODULE_OK 0
+#define REDISMODULE_ERR 1
+#define REDISMODULE_APIVER_1 1
+
+/* OpenKey modes. */
+#define REDISMODULE_READ (1 << 0)
+#define REDISMODULE_WRITE (1 << 1)
+
+/* KeyType results. */
+#define REDISMODULE_KEYTYPE_EMPTY 0
+#define REDISMODULE_KEYTYPE_STRING 1
+#define REDISMODULE_KEYTYPE_ZSET 5
+
+/* SetModuleOptions: CloseKey no longer signals a key opened for writing as
+ * modified; the module calls SignalModifiedKey when it really writes. */
+#define REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED (1 << 1)
+
+#define REDISMODULE_ERRORMSG_WRONGTYPE "WRONGTYPE Operation against a key holding the wrong kind of value"
+
+typedef long long mstime_t;
+typedef long long ustime_t;
+
+typedef struct RedisModuleCtx RedisModuleCtx;
+typedef struct RedisModuleKey RedisModuleKey;
+typedef struct RedisModuleString RedisModuleString;
+typedef struct RedisModuleCommand RedisModuleCommand;
+typedef struct RedisModuleInfoCtx RedisModuleInfoCtx;
+
+typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
+typedef void (*RedisModuleInfoFunc)(RedisModuleInfoCtx *ctx, int for_crash_report);
+
+/* ---- SetCommandInfo (Redis 7.0+): COMMAND INFO / COMMAND DOCS, key specs ---- */
+
+typedef enum {
+    REDISMODULE_ARG_TYPE_STRING,
+    REDISMODULE_ARG_TYPE_INTEGER,
+    REDISMODULE_ARG_TYPE_DOUBLE,
+    REDISMODULE_ARG_TYPE_KEY,
+    REDISMODULE_ARG_TYPE_PATTERN,
+    REDISMODULE_ARG_TYPE_UNIX_TIME,
+    REDISMODULE_ARG_TYPE_PURE_TOKEN,
+    REDISMODULE_ARG_TYPE_ONEOF,
+    REDISMODULE_ARG_TYPE_BLOCK
+} RedisModuleCommandArgType;
+
+#define REDISMODULE_CMD_ARG_NONE 0
+#define REDISMODULE_CMD_ARG_OPTIONAL (1 << 0)
+
+typedef enum {
+    REDISMODULE_KSPEC_BS_INVALID = 0,
+    REDISMODULE_KSPEC_BS_UNKNOWN,
+    REDISMODULE_KSPEC_BS_INDEX,
+    REDISMODULE_KSPEC_BS_KEYWORD
+} RedisModuleKeySpecBeginSearchType;
+
+typedef enum {
+    REDISMODULE_KSPEC_FK_OMITTED = 0,
+    REDISMODULE_KSPEC_FK_UNKNOWN,
+    REDISMODULE_KSPEC_FK_RANGE,
+    REDISMODULE_KSPEC_FK_KEYNUM
+} RedisModuleKeySpecFindKeysType;
+
+#define REDISMODULE_CMD_KEY_RO (1ULL << 0)
+#define REDISMODULE_CMD_KEY_RW (1ULL << 1)
+#define REDISMODULE_CMD_KEY_ACCESS (1ULL << 4)
+#define REDISMODULE_CMD_KEY_UPDATE (1ULL << 5)
+
+typedef struct RedisModuleCommandArg {
+    const char *name;
+    RedisModuleCommandArgType type;
+    int key_spec_index;
+    const char *token;
+    const char *summary;
+    const char *since;
+    int flags;
+    const char *deprecated_since;
+    struct RedisModuleCommandArg *subargs;
+    const char *display_text;
+} RedisModuleCommandArg;
+
+typedef struct {
+    const char *since;
+    const char *changes;
+} RedisModuleCommandHistoryEntry;
+
+typedef struct {
+    const char *notes;
+    uint64_t flags;
+    RedisModuleKeySpecBeginSearchType begin_search_type;
+    union {
+        struct {
+            int pos;
+        } index;
+        struct {
+            const char *keyword;
+            int startfrom;
+        } keyword;
+    } bs;
+    RedisModuleKeySpecFindKeysType find_keys_type;
+    union {
+        struct {
+            int lastkey;
+            int keystep;
+            int limit;
+        } range;
+        struct {
+            int keynumidx;
+            int firstkey;
+            int keystep;
+        } keynum;
+    } fk;
+} RedisModuleCommandKeySpec;
+
+typedef struct {
+    int version;
+    size_t sizeof_historyentry;
+    size_t sizeof_keyspec;
+    size_t sizeof_arg;
+} RedisModuleCommandInfoVersion;
+
+typedef struct {
+    const RedisModuleCommandInfoVersion *version;
+    const char *summary;
+    const char *complexity;
+    const char *since;
+    RedisModuleCommandHistoryEntry *history;
+    const char *tips;
+    int arity;
+    RedisModuleCommandKeySpec *key_specs;
+    RedisModuleCommandArg *args;
+} RedisModuleCommandInfo;
+
+/*
+ * The functions, as X(required, return type, name, parameters). A required
+ * function missing from the server fails the load; an optional one is NULL.
+ */
+#define RL_API_FUNCS(X)                                                                                \
+    X(1, void, SetModuleAttribs, (RedisModuleCtx * ctx, const char *name, int ver, int apiver))        \
+    X(0, int, IsModuleNameBusy, (const char *name))                                                    \
+    X(1, void, Log, (RedisModuleCtx * ctx, const char *level, const char *fmt, ...))                   \
+    X(1, int, CreateCommand,                                                                           \
+      (RedisModuleCtx * ctx, const char *name, RedisModuleCmdFunc f, const char *flags, int firstkey,  \
+       int lastkey, int keystep))                                                                      \
+    X(0, RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))                   \
+    X(0, int, SetCommandInfo, (RedisModuleCommand * cmd, const RedisModuleCommandInfo *info))          \
+    X(0, int, AddACLCategory, (RedisModuleCtx * ctx, const char *name))                                \
+    X(0, int, SetCommandACLCategories, (RedisModuleCommand * cmd, const char *categories))             \
+    X(1, void, SetModuleOptions, (RedisModuleCtx * ctx, int options))                                  \
+    X(1, int, RegisterInfoFunc, (RedisModuleCtx * ctx, RedisModuleInfoFunc cb))                        \
+    X(1, int, InfoAddSection, (RedisModuleInfoCtx * ctx, const char *name))                            \
+    X(1, int, InfoBeginDictField, (RedisModuleInfoCtx * ctx, const char *name))                        \
+    X(1, int, InfoEndDictField, (RedisModuleInfoCtx * ctx))                                            \
+    X(1, int, InfoAddFieldCString, (RedisModuleInfoCtx * ctx, const char *field, const char *value))   \
+    X(1, int, InfoAddFieldULongLong,                                                                   \
+      (RedisModuleInfoCtx * ctx, const char *field, unsigned long long value))                         \
+    X(0, int, GetServerVersion, (void))                                                                \
+    X(1, const char *, StringPtrLen, (const RedisModuleString *str, size_t *len))                      \
+    X(1, RedisModuleString *, CreateString, (RedisModuleCtx * ctx, const char *ptr, size_t len))       \
+    X(1, void, FreeString, (RedisModuleCtx * ctx, RedisModuleString * str))                            \
+    X(1, RedisModuleKey *, OpenKey, (RedisModuleCtx * ctx, RedisModuleString * name, int mode))        \
+    X(1, void, CloseKey, (RedisModuleKey * key))                                                       \
+    X(1, int, KeyType, (RedisModuleKey * key))                                                         \
+    X(1, char *, StringDMA, (RedisModuleKey * key, size_t *len, int mode))                             \
+    X(1, int, StringSet, (RedisModuleKey * key, RedisModuleString * str))                              \
+    X(1, int, DeleteKey, (RedisModuleKey * key))                                                       \
+    X(1, int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                   \
+    X(1, int, SignalModifiedKey, (RedisModuleCtx * ctx, RedisModuleString * name))                     \
+    X(1, int, Replicate, (RedisModuleCtx * ctx, const char *cmd, const char *fmt, ...))                \
+    X(1, int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                        \
+    X(1, int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                                 \
+    X(1, int, ReplyWithError, (RedisModuleCtx * ctx, const char *err))                                 \
+    X(1, int, WrongArity, (RedisModuleCtx * ctx))                                                      \
+    X(0, ustime_t, CachedMicroseconds, (void))                                                         \
+    X(1, mstime_t, Milliseconds, (void))
+
+#endif

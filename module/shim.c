@@ -1,0 +1,366 @@
+/*
+ * shim.c: everything that talks to the server. It loads the API, registers
+ * the commands from one table, and runs each command the same way:
+ *
+ *   collect the arguments -> Go parses them, calls rl_read (open the key,
+ *   read the clock), computes -> C writes with an absolute expiry, replicates
+ *   the effect, replies, counts.
+ *
+ * Go never calls the server and C never decides anything.
+ */
+#include <errno.h>
+#include <string.h>
+#include <strings.h>
+
+#include "rmapi.h"
+#include "shim.h"
+#include "_cgo_export.h"
+
+#define RL_MODULE_NAME "ratelimit"
+#define RL_MODULE_VERSION 1 /* MODULE LIST "ver" */
+#define RL_ACL_CATEGORY "ratelimit"
+
+/* ---- API pointers: one static per function in RL_API_FUNCS ---- */
+
+#define RL_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
+RL_API_FUNCS(RL_DECLARE)
+#undef RL_DECLARE
+
+typedef int (*rl_getapi_fn)(const char *name, void *out);
+
+/* Looks every function up; returns the name of a missing required one. */
+static const char *rl_load_api(RedisModuleCtx *ctx) {
+    rl_getapi_fn getapi = (rl_getapi_fn)((void **)ctx)[0];
+#define RL_LOOKUP(req, ret, name, params)                                      \
+    if (getapi("RedisModule_" #name, (void *)&RM_##name) != REDISMODULE_OK) \
+        RM_##name = NULL;                                                      \
+    if ((req) && RM_##name == NULL) return #name;
+    RL_API_FUNCS(RL_LOOKUP)
+#undef RL_LOOKUP
+    return NULL;
+}
+
+/* ---- The command table ---- */
+
+static RedisModuleCommandInfoVersion rl_info_version = {
+    1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
+    sizeof(RedisModuleCommandArg)};
+
+/* The key is argument 1 and the only key. */
+static RedisModuleCommandKeySpec rl_keys_write[] = {
+    {.notes = "the limiter's state",
+     .flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+
+static RedisModuleCommandKeySpec rl_keys_read[] = {
+    {.notes = "the limiter's state",
+     .flags = REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
+     .fk.range = {0, 1, 0}},
+    {0}};
+
+#define RL_KEY_ARG {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
+#define RL_INT_ARG(n, s) {.name = n, .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = s}
+#define RL_OPT_INT_ARG(n, s)                                                               \
+    {.name = n, .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = s, \
+     .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+#define RL_MS_ARG                                                                                   \
+    {.name = "ms", .type = REDISMODULE_ARG_TYPE_PURE_TOKEN, .key_spec_index = -1, .token = "MS",  \
+     .summary = "reply times in milliseconds, rounded up", .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+
+static RedisModuleCommandArg rl_gcra_args[] = {
+    RL_KEY_ARG,
+    RL_INT_ARG("max_burst", "extra requests allowed at once: the limit is max_burst + 1 (0 or more)"),
+    RL_INT_ARG("count", "requests admitted per period (1 or more)"),
+    RL_INT_ARG("period", "the period in whole seconds (1 to 9223372036)"),
+    RL_OPT_INT_ARG("quantity", "the cost of this call, default 1; 0 reports, negative gives back"),
+    RL_MS_ARG,
+    {0}};
+
+typedef struct {
+    const char *name;      /* as registered */
+    const char *info_name; /* its INFO field */
+    int op;                /* enum rl_op */
+    int readonly;          /* a peek: readonly, opens the key for reading only */
+    int alias;             /* registered only while the CL.THROTTLE alias is on */
+    int arity;
+    const char *summary;
+    const char *complexity;
+    RedisModuleCommandArg *args;
+} rl_command_def;
+
+static const rl_command_def rl_commands[] = {
+    {"gcra.throttle", "gcra_throttle", RL_OP_GCRA_THROTTLE, 0, 0, -5,
+     "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply", "O(1)",
+     rl_gcra_args},
+    {"cl.throttle", "cl_throttle", RL_OP_GCRA_THROTTLE, 0, 1, -5,
+     "redis-cell compatible alias of GCRA.THROTTLE", "O(1)", rl_gcra_args},
+    {"gcra.peek", "gcra_peek", RL_OP_GCRA_PEEK, 1, 0, -5,
+     "What GCRA.THROTTLE would reply now, changing nothing", "O(1)", rl_gcra_args},
+};
+#define RL_NCOMMANDS ((int)(sizeof(rl_commands) / sizeof(rl_commands[0])))
+
+typedef struct {
+    unsigned long long calls, admitted, refused, errors;
+} rl_counters;
+
+static rl_counters rl_stats[RL_NCOMMANDS];
+static int rl_registered[RL_NCOMMANDS];
+static int rl_alias_on = 1;
+static int rl_category_on = 0;
+
+/* ---- Running a command ---- */
+
+static long long rl_now_ns(void) {
+    if (RM_CachedMicroseconds) return (long long)RM_CachedMicroseconds() * 1000LL;
+    return (long long)RM_Milliseconds() * 1000000LL;
+}
+
+void rl_read(rl_call *c) {
+    int mode = c->readonly ? REDISMODULE_READ : (REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModuleKey *key = RM_OpenKey((RedisModuleCtx *)c->ctx, (RedisModuleString *)c->key_name, mode);
+    c->key = key;
+    c->now_ns = rl_now_ns();
+    c->val = NULL;
+    c->val_len = 0;
+    switch (RM_KeyType(key)) {
+    case REDISMODULE_KEYTYPE_EMPTY:
+        c->kind = RL_KEY_EMPTY;
+        break;
+    case REDISMODULE_KEYTYPE_STRING:
+        c->kind = RL_KEY_STRING;
+        c->val = RM_StringDMA(key, &c->val_len, REDISMODULE_READ);
+        break;
+    default:
+        c->kind = RL_KEY_OTHER;
+    }
+}
+
+static void rl_reply(RedisModuleCtx *ctx, const rl_call *c) {
+    RM_ReplyWithArray(ctx, 5);
+    for (int i = 0; i < 5; i++) RM_ReplyWithLongLong(ctx, c->reply[i]);
+}
+
+/* Carries out what Go decided. Writes happen only for admitted calls; the
+ * key's expiry is absolute and the replicas get the effect, never the
+ * command, so they never read a clock and need not load the module. */
+static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
+    RedisModuleKey *key = (RedisModuleKey *)c->key;
+    RedisModuleString *name = (RedisModuleString *)c->key_name;
+    switch (c->action) {
+    case RL_ACT_SET: {
+        RedisModuleString *v = RM_CreateString(ctx, c->set_val, c->set_len);
+        RM_StringSet(key, v);
+        RM_SetAbsExpire(key, c->expire_ms);
+        RM_SignalModifiedKey(ctx, name);
+        RM_Replicate(ctx, "SET", "sscl", name, v, "PXAT", c->expire_ms);
+        RM_FreeString(ctx, v);
+        break;
+    }
+    case RL_ACT_DEL:
+        RM_DeleteKey(key);
+        RM_SignalModifiedKey(ctx, name);
+        RM_Replicate(ctx, "DEL", "s", name);
+        break;
+    case RL_ACT_REPLY:
+        break;
+    case RL_ACT_WRONGTYPE:
+        n->errors++;
+        RM_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return;
+    case RL_ACT_ARITY:
+        n->errors++;
+        RM_WrongArity(ctx);
+        return;
+    default:
+        n->errors++;
+        c->err[sizeof(c->err) - 1] = '\0';
+        RM_ReplyWithError(ctx, c->err[0] ? c->err : "ERR internal error");
+        return;
+    }
+    if (c->reply[0]) n->refused++;
+    else n->admitted++;
+    rl_reply(ctx, c);
+}
+
+static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx) {
+    const rl_command_def *def = &rl_commands[idx];
+    rl_counters *n = &rl_stats[idx];
+    n->calls++;
+    if (argc > RL_MAX_ARGS || argc < 2) {
+        n->errors++;
+        return RM_WrongArity(ctx);
+    }
+    rl_call c;
+    c.op = def->op;
+    c.readonly = def->readonly;
+    c.argc = argc;
+    for (int i = 0; i < argc; i++) c.argv[i].ptr = RM_StringPtrLen(argv[i], &c.argv[i].len);
+    c.action = RL_ACT_ERROR;
+    c.err[0] = '\0';
+    c.ctx = ctx;
+    c.key_name = argv[1];
+    c.key = NULL;
+
+    rlExecute(&c);
+
+    rl_finish(ctx, &c, n);
+    if (c.key) RM_CloseKey((RedisModuleKey *)c.key);
+    return REDISMODULE_OK;
+}
+
+/* The server passes no user data to a command, so each table row gets its
+ * own entry point. */
+#define RL_HANDLER(i)                                                                  \
+    static int rl_handler_##i(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) { \
+        return rl_command(ctx, argv, argc, i);                                         \
+    }
+RL_HANDLER(0)
+RL_HANDLER(1)
+RL_HANDLER(2)
+RL_HANDLER(3)
+RL_HANDLER(4)
+RL_HANDLER(5)
+RL_HANDLER(6)
+RL_HANDLER(7)
+RL_HANDLER(8)
+RL_HANDLER(9)
+RL_HANDLER(10)
+RL_HANDLER(11)
+RL_HANDLER(12)
+RL_HANDLER(13)
+RL_HANDLER(14)
+RL_HANDLER(15)
+static const RedisModuleCmdFunc rl_handlers[] = {
+    rl_handler_0,  rl_handler_1,  rl_handler_2,  rl_handler_3,  rl_handler_4,  rl_handler_5,
+    rl_handler_6,  rl_handler_7,  rl_handler_8,  rl_handler_9,  rl_handler_10, rl_handler_11,
+    rl_handler_12, rl_handler_13, rl_handler_14, rl_handler_15};
+_Static_assert(sizeof(rl_handlers) / sizeof(rl_handlers[0]) >= sizeof(rl_commands) / sizeof(rl_commands[0]),
+               "one handler per command");
+
+/* ---- INFO ratelimit ---- */
+
+static const char *rl_clock_name(void) {
+    return RM_CachedMicroseconds ? "cached-command-time" : "wall-clock-ms";
+}
+
+static void rl_info(RedisModuleInfoCtx *ictx, int for_crash_report) {
+    (void)for_crash_report;
+    if (RM_InfoAddSection(ictx, "") != REDISMODULE_OK) return;
+    RM_InfoAddFieldCString(ictx, "clock", rl_clock_name());
+    RM_InfoAddFieldCString(ictx, "cl_throttle_alias", rl_alias_on ? "on" : "off");
+    RM_InfoAddFieldCString(ictx, "acl_category", rl_category_on ? RL_ACL_CATEGORY : "none");
+    for (int i = 0; i < RL_NCOMMANDS; i++) {
+        if (!rl_registered[i]) continue;
+        RM_InfoBeginDictField(ictx, rl_commands[i].info_name);
+        RM_InfoAddFieldULongLong(ictx, "calls", rl_stats[i].calls);
+        RM_InfoAddFieldULongLong(ictx, "admitted", rl_stats[i].admitted);
+        RM_InfoAddFieldULongLong(ictx, "refused", rl_stats[i].refused);
+        RM_InfoAddFieldULongLong(ictx, "errors", rl_stats[i].errors);
+        RM_InfoEndDictField(ictx);
+    }
+}
+
+/* ---- Load and unload ---- */
+
+static int rl_parse_module_args(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    for (int i = 0; i < argc; i += 2) {
+        size_t len;
+        const char *name = RM_StringPtrLen(argv[i], &len);
+        const char *value = i + 1 < argc ? RM_StringPtrLen(argv[i + 1], &len) : NULL;
+        if (strcasecmp(name, "CL_ALIAS") == 0 && value != NULL &&
+            (strcasecmp(value, "yes") == 0 || strcasecmp(value, "no") == 0)) {
+            rl_alias_on = strcasecmp(value, "yes") == 0;
+            continue;
+        }
+        RM_Log(ctx, "warning",
+               "ratelimit: unknown module argument '%s'; accepted: CL_ALIAS yes|no (default yes)", name);
+        return REDISMODULE_ERR;
+    }
+    return REDISMODULE_OK;
+}
+
+static int rl_register(RedisModuleCtx *ctx, int i) {
+    const rl_command_def *def = &rl_commands[i];
+    const char *flags = def->readonly ? "readonly fast" : "write deny-oom fast";
+    if (RM_CreateCommand(ctx, def->name, rl_handlers[i], flags, 1, 1, 1) != REDISMODULE_OK) {
+        RM_Log(ctx, "warning", "ratelimit: cannot register %s (is another module using the name?)", def->name);
+        return REDISMODULE_ERR;
+    }
+    rl_registered[i] = 1;
+    RedisModuleCommand *cmd = RM_GetCommand ? RM_GetCommand(ctx, def->name) : NULL;
+    if (cmd == NULL) return REDISMODULE_OK;
+    if (RM_SetCommandInfo) {
+        RedisModuleCommandInfo info = {
+            .version = &rl_info_version,
+            .summary = def->summary,
+            .complexity = def->complexity,
+            .since = "1.0.0",
+            .arity = def->arity,
+            .key_specs = def->readonly ? rl_keys_read : rl_keys_write,
+            .args = def->args,
+        };
+        if (RM_SetCommandInfo(cmd, &info) != REDISMODULE_OK) {
+            RM_Log(ctx, "warning", "ratelimit: SetCommandInfo failed for %s", def->name);
+            return REDISMODULE_ERR;
+        }
+    }
+    if (RM_SetCommandACLCategories) {
+        const char *cats = def->readonly ? (rl_category_on ? RL_ACL_CATEGORY " read fast" : "read fast")
+                                         : (rl_category_on ? RL_ACL_CATEGORY " write fast" : "write fast");
+        if (RM_SetCommandACLCategories(cmd, cats) != REDISMODULE_OK) {
+            RM_Log(ctx, "warning", "ratelimit: SetCommandACLCategories failed for %s", def->name);
+            return REDISMODULE_ERR;
+        }
+    }
+    return REDISMODULE_OK;
+}
+
+/* The library is linked with -z nodelete, so a load that fails here (and is
+ * dlclose()d by the server) never unmaps the running Go runtime. */
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    const char *missing = rl_load_api(ctx);
+    if (missing != NULL) {
+        if (RM_Log) RM_Log(ctx, "warning", "ratelimit: the server lacks RedisModule_%s", missing);
+        return REDISMODULE_ERR;
+    }
+    if (RM_IsModuleNameBusy && RM_IsModuleNameBusy(RL_MODULE_NAME)) {
+        RM_Log(ctx, "warning", "ratelimit: a module named %s is already loaded", RL_MODULE_NAME);
+        return REDISMODULE_ERR;
+    }
+    RM_SetModuleAttribs(ctx, RL_MODULE_NAME, RL_MODULE_VERSION, REDISMODULE_APIVER_1);
+    if (rl_parse_module_args(ctx, argv, argc) != REDISMODULE_OK) return REDISMODULE_ERR;
+
+    /* A key opened for writing is signalled as modified only when written,
+     * so a refused call does not break WATCH. */
+    RM_SetModuleOptions(ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+
+    rl_category_on = RM_AddACLCategory != NULL && RM_SetCommandACLCategories != NULL &&
+                     (RM_AddACLCategory(ctx, RL_ACL_CATEGORY) == REDISMODULE_OK || errno == EBUSY);
+
+    for (int i = 0; i < RL_NCOMMANDS; i++) {
+        if (rl_commands[i].alias && !rl_alias_on) continue;
+        if (rl_register(ctx, i) != REDISMODULE_OK) return REDISMODULE_ERR;
+    }
+    if (RM_RegisterInfoFunc(ctx, rl_info) != REDISMODULE_OK) return REDISMODULE_ERR;
+
+    int procs = rlInit();
+    int v = RM_GetServerVersion ? RM_GetServerVersion() : 0;
+    RM_Log(ctx, "notice",
+           "ratelimit %d loaded: server %d.%d.%d, clock %s, CL.THROTTLE alias %s, ACL category %s, GOMAXPROCS %d",
+           RL_MODULE_VERSION, (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff, rl_clock_name(),
+           rl_alias_on ? "on" : "off", rl_category_on ? RL_ACL_CATEGORY : "unsupported", procs);
+    return REDISMODULE_OK;
+}
+
+/* A Go runtime cannot be unloaded: MODULE UNLOAD is refused. */
+int RedisModule_OnUnload(RedisModuleCtx *ctx) {
+    if (RM_Log) RM_Log(ctx, "warning", "ratelimit: a Go module cannot be unloaded; restart the server instead");
+    return REDISMODULE_ERR;
+}

@@ -1,0 +1,76 @@
+/*
+ * shim.h: the boundary between the C side (shim.c, which alone talks to the
+ * server) and the Go side (which parses, computes and decides). One command
+ * crosses C->Go once (rlExecute) and Go->C once (rl_read, after the arguments
+ * parsed); everything else happens on the side it starts on.
+ */
+#ifndef RL_SHIM_H
+#define RL_SHIM_H
+
+#include <stddef.h>
+
+/* Algorithms, as Go dispatches them. */
+enum rl_op {
+    RL_OP_GCRA_THROTTLE,
+    RL_OP_GCRA_PEEK,
+    RL_OP_COUNT
+};
+
+/* The most arguments a command takes, command name included. */
+#define RL_MAX_ARGS 16
+
+/* What the key holds, as rl_read reports it. */
+enum rl_keykind {
+    RL_KEY_EMPTY,
+    RL_KEY_STRING,
+    RL_KEY_OTHER
+};
+
+/* What C does once Go returns. */
+enum rl_action {
+    RL_ACT_ERROR,     /* reply err (the default: a call Go never finished is an error) */
+    RL_ACT_REPLY,     /* reply the five integers, write nothing */
+    RL_ACT_SET,       /* SET key value PXAT expire_ms, replicated, then reply */
+    RL_ACT_DEL,       /* DEL key, replicated, then reply */
+    RL_ACT_WRONGTYPE, /* reply the standard WRONGTYPE error */
+    RL_ACT_ARITY      /* reply the standard wrong-number-of-arguments error */
+};
+
+typedef struct {
+    const char *ptr;
+    size_t len;
+} rl_arg;
+
+typedef struct rl_call {
+    /* Set by C before rlExecute. */
+    int op;
+    int readonly;
+    int argc;
+    rl_arg argv[RL_MAX_ARGS];
+
+    /* Set by rl_read. */
+    long long now_ns; /* one clock read per command, Unix nanoseconds */
+    int kind;         /* enum rl_keykind */
+    const char *val;  /* the string value, valid until C closes the key */
+    size_t val_len;
+
+    /* Set by Go. */
+    int action; /* enum rl_action */
+    long long reply[5];
+    long long expire_ms; /* absolute Unix milliseconds, for RL_ACT_SET */
+    size_t set_len;
+    char set_val[48];
+    char err[240]; /* NUL-terminated, starts with ERR */
+
+    /* Private to C. */
+    void *ctx;
+    void *key_name;
+    void *key;
+} rl_call;
+
+/* Opens the key (for writing too unless the command is read-only), reads
+ * the clock, and fills now_ns, kind, val and val_len. Called by Go once the
+ * arguments have parsed. */
+void rl_read(rl_call *c);
+
+#endif
