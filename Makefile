@@ -41,8 +41,8 @@ lint: ## go vet, staticcheck, gofmt
 	$(GO) tool staticcheck ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
-unit: ## unit tests, examples and fuzz seed corpora of the pure packages and the Go side of the module
-	$(GO) test -count=1 ./gcra/ ./module/
+unit: ## unit tests, examples and fuzz seeds: the algorithm packages and the module's Go side
+	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
 
 integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
 	$(GO) test -count=1 -timeout 45m ./integration/
@@ -51,7 +51,7 @@ images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
-	@for p in ./gcra ./module; do \
+	@for p in $$($(GO) list ./... | grep -v /integration); do \
 	  for f in $$($(GO) test -list 'Fuzz.*' $$p | grep ^Fuzz); do \
 	    echo "fuzz $$p $$f"; $(GO) test $$p -run '^$$' -fuzz "^$$f$$" -fuzztime $(FUZZTIME) || exit 1; \
 	  done; \

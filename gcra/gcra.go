@@ -33,6 +33,8 @@ import (
 	"errors"
 	"math"
 	"time"
+
+	"ratelimit/internal/checked"
 )
 
 // Never is the RetryAfter of an admitted request, and of a refused request
@@ -77,7 +79,7 @@ func New(maxBurst, count, period int64) (Limiter, error) {
 		return Limiter{}, ErrRate
 	}
 	limit := maxBurst + 1
-	tolerance, ok := mul(interval, limit)
+	tolerance, ok := checked.Mul(interval, limit)
 	if !ok {
 		return Limiter{}, ErrOverflow
 	}
@@ -124,12 +126,12 @@ type Decision struct {
 // full limiter.
 func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 	d := Decision{Limit: l.limit, RetryAfter: Never}
-	increment, ok := mul(l.interval, quantity)
+	increment, ok := checked.Mul(l.interval, quantity)
 	if !ok {
 		return Decision{}, ErrOverflow
 	}
 	base := max(tat, now)
-	newTAT, ok := add(base, increment)
+	newTAT, ok := checked.Add(base, increment)
 	if !ok {
 		return Decision{}, ErrOverflow
 	}
@@ -137,7 +139,7 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 		newTAT = max(newTAT, now) // never beyond full
 	}
 	// The request fits when newTAT − τ ≤ now, that is newTAT − now ≤ τ.
-	ahead, ok := sub(newTAT, now)
+	ahead, ok := checked.Sub(newTAT, now)
 	if !ok {
 		return Decision{}, ErrOverflow
 	}
@@ -147,7 +149,7 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 		if increment <= l.tolerance {
 			d.RetryAfter = time.Duration(ahead - l.tolerance)
 		}
-		if ttl, ok = sub(base, now); !ok {
+		if ttl, ok = checked.Sub(base, now); !ok {
 			return Decision{}, ErrOverflow
 		}
 		d.TAT = base
@@ -177,31 +179,4 @@ func (l Limiter) remaining(ttl int64) int64 {
 		}
 	}
 	return min(max(r, 0), l.limit)
-}
-
-func mul(a, b int64) (int64, bool) {
-	if a == 0 || b == 0 {
-		return 0, true
-	}
-	c := a * b
-	if c/b != a || (a == -1 && b == math.MinInt64) || (b == -1 && a == math.MinInt64) {
-		return 0, false
-	}
-	return c, true
-}
-
-func add(a, b int64) (int64, bool) {
-	c := a + b
-	if (c > a) != (b > 0) {
-		return 0, false
-	}
-	return c, true
-}
-
-func sub(a, b int64) (int64, bool) {
-	c := a - b
-	if (c < a) != (b > 0) {
-		return 0, false
-	}
-	return c, true
 }

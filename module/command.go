@@ -4,6 +4,8 @@ import (
 	"fmt"
 	"strconv"
 	"time"
+
+	"ratelimit/internal/checked"
 )
 
 // The algorithms, numbered as enum rl_op in shim.h.
@@ -81,7 +83,7 @@ func (o *outcome) setReply(limited bool, limit, remaining int64, retry, reset ti
 func (o *outcome) setInt(v, at int64) {
 	o.action = actSet
 	o.valueLen = len(strconv.AppendInt(o.value[:0], v, 10))
-	o.expireMs = ceilDiv(at, int64(time.Millisecond))
+	o.expireMs = checked.CeilDiv(at, int64(time.Millisecond))
 }
 
 // replyTime rounds d for the reply: with ms, milliseconds rounded up;
@@ -92,22 +94,13 @@ func replyTime(d time.Duration, ms bool) int64 {
 		return -1
 	}
 	if ms {
-		return ceilDiv(int64(d), int64(time.Millisecond))
+		return checked.CeilDiv(int64(d), int64(time.Millisecond))
 	}
 	s := int64(d / time.Second)
 	if (d%time.Second)/time.Millisecond > 0 {
 		s++
 	}
 	return s
-}
-
-// ceilDiv is ⌈a/b⌉ for b > 0, without overflow.
-func ceilDiv(a, b int64) int64 {
-	q := a / b
-	if a%b > 0 {
-		q++
-	}
-	return q
 }
 
 // syntaxes are the commands' arguments, by operation.

@@ -1,0 +1,36 @@
+package checked
+
+import (
+	"math"
+	"math/big"
+	"testing"
+)
+
+func fits(x *big.Int) bool { return x.IsInt64() }
+
+func FuzzArithmetic(f *testing.F) {
+	for _, v := range [][2]int64{{0, 0}, {1, -1}, {math.MaxInt64, 1}, {math.MinInt64, -1}, {math.MinInt64, 1}, {-1, math.MinInt64}, {3037000500, 3037000500}, {7, 2}, {-7, 2}} {
+		f.Add(v[0], v[1])
+	}
+	f.Fuzz(func(t *testing.T, a, b int64) {
+		A, B := big.NewInt(a), big.NewInt(b)
+		check := func(name string, got int64, ok bool, want *big.Int) {
+			if ok != fits(want) || (ok && got != want.Int64()) {
+				t.Fatalf("%s(%d, %d) = %d, %v; exact %v", name, a, b, got, ok, want)
+			}
+		}
+		s, ok := Add(a, b)
+		check("Add", s, ok, new(big.Int).Add(A, B))
+		s, ok = Sub(a, b)
+		check("Sub", s, ok, new(big.Int).Sub(A, B))
+		s, ok = Mul(a, b)
+		check("Mul", s, ok, new(big.Int).Mul(A, B))
+		if b > 0 {
+			// ⌈a/b⌉ = -⌊-a/b⌋
+			want := new(big.Int).Neg(new(big.Int).Div(new(big.Int).Neg(A), B))
+			if got := CeilDiv(a, b); got != want.Int64() {
+				t.Fatalf("CeilDiv(%d, %d) = %d, want %v", a, b, got, want)
+			}
+		}
+	})
+}
