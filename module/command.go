@@ -12,6 +12,10 @@ import (
 const (
 	opGCRAThrottle = iota
 	opGCRAPeek
+	opTBTake
+	opTBPeek
+	opLBEnqueue
+	opLBPeek
 	opCount
 )
 
@@ -107,6 +111,10 @@ func replyTime(d time.Duration, ms bool) int64 {
 var syntaxes = [opCount]*syntax{
 	opGCRAThrottle: &gcraSyntax,
 	opGCRAPeek:     &gcraSyntax,
+	opTBTake:       &tbSyntax,
+	opTBPeek:       &tbSyntax,
+	opLBEnqueue:    &lbSyntax,
+	opLBPeek:       &lbSyntax,
 }
 
 // execute runs one command: parse every argument (failing before any side
@@ -127,5 +135,13 @@ func execute(op int, args []string, r reader, o *outcome) {
 		runGCRA(&p, r, o, false)
 	case opGCRAPeek:
 		runGCRA(&p, r, o, true)
+	case opTBTake:
+		runTokenBucket(&p, r, o, false)
+	case opTBPeek:
+		runTokenBucket(&p, r, o, true)
+	case opLBEnqueue:
+		runShaper(&p, r, o, false)
+	case opLBPeek:
+		runShaper(&p, r, o, true)
 	}
 }

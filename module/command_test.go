@@ -171,33 +171,69 @@ func TestGCRAForeignState(t *testing.T) {
 	}
 }
 
-// Bad arguments fail before the key is read.
+// Bad arguments fail before the key is read, for every command.
 func TestErrorsBeforeRead(t *testing.T) {
-	for _, args := range [][]string{
-		{"x", "1", "1"}, {"1", "1"}, {"1", "1", "1", "1", "bogus"},
-		{"1", "2000000000", "1"},          // interval under 1 ns
-		{"9223372036854775806", "1", "1"}, // τ overflows
-	} {
-		k := &fakeKey{st: keyState{now: t0}}
-		if o := run(opGCRAThrottle, k, args...); o.action == actReply || o.action == actSet || k.reads != 0 {
-			t.Errorf("%q: %+v after %d reads", args, o, k.reads)
+	for op := range opCount {
+		for _, args := range [][]string{
+			{"x", "1", "1"}, {"1", "1"}, {"1", "1", "1", "1", "bogus"},
+			{"1", "2000000000", "1"},          // interval under 1 ns
+			{"9223372036854775806", "1", "1"}, // the tolerance overflows
+		} {
+			k := &fakeKey{st: keyState{now: t0}}
+			if o := run(op, k, args...); o.action == actReply || o.action == actSet || k.reads != 0 {
+				t.Errorf("op %d %q: %+v after %d reads", op, args, o, k.reads)
+			}
 		}
 	}
 }
 
-// FuzzParse throws arbitrary arguments at the parser: it never panics,
-// values it accepts are in range and exactly what was written, and what it
-// refuses gets an ERR that names an argument or the option, on one line.
+func TestBucketCommands(t *testing.T) {
+	fresh := &fakeKey{st: keyState{now: t0}}
+	if o := run(opTBTake, fresh, "10", "1", "1", "3"); o.action != actSet || o.reply != [5]int64{0, 10, 7, -1, 3} || o.expireMs != (t0+3e9)/1e6 {
+		t.Fatalf("TB.TAKE: %+v", o)
+	}
+	if o := run(opTBPeek, fresh, "10", "1", "1", "3"); o.action != actReply || o.reply != [5]int64{0, 10, 7, -1, 3} {
+		t.Fatalf("TB.PEEK: %+v", o)
+	}
+	// Three requests at once into a shaper of 2 places at 1 per second.
+	k := &fakeKey{st: keyState{now: t0}}
+	for i, want := range [][5]int64{{0, 2, 2, -1, 0}, {0, 2, 1, -1, 1000}, {0, 2, 0, -1, 2000}, {1, 2, 0, 1000, 0}} {
+		o := run(opLBEnqueue, k, "2", "1", "1", "1", "MS")
+		if o.reply != want {
+			t.Fatalf("LB.ENQUEUE %d: %v, want %v", i, o.reply, want)
+		}
+		if o.action == actSet {
+			k.st.kind, k.st.value = keyString, string(o.value[:o.valueLen])
+		}
+	}
+	if o := run(opLBEnqueue, k, "2", "1", "1", "-1"); o.action != actError || !strings.Contains(o.err, "quantity must be an integer from 0") {
+		t.Fatalf("negative quantity: %+v", o)
+	}
+	k.st.value = "x"
+	for op, msg := range map[int]string{opTBTake: errNotBucketState, opLBEnqueue: errNotShaperState, opGCRAThrottle: errNotGCRAState} {
+		if o := run(op, k, "2", "1", "1"); o.err != msg {
+			t.Errorf("op %d on %q: %+v", op, k.st.value, o)
+		}
+	}
+}
+
+// FuzzParse throws arbitrary arguments at every command's parser: it never
+// panics, values it accepts are in range and exactly what was written, and
+// what it refuses gets an ERR that names an argument or the option, on one
+// line.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff"} {
-		f.Add(s)
+		for op := range opCount {
+			f.Add(uint8(op), s)
+		}
 	}
-	f.Fuzz(func(t *testing.T, line string) {
-		args := append([]string{"gcra.throttle", "k"}, strings.Split(line, " ")...)
+	f.Fuzz(func(t *testing.T, op uint8, line string) {
+		syn := syntaxes[int(op)%opCount]
+		args := append([]string{"cmd", "k"}, strings.Split(line, " ")...)
 		var p params
 		var o outcome
-		if gcraSyntax.parse(args, &p, &o) {
-			for i, a := range gcraSyntax.positional {
+		if syn.parse(args, &p, &o) {
+			for i, a := range syn.positional {
 				if p.v[i] < a.min || p.v[i] > a.max {
 					t.Fatalf("%s = %d accepted out of range", a.name, p.v[i])
 				}
@@ -205,11 +241,14 @@ func FuzzParse(f *testing.F) {
 					t.Fatalf("%s: %q parsed as %d", a.name, args[2+i], p.v[i])
 				}
 			}
+			if c := p.v[len(syn.positional)]; c < syn.optional.min || c > syn.optional.max {
+				t.Fatalf("%s = %d accepted out of range", syn.optional.name, c)
+			}
 			return
 		}
 		switch o.action {
 		case actArity:
-			if len(args) >= 5 && len(args) <= maxArgs {
+			if len(args) >= 2+len(syn.positional) && len(args) <= maxArgs {
 				t.Fatalf("arity error for %d arguments", len(args))
 			}
 		case actError:
@@ -217,7 +256,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad error text %q", o.err)
 			}
 			named := strings.Contains(o.err, "unknown option")
-			for _, a := range append(gcraSyntax.positional, gcraSyntax.optional) {
+			for _, a := range append(syn.positional, syn.optional) {
 				named = named || strings.HasPrefix(o.err, "ERR "+a.name+" must be")
 			}
 			if !named {
@@ -229,43 +268,47 @@ func FuzzParse(f *testing.F) {
 	})
 }
 
-// FuzzGCRACommand runs whole commands on arbitrary arguments and stored
+// FuzzCommand runs whole commands on arbitrary arguments and stored
 // values: the key is read at most once and only after the arguments
-// parsed, a write happens only for an admitted call, its expiry is the
-// stored TAT rounded up to the millisecond, and the reply is in range.
-func FuzzGCRACommand(f *testing.F) {
-	f.Add("15 30 60", "", t0)
-	f.Add("4 1 1 6", "1700000002000000000", t0)
-	f.Add("4 1 1 -2 MS", "1700000002000000000", t0)
-	f.Add("0 3 10 0", "garbage", t0)
-	f.Fuzz(func(t *testing.T, line, stored string, now int64) {
+// parsed, a write happens only for an admitted consuming call, its expiry
+// is the new state rounded up to the millisecond, and the reply is in range.
+func FuzzCommand(f *testing.F) {
+	for op := range opCount {
+		f.Add(uint8(op), "15 30 60", "", t0)
+		f.Add(uint8(op), "4 1 1 6", "1700000002000000000", t0)
+		f.Add(uint8(op), "4 1 1 -2 MS", "1700000002000000000", t0)
+		f.Add(uint8(op), "0 3 10 0", "garbage", t0)
+	}
+	f.Fuzz(func(t *testing.T, op8 uint8, line, stored string, now int64) {
 		if now <= 0 {
 			return
 		}
+		op := int(op8) % opCount
 		st := keyState{now: now}
 		if stored != "" {
 			st.kind, st.value = keyString, stored
 		}
 		k := &fakeKey{st: st}
-		args := append([]string{"gcra.throttle", "k"}, strings.Split(line, " ")...)
+		args := append([]string{"cmd", "k"}, strings.Split(line, " ")...)
 		var o outcome
-		execute(opGCRAThrottle, args, k, &o)
+		execute(op, args, k, &o)
 		if k.reads > 1 {
 			t.Fatalf("%d reads", k.reads)
 		}
 		var p params
 		var po outcome
-		if !gcraSyntax.parse(args, &p, &po) && k.reads != 0 {
+		if !syntaxes[op].parse(args, &p, &po) && k.reads != 0 {
 			t.Fatal("the key was read although the arguments did not parse")
 		}
+		peek := op == opGCRAPeek || op == opTBPeek || op == opLBPeek
 		switch o.action {
 		case actSet:
-			tat, err := strconv.ParseInt(string(o.value[:o.valueLen]), 10, 64)
-			if err != nil || tat <= now {
+			state, err := strconv.ParseInt(string(o.value[:o.valueLen]), 10, 64)
+			if err != nil || state <= now {
 				t.Fatalf("wrote %q at now %d", o.value[:o.valueLen], now)
 			}
-			if o.expireMs*1e6 < tat || o.expireMs*1e6-tat >= 1e6 {
-				t.Fatalf("expiry %d ms for TAT %d", o.expireMs, tat)
+			if o.expireMs*1e6 < state || o.expireMs*1e6-state >= 1e6 {
+				t.Fatalf("expiry %d ms for state %d", o.expireMs, state)
 			}
 			fallthrough
 		case actReply, actDel:
@@ -273,8 +316,8 @@ func FuzzGCRACommand(f *testing.F) {
 			if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 				t.Fatalf("reply %v", r)
 			}
-			if r[0] == 1 && o.action != actReply {
-				t.Fatalf("refused call writes: %+v", o)
+			if (r[0] == 1 || peek) && o.action != actReply {
+				t.Fatalf("refused call or peek writes: %+v", o)
 			}
 			if o.action == actDel && stored == "" {
 				t.Fatal("DEL of a missing key")
@@ -301,13 +344,15 @@ func BenchmarkGCRACommand(b *testing.B) {
 	}
 }
 
-func TestGCRACommandAllocatesNothing(t *testing.T) {
-	args := []string{"gcra.throttle", "user123", "15", "30", "60", "1", "MS"}
-	k := &fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000010000000000"}}
-	if n := testing.AllocsPerRun(100, func() {
-		var o outcome
-		execute(opGCRAThrottle, args, k, &o)
-	}); n != 0 {
-		t.Fatalf("%v allocations per command", n)
+func TestCommandsAllocateNothing(t *testing.T) {
+	for op := range opCount {
+		args := []string{"cmd", "user123", "15", "30", "60", "1", "MS"}
+		k := &fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000010000000000"}}
+		if n := testing.AllocsPerRun(100, func() {
+			var o outcome
+			execute(op, args, k, &o)
+		}); n != 0 {
+			t.Errorf("op %d: %v allocations per command", op, n)
+		}
 	}
 }

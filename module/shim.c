@@ -83,6 +83,24 @@ static RedisModuleCommandArg rl_gcra_args[] = {
     RL_MS_ARG,
     {0}};
 
+static RedisModuleCommandArg rl_tb_args[] = {
+    RL_KEY_ARG,
+    RL_INT_ARG("capacity", "the most tokens the bucket holds; it starts full (1 or more)"),
+    RL_INT_ARG("refill_tokens", "tokens added per refill_period, continuously (1 or more)"),
+    RL_INT_ARG("refill_period", "the refill period in whole seconds (1 to 9223372036)"),
+    RL_OPT_INT_ARG("tokens", "tokens to take, default 1; 0 reports, negative puts back"),
+    RL_MS_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_lb_args[] = {
+    RL_KEY_ARG,
+    RL_INT_ARG("capacity", "the most requests that may wait (0 or more)"),
+    RL_INT_ARG("leak_count", "requests that leave per leak_period (1 or more)"),
+    RL_INT_ARG("leak_period", "the leak period in whole seconds (1 to 9223372036)"),
+    RL_OPT_INT_ARG("quantity", "the cost of this request, default 1; 0 reports"),
+    RL_MS_ARG,
+    {0}};
+
 typedef struct {
     const char *name;      /* as registered */
     const char *info_name; /* its INFO field */
@@ -103,6 +121,16 @@ static const rl_command_def rl_commands[] = {
      "redis-cell compatible alias of GCRA.THROTTLE", "O(1)", rl_gcra_args},
     {"gcra.peek", "gcra_peek", RL_OP_GCRA_PEEK, 1, 0, -5,
      "What GCRA.THROTTLE would reply now, changing nothing", "O(1)", rl_gcra_args},
+    {"tb.take", "tb_take", RL_OP_TB_TAKE, 0, 0, -5,
+     "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
+     "O(1)", rl_tb_args},
+    {"tb.peek", "tb_peek", RL_OP_TB_PEEK, 1, 0, -5, "What TB.TAKE would reply now, changing nothing", "O(1)",
+     rl_tb_args},
+    {"lb.enqueue", "lb_enqueue", RL_OP_LB_ENQUEUE, 0, 0, -5,
+     "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
+     "O(1)", rl_lb_args},
+    {"lb.peek", "lb_peek", RL_OP_LB_PEEK, 1, 0, -5, "What LB.ENQUEUE would reply now, changing nothing", "O(1)",
+     rl_lb_args},
 };
 #define RL_NCOMMANDS ((int)(sizeof(rl_commands) / sizeof(rl_commands[0])))
 

@@ -13,6 +13,10 @@
 enum rl_op {
     RL_OP_GCRA_THROTTLE,
     RL_OP_GCRA_PEEK,
+    RL_OP_TB_TAKE,
+    RL_OP_TB_PEEK,
+    RL_OP_LB_ENQUEUE,
+    RL_OP_LB_PEEK,
     RL_OP_COUNT
 };
 

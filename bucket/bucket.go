@@ -1,0 +1,224 @@
+// Package bucket implements the token bucket and the leaky bucket used as a
+// shaper, with time passed in.
+//
+// # Token bucket
+//
+// A TokenBucket holds up to capacity tokens, starts full, and refills
+// continuously at refillTokens per refillPeriod. A take of n tokens succeeds
+// when all n are there, and then removes them; otherwise it changes nothing.
+// With capacity 10, refilling 1 token per second: 10 requests pass at once,
+// then one per second; a take of 3 after 2 s idle from empty waits 1 s more;
+// a take of 11 never succeeds.
+//
+// # Shaper (leaky bucket as a queue)
+//
+// A Shaper lets requests leave at leakCount per leakPeriod, in arrival order,
+// and tells each admitted request how long to wait before it proceeds, so
+// that what leaves is perfectly smooth. At most capacity requests may be
+// waiting. With an empty queue one request goes at once and capacity more
+// may wait — NGINX's limit_req with burst=capacity and no nodelay. With
+// capacity 2 and 1 per second, three requests arriving together get delays
+// 0, 1 s and 2 s; a fourth is refused and may retry in 1 s, when the first
+// waiting one has left.
+//
+// # One state, one schedule
+//
+// Both are the virtual schedule GCRA keeps (see package gcra). The state is
+// one instant, in nanoseconds since the Unix epoch: when the bucket will be
+// full again (token bucket), or when the queue will be empty again (shaper).
+// Each unit costs the interval T = period / count, rounded up to a whole
+// nanosecond so that the sustained rate never exceeds count per period. A
+// token bucket of capacity C is GCRA with a tolerance of C×T (GCRA's
+// max_burst C−1); a shaper of capacity C is GCRA with a tolerance of (C+1)×T
+// whose reply is the delay instead of the tokens left. The state is stored
+// in GCRA's format, so each key expires when its state is full again.
+//
+// Times are int64 nanoseconds since the Unix epoch; every step is checked for
+// 64-bit overflow and reports ErrOverflow rather than wrapping.
+package bucket
+
+import (
+	"errors"
+	"math"
+	"time"
+
+	"ratelimit/internal/checked"
+)
+
+// Never is the RetryAfter of an admitted request, and of a refused one
+// whose cost can never be admitted.
+const Never time.Duration = -1
+
+// MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64.
+const MaxPeriod = math.MaxInt64 / int64(time.Second)
+
+var (
+	// ErrRange means an argument is outside its documented range.
+	ErrRange = errors.New("argument out of range: capacity >= 1 (a shaper's >= 0), count >= 1, 1 <= period <= 9223372036, quantity >= 0 for a shaper")
+	// ErrRate means the rate is above one unit per nanosecond.
+	ErrRate = errors.New("the rate is above one per nanosecond: the count must be at most period x 1000000000")
+	// ErrOverflow means the arguments, with the state and the time,
+	// overflow 64-bit nanoseconds.
+	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds (capacity x period / count, or tokens x period / count, is too large)")
+)
+
+// Decision is the outcome of one call.
+type Decision struct {
+	// Limited reports a refusal; a refused call changes nothing.
+	Limited bool
+	// Limit is the capacity.
+	Limit int64
+	// Remaining is, for the token bucket, the whole tokens left after this
+	// call; for the shaper, the free places in the queue. 0 ≤ Remaining ≤ Limit.
+	Remaining int64
+	// RetryAfter is Never when admitted; when refused, the time until this
+	// same request would be admitted, or Never if it never can.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the bucket is full (token bucket) or
+	// the queue is empty (shaper).
+	ResetAfter time.Duration
+	// Delay is the shaper's answer: how long an admitted request waits
+	// before it proceeds (0: go now). Always 0 for the token bucket and
+	// for refused requests.
+	Delay time.Duration
+	// State is the instant stored after the call (Unix ns).
+	State int64
+	// Write reports that State must be stored, expiring at State; a State
+	// at or before now means full (or empty): delete the stored state.
+	Write bool
+}
+
+// schedule is the virtual schedule both buckets keep: units cost interval
+// each, and the state may run ahead of now by at most tolerance.
+type schedule struct {
+	limit     int64 // reported as Decision.Limit
+	slots     int64 // tolerance / interval
+	interval  int64 // ns per unit, rounded up
+	tolerance int64 // ns
+}
+
+func newSchedule(limit, slots, count, period int64) (schedule, error) {
+	if limit < 0 || slots < 1 || count < 1 || period < 1 || period > MaxPeriod {
+		return schedule{}, ErrRange
+	}
+	periodNs := period * int64(time.Second)
+	if count > periodNs {
+		return schedule{}, ErrRate
+	}
+	interval := checked.CeilDiv(periodNs, count)
+	tolerance, ok := checked.Mul(interval, slots)
+	if !ok {
+		return schedule{}, ErrOverflow
+	}
+	return schedule{limit: limit, slots: slots, interval: interval, tolerance: tolerance}, nil
+}
+
+// apply moves the state by units at now. ahead is how far the state runs
+// ahead of now before the call, next after it (when admitted).
+func (s schedule) apply(state, now, units int64) (d Decision, ahead, next int64, err error) {
+	d = Decision{Limit: s.limit, RetryAfter: Never}
+	base := max(state, now)
+	ahead, ok := checked.Sub(base, now)
+	if !ok {
+		return Decision{}, 0, 0, ErrOverflow
+	}
+	cost, ok := checked.Mul(s.interval, units)
+	if !ok {
+		return Decision{}, 0, 0, ErrOverflow
+	}
+	next, ok = checked.Add(ahead, cost)
+	if !ok {
+		return Decision{}, 0, 0, ErrOverflow
+	}
+	next = max(next, 0) // a refund stops at full
+	if next > s.tolerance {
+		d.Limited = true
+		if cost <= s.tolerance {
+			d.RetryAfter = time.Duration(next - s.tolerance)
+		}
+		d.State = base
+		return d, ahead, ahead, nil
+	}
+	if d.State, ok = checked.Add(now, next); !ok {
+		return Decision{}, 0, 0, ErrOverflow
+	}
+	d.Write = units > 0 || (units < 0 && ahead > 0)
+	return d, ahead, next, nil
+}
+
+// free is how many units fit when the state runs ahead of now by ahead.
+func (s schedule) free(ahead int64) int64 {
+	return min(max((s.tolerance-ahead)/s.interval, 0), s.limit)
+}
+
+// TokenBucket holds the parameters of a token bucket; the state is passed
+// to and returned from Take.
+type TokenBucket struct{ s schedule }
+
+// NewTokenBucket returns a bucket of capacity tokens refilled at
+// refillTokens per refillPeriod seconds. It fails with ErrRange for a
+// capacity or refillTokens below 1 or a period outside [1, MaxPeriod],
+// ErrRate above one token per nanosecond, and ErrOverflow when filling the
+// whole bucket takes longer than an int64 of nanoseconds.
+func NewTokenBucket(capacity, refillTokens, refillPeriod int64) (TokenBucket, error) {
+	s, err := newSchedule(capacity, capacity, refillTokens, refillPeriod)
+	return TokenBucket{s}, err
+}
+
+// Capacity is the most tokens the bucket holds.
+func (b TokenBucket) Capacity() int64 { return b.s.limit }
+
+// Interval is the time one token takes to refill.
+func (b TokenBucket) Interval() time.Duration { return time.Duration(b.s.interval) }
+
+// Take takes tokens at now (Unix ns) from the bucket whose state is full
+// (the instant it is full again; 0 when there is none). tokens 0 reports; a
+// negative count puts tokens back, never beyond a full bucket.
+func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
+	d, _, next, err := b.s.apply(full, now, tokens)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.ResetAfter = time.Duration(next)
+	d.Remaining = b.s.free(next)
+	return d, nil
+}
+
+// Shaper holds the parameters of a leaky bucket used as a shaper; the state
+// is passed to and returned from Enqueue.
+type Shaper struct{ s schedule }
+
+// NewShaper returns a shaper draining leakCount requests per leakPeriod
+// seconds with at most capacity waiting. Errors as for NewTokenBucket.
+func NewShaper(capacity, leakCount, leakPeriod int64) (Shaper, error) {
+	if capacity == math.MaxInt64 {
+		return Shaper{}, ErrRange
+	}
+	s, err := newSchedule(capacity, capacity+1, leakCount, leakPeriod)
+	return Shaper{s}, err
+}
+
+// Capacity is the most requests that may wait.
+func (q Shaper) Capacity() int64 { return q.s.limit }
+
+// Interval is the time between two departures.
+func (q Shaper) Interval() time.Duration { return time.Duration(q.s.interval) }
+
+// Enqueue places a request of cost quantity (≥ 0) at now (Unix ns) in the
+// queue whose state is empty (the instant the queue is empty again; 0 when
+// there is none). An admitted request learns its Delay; quantity 0 reports.
+func (q Shaper) Enqueue(empty, now, quantity int64) (Decision, error) {
+	if quantity < 0 {
+		return Decision{}, ErrRange
+	}
+	d, ahead, next, err := q.s.apply(empty, now, quantity)
+	if err != nil {
+		return Decision{}, err
+	}
+	d.ResetAfter = time.Duration(next)
+	d.Remaining = q.s.free(next)
+	if !d.Limited {
+		d.Delay = time.Duration(ahead)
+	}
+	return d, nil
+}

@@ -1,0 +1,289 @@
+package bucket
+
+import (
+	"errors"
+	"math"
+	"math/rand/v2"
+	"testing"
+	"time"
+)
+
+// t0 is the virtual clock's origin: 2023-11-14T22:13:20Z in Unix nanoseconds.
+const t0 = int64(1_700_000_000) * int64(time.Second)
+
+const (
+	ms  = int64(time.Millisecond)
+	sec = int64(time.Second)
+)
+
+type step struct {
+	at      int64 // ns after t0
+	n       int64 // tokens / quantity
+	limited bool
+	remain  int64
+	retry   time.Duration
+	reset   time.Duration
+	delay   time.Duration
+}
+
+// run applies the steps, keeping the state as the module does: stored only
+// on Write, and gone once the instant it names has passed (the key expired).
+func run(t *testing.T, f func(state, now, n int64) (Decision, error), steps []step) {
+	t.Helper()
+	var state int64
+	for i, s := range steps {
+		now := t0 + s.at
+		if state <= now {
+			state = 0
+		}
+		d, err := f(state, now, s.n)
+		if err != nil {
+			t.Fatalf("step %d: %v", i, err)
+		}
+		if d.Limited != s.limited || d.Remaining != s.remain || d.RetryAfter != s.retry || d.ResetAfter != s.reset || d.Delay != s.delay {
+			t.Fatalf("step %d (t0+%v, n=%d):\n got limited=%v remaining=%d retry=%v reset=%v delay=%v\nwant limited=%v remaining=%d retry=%v reset=%v delay=%v",
+				i, time.Duration(s.at), s.n, d.Limited, d.Remaining, d.RetryAfter, d.ResetAfter, d.Delay,
+				s.limited, s.remain, s.retry, s.reset, s.delay)
+		}
+		if d.Limited && d.Write {
+			t.Fatalf("step %d: refused but writes", i)
+		}
+		if d.Write {
+			state = d.State
+		}
+	}
+}
+
+func TestTokenBucket(t *testing.T) {
+	b, err := NewTokenBucket(10, 1, 1) // 10 tokens, 1 per second
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := time.Second
+	run(t, b.Take, []step{
+		{0, 11, true, 10, Never, 0, 0}, // more than the capacity: never
+		{0, 0, false, 10, Never, 0, 0}, // full at first
+		{0, 4, false, 6, Never, 4 * s, 0},
+		{0, 6, false, 0, Never, 10 * s, 0}, // the whole bucket
+		{0, 1, true, 0, 1 * s, 10 * s, 0},
+		{500 * ms, 1, true, 0, 500 * time.Millisecond, 9500 * time.Millisecond, 0},
+		{2 * sec, 3, true, 2, 1 * s, 8 * s, 0}, // 2 refilled, 3 wanted: 1 s more
+		{3 * sec, 3, false, 0, Never, 10 * s, 0},
+		{8 * sec, -2, false, 7, Never, 3 * s, 0}, // 5 refilled, 2 put back
+		{8 * sec, -50, false, 10, Never, 0, 0},   // never beyond full
+		{20 * sec, 1, false, 9, Never, 1 * s, 0},
+	})
+}
+
+// A rate that does not divide the period: T = 10 s / 3 rounded up to the
+// nanosecond. The capacity is still exact at one instant.
+func TestTokenBucketFractionalInterval(t *testing.T) {
+	b, _ := NewTokenBucket(3, 3, 10)
+	T := time.Duration(3333333334)
+	run(t, b.Take, []step{
+		{0, 1, false, 2, Never, T, 0},
+		{0, 1, false, 1, Never, 2 * T, 0},
+		{0, 1, false, 0, Never, 3 * T, 0},
+		{0, 1, true, 0, T, 3 * T, 0},
+	})
+}
+
+func TestShaper(t *testing.T) {
+	q, err := NewShaper(2, 1, 1) // 1 per second, 2 may wait
+	if err != nil {
+		t.Fatal(err)
+	}
+	s := time.Second
+	run(t, q.Enqueue, []step{
+		{0, 0, false, 2, Never, 0, 0},         // empty: 2 free places
+		{0, 1, false, 2, Never, 1 * s, 0},     // goes now; the next waits 1 s
+		{0, 1, false, 1, Never, 2 * s, 1 * s}, // waits 1 s
+		{0, 1, false, 0, Never, 3 * s, 2 * s}, // waits 2 s
+		{0, 1, true, 0, 1 * s, 3 * s, 0},      // full: retry when one leaves
+		{999 * ms, 1, true, 0, 1 * time.Millisecond, 2001 * time.Millisecond, 0},
+		{1 * sec, 1, false, 0, Never, 3 * s, 2 * s}, // a place freed
+		{2500 * ms, 1, false, 0, Never, 2500 * time.Millisecond, 1500 * time.Millisecond},
+		{10 * sec, 4, true, 2, Never, 0, 0}, // more than 1 + capacity: never
+		{10 * sec, 3, false, 0, Never, 3 * s, 0},
+	})
+}
+
+// Delays 0, T, 2T, … up to capacity×T, then refusal.
+func TestShaperDelays(t *testing.T) {
+	q, _ := NewShaper(5, 4, 1) // T = 250 ms
+	now := t0
+	var state int64
+	for i := int64(0); i <= 5; i++ {
+		d, _ := q.Enqueue(state, now, 1)
+		if d.Limited || d.Delay != time.Duration(i*250*ms) || d.Remaining != 5-i {
+			t.Fatalf("request %d: %+v", i, d)
+		}
+		state = d.State
+	}
+	if d, _ := q.Enqueue(state, now, 1); !d.Limited || d.RetryAfter != 250*time.Millisecond {
+		t.Fatalf("7th: %+v", d)
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, c := range []struct {
+		cap, n, p int64
+		want      error
+	}{
+		{0, 1, 1, ErrRange}, {1, 0, 1, ErrRange}, {1, 1, 0, ErrRange}, {1, 1, MaxPeriod + 1, ErrRange},
+		{1, 1_000_000_001, 1, ErrRate},
+		{math.MaxInt64, 1, 1, ErrOverflow},
+		{10, 1, MaxPeriod, ErrOverflow},
+		{1, 1_000_000_000, 1, nil}, {1, 1, MaxPeriod, nil},
+	} {
+		if _, err := NewTokenBucket(c.cap, c.n, c.p); !errors.Is(err, c.want) {
+			t.Errorf("NewTokenBucket(%d, %d, %d) = %v, want %v", c.cap, c.n, c.p, err, c.want)
+		}
+	}
+	if _, err := NewShaper(math.MaxInt64, 1, 1); !errors.Is(err, ErrRange) {
+		t.Errorf("NewShaper(max) = %v", err)
+	}
+	if _, err := NewShaper(0, 1, MaxPeriod); !errors.Is(err, nil) {
+		t.Errorf("NewShaper(0, 1, max) = %v", err)
+	}
+	q, _ := NewShaper(1, 1, 1)
+	if _, err := q.Enqueue(0, t0, -1); !errors.Is(err, ErrRange) {
+		t.Errorf("negative quantity: %v", err)
+	}
+	b, _ := NewTokenBucket(1, 1, MaxPeriod/2)
+	if _, err := b.Take(0, t0, 3); !errors.Is(err, ErrOverflow) {
+		t.Errorf("tokens x T overflow: %v", err)
+	}
+	if _, err := b.Take(math.MaxInt64, t0, 0); !errors.Is(err, nil) {
+		t.Errorf("far state, quantity 0: %v", err)
+	}
+	if _, err := b.Take(t0, math.MaxInt64-5, 1); !errors.Is(err, ErrOverflow) {
+		t.Errorf("now + next overflow: %v", err)
+	}
+}
+
+// Over random arrivals and costs, the token bucket never admits more than
+// capacity + rate × W tokens in any interval of length W, and the shaper's
+// departures are never closer than the interval, in arrival order, with at
+// most capacity waiting.
+func TestProperties(t *testing.T) {
+	rng := rand.New(rand.NewPCG(1, 2))
+	for trial := range 300 {
+		capacity := 1 + rng.Int64N(20)
+		count := 1 + rng.Int64N(10)
+		period := 1 + rng.Int64N(5)
+		periodNs := period * sec
+		b, err := NewTokenBucket(capacity, count, period)
+		if err != nil {
+			t.Fatal(err)
+		}
+		q, _ := NewShaper(capacity, count, period)
+
+		type event struct{ at, n int64 }
+		var taken []event
+		var departures []int64
+		var tbState, lbState int64
+		now := t0
+		for range 400 {
+			// Bursts at one instant, short gaps and long idle periods.
+			switch rng.IntN(4) {
+			case 0:
+			case 1:
+				now += rng.Int64N(periodNs / count)
+			case 2:
+				now += rng.Int64N(3 * periodNs)
+			case 3:
+				now += rng.Int64N(1000)
+			}
+			n := 1 + rng.Int64N(max(capacity/2, 1))
+			if tbState <= now {
+				tbState = 0
+			}
+			if d, _ := b.Take(tbState, now, n); !d.Limited {
+				taken = append(taken, event{now, n})
+				tbState = d.State
+			}
+			if lbState <= now {
+				lbState = 0
+			}
+			d, _ := q.Enqueue(lbState, now, 1)
+			if !d.Limited {
+				dep := now + int64(d.Delay)
+				if k := len(departures); k > 0 {
+					if dep < departures[k-1]+int64(q.Interval()) {
+						t.Fatalf("trial %d: departures %d and %d closer than %v", trial, departures[k-1], dep, q.Interval())
+					}
+				}
+				// Waiting when it arrives: earlier ones not yet gone.
+				waiting := 0
+				for _, x := range departures {
+					if x > now {
+						waiting++
+					}
+				}
+				if d.Delay > 0 && waiting+1 > int(capacity) {
+					t.Fatalf("trial %d: %d would be waiting, capacity %d", trial, waiting+1, capacity)
+				}
+				departures = append(departures, dep)
+				lbState = d.State
+			}
+		}
+		// Every interval [taken[i].at, taken[j].at] holds at most
+		// capacity + W × count / period tokens.
+		for i := range taken {
+			sum := int64(0)
+			for j := i; j < len(taken); j++ {
+				sum += taken[j].n
+				w := taken[j].at - taken[i].at
+				// sum ≤ capacity + w·count/period, in integers.
+				if (sum-capacity)*periodNs > w*count {
+					t.Fatalf("trial %d: %d tokens in %v (capacity %d, %d per %d s)", trial, sum, time.Duration(w), capacity, count, period)
+				}
+			}
+		}
+	}
+}
+
+// FuzzBuckets checks the invariants on arbitrary parameters, states and
+// times: no panic, errors instead of overflow, 0 ≤ remaining ≤ limit, a
+// refused call never writes, an admitted positive cost moves the state
+// ahead of now by at most the tolerance.
+func FuzzBuckets(f *testing.F) {
+	f.Add(int64(10), int64(1), int64(1), int64(3), int64(0), t0)
+	f.Add(int64(2), int64(3), int64(10), int64(-5), t0+9*sec, t0)
+	f.Add(int64(0), int64(1), MaxPeriod, int64(1), int64(0), t0)
+	f.Add(int64(math.MaxInt64-1), int64(1_000_000_000), int64(1), int64(2), int64(0), t0)
+	f.Fuzz(func(t *testing.T, capacity, count, period, n, state, now int64) {
+		if now < 0 {
+			return
+		}
+		check := func(kind string, d Decision, err error, tolerance int64) {
+			if err != nil {
+				return
+			}
+			if d.Remaining < 0 || d.Remaining > d.Limit {
+				t.Fatalf("%s: remaining %d outside [0, %d]", kind, d.Remaining, d.Limit)
+			}
+			if d.Limited && (d.Write || d.Delay != 0) {
+				t.Fatalf("%s: refused call writes or waits: %+v", kind, d)
+			}
+			if !d.Limited && n > 0 && (!d.Write || d.State <= now || d.State-now > tolerance) {
+				t.Fatalf("%s: admitted state %d outside (now, now+τ]: %+v", kind, d.State, d)
+			}
+			if d.ResetAfter < 0 || d.Delay < 0 || (d.RetryAfter < 0 && d.RetryAfter != Never) {
+				t.Fatalf("%s: negative time: %+v", kind, d)
+			}
+		}
+		if b, err := NewTokenBucket(capacity, count, period); err == nil {
+			d, err := b.Take(state, now, n)
+			check("token bucket", d, err, b.s.tolerance)
+		}
+		if q, err := NewShaper(capacity, count, period); err == nil {
+			d, err := q.Enqueue(state, now, n)
+			if n < 0 && !errors.Is(err, ErrRange) {
+				t.Fatalf("negative quantity: %v", err)
+			}
+			check("shaper", d, err, q.s.tolerance)
+		}
+	})
+}

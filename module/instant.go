@@ -1,0 +1,58 @@
+package main
+
+import "strconv"
+
+// GCRA, the token bucket and the shaper keep their whole state in one
+// instant: when the limiter is full (or the queue empty) again, in
+// nanoseconds since the Unix epoch. It is stored as a decimal string — the
+// format redis-cell uses — in a key that expires at that instant.
+
+const (
+	errNotGCRAState   = "ERR the key holds a string that is not GCRA state (a Unix time in nanoseconds)"
+	errNotBucketState = "ERR the key holds a string that is not token bucket state (a Unix time in nanoseconds)"
+	errNotShaperState = "ERR the key holds a string that is not shaper state (a Unix time in nanoseconds)"
+)
+
+// loadInstant reads the key: the clock and the stored instant (0 when the
+// key is empty). On a key of another type or a string that is not an
+// instant it sets the error in o and returns false.
+func loadInstant(r reader, o *outcome, notState string) (keyState, int64, bool) {
+	st := r.read()
+	switch st.kind {
+	case keyOther:
+		o.action = actWrongType
+		return st, 0, false
+	case keyString:
+		v, ok := parseInstant(st.value)
+		if !ok {
+			o.fail(notState)
+			return st, 0, false
+		}
+		return st, v, true
+	}
+	return st, 0, true
+}
+
+// storeInstant asks for the new instant to be written when write is set:
+// SET with an expiry at the instant, or DEL when the instant has already
+// come (the limiter is full again, so the key has no work left).
+func storeInstant(o *outcome, st keyState, instant int64, write bool) {
+	if !write {
+		return
+	}
+	if instant > st.now {
+		o.setInt(instant, instant)
+	} else if st.kind != keyEmpty {
+		o.action = actDel
+	}
+}
+
+// parseInstant reads a decimal count of nanoseconds since the Unix epoch,
+// digits only.
+func parseInstant(s string) (int64, bool) {
+	if s == "" || s[0] < '0' || s[0] > '9' {
+		return 0, false
+	}
+	v, err := strconv.ParseInt(s, 10, 64)
+	return v, err == nil
+}
