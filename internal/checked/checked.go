@@ -3,7 +3,10 @@
 // epoch, where a wrapped value would silently admit or refuse everything.
 package checked
 
-import "math"
+import (
+	"math"
+	"math/bits"
+)
 
 // Add returns a+b, and false if it overflows.
 func Add(a, b int64) (int64, bool) {
@@ -36,4 +39,39 @@ func CeilDiv(a, b int64) int64 {
 		q++
 	}
 	return q
+}
+
+// MulDiv returns ⌊a×b/c⌋ for a, b ≥ 0 and c > 0, computed in 128 bits,
+// and false if the quotient does not fit an int64.
+func MulDiv(a, b, c int64) (int64, bool) {
+	q, _, ok := mulDiv(a, b, c)
+	return q, ok
+}
+
+// MulDivCeil returns ⌈a×b/c⌉ for a, b ≥ 0 and c > 0, computed in 128 bits,
+// and false if the quotient does not fit an int64.
+func MulDivCeil(a, b, c int64) (int64, bool) {
+	q, r, ok := mulDiv(a, b, c)
+	if ok && r > 0 {
+		if q == math.MaxInt64 {
+			return 0, false
+		}
+		q++
+	}
+	return q, ok
+}
+
+func mulDiv(a, b, c int64) (q, r int64, ok bool) {
+	if a < 0 || b < 0 || c <= 0 {
+		panic("checked.MulDiv: negative operand or non-positive divisor")
+	}
+	hi, lo := bits.Mul64(uint64(a), uint64(b))
+	if hi >= uint64(c) {
+		return 0, 0, false
+	}
+	uq, ur := bits.Div64(hi, lo, uint64(c))
+	if uq > math.MaxInt64 {
+		return 0, 0, false
+	}
+	return int64(uq), int64(ur), true
 }

@@ -25,6 +25,18 @@ func FuzzArithmetic(f *testing.F) {
 		check("Sub", s, ok, new(big.Int).Sub(A, B))
 		s, ok = Mul(a, b)
 		check("Mul", s, ok, new(big.Int).Mul(A, B))
+		if a >= 0 && b >= 0 {
+			for _, c := range []int64{1, 3, 1000, b/2 + 1, math.MaxInt64} {
+				C := big.NewInt(c)
+				prod := new(big.Int).Mul(A, B)
+				fl := new(big.Int).Div(prod, C)
+				ce := new(big.Int).Div(new(big.Int).Add(prod, new(big.Int).Sub(C, big.NewInt(1))), C)
+				q, ok := MulDiv(a, b, c)
+				check("MulDiv", q, ok, fl)
+				q, ok = MulDivCeil(a, b, c)
+				check("MulDivCeil", q, ok, ce)
+			}
+		}
 		if b > 0 {
 			// ⌈a/b⌉ = -⌊-a/b⌋
 			want := new(big.Int).Neg(new(big.Int).Div(new(big.Int).Neg(A), B))

@@ -1,0 +1,49 @@
+package window_test
+
+import (
+	"fmt"
+	"time"
+
+	"ratelimit/window"
+)
+
+// Cloudflare's example: 42 hits in the previous minute, 18 in this one, 15 s
+// into it. The estimate 42 × 45/60 + 18 = 49.5 is under 50: admitted.
+func ExampleSlidingWindow_Hit() {
+	w, _ := window.NewSlidingWindow(50, 60)
+	start := time.Date(2026, 1, 1, 12, 1, 0, 0, time.UTC).UnixNano() // a minute boundary
+	idx := start / int64(time.Minute)
+	counts := window.Counts{Index: idx, Current: 18, Previous: 42}
+	now := start + int64(15*time.Second)
+
+	d, counts, _, _ := w.Hit(counts, now, 1)
+	fmt.Println("admitted:", !d.Limited, "remaining:", d.Remaining, "counts:", counts.Current, counts.Previous)
+	d, _, _, _ = w.Hit(counts, now, 1)
+	fmt.Println("next one admitted:", !d.Limited, "retry after:", d.RetryAfter)
+	// Output:
+	// admitted: true remaining: 0 counts: 19 42
+	// next one admitted: false retry after: 714.285715ms
+}
+
+// A fixed window of 100 per minute admits 100 at 12:00:59.9 and 100 more at
+// 12:01:00.1: 200 within 200 ms.
+func ExampleFixedWindow_Hit() {
+	f, _ := window.NewFixedWindow(100, 60)
+	boundary := time.Date(2026, 1, 1, 12, 1, 0, 0, time.UTC).UnixNano()
+	admitted := 0
+	var count, end int64
+	for _, at := range []int64{boundary - 100e6, boundary + 100e6} {
+		if at >= end {
+			count = 0 // the key expired with its window
+		}
+		for range 100 {
+			d, n, e, _ := f.Hit(count, at, 1)
+			if !d.Limited {
+				admitted++
+				count, end = n, e
+			}
+		}
+	}
+	fmt.Println("admitted within 200 ms:", admitted)
+	// Output: admitted within 200 ms: 200
+}

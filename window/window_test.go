@@ -1,0 +1,507 @@
+package window
+
+import (
+	"math"
+	"math/rand/v2"
+	"slices"
+	"sort"
+	"testing"
+	"time"
+)
+
+const (
+	ms  = int64(time.Millisecond)
+	sec = int64(time.Second)
+)
+
+// w0 is the virtual clock's origin, at a minute boundary:
+// 2023-11-14T22:13:00Z in Unix nanoseconds.
+const w0 = int64(28333333*60) * sec
+
+// ---- stored state, kept as the module keeps it ----
+
+// fixedStore holds a fixed window's count until its expiry.
+type fixedStore struct{ count, expire int64 }
+
+func (s *fixedStore) hit(t *testing.T, f FixedWindow, now, cost int64) Decision {
+	t.Helper()
+	if now >= s.expire {
+		s.count = 0
+	}
+	d, n, end, err := f.Hit(s.count, now, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Write {
+		s.count, s.expire = n, end
+	}
+	return d
+}
+
+// counterStore holds sliding window counts until their expiry.
+type counterStore struct {
+	c      Counts
+	expire int64
+}
+
+func (s *counterStore) hit(t *testing.T, w SlidingWindow, now, cost int64) Decision {
+	t.Helper()
+	if now >= s.expire {
+		s.c = Counts{}
+	}
+	d, next, exp, err := w.Hit(s.c, now, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Write {
+		s.c, s.expire = next, exp
+	}
+	return d
+}
+
+// sliceLog is a Log over sorted instants.
+type sliceLog []int64
+
+func (l sliceLog) Count(after int64) int64 {
+	return int64(len(l) - sort.Search(len(l), func(i int) bool { return l[i] > after }))
+}
+
+func (l sliceLog) Nth(after, k int64) int64 {
+	return l[sort.Search(len(l), func(i int) bool { return l[i] > after })+int(k)-1]
+}
+
+func (l sliceLog) Newest() int64 {
+	if len(l) == 0 {
+		return math.MinInt64
+	}
+	return l[len(l)-1]
+}
+
+type logStore struct {
+	entries sliceLog
+	expire  int64
+}
+
+func (s *logStore) hit(t *testing.T, l SlidingLog, now, cost int64) Decision {
+	t.Helper()
+	if now >= s.expire {
+		s.entries = nil
+	}
+	d, err := l.Hit(s.entries, now, cost)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if d.Write {
+		kept := s.entries[len(s.entries)-int(s.entries.Count(d.Cutoff)):]
+		s.entries = append(slices.Clone(kept), make([]int64, cost)...)
+		for i := range cost {
+			s.entries[len(s.entries)-1-int(i)] = now
+		}
+		s.expire = d.Expire
+	}
+	return d.Decision
+}
+
+// ---- step tables ----
+
+type step struct {
+	at      int64 // ns after w0
+	cost    int64
+	limited bool
+	remain  int64
+	retry   time.Duration
+	reset   time.Duration
+}
+
+func check(t *testing.T, i int, s step, d Decision) {
+	t.Helper()
+	if d.Limited != s.limited || d.Remaining != s.remain || d.RetryAfter != s.retry || d.ResetAfter != s.reset {
+		t.Fatalf("step %d (w0+%v, cost %d):\n got limited=%v remaining=%d retry=%v reset=%v\nwant limited=%v remaining=%d retry=%v reset=%v",
+			i, time.Duration(s.at), s.cost, d.Limited, d.Remaining, d.RetryAfter, d.ResetAfter, s.limited, s.remain, s.retry, s.reset)
+	}
+	if d.Limited && d.Write {
+		t.Fatalf("step %d: a refused hit writes", i)
+	}
+}
+
+func TestFixedWindow(t *testing.T) {
+	f, _ := NewFixedWindow(3, 10)
+	var st fixedStore
+	s := time.Second
+	for i, c := range []step{
+		{0, 1, false, 2, Never, 10 * s},
+		{1 * sec, 2, false, 0, Never, 9 * s},
+		{2 * sec, 1, true, 0, 8 * s, 8 * s},
+		{2 * sec, 4, true, 0, Never, 8 * s}, // cost above the limit: never
+		{9999 * ms, 1, true, 0, time.Millisecond, time.Millisecond},
+		{10 * sec, 3, false, 0, Never, 10 * s}, // a new window, empty
+		{10 * sec, 0, false, 0, Never, 10 * s},
+		{35 * sec, 0, false, 3, Never, 0},
+	} {
+		check(t, i, c, st.hit(t, f, w0+c.at, c.cost))
+	}
+}
+
+// Cloudflare's example: 42 in the previous minute, 18 in the current one,
+// 15 s into it: 42 × 45/60 + 18 = 49.5 < 50, admitted; then refused.
+func TestSlidingWindowCloudflare(t *testing.T) {
+	w, _ := NewSlidingWindow(50, 60)
+	idx := w0 / (60 * sec)
+	st := counterStore{c: Counts{Index: idx, Current: 18, Previous: 42}, expire: math.MaxInt64}
+	now := w0 + 15*sec
+	check(t, 0, step{15 * sec, 1, false, 0, Never, 105 * time.Second}, st.hit(t, w, now, 1))
+	if st.c != (Counts{Index: idx, Current: 19, Previous: 42}) {
+		t.Fatalf("counts %+v", st.c)
+	}
+	// Refused until ⌊42 × r'/60 s⌋ ≤ 30 with r' left in the window:
+	// r' ≤ 44.285714285 s, so 0.714285715 s from now.
+	check(t, 1, step{15 * sec, 1, true, 0, 714285715, 105 * time.Second}, st.hit(t, w, now, 1))
+	check(t, 2, step{15*sec + 714285714, 1, true, 0, 1, 105*time.Second - 714285714}, st.hit(t, w, now+714285714, 1))
+	check(t, 3, step{15*sec + 714285715, 1, false, 0, Never, 105*time.Second - 714285715}, st.hit(t, w, now+714285715, 1))
+}
+
+func TestSlidingWindow(t *testing.T) {
+	w, _ := NewSlidingWindow(10, 10)
+	var st counterStore
+	s := time.Second
+	for i, c := range []step{
+		{0, 10, false, 0, Never, 20 * s},       // the whole limit in the first window
+		{5 * sec, 1, true, 0, 5*s + 1, 15 * s}, // at the next window's start ⌊10 × 1⌋ = 10; 1 ns later 9
+		// Next window, 1 s in: ⌊10 × 9/10⌋ = 9, one fits.
+		{11 * sec, 1, false, 0, Never, 19 * s},
+		// 2 more need the weight at 7: ⌊10 × r'/10⌋ ≤ 7 once r' < 8 s.
+		{11 * sec, 2, true, 0, 1*s + 1, 19 * s},
+		{12*sec + 1, 2, false, 0, Never, 18*s - 1},
+		{12*sec + 1, 11, true, 0, Never, 18*s - 1},
+		// Two windows later the counts are gone.
+		{40 * sec, 0, false, 10, Never, 0},
+	} {
+		check(t, i, c, st.hit(t, w, w0+c.at, c.cost))
+	}
+}
+
+func TestSlidingLog(t *testing.T) {
+	l, _ := NewSlidingLog(3, 10)
+	var st logStore
+	s := time.Second
+	for i, c := range []step{
+		{0, 1, false, 2, Never, 10 * s},
+		{2 * sec, 2, false, 0, Never, 10 * s},
+		{3 * sec, 1, true, 0, 7 * s, 9 * s}, // the entry at 0 leaves at 10 s
+		{3 * sec, 3, true, 0, 9 * s, 9 * s}, // all three must leave: the two at 2 s leave at 12 s
+		{3 * sec, 4, true, 0, Never, 9 * s},
+		{10 * sec, 1, false, 0, Never, 10 * s},
+		{12 * sec, 2, false, 0, Never, 10 * s},
+		{12 * sec, 0, false, 0, Never, 10 * s},
+		{30 * sec, 0, false, 3, Never, 0},
+	} {
+		check(t, i, c, st.hit(t, l, w0+c.at, c.cost))
+	}
+}
+
+func TestErrors(t *testing.T) {
+	for _, c := range [][2]int64{{0, 1}, {1, 0}, {1, MaxWindow + 1}, {-1, 5}} {
+		if _, err := NewFixedWindow(c[0], c[1]); err != ErrRange {
+			t.Errorf("NewFixedWindow(%v) = %v", c, err)
+		}
+		if _, err := NewSlidingWindow(c[0], c[1]); err != ErrRange {
+			t.Errorf("NewSlidingWindow(%v) = %v", c, err)
+		}
+		if _, err := NewSlidingLog(c[0], c[1]); err != ErrRange {
+			t.Errorf("NewSlidingLog(%v) = %v", c, err)
+		}
+	}
+	// The sliding window's expiry two windows ahead overflows for the
+	// longest windows; so does the fixed window's end near the top.
+	w, _ := NewSlidingWindow(1, MaxWindow)
+	if _, _, _, err := w.Hit(Counts{}, w0, 1); err != ErrOverflow {
+		t.Errorf("sliding window overflow: %v", err)
+	}
+	f, _ := NewFixedWindow(1, MaxWindow)
+	if _, _, _, err := f.Hit(0, math.MaxInt64-1, 1); err != ErrOverflow {
+		t.Errorf("fixed window overflow: %v", err)
+	}
+	if _, _, _, err := f.Hit(0, w0, -1); err != ErrRange {
+		t.Errorf("negative cost: %v", err)
+	}
+}
+
+// A clock that steps back never admits more than the state allows.
+func TestClockBack(t *testing.T) {
+	w, _ := NewSlidingWindow(10, 10)
+	idx := w0/(10*sec) + 5
+	// Counts stored 50 s in the future: taken as the start of that
+	// window, where the previous window weighs fully.
+	d, _, _, _ := w.Hit(Counts{Index: idx, Current: 3, Previous: 7}, w0, 1)
+	if !d.Limited || d.RetryAfter != 50*time.Second+1 {
+		t.Fatalf("%+v", d)
+	}
+	l, _ := NewSlidingLog(2, 10)
+	if d, _ := l.Hit(sliceLog{w0 + 5*sec, w0 + 6*sec}, w0, 1); !d.Limited || d.RetryAfter != 15*time.Second {
+		t.Fatalf("%+v", d)
+	}
+}
+
+// ---- exact retry and reset, on random states ----
+
+// RetryAfter is exact: the same hit is refused one nanosecond earlier and
+// admitted then, if nothing else arrives. At ResetAfter the limiter is
+// empty (remaining = limit).
+func TestRetryAndResetAreExact(t *testing.T) {
+	rng := rand.New(rand.NewPCG(3, 4))
+	for range 20000 {
+		limit := 1 + rng.Int64N(20)
+		window := 1 + rng.Int64N(5)
+		W := window * sec
+		now := w0 + rng.Int64N(3*W)
+		cost := rng.Int64N(limit + 2)
+
+		w, _ := NewSlidingWindow(limit, window)
+		idx := now / W
+		c := Counts{Index: idx - rng.Int64N(3), Current: rng.Int64N(limit + 1), Previous: rng.Int64N(limit + 1)}
+		d, next, exp, err := w.Hit(c, now, cost)
+		if err != nil {
+			t.Fatal(err)
+		}
+		exact := func(name string, retry time.Duration, admitted func(at int64) bool) {
+			if retry < 0 {
+				return
+			}
+			at := now + int64(retry)
+			if !admitted(at) || admitted(at-1) {
+				t.Fatalf("%s: retry %v not exact (limit %d, window %d s, cost %d, state %+v)", name, retry, limit, window, cost, c)
+			}
+		}
+		if d.Limited {
+			exact("sliding window", d.RetryAfter, func(at int64) bool {
+				dd, _, _, _ := w.Hit(c, at, cost)
+				return !dd.Limited
+			})
+		}
+		if dd, _, _, _ := w.Hit(next, exp, 0); dd.Remaining != limit {
+			t.Fatalf("sliding window: not empty at its reset: %+v from %+v", dd, next)
+		}
+
+		f, _ := NewFixedWindow(limit, window)
+		count := rng.Int64N(limit + 1)
+		fd, _, end, _ := f.Hit(count, now, cost)
+		if fd.Limited {
+			exact("fixed window", fd.RetryAfter, func(at int64) bool {
+				n := count
+				if at >= end {
+					n = 0
+				}
+				dd, _, _, _ := f.Hit(n, at, cost)
+				return !dd.Limited
+			})
+		}
+
+		l, _ := NewSlidingLog(limit, window)
+		var log sliceLog
+		for range rng.Int64N(limit + 1) {
+			log = append(log, now-rng.Int64N(W))
+		}
+		slices.Sort(log)
+		ld, _ := l.Hit(log, now, cost)
+		if ld.Limited {
+			exact("sliding log", ld.RetryAfter, func(at int64) bool {
+				dd, _ := l.Hit(log, at, cost)
+				return !dd.Limited
+			})
+		}
+		if len(log) > 0 && !ld.Write {
+			if dd, _ := l.Hit(log, ld.Expire, 0); dd.Remaining != limit {
+				t.Fatalf("sliding log: not empty at its reset")
+			}
+		}
+	}
+}
+
+// ---- what each algorithm promises ----
+
+// admitted is one admitted hit.
+type admitted struct{ at, cost int64 }
+
+// maxInWindow is the most units admitted in any interval (t − W, t].
+func maxInWindow(hits []admitted, W int64) int64 {
+	var best, sum int64
+	i := 0
+	for _, h := range hits {
+		sum += h.cost
+		for hits[i].at <= h.at-W {
+			sum -= hits[i].cost
+			i++
+		}
+		best = max(best, sum)
+	}
+	return best
+}
+
+type limiter struct {
+	name string
+	hit  func(t *testing.T, now, cost int64) Decision
+}
+
+func limiters(limit, window int64) []limiter {
+	f, _ := NewFixedWindow(limit, window)
+	w, _ := NewSlidingWindow(limit, window)
+	l, _ := NewSlidingLog(limit, window)
+	var fs fixedStore
+	var cs counterStore
+	var ls logStore
+	return []limiter{
+		{"fixed window", func(t *testing.T, now, cost int64) Decision { return fs.hit(t, f, now, cost) }},
+		{"sliding window", func(t *testing.T, now, cost int64) Decision { return cs.hit(t, w, now, cost) }},
+		{"sliding log", func(t *testing.T, now, cost int64) Decision { return ls.hit(t, l, now, cost) }},
+	}
+}
+
+// The adversarial pattern: a full burst 1 ms before a window boundary and
+// another 1 ms after. The fixed window admits 2 × limit within 2 ms; the
+// sliding log exactly the limit; the sliding window counter the limit plus
+// what 1 ms of the window is worth (⌊100 × 1/60000⌋ = 0, so 1 hit: the
+// weight floors down).
+func TestBoundaryBurst(t *testing.T) {
+	const limit, window = 100, 60
+	W := window * sec
+	boundary := w0 + 10*W
+	want := map[string]int64{"fixed window": 200, "sliding window": 101, "sliding log": 100}
+	for _, l := range limiters(limit, window) {
+		var hits []admitted
+		for _, at := range []int64{boundary - ms, boundary + ms} {
+			for range limit {
+				if d := l.hit(t, at, 1); !d.Limited {
+					hits = append(hits, admitted{at, 1})
+				}
+			}
+		}
+		got := maxInWindow(hits, W)
+		if got != want[l.name] {
+			t.Errorf("%s: %d admitted within 2 ms across a boundary, want %d", l.name, got, want[l.name])
+		}
+		t.Logf("%s: %d admitted within 2 ms across a boundary (limit %d per %d s)", l.name, got, limit, window)
+	}
+}
+
+// Random traffic around the limit — a rate drifting between a quarter and
+// four times the limit — in any trailing window: the fixed window admits at
+// most 2 × limit, the sliding log at most the limit, the sliding window
+// counter at most 2 × limit.
+//
+//	go test ./window -run 'TestRandomTraffic|TestCounterError' -v
+func TestRandomTraffic(t *testing.T) {
+	const limit, window = 100, 60
+	W := window * sec
+	rng := rand.New(rand.NewPCG(5, 6))
+	ls := limiters(limit, window)
+	hits := make([][]admitted, len(ls))
+	now := w0
+	for range 200000 {
+		rate := float64(limit) / float64(W) * math.Pow(4, math.Sin(float64(now-w0)/float64(7*W)))
+		now += int64(rng.ExpFloat64() / rate)
+		for i, l := range ls {
+			if d := l.hit(t, now, 1); !d.Limited {
+				hits[i] = append(hits[i], admitted{now, 1})
+			}
+		}
+	}
+	bounds := map[string]int64{"fixed window": 2 * limit, "sliding window": 2 * limit, "sliding log": limit}
+	for i, l := range ls {
+		got := maxInWindow(hits[i], W)
+		if got > bounds[l.name] {
+			t.Errorf("%s: %d admitted in one window, bound %d", l.name, got, bounds[l.name])
+		}
+		t.Logf("%s: at most %d admitted in any %d s window (limit %d; %d of 200000 admitted)", l.name, got, window, limit, len(hits[i]))
+	}
+}
+
+// counterError drives one sliding window counter with Poisson arrivals at
+// rate (per ns) for n windows and measures its estimate against the exact
+// count of what it admitted in the trailing window, and its decisions
+// against the exact decision on the same history.
+type counterError struct {
+	requests, wrong, relN int
+	sumRel, worst         float64
+}
+
+func (m *counterError) drive(t *testing.T, rng *rand.Rand, limit, window int64, rate float64, windows int64) {
+	W := window * sec
+	sw, _ := NewSlidingWindow(limit, window)
+	var cs counterStore
+	var exact []int64 // instants the counter admitted
+	now := w0 + rng.Int64N(W)
+	end := now + windows*W
+	for {
+		now += int64(rng.ExpFloat64() / rate)
+		if now >= end {
+			return
+		}
+		c := cs.c
+		if now >= cs.expire {
+			c = Counts{}
+		}
+		idx := now / W
+		switch c.Index {
+		case idx:
+		case idx - 1:
+			c = Counts{Index: idx, Previous: c.Current}
+		default:
+			c = Counts{Index: idx}
+		}
+		est := float64(c.Current) + float64(c.Previous)*float64(W-(now-idx*W))/float64(W)
+		for len(exact) > 0 && exact[0] <= now-W {
+			exact = exact[1:]
+		}
+		real := float64(len(exact))
+		d := cs.hit(t, sw, now, 1)
+		if !d.Limited {
+			exact = append(exact, now)
+		}
+		m.requests++
+		if d.Limited != (real+1 > float64(limit)) {
+			m.wrong++
+		}
+		diff := math.Abs(est - real)
+		m.worst = max(m.worst, diff/float64(limit))
+		if real > 0 {
+			m.sumRel += diff / real
+			m.relN++
+		}
+	}
+}
+
+func (m *counterError) figures() (meanRel, wrong, worst float64) {
+	return m.sumRel / float64(m.relN), float64(m.wrong) / float64(m.requests), m.worst
+}
+
+// The sliding window counter's error, for clients below, around and above
+// the limit: 200 clients each, each at a steady Poisson rate drawn
+// log-uniformly from the range, for 30 windows. Cloudflare published a 6%
+// mean difference and 0.003% of requests wrongly decided on their traffic,
+// where most requests come from clients well under the limit.
+func TestCounterError(t *testing.T) {
+	const limit, window = 100, 60
+	W := float64(window * sec)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for _, pop := range []struct {
+		name           string
+		lo, hi         float64 // rate range, in limits per window
+		maxRel, maxBad float64 // what the README states, with margin
+	}{
+		{"below the limit (0.05-0.8x)", 0.05, 0.8, 0.08, 0.002},
+		{"around the limit (0.8-1.25x)", 0.8, 1.25, 0.06, 0.25},
+		{"above the limit (1.25-3x)", 1.25, 3, 0.05, 0.35},
+	} {
+		var m counterError
+		for range 200 {
+			r := pop.lo * math.Exp(rng.Float64()*math.Log(pop.hi/pop.lo))
+			m.drive(t, rng, limit, window, r*float64(limit)/W, 30)
+		}
+		rel, wrong, worst := m.figures()
+		t.Logf("%s, %d requests: mean error %.2f%% of the exact count, worst %.0f%% of the limit; %.3f%% of requests decided differently",
+			pop.name, m.requests, 100*rel, 100*worst, 100*wrong)
+		if rel > pop.maxRel || wrong > pop.maxBad || worst > 1 {
+			t.Errorf("%s: beyond the documented %.0f%% mean error and %.1f%% decisions", pop.name, 100*pop.maxRel, 100*pop.maxBad)
+		}
+	}
+}
