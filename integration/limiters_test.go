@@ -19,28 +19,42 @@ type limiter struct {
 	peek string
 	// params returns the arguments after the key for a limiter that admits
 	// burst unit requests at once from a fresh key and then one per
-	// period seconds.
+	// period seconds (for the windows: burst per window of period seconds).
 	params func(burst, period int) []any
-	args   [3]string // the positional arguments' names
-	cost   string    // the optional cost argument's name
+	args   []string // the positional arguments' names
+	cost   string   // the optional cost argument's name
+	zset   bool     // the state is a sorted set, not a string
 	// notState is in the error for a string key that is not this state.
 	notState string
+	// step is how much field 5 grows, in ms, between two unit calls at one
+	// instant: 1000 for the buckets at one per second, 0 for the windows.
+	step int64
 }
 
+// slow is a period long enough that nothing refills and no window ends
+// while a test runs (115 days), and short enough that a burst of 100 of
+// them fits 64-bit nanoseconds.
+const slow = 10_000_000
+
+func bucketParams(b, p int) []any { return []any{b - 1, 1, p} }
+func windowParams(b, p int) []any { return []any{b, p} }
+
 var limiters = []limiter{
-	{name: "gcra", cmd: "GCRA.THROTTLE", peek: "GCRA.PEEK",
-		params: func(b, p int) []any { return []any{b - 1, 1, p} },
-		args:   [3]string{"max_burst", "count", "period"}, cost: "quantity", notState: "not GCRA state"},
-	{name: "cl", cmd: "CL.THROTTLE", peek: "GCRA.PEEK",
-		params: func(b, p int) []any { return []any{b - 1, 1, p} },
-		args:   [3]string{"max_burst", "count", "period"}, cost: "quantity", notState: "not GCRA state"},
-	{name: "tb", cmd: "TB.TAKE", peek: "TB.PEEK",
-		params: func(b, p int) []any { return []any{b, 1, p} },
-		args:   [3]string{"capacity", "refill_tokens", "refill_period"}, cost: "tokens", notState: "not token bucket state"},
+	{name: "gcra", cmd: "GCRA.THROTTLE", peek: "GCRA.PEEK", params: bucketParams,
+		args: []string{"max_burst", "count", "period"}, cost: "quantity", notState: "not GCRA state", step: 1000},
+	{name: "cl", cmd: "CL.THROTTLE", peek: "GCRA.PEEK", params: bucketParams,
+		args: []string{"max_burst", "count", "period"}, cost: "quantity", notState: "not GCRA state", step: 1000},
+	{name: "tb", cmd: "TB.TAKE", peek: "TB.PEEK", params: func(b, p int) []any { return []any{b, 1, p} },
+		args: []string{"capacity", "refill_tokens", "refill_period"}, cost: "tokens", notState: "not token bucket state", step: 1000},
 	// A shaper of capacity c lets one go at once and c wait.
-	{name: "lb", cmd: "LB.ENQUEUE", peek: "LB.PEEK",
-		params: func(b, p int) []any { return []any{b - 1, 1, p} },
-		args:   [3]string{"capacity", "leak_count", "leak_period"}, cost: "quantity", notState: "not shaper state"},
+	{name: "lb", cmd: "LB.ENQUEUE", peek: "LB.PEEK", params: bucketParams,
+		args: []string{"capacity", "leak_count", "leak_period"}, cost: "quantity", notState: "not shaper state", step: 1000},
+	{name: "sw", cmd: "SW.HIT", peek: "SW.PEEK", params: windowParams,
+		args: []string{"limit", "window"}, cost: "cost", notState: "not sliding window state"},
+	{name: "fw", cmd: "FW.HIT", peek: "FW.PEEK", params: windowParams,
+		args: []string{"limit", "window"}, cost: "cost", notState: "not fixed window state"},
+	{name: "sl", cmd: "SL.HIT", peek: "SL.PEEK", params: windowParams,
+		args: []string{"limit", "window"}, cost: "cost", zset: true},
 }
 
 // eachLimiter runs fn for every algorithm on every server, in parallel
@@ -64,12 +78,12 @@ func TestRefusedChangesNothing(t *testing.T) {
 	eachLimiter(t, func(t *testing.T, s *server, l limiter) {
 		k := key(t, "refused")
 		for i := range 3 {
-			if r := l.call(t, s.rdb, l.cmd, k, 3, 3600); r[0] != 0 {
+			if r := l.call(t, s.rdb, l.cmd, k, 3, slow); r[0] != 0 {
 				t.Fatalf("call %d refused: %v", i+1, r)
 			}
 		}
 		before := snap(t, s.rdb, k)
-		if r := l.call(t, s.rdb, l.cmd, k, 3, 3600); r[0] != 1 || r[3] < 1 {
+		if r := l.call(t, s.rdb, l.cmd, k, 3, slow); r[0] != 1 || r[3] < 1 {
 			t.Fatalf("4th call: %v, want refused with a retry", r)
 		}
 		if after := snap(t, s.rdb, k); after != before {
@@ -86,14 +100,14 @@ func TestRefusedChangesNothing(t *testing.T) {
 				return err
 			}, k)
 		}
-		if err := watched(k, func() { l.call(t, s.rdb, l.cmd, k, 3, 3600) }); err != nil {
+		if err := watched(k, func() { l.call(t, s.rdb, l.cmd, k, 3, slow) }); err != nil {
 			t.Fatalf("a refused call broke WATCH: %v", err)
 		}
-		if err := watched(k, func() { l.call(t, s.rdb, l.peek, k, 3, 3600) }); err != nil {
+		if err := watched(k, func() { l.call(t, s.rdb, l.peek, k, 3, slow) }); err != nil {
 			t.Fatalf("a peek broke WATCH: %v", err)
 		}
 		k2 := key(t, "admitted")
-		if err := watched(k2, func() { l.call(t, s.rdb, l.cmd, k2, 3, 3600) }); err != redis.TxFailedErr {
+		if err := watched(k2, func() { l.call(t, s.rdb, l.cmd, k2, 3, slow) }); err != redis.TxFailedErr {
 			t.Fatalf("an admitted call did not break WATCH: %v", err)
 		}
 	})
@@ -104,18 +118,18 @@ func TestRefusedChangesNothing(t *testing.T) {
 func TestPeekChangesNothing(t *testing.T) {
 	eachLimiter(t, func(t *testing.T, s *server, l limiter) {
 		k := key(t, "peek")
-		fresh := l.call(t, s.rdb, l.peek, k, 5, 60)
+		fresh := l.call(t, s.rdb, l.peek, k, 5, slow)
 		if n := s.rdb.Exists(ctx, k).Val(); n != 0 {
 			t.Fatal("PEEK created the key")
 		}
-		assertReply(t, "fresh peek vs consume", l.call(t, s.rdb, l.cmd, k, 5, 60), fresh...)
+		assertReply(t, "fresh peek vs consume", l.call(t, s.rdb, l.cmd, k, 5, slow), fresh...)
 
 		before := snap(t, s.rdb, k)
 		// One transaction sees one state: the peeks reply what the
 		// consuming call then does.
 		cmds, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for _, c := range []string{l.peek, l.peek, l.cmd} {
-				p.Do(ctx, append(append([]any{c, k}, l.params(5, 60)...), 2)...)
+				p.Do(ctx, append(append([]any{c, k}, l.params(5, slow)...), 2)...)
 			}
 			return nil
 		})
@@ -134,7 +148,7 @@ func TestPeekChangesNothing(t *testing.T) {
 
 		before = snap(t, s.rdb, k)
 		script := fmt.Sprintf("return redis.call('%s', KEYS[1], unpack(ARGV))", l.peek)
-		argv := l.params(5, 60)
+		argv := l.params(5, slow)
 		if _, err := s.rdb.Do(ctx, append([]any{"EVAL_RO", script, 1, k}, argv...)...).Int64Slice(); err != nil {
 			t.Fatalf("PEEK in EVAL_RO: %v", err)
 		}
@@ -152,9 +166,9 @@ func TestPeekChangesNothing(t *testing.T) {
 func TestBadArgumentsEveryCommand(t *testing.T) {
 	eachLimiter(t, func(t *testing.T, s *server, l limiter) {
 		existing := key(t, "existing")
-		l.call(t, s.rdb, l.cmd, existing, 5, 3600)
+		l.call(t, s.rdb, l.cmd, existing, 5, slow)
 		before := snap(t, s.rdb, existing)
-		good := l.params(5, 3600)
+		good := l.params(5, slow)
 		var cases [][]any
 		var want [][]string
 		for i, name := range l.args {
@@ -172,6 +186,11 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 		cases = append(cases, append(append([]any{}, good...), 1, "MSX"), append(append([]any{}, good...), "MS", 1))
 		want = append(want, []string{"unknown option", "MSX"}, []string{"unknown option", "1"})
 
+		// 17 arguments with the command name: one more than any command takes.
+		tooMany := append(append([]any{existing}, good...), 1)
+		for len(tooMany) < 16 {
+			tooMany = append(tooMany, "MS")
+		}
 		for _, cmd := range []string{l.cmd, l.peek} {
 			for i, args := range cases {
 				k := key(t, "bad")
@@ -183,7 +202,7 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 				_, err = call(s.rdb, cmd, append([]any{existing}, args...)...)
 				assertErr(t, fmt.Sprintf("%s %q on a live key", cmd, args), err, "ERR ", want[i]...)
 			}
-			for _, args := range [][]any{{}, {existing}, {existing, 1, 1}, append(append([]any{existing}, good...), 1, "MS", "MS", "MS", "MS", "MS", "MS", "MS", "MS", "MS", "MS", "MS")} {
+			for _, args := range [][]any{{}, {existing}, append([]any{existing}, good[:len(good)-1]...), tooMany} {
 				_, err := call(s.rdb, cmd, args...)
 				assertErr(t, fmt.Sprintf("%s with %d arguments", cmd, len(args)), err, "ERR", "wrong number of arguments")
 			}
@@ -210,6 +229,10 @@ func TestForeignKeys(t *testing.T) {
 				return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []any{"f", "v"}}).Err()
 			},
 		}
+		if l.zset {
+			setups["string"] = func(k string) error { return s.rdb.Set(ctx, k, "12", 0).Err() }
+			delete(setups, "zset")
+		}
 		for typ, setup := range setups {
 			k := key(t, typ)
 			if err := setup(k); err != nil {
@@ -223,6 +246,9 @@ func TestForeignKeys(t *testing.T) {
 			if after := snap(t, s.rdb, k); after != before {
 				t.Fatalf("%s changed: %v -> %v", typ, before, after)
 			}
+		}
+		if l.zset {
+			return
 		}
 		for _, v := range []string{"hello", "", "-5", "+5", "1.5", " 12", "99999999999999999999", "12abc", "\x00"} {
 			k := key(t, "string")
@@ -252,7 +278,7 @@ func TestRace(t *testing.T) {
 		for range 64 {
 			wg.Go(func() {
 				for range 5 {
-					r, err := call(s.rdb, l.cmd, append([]any{k}, l.params(100, 3600)...)...)
+					r, err := call(s.rdb, l.cmd, append([]any{k}, l.params(100, slow)...)...)
 					if err != nil {
 						t.Error(err)
 						return
@@ -282,15 +308,19 @@ func TestOneInstantPerTransaction(t *testing.T) {
 			if a[0] != 0 || b[0] != 0 || b[2] != a[2]-1 {
 				t.Fatalf("%s: %v then %v", what, a, b)
 			}
-			if s.cachedClock && b[4]-a[4] != 1000 {
+			if s.cachedClock && b[4]-a[4] != l.step {
 				t.Fatalf("%s saw two instants: %v then %v", what, a, b)
 			}
-			assertBetween(t, what+": second time field minus first", b[4]-a[4], 950, 1000)
+			assertBetween(t, what+": second time field minus first", b[4]-a[4], l.step-50, l.step)
+		}
+		period := 1 // one per second: field 5 grows by exactly 1000 ms
+		if l.step == 0 {
+			period = slow // the windows: field 5 stays, whatever the window
 		}
 		k := key(t, "multi")
 		cmds, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
 			for range 2 {
-				p.Do(ctx, append(append([]any{l.cmd, k}, l.params(10, 1)...), 1, "MS")...)
+				p.Do(ctx, append(append([]any{l.cmd, k}, l.params(10, period)...), 1, "MS")...)
 			}
 			return nil
 		})
@@ -305,7 +335,7 @@ func TestOneInstantPerTransaction(t *testing.T) {
 		script := fmt.Sprintf(`local a = redis.call('%[1]s', KEYS[1], unpack(ARGV))
 local b = redis.call('%[1]s', KEYS[1], unpack(ARGV))
 return {a, b}`, l.cmd)
-		res, err := s.rdb.Eval(ctx, script, []string{k}, append(l.params(10, 1), 1, "MS")...).Slice()
+		res, err := s.rdb.Eval(ctx, script, []string{k}, append(l.params(10, period), 1, "MS")...).Slice()
 		if err != nil {
 			t.Fatal(err)
 		}
@@ -321,21 +351,22 @@ return {a, b}`, l.cmd)
 }
 
 // workload drives every algorithm over keys with prefix: admitted calls,
-// refusals, refunds (one back to full, which deletes the key).
+// refusals, refunds (one back to full, which deletes the key). Key i of a
+// limiter gets i % 6 calls on a burst of 3, with period slow + i.
 func workload(t *testing.T, c *redis.Client, prefix string) {
 	t.Helper()
 	for _, l := range limiters {
 		for i := range 8 {
 			k := fmt.Sprintf("%s%s:%d", prefix, l.name, i)
 			for range i % 6 {
-				l.call(t, c, l.cmd, k, 3, 60+i)
+				l.call(t, c, l.cmd, k, 3, slow+i)
 			}
 		}
 	}
-	mustCall(t, c, "GCRA.THROTTLE", prefix+"gcra:4", 2, 1, 64, -1)
-	mustCall(t, c, "GCRA.THROTTLE", prefix+"gcra:1", 2, 1, 61, -100)
-	mustCall(t, c, "TB.TAKE", prefix+"tb:4", 3, 1, 64, -2)
-	mustCall(t, c, "TB.TAKE", prefix+"tb:2", 3, 1, 62, -100)
+	mustCall(t, c, "GCRA.THROTTLE", prefix+"gcra:4", 2, 1, slow+4, -1)
+	mustCall(t, c, "GCRA.THROTTLE", prefix+"gcra:1", 2, 1, slow+1, -5)
+	mustCall(t, c, "TB.TAKE", prefix+"tb:4", 3, 1, slow+4, -2)
+	mustCall(t, c, "TB.TAKE", prefix+"tb:2", 3, 1, slow+2, -5)
 }
 
 // Replicas hold the effect: one without the module ends with the same
@@ -351,10 +382,10 @@ func TestReplication(t *testing.T) {
 		workload(t, p.rdb, prefix)
 		waitReplicas(t, p, 2)
 		want := snapAll(t, p.rdb, prefix+"*")
-		if len(want) < 20 {
+		if len(want) < 35 {
 			t.Fatalf("only %d keys on the primary", len(want))
 		}
-		for _, gone := range []string{"gcra:1", "tb:2"} {
+		for _, gone := range []string{"gcra:1", "tb:2", "sl:0"} {
 			if _, ok := want[prefix+gone]; ok {
 				t.Fatalf("a refund to full left %s", gone)
 			}
@@ -373,11 +404,11 @@ func TestReplication(t *testing.T) {
 			var moved []int64
 			for range 3 {
 				offset := replOffset(t, p.rdb)
-				if r := l.call(t, p.rdb, l.cmd, k, 3, 65); r[0] != 1 {
+				if r := l.call(t, p.rdb, l.cmd, k, 3, slow+5); r[0] != 1 {
 					t.Fatalf("%s: expected a refusal, got %v", l.name, r)
 				}
-				l.call(t, p.rdb, l.peek, k, 3, 65)
-				l.call(t, p.rdb, l.cmd, k, 3, 65, 0)
+				l.call(t, p.rdb, l.peek, k, 3, slow+5)
+				l.call(t, p.rdb, l.cmd, k, 3, slow+5, 0)
 				moved = append(moved, replOffset(t, p.rdb)-offset)
 				if moved[len(moved)-1] == 0 {
 					break
@@ -389,10 +420,10 @@ func TestReplication(t *testing.T) {
 
 			// On the replica with the module, PEEK answers like the primary's.
 			k = prefix + l.name + ":3"
-			pr := l.call(t, p.rdb, l.peek, k, 3, 63)
-			rr := l.call(t, withModule.rdb, l.peek, k, 3, 63)
+			pr := l.call(t, p.rdb, l.peek, k, 3, slow+3)
+			rr := l.call(t, withModule.rdb, l.peek, k, 3, slow+3)
 			assertReply(t, l.name+" peek on a replica", rr, pr[0], pr[1], pr[2], pr[3], -2)
-			_, err := call(withModule.rdb, l.cmd, append([]any{k}, l.params(3, 63)...)...)
+			_, err := call(withModule.rdb, l.cmd, append([]any{k}, l.params(3, slow+3)...)...)
 			assertErr(t, l.cmd+" on a replica", err, "READONLY")
 		}
 	})
@@ -409,7 +440,7 @@ func TestAOF(t *testing.T) {
 		want := snapAll(t, s.rdb, prefix+"*")
 		var peeks [][]int64
 		for _, l := range limiters {
-			peeks = append(peeks, l.call(t, s.rdb, l.peek, prefix+l.name+":4", 3, 64))
+			peeks = append(peeks, l.call(t, s.rdb, l.peek, prefix+l.name+":4", 3, slow+4))
 		}
 		if err := s.restart(ctx); err != nil {
 			t.Fatal(err)
@@ -418,7 +449,7 @@ func TestAOF(t *testing.T) {
 			t.Fatalf("after restart:\n got %v\nwant %v", got, want)
 		}
 		for i, l := range limiters {
-			r := l.call(t, s.rdb, l.peek, prefix+l.name+":4", 3, 64)
+			r := l.call(t, s.rdb, l.peek, prefix+l.name+":4", 3, slow+4)
 			assertReply(t, l.name+" peek after restart", r, peeks[i][0], peeks[i][1], peeks[i][2], -2, -2)
 		}
 		s.stop(ctx)

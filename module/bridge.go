@@ -3,7 +3,11 @@ package main
 // #include "shim.h"
 import "C"
 
-import "unsafe"
+import (
+	"unsafe"
+
+	"ratelimit/window"
+)
 
 // callArgs views the command's arguments in place, without copying. The
 // strings are valid only during the call: nothing may keep them.
@@ -20,14 +24,38 @@ func callArgs(c *C.rl_call, buf *[C.RL_MAX_ARGS]string) []string {
 // cReader reads the key through the C side, once, after the arguments parsed.
 type cReader struct{ c *C.rl_call }
 
-func (r cReader) read() keyState {
+func (r cReader) read(expire bool) keyState {
+	r.c.want_expire = 0
+	if expire {
+		r.c.want_expire = 1
+	}
 	C.rl_read(r.c)
-	st := keyState{now: int64(r.c.now_ns), kind: keyKind(r.c.kind)}
+	st := keyState{now: int64(r.c.now_ns), kind: keyKind(r.c.kind), expireMs: int64(r.c.expire_at_ms)}
 	if r.c.val != nil {
 		st.value = unsafe.String((*byte)(unsafe.Pointer(r.c.val)), int(r.c.val_len))
 	}
 	return st
 }
+
+func (r cReader) log() window.Log { return cLog(r) }
+
+// cLog reads the sorted set as a sliding log through rl_zlog_scan and
+// rl_zlog_nth. Entries are scored in microseconds; window works in
+// nanoseconds. Being one pointer, it converts to window.Log without
+// allocating.
+type cLog struct{ c *C.rl_call }
+
+func (l cLog) Count(after int64) int64 {
+	C.rl_zlog_scan(l.c, C.longlong(floorDiv(after, 1000)))
+	return int64(l.c.z_live)
+}
+
+func (l cLog) Nth(after, k int64) int64 {
+	return usToNs(int64(C.rl_zlog_nth(l.c, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
+}
+
+// Newest is valid after Count.
+func (l cLog) Newest() int64 { return usToNs(int64(l.c.z_newest_us)) }
 
 // store copies the outcome into the C struct.
 func (o *outcome) store(c *C.rl_call) {
@@ -42,9 +70,15 @@ func (o *outcome) store(c *C.rl_call) {
 	for i, v := range o.reply {
 		c.reply[i] = C.longlong(v)
 	}
-	if o.action == actSet {
+	switch o.action {
+	case actSet:
 		n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&c.set_val[0])), len(c.set_val)), o.value[:o.valueLen])
 		c.set_len = C.size_t(n)
+		c.expire_ms = C.longlong(o.expireMs)
+	case actZLog:
+		c.z_cutoff_us = C.longlong(o.zCutoff)
+		c.z_add = C.longlong(o.zAdd)
+		c.z_score_us = C.longlong(o.zScore)
 		c.expire_ms = C.longlong(o.expireMs)
 	}
 }
@@ -70,6 +104,8 @@ func numbering() []string {
 	check("RL_ACT_DEL", C.RL_ACT_DEL, actDel)
 	check("RL_ACT_WRONGTYPE", C.RL_ACT_WRONGTYPE, actWrongType)
 	check("RL_ACT_ARITY", C.RL_ACT_ARITY, actArity)
+	check("RL_ACT_ZLOG", C.RL_ACT_ZLOG, actZLog)
+	check("RL_KEY_ZSET", C.RL_KEY_ZSET, int(keyZSet))
 	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(keyEmpty))
 	check("RL_KEY_STRING", C.RL_KEY_STRING, int(keyString))
 	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(keyOther))

@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"ratelimit/internal/checked"
+	"ratelimit/window"
 )
 
 // The algorithms, numbered as enum rl_op in shim.h.
@@ -16,6 +17,12 @@ const (
 	opTBPeek
 	opLBEnqueue
 	opLBPeek
+	opSWHit
+	opSWPeek
+	opFWHit
+	opFWPeek
+	opSLHit
+	opSLPeek
 	opCount
 )
 
@@ -27,6 +34,7 @@ const (
 	actDel
 	actWrongType
 	actArity
+	actZLog
 )
 
 // maxArgs is RL_MAX_ARGS: the most arguments, command name included.
@@ -38,28 +46,37 @@ type keyKind int
 const (
 	keyEmpty keyKind = iota
 	keyString
+	keyZSet
 	keyOther
 )
 
 // keyState is what rl_read reports: the clock, read once, and the key.
 type keyState struct {
-	now   int64 // Unix nanoseconds
-	kind  keyKind
-	value string // the string value; valid only during the call
+	now      int64 // Unix nanoseconds
+	kind     keyKind
+	value    string // the string value; valid only during the call
+	expireMs int64  // the key's absolute expiry (-1: none); read only when asked
 }
 
-// reader reads the key's state. It is called at most once, after the
-// arguments parsed, so that bad input never touches the key.
-type reader interface{ read() keyState }
+// reader reads the key's state. read is called at most once, after the
+// arguments parsed, so that bad input never touches the key; log reads a
+// sorted set key as a sliding log, after read.
+type reader interface {
+	read(expire bool) keyState
+	log() window.Log
+}
 
 // outcome is what a command decided: the reply, and the write if any.
 type outcome struct {
 	action   int
 	reply    [5]int64
-	expireMs int64 // absolute Unix milliseconds, for actSet
+	expireMs int64 // absolute Unix milliseconds, for actSet and actZLog
 	valueLen int
-	value    [48]byte
+	value    [64]byte
 	err      string
+	// actZLog: remove the entries scored at or below zCutoff, add zAdd
+	// entries scored zScore (Unix microseconds).
+	zCutoff, zAdd, zScore int64
 }
 
 func (o *outcome) fail(msg string) {
@@ -87,8 +104,12 @@ func (o *outcome) setReply(limited bool, limit, remaining int64, retry, reset ti
 func (o *outcome) setInt(v, at int64) {
 	o.action = actSet
 	o.valueLen = len(strconv.AppendInt(o.value[:0], v, 10))
-	o.expireMs = checked.CeilDiv(at, int64(time.Millisecond))
+	o.expireMs = ceilMs(at)
 }
+
+// ceilMs converts an instant in Unix ns to ms, rounded up: a key never
+// expires before its state is full again.
+func ceilMs(ns int64) int64 { return checked.CeilDiv(ns, int64(time.Millisecond)) }
 
 // replyTime rounds d for the reply: with ms, milliseconds rounded up;
 // otherwise whole seconds plus one when the remainder has a non-zero
@@ -115,6 +136,12 @@ var syntaxes = [opCount]*syntax{
 	opTBPeek:       &tbSyntax,
 	opLBEnqueue:    &lbSyntax,
 	opLBPeek:       &lbSyntax,
+	opSWHit:        &windowSyntax,
+	opSWPeek:       &windowSyntax,
+	opFWHit:        &windowSyntax,
+	opFWPeek:       &windowSyntax,
+	opSLHit:        &logSyntax,
+	opSLPeek:       &logSyntax,
 }
 
 // execute runs one command: parse every argument (failing before any side
@@ -143,5 +170,17 @@ func execute(op int, args []string, r reader, o *outcome) {
 		runShaper(&p, r, o, false)
 	case opLBPeek:
 		runShaper(&p, r, o, true)
+	case opSWHit:
+		runSlidingWindow(&p, r, o, false)
+	case opSWPeek:
+		runSlidingWindow(&p, r, o, true)
+	case opFWHit:
+		runFixedWindow(&p, r, o, false)
+	case opFWPeek:
+		runFixedWindow(&p, r, o, true)
+	case opSLHit:
+		runSlidingLog(&p, r, o, false)
+	case opSLPeek:
+		runSlidingLog(&p, r, o, true)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"testing"
 	"time"
 	"unicode/utf8"
+
+	"ratelimit/window"
 )
 
 // t0 is the virtual clock: 2023-11-14T22:13:20Z in Unix nanoseconds.
@@ -18,15 +20,49 @@ func TestNumberingMatchesShim(t *testing.T) {
 	}
 }
 
-// fakeKey is a reader with a virtual clock that counts its reads.
+// fakeKey is a reader with a virtual clock that counts its reads; a sorted
+// set key holds entries, in Unix ns, sorted.
 type fakeKey struct {
-	st    keyState
-	reads int
+	st      keyState
+	reads   int
+	entries fakeLog
 }
 
-func (f *fakeKey) read() keyState {
+func (f *fakeKey) read(bool) keyState {
 	f.reads++
 	return f.st
+}
+
+func (f *fakeKey) log() window.Log { return &f.entries }
+
+type fakeLog []int64
+
+func (l *fakeLog) Count(after int64) int64 {
+	n := int64(0)
+	for _, e := range *l {
+		if e > after {
+			n++
+		}
+	}
+	return n
+}
+
+func (l *fakeLog) Nth(after, k int64) int64 {
+	for _, e := range *l {
+		if e > after {
+			if k--; k == 0 {
+				return e
+			}
+		}
+	}
+	return math.MinInt64
+}
+
+func (l *fakeLog) Newest() int64 {
+	if len(*l) == 0 {
+		return math.MinInt64
+	}
+	return (*l)[len(*l)-1]
 }
 
 func run(op int, key *fakeKey, args ...string) outcome {
@@ -174,13 +210,24 @@ func TestGCRAForeignState(t *testing.T) {
 // Bad arguments fail before the key is read, for every command.
 func TestErrorsBeforeRead(t *testing.T) {
 	for op := range opCount {
-		for _, args := range [][]string{
-			{"x", "1", "1"}, {"1", "1"}, {"1", "1", "1", "1", "bogus"},
-			{"1", "2000000000", "1"},          // interval under 1 ns
-			{"9223372036854775806", "1", "1"}, // the tolerance overflows
-		} {
+		valid, _, _ := validCall(op)
+		n := len(syntaxes[op].positional)
+		cases := [][]string{
+			append([]string{"cmd", "k", "x"}, valid[3:]...), // the first argument
+			valid[:1+n], // one too few
+			append(append([]string{}, valid[:2+n]...), "1", "no"), // an unknown option
+		}
+		if n == 3 {
+			cases = append(cases,
+				[]string{"cmd", "k", "1", "2000000000", "1"},          // interval under 1 ns
+				[]string{"cmd", "k", "9223372036854775806", "1", "1"}, // the tolerance overflows
+			)
+		}
+		for _, args := range cases {
 			k := &fakeKey{st: keyState{now: t0}}
-			if o := run(op, k, args...); o.action == actReply || o.action == actSet || k.reads != 0 {
+			var o outcome
+			execute(op, args, k, &o)
+			if (o.action != actError && o.action != actArity) || k.reads != 0 {
 				t.Errorf("op %d %q: %+v after %d reads", op, args, o, k.reads)
 			}
 		}
@@ -300,7 +347,7 @@ func FuzzCommand(f *testing.F) {
 		if !syntaxes[op].parse(args, &p, &po) && k.reads != 0 {
 			t.Fatal("the key was read although the arguments did not parse")
 		}
-		peek := op == opGCRAPeek || op == opTBPeek || op == opLBPeek
+		peek := op == opGCRAPeek || op == opTBPeek || op == opLBPeek || op == opSWPeek || op == opFWPeek || op == opSLPeek
 		switch o.action {
 		case actSet:
 			state, err := strconv.ParseInt(string(o.value[:o.valueLen]), 10, 64)
@@ -344,15 +391,85 @@ func BenchmarkGCRACommand(b *testing.B) {
 	}
 }
 
+// validArgs are arguments every command accepts, and a stored state each
+// reads, for the tests that need a valid call of each.
+func validCall(op int) (args []string, st keyState, log fakeLog) {
+	st = keyState{now: t0, kind: keyString, value: "1700000010000000000", expireMs: -1}
+	args = []string{"cmd", "user123", "15", "30", "60", "1", "MS"}
+	switch op {
+	case opSWHit, opSWPeek:
+		st.value = strconv.FormatInt(t0/(30*int64(time.Second)), 10) + ":3:4"
+		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
+	case opFWHit, opFWPeek:
+		st.value = "3"
+		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
+	case opSLHit, opSLPeek:
+		st.kind, st.value = keyZSet, ""
+		log = fakeLog{t0 - 40*int64(time.Second), t0 - 2*int64(time.Second), t0 - int64(time.Second)}
+		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
+	}
+	return args, st, log
+}
+
 func TestCommandsAllocateNothing(t *testing.T) {
 	for op := range opCount {
-		args := []string{"cmd", "user123", "15", "30", "60", "1", "MS"}
-		k := &fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000010000000000"}}
+		args, st, log := validCall(op)
+		k := &fakeKey{st: st, entries: log}
+		var o outcome
+		execute(op, args, k, &o)
+		if o.action == actError || o.action == actArity || o.action == actWrongType {
+			t.Fatalf("op %d: %+v", op, o)
+		}
 		if n := testing.AllocsPerRun(100, func() {
 			var o outcome
 			execute(op, args, k, &o)
 		}); n != 0 {
 			t.Errorf("op %d: %v allocations per command", op, n)
 		}
+	}
+}
+
+func TestWindowCommands(t *testing.T) {
+	sec := int64(time.Second)
+	idx := t0 / (10 * sec)
+	// Sliding window: the state is "index:current:previous", expiring
+	// when the estimate is zero (two windows after this one starts).
+	k := &fakeKey{st: keyState{now: t0 + 5*sec, kind: keyString, value: strconv.FormatInt(idx-1, 10) + ":8:3"}}
+	o := run(opSWHit, k, "10", "10", "2")
+	if o.action != actSet || string(o.value[:o.valueLen]) != strconv.FormatInt(idx, 10)+":2:8" ||
+		o.reply != [5]int64{0, 10, 4, -1, 15} || o.expireMs != (t0+20*sec)/1e6 {
+		t.Fatalf("SW.HIT: %+v %q", o, o.value[:o.valueLen])
+	}
+	for _, bad := range []string{"1:2", "1:2:3:4", "a:1:2", "1::2", "-1:2:3", ""} {
+		k.st.value = bad
+		if o := run(opSWHit, k, "10", "10"); o.err != errNotCounterState {
+			t.Errorf("SW state %q: %+v", bad, o)
+		}
+	}
+
+	// Fixed window: the count, expiring at the window's end; a count whose
+	// expiry is not after this window's start is stale.
+	k = &fakeKey{st: keyState{now: t0 + 5*sec, kind: keyString, value: "9", expireMs: (t0 + 10*sec) / 1e6}}
+	if o := run(opFWHit, k, "10", "10", "2"); o.action != actReply || o.reply != [5]int64{1, 10, 1, 5, 5} {
+		t.Fatalf("FW.HIT on 9: %+v", o)
+	}
+	k.st.expireMs = t0 / 1e6 // the previous window's
+	if o := run(opFWHit, k, "10", "10", "2"); o.action != actSet || o.reply != [5]int64{0, 10, 8, -1, 5} || o.expireMs != (t0+10*sec)/1e6 {
+		t.Fatalf("FW.HIT on a stale count: %+v", o)
+	}
+
+	// Sliding log: trim what left, add cost entries at now, in µs.
+	k = &fakeKey{st: keyState{now: t0, kind: keyZSet}, entries: fakeLog{t0 - 20*sec, t0 - 3*sec}}
+	o = run(opSLHit, k, "3", "10", "2", "MS")
+	if o.action != actZLog || o.zAdd != 2 || o.zScore != t0/1000 || o.zCutoff != (t0-10*sec)/1000 ||
+		o.expireMs != (t0+10*sec)/1e6 || o.reply != [5]int64{0, 3, 0, -1, 10000} {
+		t.Fatalf("SL.HIT: %+v", o)
+	}
+	if o := run(opSLHit, k, "3", "10", "3", "MS"); o.action != actReply || o.reply != [5]int64{1, 3, 2, 7000, 7000} {
+		t.Fatalf("SL.HIT refused: %+v", o)
+	}
+	k.st.kind = keyString
+	if o := run(opSLHit, k, "3", "10"); o.action != actWrongType {
+		t.Fatalf("SL.HIT on a string: %+v", o)
 	}
 }

@@ -17,9 +17,9 @@ const (
 // key is empty). On a key of another type or a string that is not an
 // instant it sets the error in o and returns false.
 func loadInstant(r reader, o *outcome, notState string) (keyState, int64, bool) {
-	st := r.read()
+	st := r.read(false)
 	switch st.kind {
-	case keyOther:
+	case keyZSet, keyOther:
 		o.action = actWrongType
 		return st, 0, false
 	case keyString:

@@ -28,6 +28,12 @@
 #define REDISMODULE_KEYTYPE_STRING 1
 #define REDISMODULE_KEYTYPE_ZSET 5
 
+/* ZsetAdd flags, in and out. */
+#define REDISMODULE_ZADD_NX (1 << 1)
+#define REDISMODULE_ZADD_ADDED (1 << 2)
+
+#define REDISMODULE_NO_EXPIRE -1
+
 /* SetModuleOptions: CloseKey no longer signals a key opened for writing as
  * modified; the module calls SignalModifiedKey when it really writes. */
 #define REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED (1 << 1)
@@ -181,6 +187,16 @@ typedef struct {
     X(1, int, StringSet, (RedisModuleKey * key, RedisModuleString * str))                              \
     X(1, int, DeleteKey, (RedisModuleKey * key))                                                       \
     X(1, int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                   \
+    X(1, mstime_t, GetAbsExpire, (RedisModuleKey * key))                                               \
+    X(1, size_t, ValueLength, (RedisModuleKey * key))                                                  \
+    X(1, int, ZsetAdd, (RedisModuleKey * key, double score, RedisModuleString * ele, int *flags))      \
+    X(1, int, ZsetRem, (RedisModuleKey * key, RedisModuleString * ele, int *deleted))                  \
+    X(1, int, ZsetFirstInScoreRange, (RedisModuleKey * key, double min, double max, int minex, int maxex)) \
+    X(1, int, ZsetLastInScoreRange, (RedisModuleKey * key, double min, double max, int minex, int maxex))  \
+    X(1, RedisModuleString *, ZsetRangeCurrentElement, (RedisModuleKey * key, double *score))           \
+    X(1, int, ZsetRangeNext, (RedisModuleKey * key))                                                   \
+    X(1, void, ZsetRangeStop, (RedisModuleKey * key))                                                  \
+    X(1, int, ZsetRangeEndReached, (RedisModuleKey * key))                                             \
     X(1, int, SignalModifiedKey, (RedisModuleCtx * ctx, RedisModuleString * name))                     \
     X(1, int, Replicate, (RedisModuleCtx * ctx, const char *cmd, const char *fmt, ...))                \
     X(1, int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                        \

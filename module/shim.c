@@ -9,6 +9,9 @@
  * Go never calls the server and C never decides anything.
  */
 #include <errno.h>
+#include <limits.h>
+#include <math.h>
+#include <stdio.h>
 #include <string.h>
 #include <strings.h>
 
@@ -101,6 +104,17 @@ static RedisModuleCommandArg rl_lb_args[] = {
     RL_MS_ARG,
     {0}};
 
+#define RL_WINDOW_ARGS(limit_summary)                                                               \
+    {RL_KEY_ARG,                                                                                    \
+     RL_INT_ARG("limit", limit_summary),                                                            \
+     RL_INT_ARG("window", "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"), \
+     RL_OPT_INT_ARG("cost", "the cost of this hit, default 1; 0 reports"),                          \
+     RL_MS_ARG,                                                                                     \
+     {0}}
+
+static RedisModuleCommandArg rl_window_args[] = RL_WINDOW_ARGS("hits admitted per window (1 or more)");
+static RedisModuleCommandArg rl_log_args[] = RL_WINDOW_ARGS("hits admitted per window (1 to 100000)");
+
 typedef struct {
     const char *name;      /* as registered */
     const char *info_name; /* its INFO field */
@@ -131,6 +145,21 @@ static const rl_command_def rl_commands[] = {
      "O(1)", rl_lb_args},
     {"lb.peek", "lb_peek", RL_OP_LB_PEEK, 1, 0, -5, "What LB.ENQUEUE would reply now, changing nothing", "O(1)",
      rl_lb_args},
+    {"sw.hit", "sw_hit", RL_OP_SW_HIT, 0, 0, -4,
+     "Sliding window counter: the previous window weighted by its overlap plus the current one", "O(1)",
+     rl_window_args},
+    {"sw.peek", "sw_peek", RL_OP_SW_PEEK, 1, 0, -4, "What SW.HIT would reply now, changing nothing", "O(1)",
+     rl_window_args},
+    {"fw.hit", "fw_hit", RL_OP_FW_HIT, 0, 0, -4,
+     "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary", "O(1)",
+     rl_window_args},
+    {"fw.peek", "fw_peek", RL_OP_FW_PEEK, 1, 0, -4, "What FW.HIT would reply now, changing nothing", "O(1)",
+     rl_window_args},
+    {"sl.hit", "sl_hit", RL_OP_SL_HIT, 0, 0, -4,
+     "Sliding log: the exact count of hits in the trailing window, in a sorted set", "O(log N + M)",
+     rl_log_args},
+    {"sl.peek", "sl_peek", RL_OP_SL_PEEK, 1, 0, -4, "What SL.HIT would reply now, changing nothing", "O(log N + M)",
+     rl_log_args},
 };
 #define RL_NCOMMANDS ((int)(sizeof(rl_commands) / sizeof(rl_commands[0])))
 
@@ -165,9 +194,119 @@ void rl_read(rl_call *c) {
         c->kind = RL_KEY_STRING;
         c->val = RM_StringDMA(key, &c->val_len, REDISMODULE_READ);
         break;
+    case REDISMODULE_KEYTYPE_ZSET:
+        c->kind = RL_KEY_ZSET;
+        break;
     default:
         c->kind = RL_KEY_OTHER;
     }
+    /* A key opened only for reading is NULL when it does not exist. */
+    c->expire_at_ms = c->want_expire && key != NULL ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
+}
+
+/* ---- Sliding log: a sorted set of entries scored in Unix microseconds ---- */
+
+void rl_zlog_scan(rl_call *c, long long after_us) {
+    RedisModuleKey *key = (RedisModuleKey *)c->key;
+    c->z_live = 0;
+    c->z_newest_us = LLONG_MIN;
+    if (c->kind != RL_KEY_ZSET) return;
+    long long gone = 0;
+    if (RM_ZsetFirstInScoreRange(key, -INFINITY, (double)after_us, 0, 0) == REDISMODULE_OK) {
+        if (!RM_ZsetRangeEndReached(key)) {
+            do gone++;
+            while (RM_ZsetRangeNext(key));
+        }
+        RM_ZsetRangeStop(key);
+    }
+    c->z_live = (long long)RM_ValueLength(key) - gone;
+    if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) == REDISMODULE_OK) {
+        if (!RM_ZsetRangeEndReached(key)) {
+            double score;
+            RedisModuleString *e = RM_ZsetRangeCurrentElement(key, &score);
+            if (e) RM_FreeString((RedisModuleCtx *)c->ctx, e);
+            c->z_newest_us = (long long)score;
+        }
+        RM_ZsetRangeStop(key);
+    }
+}
+
+long long rl_zlog_nth(rl_call *c, long long after_us, long long k) {
+    RedisModuleKey *key = (RedisModuleKey *)c->key;
+    double score = 0;
+    if (c->kind != RL_KEY_ZSET || k < 1) return LLONG_MIN;
+    if (RM_ZsetFirstInScoreRange(key, (double)after_us, INFINITY, 1, 0) != REDISMODULE_OK) return LLONG_MIN;
+    int there = !RM_ZsetRangeEndReached(key);
+    for (long long i = 1; there && i < k; i++) there = RM_ZsetRangeNext(key);
+    RedisModuleString *e = there ? RM_ZsetRangeCurrentElement(key, &score) : NULL;
+    RM_ZsetRangeStop(key);
+    if (e == NULL) return LLONG_MIN;
+    RM_FreeString((RedisModuleCtx *)c->ctx, e);
+    return (long long)score;
+}
+
+#define RL_ZBATCH 64 /* members per replicated ZADD / ZREM */
+
+/* An admitted sliding-log hit: remove the entries that left the window, add
+ * z_add entries scored z_score_us (members "<score>-<n>", unique), expire
+ * the key when its newest entry leaves, and replicate exactly that. */
+static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
+    RedisModuleKey *key = (RedisModuleKey *)c->key;
+    RedisModuleString *name = (RedisModuleString *)c->key_name;
+    RedisModuleString *batch[2 * RL_ZBATCH];
+    int n = 0;
+
+    /* The module API cannot remove while it iterates: collect a batch of
+     * the oldest expired entries, stop, remove them, and go again. */
+    long long removed = 0;
+    for (;;) {
+        n = 0;
+        if (c->kind == RL_KEY_ZSET &&
+            RM_ZsetFirstInScoreRange(key, -INFINITY, (double)c->z_cutoff_us, 0, 0) == REDISMODULE_OK) {
+            while (!RM_ZsetRangeEndReached(key) && n < RL_ZBATCH) {
+                batch[n++] = RM_ZsetRangeCurrentElement(key, NULL);
+                if (!RM_ZsetRangeNext(key)) break;
+            }
+            RM_ZsetRangeStop(key);
+        }
+        for (int i = 0; i < n; i++) {
+            RM_ZsetRem(key, batch[i], NULL);
+            RM_FreeString(ctx, batch[i]);
+        }
+        removed += n;
+        if (n < RL_ZBATCH) break;
+    }
+    if (removed > 0) {
+        char cutoff[24];
+        snprintf(cutoff, sizeof cutoff, "%lld", c->z_cutoff_us);
+        RM_Replicate(ctx, "ZREMRANGEBYSCORE", "scc", name, "-inf", cutoff);
+    }
+
+    char score[24], member[48];
+    int slen = snprintf(score, sizeof score, "%lld", c->z_score_us);
+    long long seq = (long long)RM_ValueLength(key);
+    n = 0;
+    for (long long added = 0; added < c->z_add;) {
+        int mlen = snprintf(member, sizeof member, "%s-%lld", score, seq++);
+        RedisModuleString *m = RM_CreateString(ctx, member, (size_t)mlen);
+        int flags = REDISMODULE_ZADD_NX;
+        RM_ZsetAdd(key, (double)c->z_score_us, m, &flags);
+        if (!(flags & REDISMODULE_ZADD_ADDED)) { /* the member exists: next number */
+            RM_FreeString(ctx, m);
+            continue;
+        }
+        added++;
+        batch[n++] = RM_CreateString(ctx, score, (size_t)slen);
+        batch[n++] = m;
+        if (n == 2 * RL_ZBATCH || added == c->z_add) {
+            RM_Replicate(ctx, "ZADD", "sv", name, batch, (size_t)n);
+            for (int i = 0; i < n; i++) RM_FreeString(ctx, batch[i]);
+            n = 0;
+        }
+    }
+    RM_SetAbsExpire(key, c->expire_ms);
+    RM_Replicate(ctx, "PEXPIREAT", "sl", name, c->expire_ms);
+    RM_SignalModifiedKey(ctx, name);
 }
 
 static void rl_reply(RedisModuleCtx *ctx, const rl_call *c) {
@@ -181,6 +320,11 @@ static void rl_reply(RedisModuleCtx *ctx, const rl_call *c) {
 static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
     RedisModuleKey *key = (RedisModuleKey *)c->key;
     RedisModuleString *name = (RedisModuleString *)c->key_name;
+    int writes = c->action == RL_ACT_SET || c->action == RL_ACT_DEL || c->action == RL_ACT_ZLOG;
+    if (writes && (c->readonly || key == NULL)) { /* never: Go writes only for consuming commands */
+        c->action = RL_ACT_ERROR;
+        strcpy(c->err, "ERR internal error: a write without a key open for writing");
+    }
     switch (c->action) {
     case RL_ACT_SET: {
         RedisModuleString *v = RM_CreateString(ctx, c->set_val, c->set_len);
@@ -195,6 +339,9 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
         RM_DeleteKey(key);
         RM_SignalModifiedKey(ctx, name);
         RM_Replicate(ctx, "DEL", "s", name);
+        break;
+    case RL_ACT_ZLOG:
+        rl_zlog_write(ctx, c);
         break;
     case RL_ACT_REPLY:
         break;
@@ -230,6 +377,7 @@ static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     c.readonly = def->readonly;
     c.argc = argc;
     for (int i = 0; i < argc; i++) c.argv[i].ptr = RM_StringPtrLen(argv[i], &c.argv[i].len);
+    c.want_expire = 0;
     c.action = RL_ACT_ERROR;
     c.err[0] = '\0';
     c.ctx = ctx;

@@ -114,6 +114,10 @@ func NewFixedWindow(limit, window int64) (FixedWindow, error) {
 	return FixedWindow{p}, err
 }
 
+// Start is the start of the window holding now (Unix ns): a stored count
+// whose expiry is not after it belongs to an earlier window.
+func (f FixedWindow) Start(now int64) int64 { return f.p.start(now) }
+
 // Hit counts cost units at now (Unix ns) in the window whose count so far
 // is count, and returns the decision, the new count and the window's end
 // (Unix ns), when the count must expire.
