@@ -184,7 +184,7 @@ typedef struct {
     X(1, void, CloseKey, (RedisModuleKey * key))                                                       \
     X(1, int, KeyType, (RedisModuleKey * key))                                                         \
     X(1, char *, StringDMA, (RedisModuleKey * key, size_t *len, int mode))                             \
-    X(1, int, StringSet, (RedisModuleKey * key, RedisModuleString * str))                              \
+    X(1, int, StringTruncate, (RedisModuleKey * key, size_t newlen))                                   \
     X(1, int, DeleteKey, (RedisModuleKey * key))                                                       \
     X(1, int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                   \
     X(1, mstime_t, GetAbsExpire, (RedisModuleKey * key))                                               \

@@ -327,12 +327,22 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
     }
     switch (c->action) {
     case RL_ACT_SET: {
-        RedisModuleString *v = RM_CreateString(ctx, c->set_val, c->set_len);
-        RM_StringSet(key, v);
+        /* Write in place: sized with StringTruncate (which creates a missing
+         * key), filled through DMA. Unlike StringSet, which deletes the key
+         * and adds it again, this allocates nothing once the key exists. */
+        size_t len = 0;
+        char *p = RM_StringTruncate(key, c->set_len) == REDISMODULE_OK
+                      ? RM_StringDMA(key, &len, REDISMODULE_WRITE)
+                      : NULL;
+        if (p == NULL || len != c->set_len) {
+            n->errors++;
+            RM_ReplyWithError(ctx, "ERR internal error: cannot write the limiter's state");
+            return;
+        }
+        memcpy(p, c->set_val, len);
         RM_SetAbsExpire(key, c->expire_ms);
         RM_SignalModifiedKey(ctx, name);
-        RM_Replicate(ctx, "SET", "sscl", name, v, "PXAT", c->expire_ms);
-        RM_FreeString(ctx, v);
+        RM_Replicate(ctx, "SET", "sbcl", name, c->set_val, c->set_len, "PXAT", c->expire_ms);
         break;
     }
     case RL_ACT_DEL:
