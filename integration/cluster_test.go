@@ -1,0 +1,220 @@
+package integration
+
+import (
+	"fmt"
+	"math/rand/v2"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// startCluster builds a cluster of 3 primaries and 3 replicas, all with the
+// module, on loopback ports, and waits until every node reports it ok.
+func startCluster(t *testing.T, f flavor) []*server {
+	t.Helper()
+	nodes := make([]*server, 6)
+	var wg sync.WaitGroup
+	for i := range nodes {
+		wg.Go(func() {
+			nodes[i] = startFor(t, f, opts{module: true, args: []string{
+				"--cluster-enabled", "yes", "--cluster-config-file", "/tmp/nodes.conf",
+				"--cluster-node-timeout", "1500", "--cluster-announce-ip", "127.0.0.1",
+				"--cluster-replica-validity-factor", "0",
+			}})
+		})
+	}
+	wg.Wait()
+	if t.Failed() {
+		t.FailNow()
+	}
+	ranges := [][2]int{{0, 5460}, {5461, 10922}, {10923, 16383}}
+	for i, r := range ranges {
+		if err := nodes[i].rdb.Do(ctx, "CLUSTER", "ADDSLOTSRANGE", r[0], r[1]).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, n := range nodes[1:] {
+		if err := nodes[0].rdb.ClusterMeet(ctx, "127.0.0.1", fmt.Sprint(n.port)).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "every node to know all six", func() bool {
+		for _, n := range nodes {
+			out, err := n.rdb.ClusterNodes(ctx).Result()
+			if err != nil || strings.Count(strings.TrimSpace(out), "\n")+1 != 6 || strings.Contains(out, "handshake") {
+				return false
+			}
+		}
+		return true
+	})
+	for i, rep := range nodes[3:] {
+		id, err := nodes[i].rdb.Do(ctx, "CLUSTER", "MYID").Text()
+		if err != nil {
+			t.Fatal(err)
+		}
+		if err := rep.rdb.Do(ctx, "CLUSTER", "REPLICATE", id).Err(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	waitFor(t, 30*time.Second, "cluster_state:ok on every node", func() bool {
+		for _, n := range nodes {
+			info, err := n.rdb.ClusterInfo(ctx).Result()
+			if err != nil || !strings.Contains(info, "cluster_state:ok") {
+				return false
+			}
+		}
+		return true
+	})
+	for _, rep := range nodes[3:] {
+		waitFor(t, 30*time.Second, "replica link up", func() bool {
+			return strings.Contains(rep.rdb.Info(ctx, "replication").Val(), "master_link_status:up")
+		})
+	}
+	return nodes
+}
+
+// Redis Cluster: 10,000 keys across every command through go-redis's
+// ClusterClient without an error; then a primary is killed, its replica
+// takes over, and the limiters go on. The test measures the admissions
+// above the limit the failover allowed: state the dead primary had not yet
+// replicated.
+func TestCluster(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		nodes := startCluster(t, f)
+		var addrs []string
+		for _, n := range nodes {
+			addrs = append(addrs, n.addr())
+		}
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Protocol: 2, MaxRedirects: 8})
+		defer cc.Close()
+
+		// 10,000 keys, every command, in pipelines that go-redis splits by slot.
+		var cmds []*redis.Cmd
+		_, err := cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i := range 10000 {
+				l := limiters[i%len(limiters)]
+				c := l.cmd
+				if i%3 == 0 {
+					c = l.peek
+				}
+				cmds = append(cmds, p.Do(ctx, append([]any{c, fmt.Sprintf("rl:cluster:%d", i)}, l.params(3, slow)...)...))
+			}
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, c := range cmds {
+			if r, err := c.Int64Slice(); err != nil || len(r) != 5 {
+				t.Fatalf("key %d: %v %v", i, r, err)
+			}
+		}
+		for _, n := range nodes[:3] {
+			if n.rdb.DBSize(ctx).Val() < 1500 {
+				t.Fatalf("%s holds %d keys: the keys did not spread", n.addr(), n.rdb.DBSize(ctx).Val())
+			}
+		}
+
+		// Failover under load: 4 clients pipeline calls on 5000 fresh GCRA
+		// keys of limit 5 while primary 0 is killed; they go on through the
+		// new primary until every key refuses.
+		const keys, limit = 5000, 5
+		name := func(i int) string { return fmt.Sprintf("rl:failover:%d", i) }
+		var mu sync.Mutex
+		admitted := make([]int, keys)
+		var errSample sync.Map
+		batch := func(rng *rand.Rand) (errs int) {
+			idx := make([]int, 50)
+			var cmds []*redis.Cmd
+			cc.Pipelined(ctx, func(p redis.Pipeliner) error {
+				for n := range idx {
+					idx[n] = rng.IntN(keys)
+					cmds = append(cmds, p.Do(ctx, "GCRA.THROTTLE", name(idx[n]), limit-1, 1, slow))
+				}
+				return nil
+			})
+			mu.Lock()
+			defer mu.Unlock()
+			for n, c := range cmds {
+				r, err := c.Int64Slice()
+				if err != nil {
+					errs++
+					errSample.Store(strings.SplitN(err.Error(), ":", 2)[0], true)
+					continue
+				}
+				if r[0] == 0 {
+					admitted[idx[n]]++
+				}
+			}
+			return errs
+		}
+		stop := make(chan struct{})
+		var wg sync.WaitGroup
+		for w := range 4 {
+			wg.Go(func() {
+				rng := rand.New(rand.NewPCG(uint64(w), 7))
+				for {
+					select {
+					case <-stop:
+						return
+					default:
+					}
+					if batch(rng) > 0 {
+						// go-redis keeps the dead primary in its slot map until it
+						// reloads it (or gets a MOVED): an application reloads on
+						// connection errors.
+						cc.ReloadState(ctx)
+						time.Sleep(20 * time.Millisecond)
+					}
+				}
+			})
+		}
+		time.Sleep(500 * time.Millisecond)
+		killTimeout := time.Duration(0)
+		if err := nodes[0].c.Stop(ctx, &killTimeout); err != nil { // SIGKILL: no goodbye
+			t.Fatal(err)
+		}
+		killedAt := time.Now()
+		waitFor(t, 60*time.Second, "the replica to take over", func() bool {
+			return strings.Contains(nodes[3].rdb.Info(ctx, "replication").Val(), "role:master")
+		})
+		tookOver := time.Since(killedAt)
+		time.Sleep(500 * time.Millisecond)
+		close(stop)
+		wg.Wait()
+
+		// Drive every key to its limit through the new primary, then every
+		// key refuses: the limiters go on. The excess is what the failover
+		// lost: admissions the dead primary had not replicated.
+		excess, keysOver, total := 0, 0, 0
+		for i := range keys {
+			for {
+				r, err := cc.Do(ctx, "GCRA.THROTTLE", name(i), limit-1, 1, slow).Int64Slice()
+				if err != nil {
+					cc.ReloadState(ctx)
+					time.Sleep(20 * time.Millisecond)
+					continue
+				}
+				if r[0] == 1 {
+					break
+				}
+				admitted[i]++
+			}
+			if admitted[i] > 2*limit {
+				t.Fatalf("key %d admitted %d, more than twice its limit", i, admitted[i])
+			}
+			total += admitted[i]
+			if admitted[i] > limit {
+				excess += admitted[i] - limit
+				keysOver++
+			}
+		}
+		var errs []string
+		errSample.Range(func(k, _ any) bool { errs = append(errs, k.(string)); return true })
+		t.Logf("%s: the replica took over %v after the kill; the failover allowed %d admissions above the limit (on %d of %d keys, %d admissions in all; limit %d); errors seen: %q",
+			f.name, tookOver.Round(time.Millisecond), excess, keysOver, keys, total, limit, errs)
+	})
+}
