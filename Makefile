@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz clean
+.PHONY: help build run test unit integration lint images deps fuzz soak clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -49,6 +49,9 @@ integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containe
 
 images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
+
+soak: build ## ten million calls per server, RSS and the Go runtime's share sampled (not part of make test)
+	SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' ./integration/ | grep -E 'soak_test|^(---|ok|FAIL)'
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@for p in $$($(GO) list ./... | grep -v /integration); do \

@@ -6,6 +6,7 @@ import "C"
 import (
 	"fmt"
 	"runtime"
+	"runtime/metrics"
 )
 
 // rlExecute runs one command for the C side: parse, read the key (through
@@ -33,4 +34,19 @@ func rlExecute(c *C.rl_call) {
 func rlInit() C.int {
 	runtime.GOMAXPROCS(min(runtime.NumCPU(), 2))
 	return C.int(runtime.GOMAXPROCS(0))
+}
+
+// rlGoMemory reports the bytes the Go runtime has mapped from the operating
+// system (heap, stacks, metadata), for INFO ratelimit. It does not stop the
+// world.
+//
+//export rlGoMemory
+func rlGoMemory() C.longlong {
+	defer func() { _ = recover() }()
+	s := []metrics.Sample{{Name: "/memory/classes/total:bytes"}}
+	metrics.Read(s)
+	if s[0].Value.Kind() != metrics.KindUint64 {
+		return -1
+	}
+	return C.longlong(s[0].Value.Uint64())
 }

@@ -174,6 +174,7 @@ typedef struct {
     X(1, int, InfoBeginDictField, (RedisModuleInfoCtx * ctx, const char *name))                        \
     X(1, int, InfoEndDictField, (RedisModuleInfoCtx * ctx))                                            \
     X(1, int, InfoAddFieldCString, (RedisModuleInfoCtx * ctx, const char *field, const char *value))   \
+    X(1, int, InfoAddFieldLongLong, (RedisModuleInfoCtx * ctx, const char *field, long long value))    \
     X(1, int, InfoAddFieldULongLong,                                                                   \
       (RedisModuleInfoCtx * ctx, const char *field, unsigned long long value))                         \
     X(0, int, GetServerVersion, (void))                                                                \

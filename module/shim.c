@@ -437,11 +437,11 @@ static const char *rl_clock_name(void) {
 }
 
 static void rl_info(RedisModuleInfoCtx *ictx, int for_crash_report) {
-    (void)for_crash_report;
     if (RM_InfoAddSection(ictx, "") != REDISMODULE_OK) return;
     RM_InfoAddFieldCString(ictx, "clock", rl_clock_name());
     RM_InfoAddFieldCString(ictx, "cl_throttle_alias", rl_alias_on ? "on" : "off");
     RM_InfoAddFieldCString(ictx, "acl_category", rl_category_on ? RL_ACL_CATEGORY : "none");
+    if (!for_crash_report) RM_InfoAddFieldLongLong(ictx, "go_runtime_bytes", rlGoMemory());
     for (int i = 0; i < RL_NCOMMANDS; i++) {
         if (!rl_registered[i]) continue;
         RM_InfoBeginDictField(ictx, rl_commands[i].info_name);
