@@ -350,15 +350,30 @@ func FuzzCommand(f *testing.F) {
 		peek := op == opGCRAPeek || op == opTBPeek || op == opLBPeek || op == opSWPeek || op == opFWPeek || op == opSLPeek
 		switch o.action {
 		case actSet:
-			state, err := strconv.ParseInt(string(o.value[:o.valueLen]), 10, 64)
-			if err != nil || state <= now {
-				t.Fatalf("wrote %q at now %d", o.value[:o.valueLen], now)
+			v := string(o.value[:o.valueLen])
+			if o.expireMs*1e6 <= now {
+				t.Fatalf("wrote %q expiring at %d ms, not after now %d", v, o.expireMs, now)
 			}
-			if o.expireMs*1e6 < state || o.expireMs*1e6-state >= 1e6 {
-				t.Fatalf("expiry %d ms for state %d", o.expireMs, state)
+			switch op {
+			case opSWHit:
+				if c, ok := parseCounts(v); !ok || c.Current < 1 {
+					t.Fatalf("wrote counts %q", v)
+				}
+			case opFWHit:
+				if n, ok := parseInstant(v); !ok || n < 1 {
+					t.Fatalf("wrote count %q", v)
+				}
+			default: // an instant, expiring at itself rounded up to the ms
+				state, ok := parseInstant(v)
+				if !ok || state <= now || o.expireMs*1e6 < state || o.expireMs*1e6-state >= 1e6 {
+					t.Fatalf("wrote %q expiring at %d ms at now %d", v, o.expireMs, now)
+				}
 			}
 			fallthrough
-		case actReply, actDel:
+		case actReply, actDel, actZLog:
+			if o.action == actZLog && (op != opSLHit || o.zAdd < 1 || o.zScore*1000 > now || o.expireMs*1e6 <= now || o.zCutoff >= o.zScore) {
+				t.Fatalf("sliding log write %+v at now %d", o, now)
+			}
 			r := o.reply
 			if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 				t.Fatalf("reply %v", r)
