@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak clean
+.PHONY: help build run test unit integration lint images deps fuzz soak bench redis-server clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -21,11 +21,15 @@ help: ## list the targets
 build: ## build build/ratelimit.so
 	./build.sh
 
-run: build ## build, then serve the module on 127.0.0.1:$(PORT) in the foreground
-	@command -v redis-server >/dev/null || { \
-	  echo "run: installing Debian's redis-server"; \
+# Debian's redis-server (with redis-benchmark), installed when missing; the
+# service it ships is not started (RUNLEVEL=1).
+redis-server:
+	@command -v redis-server >/dev/null && command -v redis-benchmark >/dev/null || { \
+	  echo "installing Debian's redis-server"; \
 	  $(SUDO) apt-get update -qq && \
-	  $(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq redis-server >/dev/null; }
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq redis-server redis-tools >/dev/null; }
+
+run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in the foreground
 	@echo "serving ratelimit on 127.0.0.1:$(PORT); in another terminal try:"
 	@echo "  redis-cli -p $(PORT) GCRA.THROTTLE user123 15 30 60"
 	redis-server --bind 127.0.0.1 --port $(PORT) --save '' --appendonly no \
@@ -49,6 +53,9 @@ integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containe
 
 images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
+
+bench: build redis-server ## measure every command beside INCR, SET and Lua; writes BENCHMARKS.md and bench/chart.svg
+	$(GO) run ./bench
 
 soak: build ## ten million calls per server, RSS and the Go runtime's share sampled (not part of make test)
 	SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' ./integration/ | grep -E 'soak_test|^(---|ok|FAIL)'

@@ -395,14 +395,25 @@ func FuzzCommand(f *testing.F) {
 	})
 }
 
-// The handler logic allocates nothing per command.
-func BenchmarkGCRACommand(b *testing.B) {
-	args := []string{"gcra.throttle", "user123", "15", "30", "60", "1"}
-	k := &fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000010000000000"}}
-	b.ReportAllocs()
-	for b.Loop() {
-		var o outcome
-		execute(opGCRAThrottle, args, k, &o)
+var opNames = [opCount]string{
+	opGCRAThrottle: "gcra.throttle", opGCRAPeek: "gcra.peek", opTBTake: "tb.take", opTBPeek: "tb.peek",
+	opLBEnqueue: "lb.enqueue", opLBPeek: "lb.peek", opSWHit: "sw.hit", opSWPeek: "sw.peek",
+	opFWHit: "fw.hit", opFWPeek: "fw.peek", opSLHit: "sl.hit", opSLPeek: "sl.peek",
+}
+
+// BenchmarkCommands runs the Go side of each command — parse, compute,
+// decide — on a live key, without the server. make bench reports it.
+func BenchmarkCommands(b *testing.B) {
+	for op := range opCount {
+		b.Run(opNames[op], func(b *testing.B) {
+			args, st, log := validCall(op)
+			k := &fakeKey{st: st, entries: log}
+			b.ReportAllocs()
+			for b.Loop() {
+				var o outcome
+				execute(op, args, k, &o)
+			}
+		})
 	}
 }
 

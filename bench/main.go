@@ -1,0 +1,271 @@
+// Command bench measures the module beside native commands (INCR, SET) and
+// beside Lua scripts doing the same job (bench/lua, run with EVALSHA: what
+// users run without the module), in one server and one run, and writes
+// BENCHMARKS.md and bench/chart.svg. `make bench` runs it.
+//
+// For every command, in alternating rounds (the order rotates each round,
+// the median is reported): redis-benchmark throughput at -P 1 and -P 16 with
+// 50 clients on random keys, and the server's own µs per call from INFO
+// commandstats. Then bytes per key (MEMORY USAGE) beside an integer SET with
+// the same TTL, and the Go side's allocations per command (go test -bench).
+package main
+
+import (
+	"bufio"
+	"context"
+	"embed"
+	"flag"
+	"fmt"
+	"log"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+//go:embed lua/*.lua
+var scripts embed.FS
+
+// workload is one command as redis-benchmark sends it.
+type workload struct {
+	name  string // row label
+	kind  string // "native", "module" or "lua"
+	algo  string // pairs a module command with its Lua script
+	stat  string // its INFO commandstats name
+	args  []string
+	lua   string // script file, for kind "lua"
+	p1    []float64
+	p16   []float64
+	usec  []float64
+	bytes int64
+}
+
+func (w *workload) median(xs []float64) float64 {
+	s := slices.Clone(xs)
+	slices.Sort(s)
+	if len(s) == 0 {
+		return 0
+	}
+	return s[len(s)/2]
+}
+
+func main() {
+	rounds := flag.Int("rounds", 3, "alternating rounds (the median is reported)")
+	n16 := flag.Int("n", 300000, "requests per -P 16 run")
+	n1 := flag.Int("n1", 100000, "requests per -P 1 run")
+	module := flag.String("module", "build/ratelimit.so", "the module")
+	out := flag.String("out", "BENCHMARKS.md", "the report")
+	chart := flag.String("chart", "bench/chart.svg", "the chart")
+	flag.Parse()
+	log.SetFlags(0)
+
+	for _, bin := range []string{"redis-server", "redis-benchmark"} {
+		if _, err := exec.LookPath(bin); err != nil {
+			log.Fatalf("bench: %s not found (make bench installs Debian's redis-server)", bin)
+		}
+	}
+	so, err := filepath.Abs(*module)
+	if err != nil {
+		log.Fatal(err)
+	}
+	port := freePort()
+	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
+		"--save", "", "--appendonly", "no", "--loadmodule", so)
+	srv.Stdout, srv.Stderr = nil, nil
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer srv.Process.Kill()
+	ctx := context.Background()
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2})
+	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
+		if i > 100 {
+			log.Fatal("bench: the server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	version := strings.Fields(rdb.Info(ctx, "server").Val())
+	serverVersion := ""
+	for _, f := range version {
+		if v, ok := strings.CutPrefix(f, "redis_version:"); ok {
+			serverVersion = v
+		}
+	}
+
+	works := workloads()
+	for _, w := range works {
+		if w.kind != "lua" {
+			continue
+		}
+		src, err := scripts.ReadFile("lua/" + w.lua)
+		if err != nil {
+			log.Fatal(err)
+		}
+		sha, err := rdb.ScriptLoad(ctx, string(src)).Result()
+		if err != nil {
+			log.Fatalf("bench: %s: %v", w.lua, err)
+		}
+		w.args = append([]string{"EVALSHA", sha, "1"}, w.args...)
+	}
+
+	for r := range *rounds {
+		order := append(slices.Clone(works[r%len(works):]), works[:r%len(works)]...)
+		for _, w := range order {
+			for _, p := range []int{16, 1} {
+				rdb.FlushAll(ctx)
+				rdb.ConfigResetStat(ctx)
+				n := *n16
+				if p == 1 {
+					n = *n1
+				}
+				rps := benchmark(port, p, n, w.args)
+				if p == 16 {
+					w.p16 = append(w.p16, rps)
+					w.usec = append(w.usec, usecPerCall(ctx, rdb, w.stat))
+				} else {
+					w.p1 = append(w.p1, rps)
+				}
+			}
+			log.Printf("round %d %-28s %8.0f ops/s at -P 16, %6.0f at -P 1, %.2f µs/call", r+1, w.name,
+				w.p16[len(w.p16)-1], w.p1[len(w.p1)-1], w.usec[len(w.usec)-1])
+		}
+	}
+
+	rdb.FlushAll(ctx)
+	baseline := memory(ctx, rdb, works)
+	allocs := goAllocs()
+	cpu, cores := machine()
+	report(*out, *chart, works, baseline, allocs, serverVersion, cpu, cores, *rounds, *n16, *n1)
+	log.Printf("bench: wrote %s and %s", *out, *chart)
+}
+
+func workloads() []*workload {
+	k := func(tag string) string { return "b:" + tag + ":__rand_int__" }
+	return []*workload{
+		{name: "INCR", kind: "native", stat: "incr", args: []string{"INCR", k("incr")}},
+		{name: "SET (integer, PX)", kind: "native", stat: "set", args: []string{"SET", k("set"), "1795000000000000000", "PX", "60000"}},
+		{name: "GCRA.THROTTLE", kind: "module", algo: "gcra", stat: "gcra.throttle", args: []string{"GCRA.THROTTLE", k("gcra"), "15", "30", "60"}},
+		{name: "TB.TAKE", kind: "module", algo: "tb", stat: "tb.take", args: []string{"TB.TAKE", k("tb"), "16", "30", "60"}},
+		{name: "LB.ENQUEUE", kind: "module", algo: "lb", stat: "lb.enqueue", args: []string{"LB.ENQUEUE", k("lb"), "15", "30", "60"}},
+		{name: "SW.HIT", kind: "module", algo: "sw", stat: "sw.hit", args: []string{"SW.HIT", k("sw"), "16", "60"}},
+		{name: "FW.HIT", kind: "module", algo: "fw", stat: "fw.hit", args: []string{"FW.HIT", k("fw"), "16", "60"}},
+		{name: "SL.HIT", kind: "module", algo: "sl", stat: "sl.hit", args: []string{"SL.HIT", k("sl"), "16", "60"}},
+		{name: "Lua GCRA", kind: "lua", algo: "gcra", stat: "evalsha", lua: "gcra.lua", args: []string{k("lgcra"), "15", "30", "60"}},
+		{name: "Lua token bucket", kind: "lua", algo: "tb", stat: "evalsha", lua: "tb.lua", args: []string{k("ltb"), "16", "30", "60"}},
+		{name: "Lua shaper", kind: "lua", algo: "lb", stat: "evalsha", lua: "lb.lua", args: []string{k("llb"), "15", "30", "60"}},
+		{name: "Lua sliding window", kind: "lua", algo: "sw", stat: "evalsha", lua: "sw.lua", args: []string{k("lsw"), "16", "60"}},
+		{name: "Lua fixed window", kind: "lua", algo: "fw", stat: "evalsha", lua: "fw.lua", args: []string{k("lfw"), "16", "60"}},
+		{name: "Lua sliding log", kind: "lua", algo: "sl", stat: "evalsha", lua: "sl.lua", args: []string{k("lsl"), "16", "60"}},
+	}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
+
+// benchmark runs redis-benchmark and returns its requests per second.
+func benchmark(port, pipeline, n int, args []string) float64 {
+	cmd := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-c", "50", "-P", strconv.Itoa(pipeline),
+		"-n", strconv.Itoa(n), "-r", "100000", "-q"}, args...)
+	out, err := exec.Command("redis-benchmark", cmd...).CombinedOutput()
+	if err != nil {
+		log.Fatalf("bench: redis-benchmark %v: %v\n%s", cmd, err, out)
+	}
+	m := rpsRE.FindAllSubmatch(out, -1)
+	if len(m) == 0 {
+		log.Fatalf("bench: no result from redis-benchmark %v:\n%s", cmd, out)
+	}
+	v, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+	return v
+}
+
+// usecPerCall reads one command's µs per call from INFO commandstats.
+func usecPerCall(ctx context.Context, rdb *redis.Client, stat string) float64 {
+	info := rdb.Info(ctx, "commandstats").Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		if rest, ok := strings.CutPrefix(line, "cmdstat_"+stat+":"); ok {
+			for _, f := range strings.Split(rest, ",") {
+				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+					x, _ := strconv.ParseFloat(v, 64)
+					return x
+				}
+			}
+		}
+	}
+	log.Fatalf("bench: no commandstats for %s", stat)
+	return 0
+}
+
+// memory measures MEMORY USAGE of one key per algorithm, after one call,
+// and of an integer SET with a TTL under a name of the same length.
+func memory(ctx context.Context, rdb *redis.Client, works []*workload) int64 {
+	name := func(tag string) string { return "b:mem:" + tag + ":0000001" }
+	rdb.Set(ctx, name("int"), 1795000000, time.Minute)
+	base := rdb.MemoryUsage(ctx, name("int")).Val()
+	for _, w := range works {
+		if w.kind == "native" {
+			continue
+		}
+		k := name(w.kind[:1] + w.algo) // same length for every algorithm
+		args := make([]any, len(w.args))
+		for i, a := range w.args {
+			args[i] = a
+			if strings.Contains(a, "__rand_int__") {
+				args[i] = k
+			}
+		}
+		if err := rdb.Do(ctx, args...).Err(); err != nil {
+			log.Fatalf("bench: %s: %v", w.name, err)
+		}
+		w.bytes = rdb.MemoryUsage(ctx, k).Val()
+	}
+	return base
+}
+
+var allocRE = regexp.MustCompile(`BenchmarkCommands/(\S+?)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
+
+// goAllocs runs the Go benchmark of the handler logic and returns ns/op and
+// allocs/op per command.
+func goAllocs() map[string][2]float64 {
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkCommands$", "-benchmem", "./module/").CombinedOutput()
+	if err != nil {
+		log.Fatalf("bench: go test -bench: %v\n%s", err, out)
+	}
+	res := map[string][2]float64{}
+	for _, m := range allocRE.FindAllSubmatch(out, -1) {
+		ns, _ := strconv.ParseFloat(string(m[2]), 64)
+		a, _ := strconv.ParseFloat(string(m[3]), 64)
+		res[string(m[1])] = [2]float64{ns, a}
+	}
+	return res
+}
+
+func machine() (string, int) {
+	f, err := os.Open("/proc/cpuinfo")
+	if err != nil {
+		return runtime.GOARCH, runtime.NumCPU()
+	}
+	defer f.Close()
+	sc := bufio.NewScanner(f)
+	for sc.Scan() {
+		if v, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":")), runtime.NumCPU()
+		}
+	}
+	return runtime.GOARCH, runtime.NumCPU()
+}

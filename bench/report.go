@@ -1,0 +1,145 @@
+package main
+
+import (
+	"fmt"
+	"log"
+	"os"
+	"runtime"
+	"strings"
+)
+
+// target is one of the performance targets and whether the run met it.
+type target struct {
+	what, figure string
+	met          bool
+}
+
+func report(out, chart string, works []*workload, baseline int64, allocs map[string][2]float64,
+	serverVersion, cpu string, cores, rounds, n16, n1 int) {
+	byName := map[string]*workload{}
+	lua := map[string]*workload{}
+	for _, w := range works {
+		byName[w.name] = w
+		if w.kind == "lua" {
+			lua[w.algo] = w
+		}
+	}
+	incr := byName["INCR"]
+	incrUs, incrP16 := incr.median(incr.usec), incr.median(incr.p16)
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks\n\n")
+	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench`): one redis-server %s with the module on loopback, every\n", serverVersion)
+	fmt.Fprintf(&b, "command measured in %d alternating rounds (the order rotates each round; medians below). Each run starts\n", rounds)
+	fmt.Fprintf(&b, "from an empty keyspace and sends random keys among 100,000 (`-r 100000`), so about half the calls create\n")
+	fmt.Fprintf(&b, "a key and most are admitted (they write): `redis-benchmark -c 50 -P 16 -n %d` and `-P 1 -n %d`; µs per\n", n16, n1)
+	fmt.Fprintf(&b, "call is the server's own `usec_per_call` from `INFO commandstats` over the -P 16 run. The Lua rows are\n")
+	fmt.Fprintf(&b, "`bench/lua/*.lua` run with EVALSHA: the same algorithm without the module.\n\n")
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %s/%s, %s. Shared and noisy: compare figures within one run only.\n\n",
+		cpu, cores, runtime.GOOS, runtime.GOARCH, runtime.Version())
+
+	fmt.Fprintf(&b, "![µs per call](bench/chart.svg)\n\n")
+	fmt.Fprintf(&b, "| command | µs/call | × INCR | ops/s -P 1 | ops/s -P 16 | × INCR at -P 16 | Lua µs/call | faster than Lua |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
+	for _, w := range works {
+		if w.kind == "lua" {
+			continue
+		}
+		us := w.median(w.usec)
+		luaCol, speed := "", ""
+		if l := lua[w.algo]; l != nil && w.kind == "module" {
+			lus := l.median(l.usec)
+			luaCol, speed = fmt.Sprintf("%.2f", lus), fmt.Sprintf("%.1f×", lus/us)
+		}
+		fmt.Fprintf(&b, "| %s | %.2f | %.2f | %.0f | %.0f | %.2f | %s | %s |\n", w.name, us, us/incrUs,
+			w.median(w.p1), w.median(w.p16), w.median(w.p16)/incrP16, luaCol, speed)
+	}
+	fmt.Fprintf(&b, "\nThe Lua scripts alone:\n\n| script | µs/call | ops/s -P 1 | ops/s -P 16 |\n|---|---|---|---|\n")
+	for _, w := range works {
+		if w.kind == "lua" {
+			fmt.Fprintf(&b, "| %s | %.2f | %.0f | %.0f |\n", w.name, w.median(w.usec), w.median(w.p1), w.median(w.p16))
+		}
+	}
+
+	fmt.Fprintf(&b, "\n## Bytes per key\n\n`MEMORY USAGE` after one call, key names of one length; an integer `SET` with a TTL: **%d** bytes.\n\n", baseline)
+	fmt.Fprintf(&b, "| algorithm | module | Lua script |\n|---|---|---|\n")
+	for _, w := range works {
+		if w.kind == "module" {
+			fmt.Fprintf(&b, "| %s | %d | %d |\n", w.name, w.bytes, lua[w.algo].bytes)
+		}
+	}
+
+	fmt.Fprintf(&b, "\n## The Go side\n\n`go test -run '^$' -bench BenchmarkCommands -benchmem ./module/`: parsing, the algorithm and the decision,\nwithout the server.\n\n")
+	fmt.Fprintf(&b, "| command | ns/op | allocs/op |\n|---|---|---|\n")
+	maxAllocs := 0.0
+	for _, w := range works {
+		if a, ok := allocs[strings.ToLower(w.name)]; ok {
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f |\n", w.name, a[0], a[1])
+			maxAllocs = max(maxAllocs, a[1])
+		}
+	}
+
+	g := byName["GCRA.THROTTLE"]
+	gUs := g.median(g.usec)
+	slowest := 1e9
+	slowestName := ""
+	for _, w := range works {
+		if w.kind == "module" {
+			l := lua[w.algo]
+			if r := l.median(l.usec) / w.median(w.usec); r < slowest {
+				slowest, slowestName = r, w.name
+			}
+		}
+	}
+	gcraBytes := g.bytes
+	targets := []target{
+		{"GCRA.THROTTLE costs at most 3× INCR's µs per call", fmt.Sprintf("%.2f×", gUs/incrUs), gUs <= 3*incrUs},
+		{"at -P 16, GCRA.THROTTLE reaches at least 0.6× INCR's throughput", fmt.Sprintf("%.2f×", g.median(g.p16)/incrP16), g.median(g.p16) >= 0.6*incrP16},
+		{"every algorithm is at least 2× faster than its Lua equivalent", fmt.Sprintf("slowest: %s %.1f×", slowestName, slowest), slowest >= 2},
+		{"a GCRA key costs no more memory than an integer SET with the same TTL", fmt.Sprintf("%d vs %d bytes", gcraBytes, baseline), gcraBytes <= baseline},
+		{"the Go side allocates nothing per command", fmt.Sprintf("%.0f allocs/op at most", maxAllocs), maxAllocs == 0 && len(allocs) > 0},
+	}
+	fmt.Fprintf(&b, "\n## Targets\n\n| target | this run | met |\n|---|---|---|\n")
+	for _, t := range targets {
+		mark := "yes"
+		if !t.met {
+			mark = "**no**"
+		}
+		fmt.Fprintf(&b, "| %s | %s | %s |\n", t.what, t.figure, mark)
+	}
+	if notes, err := os.ReadFile("bench/NOTES.md"); err == nil {
+		fmt.Fprintf(&b, "\n%s", notes)
+	}
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(chart, svg(works), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
+
+// svg draws µs per call as horizontal bars: native grey, module blue, Lua
+// orange.
+func svg(works []*workload) []byte {
+	const rowH, left, width = 22, 170, 420
+	maxUs := 0.0
+	for _, w := range works {
+		maxUs = max(maxUs, w.median(w.usec))
+	}
+	h := len(works)*rowH + 50
+	var b strings.Builder
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+70, h)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="%d" y="18" font-weight="bold">µs per call on the server (INFO commandstats), median</text>`+"\n", left)
+	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "lua": "#e08a2c"}
+	for i, w := range works {
+		y := 30 + i*rowH
+		us := w.median(w.usec)
+		bw := int(float64(width) * us / maxUs)
+		fmt.Fprintf(&b, `<text x="%d" y="%d" text-anchor="end">%s</text>`+"\n", left-8, y+14, w.name)
+		fmt.Fprintf(&b, `<rect x="%d" y="%d" width="%d" height="%d" fill="%s"/>`+"\n", left, y+3, max(bw, 1), rowH-6, colors[w.kind])
+		fmt.Fprintf(&b, `<text x="%d" y="%d">%.2f</text>`+"\n", left+bw+5, y+14, us)
+	}
+	fmt.Fprintf(&b, "</svg>\n")
+	return []byte(b.String())
+}
