@@ -216,19 +216,22 @@ func TestBadArgumentsEveryCommand(t *testing.T) {
 	})
 }
 
+// otherTypes creates a key of each type other than a string.
+func otherTypes(c *redis.Client) map[string]func(k string) error {
+	return map[string]func(k string) error{
+		"list":   func(k string) error { return c.RPush(ctx, k, "a").Err() },
+		"hash":   func(k string) error { return c.HSet(ctx, k, "f", "1").Err() },
+		"set":    func(k string) error { return c.SAdd(ctx, k, "a").Err() },
+		"zset":   func(k string) error { return c.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a"}).Err() },
+		"stream": func(k string) error { return c.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []any{"f", "v"}}).Err() },
+	}
+}
+
 // Keys of other types are WRONGTYPE; strings that are not the algorithm's
 // state are an ERR. Neither is overwritten, and the server stays up.
 func TestForeignKeys(t *testing.T) {
 	eachLimiter(t, func(t *testing.T, s *server, l limiter) {
-		setups := map[string]func(k string) error{
-			"list": func(k string) error { return s.rdb.RPush(ctx, k, "a").Err() },
-			"hash": func(k string) error { return s.rdb.HSet(ctx, k, "f", "1").Err() },
-			"set":  func(k string) error { return s.rdb.SAdd(ctx, k, "a").Err() },
-			"zset": func(k string) error { return s.rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a"}).Err() },
-			"stream": func(k string) error {
-				return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []any{"f", "v"}}).Err()
-			},
-		}
+		setups := otherTypes(s.rdb)
 		if l.zset {
 			setups["string"] = func(k string) error { return s.rdb.Set(ctx, k, "12", 0).Err() }
 			delete(setups, "zset")

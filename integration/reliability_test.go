@@ -108,17 +108,9 @@ func TestHostileInput(t *testing.T) {
 		t.Logf("seed %d", seed)
 		rng := rand.New(rand.NewPCG(seed, 9))
 		prefix := key(t, "") // one hash slot, one test
-		foreign := map[string]func(k string) error{
-			"list": func(k string) error { return s.rdb.RPush(ctx, k, "a").Err() },
-			"hash": func(k string) error { return s.rdb.HSet(ctx, k, "f", "1").Err() },
-			"set":  func(k string) error { return s.rdb.SAdd(ctx, k, "a").Err() },
-			"zset": func(k string) error { return s.rdb.ZAdd(ctx, k, redis.Z{Score: 1, Member: "a"}).Err() },
-			"stream": func(k string) error {
-				return s.rdb.XAdd(ctx, &redis.XAddArgs{Stream: k, Values: []any{"f", "v"}}).Err()
-			},
-			"garbage": func(k string) error { return s.rdb.Set(ctx, k, "not a limiter", 0).Err() },
-			"digits":  func(k string) error { return s.rdb.Set(ctx, k, "12", 0).Err() },
-		}
+		foreign := otherTypes(s.rdb)
+		foreign["garbage"] = func(k string) error { return s.rdb.Set(ctx, k, "not a limiter", 0).Err() }
+		foreign["digits"] = func(k string) error { return s.rdb.Set(ctx, k, "12", 0).Err() }
 		var pool []string
 		for typ, setup := range foreign {
 			k := prefix + "foreign:" + typ
