@@ -75,8 +75,38 @@ func (s *syntax) parse(args []string, p *params, o *outcome) bool {
 // digits. Spaces, decimals, exponents, hex, underscores, empty strings and
 // out-of-range values are refused.
 func parseInt(s string) (int64, bool) {
-	v, err := strconv.ParseInt(s, 10, 64)
-	return v, err == nil
+	neg := false
+	if len(s) > 0 && (s[0] == '+' || s[0] == '-') {
+		neg = s[0] == '-'
+		s = s[1:]
+	}
+	if len(s) == 0 {
+		return 0, false
+	}
+	for len(s) > 1 && s[0] == '0' {
+		s = s[1:] // leading zeros, as strconv accepts them
+	}
+	if len(s) > 19 {
+		return 0, false
+	}
+	var u uint64
+	for i := 0; i < len(s); i++ {
+		d := s[i] - '0'
+		if d > 9 {
+			return 0, false
+		}
+		u = u*10 + uint64(d) // 19 digits fit a uint64
+	}
+	if neg {
+		if u > 1<<63 {
+			return 0, false
+		}
+		return int64(-u), true
+	}
+	if u > 1<<63-1 {
+		return 0, false
+	}
+	return int64(u), true
 }
 
 // isOption reports whether s is an option keyword (MS, any case).

@@ -1,7 +1,5 @@
 package main
 
-import "strconv"
-
 // GCRA, the token bucket and the shaper keep their whole state in one
 // instant: when the limiter is full (or the queue empty) again, in
 // nanoseconds since the Unix epoch. It is stored as a decimal string — the
@@ -53,6 +51,5 @@ func parseInstant(s string) (int64, bool) {
 	if s == "" || s[0] < '0' || s[0] > '9' {
 		return 0, false
 	}
-	v, err := strconv.ParseInt(s, 10, 64)
-	return v, err == nil
+	return parseInt(s)
 }

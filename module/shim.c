@@ -171,6 +171,7 @@ static rl_counters rl_stats[RL_NCOMMANDS];
 static int rl_registered[RL_NCOMMANDS];
 static int rl_alias_on = 1;
 static int rl_category_on = 0;
+static RedisModuleString *rl_pxat; /* "PXAT", made once: replicating it then allocates nothing */
 
 /* ---- Running a command ---- */
 
@@ -342,7 +343,7 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
         memcpy(p, c->set_val, len);
         RM_SetAbsExpire(key, c->expire_ms);
         RM_SignalModifiedKey(ctx, name);
-        RM_Replicate(ctx, "SET", "sbcl", name, c->set_val, c->set_len, "PXAT", c->expire_ms);
+        RM_Replicate(ctx, "SET", "sbsl", name, c->set_val, c->set_len, rl_pxat, c->expire_ms);
         break;
     }
     case RL_ACT_DEL:
@@ -521,6 +522,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
         return REDISMODULE_ERR;
     }
     RM_SetModuleAttribs(ctx, RL_MODULE_NAME, RL_MODULE_VERSION, REDISMODULE_APIVER_1);
+    if (rl_pxat == NULL) rl_pxat = RM_CreateString(NULL, "PXAT", 4); /* kept for the process's life */
     if (rl_parse_module_args(ctx, argv, argc) != REDISMODULE_OK) return REDISMODULE_ERR;
 
     /* A key opened for writing is signalled as modified only when written,
