@@ -94,10 +94,11 @@ func TestWindowsBoundaryBurst(t *testing.T) {
 		if after["SL.HIT"] != 0 {
 			t.Errorf("sliding log: %d admitted after the boundary, want 0", after["SL.HIT"])
 		}
-		// 50 ms (up to ~150 ms on a slow run) into the window the previous
-		// 20 weigh ⌊20 × 0.85..0.95⌋ = 17..19: 1 to 3 more.
-		if n := after["SW.HIT"]; n < 1 || n > 3 {
-			t.Errorf("sliding window counter: %d admitted after the boundary, want 1 to 3", n)
+		// 50 ms (up to ~250 ms on a loaded machine) into the window the
+		// previous 20 weigh ⌊20 × 0.75..0.95⌋ = 15..19: 1 to 5 more, where
+		// the fixed window admits all 20.
+		if n := after["SW.HIT"]; n < 1 || n > 5 {
+			t.Errorf("sliding window counter: %d admitted after the boundary, want 1 to 5", n)
 		}
 		t.Logf("%s: admitted across the boundary: fixed %d, sliding counter %d, sliding log %d (limit %d per 1 s)",
 			s.name, before["FW.HIT"]+after["FW.HIT"], before["SW.HIT"]+after["SW.HIT"], before["SL.HIT"]+after["SL.HIT"], limit)
