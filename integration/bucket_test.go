@@ -2,7 +2,6 @@ package integration
 
 import (
 	"fmt"
-	"strconv"
 	"testing"
 )
 
@@ -39,11 +38,7 @@ func TestBucketsFreshKey(t *testing.T) {
 					t.Fatalf("%s %v: key exists=%d, want written=%v", cmd, c.args, exists, writes)
 				}
 				if writes {
-					sn := snap(t, s.rdb, k)
-					state, err := strconv.ParseInt(sn.Value, 10, 64)
-					if err != nil || sn.Expire != (state+999_999)/1_000_000 {
-						t.Fatalf("%s: state %q expires at %d, want ceil(state/1e6)", cmd, sn.Value, sn.Expire)
-					}
+					assertExpiresAtState(t, s.rdb, k)
 				}
 			}
 		}

@@ -70,14 +70,7 @@ func TestGCRASequence(t *testing.T) {
 
 		// The key expires when the limiter is full again: at TAT, rounded
 		// up to the millisecond, absolute.
-		sn := snap(t, s.rdb, k)
-		tat, err := strconv.ParseInt(sn.Value, 10, 64)
-		if err != nil {
-			t.Fatalf("state %q is not a decimal TAT", sn.Value)
-		}
-		if want := (tat + 999_999) / 1_000_000; sn.Expire != want {
-			t.Fatalf("PEXPIRETIME %d, want ceil(TAT/1e6) = %d", sn.Expire, want)
-		}
+		assertExpiresAtState(t, s.rdb, k)
 
 		// A refill: after 1.1 s one more is admitted.
 		time.Sleep(1100 * time.Millisecond)

@@ -107,6 +107,17 @@ func snap(t *testing.T, c *redis.Client, key string) snapshot {
 	return s
 }
 
+// assertExpiresAtState checks a key holding an instant (GCRA, token bucket,
+// shaper): it expires at that instant, absolute, rounded up to the ms.
+func assertExpiresAtState(t *testing.T, c *redis.Client, key string) {
+	t.Helper()
+	sn := snap(t, c, key)
+	state, err := strconv.ParseInt(sn.Value, 10, 64)
+	if err != nil || sn.Expire != (state+999_999)/1_000_000 {
+		t.Fatalf("%s: state %q expires at %d, want ceil(state/1e6)", key, sn.Value, sn.Expire)
+	}
+}
+
 // snapAll reads every key matching pattern.
 func snapAll(t *testing.T, c *redis.Client, pattern string) map[string]snapshot {
 	t.Helper()

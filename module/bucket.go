@@ -31,7 +31,7 @@ var lbSyntax = syntax{
 func runTokenBucket(p *params, r reader, o *outcome, peek bool) {
 	b, err := bucket.NewTokenBucket(p.v[0], p.v[1], p.v[2])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	st, full, ok := loadInstant(r, o, errNotBucketState)
@@ -40,7 +40,7 @@ func runTokenBucket(p *params, r reader, o *outcome, peek bool) {
 	}
 	d, err := b.Take(full, st.now, p.v[3])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
@@ -52,7 +52,7 @@ func runTokenBucket(p *params, r reader, o *outcome, peek bool) {
 func runShaper(p *params, r reader, o *outcome, peek bool) {
 	q, err := bucket.NewShaper(p.v[0], p.v[1], p.v[2])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	st, empty, ok := loadInstant(r, o, errNotShaperState)
@@ -61,7 +61,7 @@ func runShaper(p *params, r reader, o *outcome, peek bool) {
 	}
 	d, err := q.Enqueue(empty, st.now, p.v[3])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.Delay, p.ms)

@@ -84,6 +84,10 @@ func (o *outcome) fail(msg string) {
 	o.err = msg
 }
 
+// failErr replies an error from an algorithm package, which names the
+// arguments at fault.
+func (o *outcome) failErr(err error) { o.fail("ERR " + err.Error()) }
+
 // setReply fills the five integers. Times are whole seconds rounded as
 // redis-cell rounds them, or milliseconds rounded up with MS; a negative
 // time is the sentinel -1.

@@ -20,7 +20,7 @@ var gcraSyntax = syntax{
 func runGCRA(p *params, r reader, o *outcome, peek bool) {
 	l, err := gcra.New(p.v[0], p.v[1], p.v[2])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	st, tat, ok := loadInstant(r, o, errNotGCRAState)
@@ -29,7 +29,7 @@ func runGCRA(p *params, r reader, o *outcome, peek bool) {
 	}
 	d, err := l.Throttle(tat, st.now, p.v[3])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)

@@ -11,24 +11,30 @@ const (
 	errNotShaperState = "ERR the key holds a string that is not shaper state (a Unix time in nanoseconds)"
 )
 
+// readString reads a key whose state is a string: on a key of another
+// type it sets WRONGTYPE in o and returns false.
+func readString(r reader, o *outcome, expire bool) (keyState, bool) {
+	st := r.read(expire)
+	if st.kind == keyZSet || st.kind == keyOther {
+		o.action = actWrongType
+		return st, false
+	}
+	return st, true
+}
+
 // loadInstant reads the key: the clock and the stored instant (0 when the
 // key is empty). On a key of another type or a string that is not an
 // instant it sets the error in o and returns false.
 func loadInstant(r reader, o *outcome, notState string) (keyState, int64, bool) {
-	st := r.read(false)
-	switch st.kind {
-	case keyZSet, keyOther:
-		o.action = actWrongType
-		return st, 0, false
-	case keyString:
-		v, ok := parseInstant(st.value)
-		if !ok {
-			o.fail(notState)
-			return st, 0, false
-		}
-		return st, v, true
+	st, ok := readString(r, o, false)
+	if !ok || st.kind == keyEmpty {
+		return st, 0, ok
 	}
-	return st, 0, true
+	v, ok := parseInstant(st.value)
+	if !ok {
+		o.fail(notState)
+	}
+	return st, v, ok
 }
 
 // storeInstant asks for the new instant to be written when write is set:

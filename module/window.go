@@ -42,17 +42,15 @@ const (
 func runSlidingWindow(p *params, r reader, o *outcome, peek bool) {
 	w, err := window.NewSlidingWindow(p.v[0], p.v[1])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
-	st := r.read(false)
-	var counts window.Counts
-	switch st.kind {
-	case keyZSet, keyOther:
-		o.action = actWrongType
+	st, ok := readString(r, o, false)
+	if !ok {
 		return
-	case keyString:
-		var ok bool
+	}
+	var counts window.Counts
+	if st.kind == keyString {
 		if counts, ok = parseCounts(st.value); !ok {
 			o.fail(errNotCounterState)
 			return
@@ -60,7 +58,7 @@ func runSlidingWindow(p *params, r reader, o *outcome, peek bool) {
 	}
 	d, next, expire, err := w.Hit(counts, st.now, p.v[2])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
@@ -91,17 +89,15 @@ func parseCounts(s string) (window.Counts, bool) {
 func runFixedWindow(p *params, r reader, o *outcome, peek bool) {
 	f, err := window.NewFixedWindow(p.v[0], p.v[1])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
-	st := r.read(true)
-	var count int64
-	switch st.kind {
-	case keyZSet, keyOther:
-		o.action = actWrongType
+	st, ok := readString(r, o, true)
+	if !ok {
 		return
-	case keyString:
-		var ok bool
+	}
+	var count int64
+	if st.kind == keyString {
 		if count, ok = parseInstant(st.value); !ok {
 			o.fail(errNotFixedState)
 			return
@@ -112,7 +108,7 @@ func runFixedWindow(p *params, r reader, o *outcome, peek bool) {
 	}
 	d, n, end, err := f.Hit(count, st.now, p.v[2])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
@@ -126,7 +122,7 @@ func runFixedWindow(p *params, r reader, o *outcome, peek bool) {
 func runSlidingLog(p *params, r reader, o *outcome, peek bool) {
 	l, err := window.NewSlidingLog(p.v[0], p.v[1])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	st := r.read(false)
@@ -136,7 +132,7 @@ func runSlidingLog(p *params, r reader, o *outcome, peek bool) {
 	}
 	d, err := l.Hit(r.log(), st.now, p.v[2])
 	if err != nil {
-		o.fail("ERR " + err.Error())
+		o.failErr(err)
 		return
 	}
 	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
