@@ -42,6 +42,41 @@ func TestWindowsFreshKey(t *testing.T) {
 	})
 }
 
+// A fixed window's key expires at the window's end, hit after hit. The
+// module sets the expiry only when the key does not already expire then, so
+// a key whose expiry was changed behind its back gets the window's end back
+// on its next admitted hit.
+func TestFixedWindowExpiresAtWindowEnd(t *testing.T) {
+	const window = 3600
+	end := func() int64 { return (time.Now().UnixMilli()/(window*1000) + 1) * window * 1000 }
+	each(t, func(t *testing.T, s *server) {
+		k := key(t, "fw")
+		hit := func(what string) {
+			t.Helper()
+			before := end()
+			mustCall(t, s.rdb, "FW.HIT", k, 100, window)
+			after := end()
+			if sn := snap(t, s.rdb, k); sn.Expire != before && sn.Expire != after {
+				t.Fatalf("%s: %v, want pexpiretime=%d (the window's end)", what, sn, after)
+			}
+		}
+		hit("first hit")
+		hit("second hit")
+		hit("third hit")
+		if err := s.rdb.Persist(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+		hit("hit after PERSIST")
+		if err := s.rdb.PExpire(ctx, k, time.Hour+time.Minute).Err(); err != nil {
+			t.Fatal(err)
+		}
+		hit("hit after PEXPIRE beyond the window")
+		if sn := snap(t, s.rdb, k); sn.Value != "5" {
+			t.Fatalf("after five hits: %v, want the count 5", sn)
+		}
+	})
+}
+
 // The adversarial pattern on real servers: a full burst 100 ms before a
 // window boundary and another 50 ms after it. The fixed window admits twice
 // the limit within 150 ms, the sliding log exactly the limit, the sliding

@@ -341,7 +341,10 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
             return;
         }
         memcpy(p, c->set_val, len);
-        RM_SetAbsExpire(key, c->expire_ms);
+        /* A fixed window's count keeps the expiry it had (the window's
+         * end): setting it again would cost two more lookups. expire_at_ms
+         * is -1 unless Go asked for it, and expire_ms is never -1. */
+        if (c->expire_at_ms != c->expire_ms) RM_SetAbsExpire(key, c->expire_ms);
         RM_SignalModifiedKey(ctx, name);
         RM_Replicate(ctx, "SET", "sbsl", name, c->set_val, c->set_len, rl_pxat, c->expire_ms);
         break;
