@@ -40,7 +40,7 @@ test: deps images build lint unit integration ## run every test: lint, unit and 
 deps: ## download the Go modules (images.sh installs debootstrap itself)
 	$(GO) mod download
 
-lint: ## go vet, staticcheck, gofmt
+lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference compiles without warnings
 	$(GO) vet ./...
 	$(GO) tool staticcheck ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
@@ -54,8 +54,14 @@ integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containe
 images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
 
-bench: build redis-server ## measure every command beside INCR, SET and Lua; writes BENCHMARKS.md and bench/chart.svg
+bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference; writes BENCHMARKS.md and bench/chart.svg
 	$(GO) run ./bench
+
+# The benchmark's C reference: GCRA.THROTTLE's server calls with no Go.
+build/cref.so: bench/cref/cref.c module/rmapi.h
+	@mkdir -p build
+	gcc -O2 -g -Wall -Wextra -Werror -shared -fPIC -Imodule -o $@ bench/cref/cref.c
+	chmod 755 $@
 
 soak: build ## ten million calls per server, RSS and the Go runtime's share sampled (not part of make test)
 	SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' ./integration/ | grep -E 'soak_test|^(---|ok|FAIL)'

@@ -1,7 +1,9 @@
-// Command bench measures the module beside native commands (INCR, SET) and
+// Command bench measures the module beside native commands (INCR, SET),
 // beside Lua scripts doing the same job (bench/lua, run with EVALSHA: what
-// users run without the module), in one server and one run, and writes
-// BENCHMARKS.md and bench/chart.svg. `make bench` runs it.
+// users run without the module) and beside a C module making GCRA.THROTTLE's
+// server calls (bench/cref: what the module API itself costs), in one server
+// and one run, and writes BENCHMARKS.md and bench/chart.svg. `make bench`
+// builds the C reference and runs it.
 //
 // For every command, in alternating rounds (the order rotates each round,
 // the median is reported): redis-benchmark throughput at -P 1 and -P 16 with
@@ -37,7 +39,7 @@ var scripts embed.FS
 // workload is one command as redis-benchmark sends it.
 type workload struct {
 	name  string // row label
-	kind  string // "native", "module" or "lua"
+	kind  string // "native", "module", "cref" (the C reference) or "lua"
 	algo  string // pairs a module command with its Lua script
 	stat  string // its INFO commandstats name
 	args  []string
@@ -62,6 +64,7 @@ func main() {
 	n16 := flag.Int("n", 300000, "requests per -P 16 run")
 	n1 := flag.Int("n1", 100000, "requests per -P 1 run")
 	module := flag.String("module", "build/ratelimit.so", "the module")
+	cref := flag.String("cref", "build/cref.so", "the C reference module (make bench builds it)")
 	out := flag.String("out", "BENCHMARKS.md", "the report")
 	chart := flag.String("chart", "bench/chart.svg", "the chart")
 	flag.Parse()
@@ -76,9 +79,13 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	cso, err := filepath.Abs(*cref)
+	if err != nil {
+		log.Fatal(err)
+	}
 	port := freePort()
 	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--loadmodule", so)
+		"--save", "", "--appendonly", "no", "--loadmodule", so, "--loadmodule", cso)
 	srv.Stdout, srv.Stderr = nil, nil
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
@@ -100,6 +107,7 @@ func main() {
 		}
 	}
 
+	checkReference(ctx, rdb)
 	works := workloads()
 	for _, w := range works {
 		if w.kind != "lua" {
@@ -147,6 +155,28 @@ func main() {
 	log.Printf("bench: wrote %s and %s", *out, *chart)
 }
 
+// checkReference makes sure the C reference does the work it stands for:
+// like GCRA.THROTTLE, it replies five integers and leaves a key holding a
+// 19-digit Unix time in nanoseconds that expires then.
+func checkReference(ctx context.Context, rdb *redis.Client) {
+	for _, cmd := range []string{"GCRA.THROTTLE", "CREF.GCRA"} {
+		key := "b:check:" + cmd
+		reply, err := rdb.Do(ctx, cmd, key, "15", "30", "60").Slice()
+		if err != nil || len(reply) != 5 {
+			log.Fatalf("bench: %s replied %v, %v", cmd, reply, err)
+		}
+		val, err := rdb.Get(ctx, key).Result()
+		tat, perr := strconv.ParseInt(val, 10, 64)
+		exp, _ := rdb.Do(ctx, "PEXPIRETIME", key).Int64()
+		now := time.Now()
+		if err != nil || perr != nil || len(val) != 19 || tat <= now.UnixNano() ||
+			exp < now.UnixMilli() || exp > tat/int64(time.Millisecond)+1 {
+			log.Fatalf("bench: %s left %q (%v) expiring at %v ms", cmd, val, err, exp)
+		}
+	}
+	rdb.FlushAll(ctx)
+}
+
 func workloads() []*workload {
 	k := func(tag string) string { return "b:" + tag + ":__rand_int__" }
 	return []*workload{
@@ -158,6 +188,10 @@ func workloads() []*workload {
 		{name: "SW.HIT", kind: "module", algo: "sw", stat: "sw.hit", args: []string{"SW.HIT", k("sw"), "16", "60"}},
 		{name: "FW.HIT", kind: "module", algo: "fw", stat: "fw.hit", args: []string{"FW.HIT", k("fw"), "16", "60"}},
 		{name: "SL.HIT", kind: "module", algo: "sl", stat: "sl.hit", args: []string{"SL.HIT", k("sl"), "16", "60"}},
+		{name: "C: GCRA's server calls", kind: "cref", algo: "gcra", stat: "cref.gcra", args: []string{"CREF.GCRA", k("cgcra"), "15", "30", "60"}},
+		{name: "C: without SetAbsExpire", kind: "cref", algo: "noexp", stat: "cref.noexpire", args: []string{"CREF.NOEXPIRE", k("cnoexp"), "15", "30", "60"}},
+		{name: "C: without Replicate", kind: "cref", algo: "norepl", stat: "cref.norepl", args: []string{"CREF.NOREPL", k("cnorepl"), "15", "30", "60"}},
+		{name: "C: read + write only", kind: "cref", algo: "bare", stat: "cref.bare", args: []string{"CREF.BARE", k("cbare"), "15", "30", "60"}},
 		{name: "Lua GCRA", kind: "lua", algo: "gcra", stat: "evalsha", lua: "gcra.lua", args: []string{k("lgcra"), "15", "30", "60"}},
 		{name: "Lua token bucket", kind: "lua", algo: "tb", stat: "evalsha", lua: "tb.lua", args: []string{k("ltb"), "16", "30", "60"}},
 		{name: "Lua shaper", kind: "lua", algo: "lb", stat: "evalsha", lua: "lb.lua", args: []string{k("llb"), "15", "30", "60"}},
@@ -214,7 +248,8 @@ func usecPerCall(ctx context.Context, rdb *redis.Client, stat string) float64 {
 // memory measures MEMORY USAGE of one key per algorithm, after one call,
 // and of an integer SET with a TTL under a name of the same length.
 func memory(ctx context.Context, rdb *redis.Client, works []*workload) int64 {
-	name := func(tag string) string { return "b:mem:" + tag + ":0000001" }
+	// Names of one length: "b:mem:" + tag + ":" + zeros, 19 bytes.
+	name := func(tag string) string { return "b:mem:" + tag + ":" + strings.Repeat("0", 12-len(tag)) }
 	rdb.Set(ctx, name("int"), 1795000000, time.Minute)
 	base := rdb.MemoryUsage(ctx, name("int")).Val()
 	for _, w := range works {

@@ -1,0 +1,167 @@
+/*
+ * cref.c: GCRA.THROTTLE's server-side work written in C, as the benchmark's
+ * reference for what the module API itself costs. It is not the product:
+ * `make bench` builds it next to the module, loads both into one server and
+ * measures CREF.GCRA beside GCRA.THROTTLE, so the gap between them is the
+ * price of Go (the crossings, the runtime, the Go code), and the gap between
+ * CREF.GCRA and INCR is the price of the module API.
+ *
+ * CREF.GCRA key max_burst count period makes the same server calls as
+ * GCRA.THROTTLE on an admitted call, in the same order: open the key for
+ * reading and writing, read the stored TAT through DMA, size and fill the
+ * value in place (StringTruncate + DMA), SetAbsExpire, SignalModifiedKey,
+ * replicate SET key value PXAT ms, reply five integers. The arithmetic is
+ * GCRA's in integer nanoseconds, with no overflow checks and no validation
+ * beyond "is a number": enough to do the same work, not to be used.
+ *
+ * Three more commands leave steps out, so that one run prices each step:
+ * CREF.NOEXPIRE (no SetAbsExpire), CREF.NOREPL (no Replicate) and CREF.BARE
+ * (open, read, write in place and a one-integer reply: the least any
+ * command that updates a string key through the module API does).
+ */
+#include <stdlib.h>
+#include <string.h>
+
+#include "rmapi.h"
+
+#define CREF_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
+RL_API_FUNCS(CREF_DECLARE)
+#undef CREF_DECLARE
+
+typedef int (*cref_getapi_fn)(const char *name, void *out);
+
+static RedisModuleString *cref_pxat;
+
+/* Steps a variant leaves out. */
+enum { CREF_NO_EXPIRE = 1, CREF_NO_REPLICATE = 2, CREF_BARE = 4 };
+
+static int cref_int(RedisModuleString *s, long long *out) {
+    size_t len;
+    const char *p = RM_StringPtrLen(s, &len);
+    char buf[24], *end;
+    if (len == 0 || len >= sizeof buf) return 0;
+    memcpy(buf, p, len);
+    buf[len] = '\0';
+    *out = strtoll(buf, &end, 10);
+    return *end == '\0';
+}
+
+/* Writes v (0 or more) in decimal to buf, which holds 20 bytes; returns
+ * the length. */
+static int cref_format(char *buf, long long v) {
+    char tmp[20];
+    int n = 0;
+    unsigned long long u = (unsigned long long)v;
+    do {
+        tmp[n++] = (char)('0' + u % 10);
+        u /= 10;
+    } while (u > 0);
+    for (int i = 0; i < n; i++) buf[i] = tmp[n - 1 - i];
+    return n;
+}
+
+static long long cref_now_ns(void) {
+    if (RM_CachedMicroseconds) return (long long)RM_CachedMicroseconds() * 1000LL;
+    return (long long)RM_Milliseconds() * 1000000LL;
+}
+
+static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int skip) {
+    long long burst, count, period;
+    if (argc != 5) return RM_WrongArity(ctx);
+    if (!cref_int(argv[2], &burst) || !cref_int(argv[3], &count) || !cref_int(argv[4], &period) ||
+        burst < 0 || count < 1 || period < 1)
+        return RM_ReplyWithError(ctx, "ERR bad argument");
+
+    RedisModuleKey *key = RM_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+    long long now = cref_now_ns(), tat = now;
+    int type = RM_KeyType(key);
+    if (type == REDISMODULE_KEYTYPE_STRING) {
+        size_t len;
+        char *v = RM_StringDMA(key, &len, REDISMODULE_READ);
+        char buf[24];
+        if (len > 0 && len < sizeof buf) {
+            memcpy(buf, v, len);
+            buf[len] = '\0';
+            long long stored = strtoll(buf, NULL, 10);
+            if (stored > tat) tat = stored;
+        }
+    } else if (type != REDISMODULE_KEYTYPE_EMPTY) {
+        RM_CloseKey(key);
+        return RM_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+    }
+
+    long long interval = period * 1000000000LL / count;
+    long long tolerance = interval * (burst + 1);
+    long long next = tat + interval;
+    long long allow_at = next - tolerance;
+    long long limit = burst + 1;
+    long long reply[5] = {0, limit, 0, -1, 0};
+    if (now < allow_at) {
+        reply[0] = 1;
+        reply[3] = (allow_at - now) / 1000000000LL;
+        reply[4] = (tat - now) / 1000000000LL;
+    } else {
+        long long left = (now - allow_at) / interval;
+        reply[2] = left < 0 ? 0 : (left > limit ? limit : left);
+        reply[4] = (next - now) / 1000000000LL;
+        long long expire_ms = (next + 999999) / 1000000;
+        char val[24];
+        int n = cref_format(val, next);
+        size_t len = 0;
+        char *p = RM_StringTruncate(key, (size_t)n) == REDISMODULE_OK ? RM_StringDMA(key, &len, REDISMODULE_WRITE)
+                                                                        : NULL;
+        if (p == NULL || len != (size_t)n) {
+            RM_CloseKey(key);
+            return RM_ReplyWithError(ctx, "ERR cannot write");
+        }
+        memcpy(p, val, len);
+        if (!(skip & (CREF_NO_EXPIRE | CREF_BARE))) RM_SetAbsExpire(key, expire_ms);
+        if (!(skip & CREF_BARE)) RM_SignalModifiedKey(ctx, argv[1]);
+        if (!(skip & (CREF_NO_REPLICATE | CREF_BARE)))
+            RM_Replicate(ctx, "SET", "sbsl", argv[1], val, (size_t)n, cref_pxat, expire_ms);
+    }
+    RM_CloseKey(key);
+    if (skip & CREF_BARE) return RM_ReplyWithLongLong(ctx, reply[0]);
+    RM_ReplyWithArray(ctx, 5);
+    for (int i = 0; i < 5; i++) RM_ReplyWithLongLong(ctx, reply[i]);
+    return REDISMODULE_OK;
+}
+
+static int cref_gcra(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return cref_run(ctx, argv, argc, 0);
+}
+static int cref_noexpire(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return cref_run(ctx, argv, argc, CREF_NO_EXPIRE);
+}
+static int cref_norepl(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return cref_run(ctx, argv, argc, CREF_NO_REPLICATE);
+}
+static int cref_bare(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return cref_run(ctx, argv, argc, CREF_BARE);
+}
+
+int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    (void)argv;
+    (void)argc;
+    cref_getapi_fn getapi = (cref_getapi_fn)((void **)ctx)[0];
+#define CREF_LOOKUP(req, ret, name, params)                                    \
+    if (getapi("RedisModule_" #name, (void *)&RM_##name) != REDISMODULE_OK) \
+        RM_##name = NULL;                                                      \
+    if ((req) && RM_##name == NULL) return REDISMODULE_ERR;
+    RL_API_FUNCS(CREF_LOOKUP)
+#undef CREF_LOOKUP
+    RM_SetModuleAttribs(ctx, "cref", 1, REDISMODULE_APIVER_1);
+    RM_SetModuleOptions(ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
+    cref_pxat = RM_CreateString(NULL, "PXAT", 4);
+    static const struct {
+        const char *name;
+        RedisModuleCmdFunc fn;
+    } cmds[] = {{"cref.gcra", cref_gcra},
+                {"cref.noexpire", cref_noexpire},
+                {"cref.norepl", cref_norepl},
+                {"cref.bare", cref_bare}};
+    for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
+        if (RM_CreateCommand(ctx, cmds[i].name, cmds[i].fn, "write deny-oom fast", 1, 1, 1) != REDISMODULE_OK)
+            return REDISMODULE_ERR;
+    return REDISMODULE_OK;
+}
