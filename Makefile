@@ -54,8 +54,8 @@ integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containe
 images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
 
-bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference; writes BENCHMARKS.md and bench/chart.svg
-	$(GO) run ./bench
+bench: build build/cref.so redis-server images ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1); writes BENCHMARKS.md and bench/chart.svg
+	$(GO) run ./bench -images local/redis:8.0,local/valkey:8.1
 
 # The benchmark's C reference: GCRA.THROTTLE's server calls with no Go.
 build/cref.so: bench/cref/cref.c module/rmapi.h

@@ -38,16 +38,18 @@ var scripts embed.FS
 
 // workload is one command as redis-benchmark sends it.
 type workload struct {
-	name  string // row label
-	kind  string // "native", "module", "cref" (the C reference) or "lua"
-	algo  string // pairs a module command with its Lua script
-	stat  string // its INFO commandstats name
-	args  []string
-	lua   string // script file, for kind "lua"
-	p1    []float64
-	p16   []float64
-	usec  []float64
-	bytes int64
+	name string // row label
+	kind string // "native", "module", "cref" (the C reference) or "lua"
+	algo string // pairs a module command with its Lua script
+	stat string // its INFO commandstats name
+	args []string
+	lua  string // script file, for kind "lua"
+	// everywhere: also measured on the other servers (-images)
+	everywhere bool
+	p1         []float64
+	p16        []float64
+	usec       []float64
+	bytes      int64
 }
 
 func (w *workload) median(xs []float64) float64 {
@@ -65,6 +67,7 @@ func main() {
 	n1 := flag.Int("n1", 100000, "requests per -P 1 run")
 	module := flag.String("module", "build/ratelimit.so", "the module")
 	cref := flag.String("cref", "build/cref.so", "the C reference module (make bench builds it)")
+	images := flag.String("images", "", "comma-separated local server images to measure GCRA.THROTTLE on as well (make bench: Redis 8.0 and Valkey 8.1)")
 	out := flag.String("out", "BENCHMARKS.md", "the report")
 	chart := flag.String("chart", "bench/chart.svg", "the chart")
 	flag.Parse()
@@ -83,32 +86,109 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
+	if filepath.Dir(so) != filepath.Dir(cso) {
+		log.Fatal("bench: the module and the C reference must be in one directory")
+	}
+	ctx := context.Background()
+
+	host := startHost(ctx, so, cso)
+	works := workloads()
+	measure(ctx, host, works, *rounds, *n16, *n1)
+	host.rdb.FlushAll(ctx)
+	baseline := memory(ctx, host.rdb, works)
+	host.stop()
+
+	var others []serverRun
+	for _, image := range strings.FieldsFunc(*images, func(r rune) bool { return r == ',' }) {
+		s := startImage(ctx, image, filepath.Dir(so), filepath.Base(so), filepath.Base(cso))
+		ws := slices.DeleteFunc(workloads(), func(w *workload) bool { return !w.everywhere })
+		measure(ctx, s, ws, *rounds, *n16, 0)
+		s.stop()
+		others = append(others, serverRun{s.version, ws})
+	}
+
+	allocs := goAllocs()
+	cpu, cores := machine()
+	report(*out, *chart, works, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
+	log.Printf("bench: wrote %s and %s", *out, *chart)
+}
+
+// server is one running server with the module and the C reference loaded.
+type server struct {
+	version string // "Redis 7.0.15", "Valkey 8.1.1"
+	port    int
+	rdb     *redis.Client
+	stop    func()
+}
+
+// serverRun is what one more server measured.
+type serverRun struct {
+	version string
+	works   []*workload
+}
+
+var serverArgs = []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "no"}
+
+// startHost starts Debian's redis-server on this machine.
+func startHost(ctx context.Context, so, cso string) *server {
 	port := freePort()
-	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1",
-		"--save", "", "--appendonly", "no", "--loadmodule", so, "--loadmodule", cso)
-	srv.Stdout, srv.Stderr = nil, nil
+	args := append([]string{"--port", strconv.Itoa(port)}, serverArgs...)
+	srv := exec.Command("redis-server", append(args, "--loadmodule", so, "--loadmodule", cso)...)
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
 	}
-	defer srv.Process.Kill()
-	ctx := context.Background()
+	return ready(ctx, port, func() { srv.Process.Kill(); srv.Wait() })
+}
+
+// startImage starts a server from a local image (images/build.sh), on the
+// host's network bound to 127.0.0.1, with dir (the modules) mounted
+// read-only.
+func startImage(ctx context.Context, image, dir, so, cso string) *server {
+	const prefix = "ratelimit-bench-"
+	if old, _ := exec.Command("docker", "ps", "-aq", "--filter", "name="+prefix).Output(); len(old) > 0 {
+		exec.Command("docker", append([]string{"rm", "-f"}, strings.Fields(string(old))...)...).Run()
+	}
+	bin := "redis-server"
+	if strings.Contains(image, "valkey") {
+		bin = "valkey-server"
+	}
+	port := freePort()
+	name := prefix + strconv.Itoa(port)
+	args := []string{"run", "-d", "--rm", "--name", name, "--network", "host", "-v", dir + ":/modules:ro", image,
+		bin, "--port", strconv.Itoa(port)}
+	args = append(append(args, serverArgs...), "--loadmodule", "/modules/"+so, "--loadmodule", "/modules/"+cso)
+	if out, err := exec.Command("docker", args...).CombinedOutput(); err != nil {
+		log.Fatalf("bench: docker %v: %v\n%s (make images builds the images)", args, err, out)
+	}
+	return ready(ctx, port, func() { exec.Command("docker", "rm", "-f", name).Run() })
+}
+
+// ready waits for the server on port and reads its version.
+func ready(ctx context.Context, port int, stop func()) *server {
 	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2})
 	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
 		if i > 100 {
-			log.Fatal("bench: the server did not start")
+			stop()
+			log.Fatalf("bench: the server on port %d did not start", port)
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
-	version := strings.Fields(rdb.Info(ctx, "server").Val())
-	serverVersion := ""
-	for _, f := range version {
-		if v, ok := strings.CutPrefix(f, "redis_version:"); ok {
-			serverVersion = v
+	s := &server{port: port, rdb: rdb, stop: stop}
+	for _, f := range strings.Fields(rdb.Info(ctx, "server").Val()) {
+		if v, ok := strings.CutPrefix(f, "redis_version:"); ok && s.version == "" {
+			s.version = "Redis " + v
+		}
+		if v, ok := strings.CutPrefix(f, "valkey_version:"); ok {
+			s.version = "Valkey " + v
 		}
 	}
-
 	checkReference(ctx, rdb)
-	works := workloads()
+	return s
+}
+
+// measure runs every workload on s in alternating rounds, at -P 16 (with
+// the server's µs per call) and, when n1 > 0, at -P 1.
+func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 int) {
 	for _, w := range works {
 		if w.kind != "lua" {
 			continue
@@ -117,42 +197,38 @@ func main() {
 		if err != nil {
 			log.Fatal(err)
 		}
-		sha, err := rdb.ScriptLoad(ctx, string(src)).Result()
+		sha, err := s.rdb.ScriptLoad(ctx, string(src)).Result()
 		if err != nil {
 			log.Fatalf("bench: %s: %v", w.lua, err)
 		}
 		w.args = append([]string{"EVALSHA", sha, "1"}, w.args...)
 	}
-
-	for r := range *rounds {
+	pipelines := []int{16, 1}
+	if n1 == 0 {
+		pipelines = pipelines[:1]
+	}
+	for r := range rounds {
 		order := append(slices.Clone(works[r%len(works):]), works[:r%len(works)]...)
 		for _, w := range order {
-			for _, p := range []int{16, 1} {
-				rdb.FlushAll(ctx)
-				rdb.ConfigResetStat(ctx)
-				n := *n16
+			for _, p := range pipelines {
+				s.rdb.FlushAll(ctx)
+				s.rdb.ConfigResetStat(ctx)
+				n := n16
 				if p == 1 {
-					n = *n1
+					n = n1
 				}
-				rps := benchmark(port, p, n, w.args)
+				rps := benchmark(s.port, p, n, w.args)
 				if p == 16 {
 					w.p16 = append(w.p16, rps)
-					w.usec = append(w.usec, usecPerCall(ctx, rdb, w.stat))
+					w.usec = append(w.usec, usecPerCall(ctx, s.rdb, w.stat))
 				} else {
 					w.p1 = append(w.p1, rps)
 				}
 			}
-			log.Printf("round %d %-28s %8.0f ops/s at -P 16, %6.0f at -P 1, %.2f µs/call", r+1, w.name,
-				w.p16[len(w.p16)-1], w.p1[len(w.p1)-1], w.usec[len(w.usec)-1])
+			log.Printf("%s round %d %-26s %8.0f ops/s at -P 16, %.2f µs/call", s.version, r+1, w.name,
+				w.p16[len(w.p16)-1], w.usec[len(w.usec)-1])
 		}
 	}
-
-	rdb.FlushAll(ctx)
-	baseline := memory(ctx, rdb, works)
-	allocs := goAllocs()
-	cpu, cores := machine()
-	report(*out, *chart, works, baseline, allocs, serverVersion, cpu, cores, *rounds, *n16, *n1)
-	log.Printf("bench: wrote %s and %s", *out, *chart)
 }
 
 // checkReference makes sure the C reference does the work it stands for:
@@ -180,19 +256,19 @@ func checkReference(ctx context.Context, rdb *redis.Client) {
 func workloads() []*workload {
 	k := func(tag string) string { return "b:" + tag + ":__rand_int__" }
 	return []*workload{
-		{name: "INCR", kind: "native", stat: "incr", args: []string{"INCR", k("incr")}},
-		{name: "SET (integer, PX)", kind: "native", stat: "set", args: []string{"SET", k("set"), "1795000000000000000", "PX", "60000"}},
-		{name: "GCRA.THROTTLE", kind: "module", algo: "gcra", stat: "gcra.throttle", args: []string{"GCRA.THROTTLE", k("gcra"), "15", "30", "60"}},
+		{everywhere: true, name: "INCR", kind: "native", stat: "incr", args: []string{"INCR", k("incr")}},
+		{everywhere: true, name: "SET (integer, PX)", kind: "native", stat: "set", args: []string{"SET", k("set"), "1795000000000000000", "PX", "60000"}},
+		{everywhere: true, name: "GCRA.THROTTLE", kind: "module", algo: "gcra", stat: "gcra.throttle", args: []string{"GCRA.THROTTLE", k("gcra"), "15", "30", "60"}},
 		{name: "TB.TAKE", kind: "module", algo: "tb", stat: "tb.take", args: []string{"TB.TAKE", k("tb"), "16", "30", "60"}},
 		{name: "LB.ENQUEUE", kind: "module", algo: "lb", stat: "lb.enqueue", args: []string{"LB.ENQUEUE", k("lb"), "15", "30", "60"}},
 		{name: "SW.HIT", kind: "module", algo: "sw", stat: "sw.hit", args: []string{"SW.HIT", k("sw"), "16", "60"}},
 		{name: "FW.HIT", kind: "module", algo: "fw", stat: "fw.hit", args: []string{"FW.HIT", k("fw"), "16", "60"}},
 		{name: "SL.HIT", kind: "module", algo: "sl", stat: "sl.hit", args: []string{"SL.HIT", k("sl"), "16", "60"}},
-		{name: "C: GCRA's server calls", kind: "cref", algo: "gcra", stat: "cref.gcra", args: []string{"CREF.GCRA", k("cgcra"), "15", "30", "60"}},
+		{everywhere: true, name: "C: GCRA's server calls", kind: "cref", algo: "gcra", stat: "cref.gcra", args: []string{"CREF.GCRA", k("cgcra"), "15", "30", "60"}},
 		{name: "C: without SetAbsExpire", kind: "cref", algo: "noexp", stat: "cref.noexpire", args: []string{"CREF.NOEXPIRE", k("cnoexp"), "15", "30", "60"}},
 		{name: "C: without Replicate", kind: "cref", algo: "norepl", stat: "cref.norepl", args: []string{"CREF.NOREPL", k("cnorepl"), "15", "30", "60"}},
-		{name: "C: read + write only", kind: "cref", algo: "bare", stat: "cref.bare", args: []string{"CREF.BARE", k("cbare"), "15", "30", "60"}},
-		{name: "Lua GCRA", kind: "lua", algo: "gcra", stat: "evalsha", lua: "gcra.lua", args: []string{k("lgcra"), "15", "30", "60"}},
+		{everywhere: true, name: "C: read + write only", kind: "cref", algo: "bare", stat: "cref.bare", args: []string{"CREF.BARE", k("cbare"), "15", "30", "60"}},
+		{everywhere: true, name: "Lua GCRA", kind: "lua", algo: "gcra", stat: "evalsha", lua: "gcra.lua", args: []string{k("lgcra"), "15", "30", "60"}},
 		{name: "Lua token bucket", kind: "lua", algo: "tb", stat: "evalsha", lua: "tb.lua", args: []string{k("ltb"), "16", "30", "60"}},
 		{name: "Lua shaper", kind: "lua", algo: "lb", stat: "evalsha", lua: "lb.lua", args: []string{k("llb"), "15", "30", "60"}},
 		{name: "Lua sliding window", kind: "lua", algo: "sw", stat: "evalsha", lua: "sw.lua", args: []string{k("lsw"), "16", "60"}},

@@ -15,7 +15,7 @@ type target struct {
 	cref         string // the C reference's figure, where the target applies to it
 }
 
-func report(out, chart string, works []*workload, baseline int64, allocs map[string][2]float64,
+func report(out, chart string, works []*workload, others []serverRun, baseline int64, allocs map[string][2]float64,
 	serverVersion, cpu string, cores, rounds, n16, n1 int) {
 	byName := map[string]*workload{}
 	lua := map[string]*workload{}
@@ -30,7 +30,7 @@ func report(out, chart string, works []*workload, baseline int64, allocs map[str
 
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks\n\n")
-	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench`): one redis-server %s with the module on loopback, every\n", serverVersion)
+	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench`): one server (Debian's %s) with the module on loopback, every\n", serverVersion)
 	fmt.Fprintf(&b, "command measured in %d alternating rounds (the order rotates each round; medians below). Each run starts\n", rounds)
 	fmt.Fprintf(&b, "from an empty keyspace and sends random keys among 100,000 (`-r 100000`), so about half the calls create\n")
 	fmt.Fprintf(&b, "a key and most are admitted (they write): `redis-benchmark -c 50 -P 16 -n %d` and `-P 1 -n %d`; µs per\n", n16, n1)
@@ -77,6 +77,16 @@ func report(out, chart string, works []*workload, baseline int64, allocs map[str
 	fmt.Fprintf(&b, "| `SetAbsExpire`, and keys with a TTL (C whole − C without it, whose keys have none) | %.2f | |\n", step("C: without SetAbsExpire"))
 	fmt.Fprintf(&b, "| `Replicate` of `SET key value PXAT ms` (C whole − C without it) | %.2f | |\n", step("C: without Replicate"))
 	fmt.Fprintf(&b, "| expiry, signal, replication and the five-integer reply (C whole − C read + write only) | %.2f | |\n", step("C: read + write only"))
+
+	if len(others) > 0 {
+		fmt.Fprintf(&b, "\n## Other servers\n\nThe same measurement, -P 16 only, on the local images `make images` builds (Debian's packages), run\n")
+		fmt.Fprintf(&b, "after the tables above on the same machine; the first row repeats %s from above.\n\n", serverVersion)
+		fmt.Fprintf(&b, "| server | INCR µs | SET … PX µs | GCRA.THROTTLE µs | × INCR | C reference µs | × INCR | price of Go | C read + write only, × INCR | GCRA ops/s -P 16, × INCR | Lua GCRA µs | faster than Lua |\n")
+		fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|---|---|---|---|\n")
+		for _, run := range append([]serverRun{{serverVersion, works}}, others...) {
+			fmt.Fprintf(&b, "%s\n", serverRow(run))
+		}
+	}
 
 	fmt.Fprintf(&b, "\n## Bytes per key\n\n`MEMORY USAGE` after one call, key names of one length; an integer `SET` with a TTL: **%d** bytes.\n\n", baseline)
 	fmt.Fprintf(&b, "| algorithm | module | Lua script |\n|---|---|---|\n")
@@ -138,6 +148,20 @@ func report(out, chart string, works []*workload, baseline int64, allocs map[str
 	if err := os.WriteFile(chart, svg(works), 0o644); err != nil {
 		log.Fatal(err)
 	}
+}
+
+// serverRow is one server's line in the "Other servers" table.
+func serverRow(run serverRun) string {
+	by := map[string]*workload{}
+	for _, w := range run.works {
+		by[w.name] = w
+	}
+	us := func(name string) float64 { w := by[name]; return w.median(w.usec) }
+	incr, g, c, bare, l := us("INCR"), us("GCRA.THROTTLE"), us("C: GCRA's server calls"), us("C: read + write only"), us("Lua GCRA")
+	gw, iw := by["GCRA.THROTTLE"], by["INCR"]
+	return fmt.Sprintf("| %s | %.2f | %.2f | %.2f | %.2f | %.2f | %.2f | %+.2f (%+.0f%%) | %.2f | %.0f, %.2f | %.2f | %.1f× |",
+		run.version, incr, us("SET (integer, PX)"), g, g/incr, c, c/incr, g-c, 100*(g-c)/c, bare/incr,
+		gw.median(gw.p16), gw.median(gw.p16)/iw.median(iw.p16), l, l/g)
 }
 
 // svg draws µs per call as horizontal bars: native grey, module blue, the C
