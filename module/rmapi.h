@@ -207,4 +207,27 @@ typedef struct {
     X(0, ustime_t, CachedMicroseconds, (void))                                                         \
     X(1, mstime_t, Milliseconds, (void))
 
+/*
+ * The one C file of a module that talks to the server includes this header
+ * and gets a static pointer per function, RM_<name>, and rl_load_api, which
+ * fills them in from RedisModule_OnLoad's context and returns the name of a
+ * missing required function (NULL when none is missing).
+ */
+#define RL_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
+RL_API_FUNCS(RL_DECLARE)
+#undef RL_DECLARE
+
+typedef int (*rl_getapi_fn)(const char *name, void *out);
+
+static const char *rl_load_api(RedisModuleCtx *ctx) {
+    rl_getapi_fn getapi = (rl_getapi_fn)((void **)ctx)[0];
+#define RL_LOOKUP(req, ret, name, params)                                      \
+    if (getapi("RedisModule_" #name, (void *)&RM_##name) != REDISMODULE_OK) \
+        RM_##name = NULL;                                                      \
+    if ((req) && RM_##name == NULL) return #name;
+    RL_API_FUNCS(RL_LOOKUP)
+#undef RL_LOOKUP
+    return NULL;
+}
+
 #endif

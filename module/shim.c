@@ -15,33 +15,13 @@
 #include <string.h>
 #include <strings.h>
 
-#include "rmapi.h"
+#include "rmapi.h" /* the API: one RM_* pointer per function, and rl_load_api */
 #include "shim.h"
 #include "_cgo_export.h"
 
 #define RL_MODULE_NAME "ratelimit"
 #define RL_MODULE_VERSION 1 /* MODULE LIST "ver" */
 #define RL_ACL_CATEGORY "ratelimit"
-
-/* ---- API pointers: one static per function in RL_API_FUNCS ---- */
-
-#define RL_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
-RL_API_FUNCS(RL_DECLARE)
-#undef RL_DECLARE
-
-typedef int (*rl_getapi_fn)(const char *name, void *out);
-
-/* Looks every function up; returns the name of a missing required one. */
-static const char *rl_load_api(RedisModuleCtx *ctx) {
-    rl_getapi_fn getapi = (rl_getapi_fn)((void **)ctx)[0];
-#define RL_LOOKUP(req, ret, name, params)                                      \
-    if (getapi("RedisModule_" #name, (void *)&RM_##name) != REDISMODULE_OK) \
-        RM_##name = NULL;                                                      \
-    if ((req) && RM_##name == NULL) return #name;
-    RL_API_FUNCS(RL_LOOKUP)
-#undef RL_LOOKUP
-    return NULL;
-}
 
 /* ---- The command table ---- */
 

@@ -22,13 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rmapi.h"
-
-#define CREF_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
-RL_API_FUNCS(CREF_DECLARE)
-#undef CREF_DECLARE
-
-typedef int (*cref_getapi_fn)(const char *name, void *out);
+#include "rmapi.h" /* the API pointers and rl_load_api, as the module has them */
 
 static RedisModuleString *cref_pxat;
 
@@ -143,13 +137,7 @@ static int cref_bare(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
 int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     (void)argv;
     (void)argc;
-    cref_getapi_fn getapi = (cref_getapi_fn)((void **)ctx)[0];
-#define CREF_LOOKUP(req, ret, name, params)                                    \
-    if (getapi("RedisModule_" #name, (void *)&RM_##name) != REDISMODULE_OK) \
-        RM_##name = NULL;                                                      \
-    if ((req) && RM_##name == NULL) return REDISMODULE_ERR;
-    RL_API_FUNCS(CREF_LOOKUP)
-#undef CREF_LOOKUP
+    if (rl_load_api(ctx) != NULL) return REDISMODULE_ERR;
     RM_SetModuleAttribs(ctx, "cref", 1, REDISMODULE_APIVER_1);
     RM_SetModuleOptions(ctx, REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED);
     cref_pxat = RM_CreateString(NULL, "PXAT", 4);
