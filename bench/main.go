@@ -1,15 +1,17 @@
 // Command bench measures the module beside native commands (INCR, SET),
 // beside Lua scripts doing the same job (bench/lua, run with EVALSHA: what
 // users run without the module) and beside a C module making GCRA.THROTTLE's
-// server calls (bench/cref: what the module API itself costs), in one server
-// and one run, and writes BENCHMARKS.md and bench/chart.svg. `make bench`
-// builds the C reference and runs it.
+// server calls (bench/cref: what the module API itself costs), in one run,
+// and writes BENCHMARKS.md and bench/chart.svg. `make bench` builds the C
+// reference and runs it.
 //
-// For every command, in alternating rounds (the order rotates each round,
-// the median is reported): redis-benchmark throughput at -P 1 and -P 16 with
-// 50 clients on random keys, and the server's own µs per call from INFO
-// commandstats. Then bytes per key (MEMORY USAGE) beside an integer SET with
-// the same TTL, and the Go side's allocations per command (go test -bench).
+// On Debian's redis-server, for every command, in alternating rounds (the
+// order rotates each round, the median is reported): redis-benchmark
+// throughput at -P 1 and -P 16 with 50 clients on random keys, and the
+// server's own µs per call from INFO commandstats. Then bytes per key (MEMORY
+// USAGE) beside an integer SET with the same TTL, and the Go side's
+// allocations per command (go test -bench). With -images, the rows marked
+// everywhere again, at -P 16, on servers started from those local images.
 package main
 
 import (
