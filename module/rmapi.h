@@ -209,9 +209,9 @@ typedef struct {
 
 /*
  * The one C file of a module that talks to the server includes this header
- * and gets a static pointer per function, RM_<name>, and rl_load_api, which
+ * and gets a static pointer per function, RM_<name>; rl_load_api, which
  * fills them in from RedisModule_OnLoad's context and returns the name of a
- * missing required function (NULL when none is missing).
+ * missing required function (NULL when none is missing); and rl_now_ns.
  */
 #define RL_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
 RL_API_FUNCS(RL_DECLARE)
@@ -228,6 +228,14 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
     RL_API_FUNCS(RL_LOOKUP)
 #undef RL_LOOKUP
     return NULL;
+}
+
+/* The one clock read per command, in Unix nanoseconds: the server's cached
+ * command time where it has one (Redis 7.2+, Valkey 8: one instant for a
+ * whole MULTI/EXEC or script), else its wall clock in milliseconds. */
+static long long rl_now_ns(void) {
+    if (RM_CachedMicroseconds) return (long long)RM_CachedMicroseconds() * 1000LL;
+    return (long long)RM_Milliseconds() * 1000000LL;
 }
 
 #endif

@@ -15,7 +15,7 @@
 #include <string.h>
 #include <strings.h>
 
-#include "rmapi.h" /* the API: one RM_* pointer per function, and rl_load_api */
+#include "rmapi.h" /* the API: one RM_* pointer per function, rl_load_api, rl_now_ns */
 #include "shim.h"
 #include "_cgo_export.h"
 
@@ -154,11 +154,6 @@ static int rl_category_on = 0;
 static RedisModuleString *rl_pxat; /* "PXAT", made once: replicating it then allocates nothing */
 
 /* ---- Running a command ---- */
-
-static long long rl_now_ns(void) {
-    if (RM_CachedMicroseconds) return (long long)RM_CachedMicroseconds() * 1000LL;
-    return (long long)RM_Milliseconds() * 1000000LL;
-}
 
 void rl_read(rl_call *c) {
     int mode = c->readonly ? REDISMODULE_READ : (REDISMODULE_READ | REDISMODULE_WRITE);

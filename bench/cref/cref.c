@@ -22,7 +22,7 @@
 #include <stdlib.h>
 #include <string.h>
 
-#include "rmapi.h" /* the API pointers and rl_load_api, as the module has them */
+#include "rmapi.h" /* the API pointers, rl_load_api and rl_now_ns, as the module has them */
 
 static RedisModuleString *cref_pxat;
 
@@ -54,11 +54,6 @@ static int cref_format(char *buf, long long v) {
     return n;
 }
 
-static long long cref_now_ns(void) {
-    if (RM_CachedMicroseconds) return (long long)RM_CachedMicroseconds() * 1000LL;
-    return (long long)RM_Milliseconds() * 1000000LL;
-}
-
 static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int skip) {
     long long burst, count, period;
     if (argc != 5) return RM_WrongArity(ctx);
@@ -67,7 +62,7 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
         return RM_ReplyWithError(ctx, "ERR bad argument");
 
     RedisModuleKey *key = RM_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
-    long long now = cref_now_ns(), tat = now;
+    long long now = rl_now_ns(), tat = now;
     int type = RM_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_STRING) {
         size_t len;
