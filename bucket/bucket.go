@@ -34,7 +34,18 @@
 // in GCRA's format, so each key expires when its state is full again.
 //
 // Times are int64 nanoseconds since the Unix epoch; every step is checked for
-// 64-bit overflow and reports ErrOverflow rather than wrapping.
+// 64-bit overflow and reports ErrOverflow rather than wrapping. A cost that
+// can never be admitted (more than the bucket holds) is a refusal with
+// RetryAfter Never, however large, and a refund beyond full leaves the
+// bucket full.
+//
+// # Clock steps
+//
+// A legitimate state is never further ahead of now than one full refill
+// (the tolerance). One further ahead comes from a clock that stepped back:
+// it counts as exactly one refill ahead, so the step costs at most that, and
+// the Decision asks for the clamped state to be stored (Write), even for a
+// refused or zero-cost call.
 package bucket
 
 import (
@@ -57,14 +68,16 @@ var (
 	ErrRange = errors.New("argument out of range: capacity >= 1 (a shaper's >= 0), count >= 1, 1 <= period <= 9223372036, quantity >= 0 for a shaper")
 	// ErrRate means the rate is above one unit per nanosecond.
 	ErrRate = errors.New("the rate is above one per nanosecond: the count must be at most period x 1000000000")
-	// ErrOverflow means the arguments, with the state and the time,
-	// overflow 64-bit nanoseconds.
-	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds (capacity x period / count, or tokens x period / count, is too large)")
+	// ErrOverflow means the arguments cannot be computed in 64-bit
+	// nanoseconds: capacity x period / count overflows, or the state it
+	// allows (now plus that) would lie beyond the year 2262.
+	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)")
 )
 
 // Decision is the outcome of one call.
 type Decision struct {
-	// Limited reports a refusal; a refused call changes nothing.
+	// Limited reports a refusal; a refused call changes nothing, unless
+	// its state had to be clamped (see Clock steps).
 	Limited bool
 	// Limit is the capacity.
 	Limit int64
@@ -83,7 +96,8 @@ type Decision struct {
 	Delay time.Duration
 	// State is the instant stored after the call (Unix ns).
 	State int64
-	// Write reports that State must be stored, expiring at State; a State
+	// Write reports that State must be stored, expiring at State: after an
+	// admitted call of non-zero cost, or to store a clamped state. A State
 	// at or before now means full (or empty): delete the stored state.
 	Write bool
 }
@@ -114,36 +128,50 @@ func newSchedule(limit, slots, count, period int64) (schedule, error) {
 }
 
 // apply moves the state by units at now. ahead is how far the state runs
-// ahead of now before the call, next after it (when admitted).
+// ahead of now before the call, at most tolerance; next after it (when
+// admitted). A state further ahead than tolerance can only come from a
+// clock that stepped back (or a tolerance that shrank): it counts as exactly
+// tolerance ahead, and Write is set so that the clamped state is stored.
 func (s schedule) apply(state, now, units int64) (d Decision, ahead, next int64, err error) {
 	d = Decision{Limit: s.limit, RetryAfter: Never}
-	base := max(state, now)
-	ahead, ok := checked.Sub(base, now)
-	if !ok {
-		return Decision{}, 0, 0, ErrOverflow
+	ahead, d.Write = aheadOf(state, now, s.tolerance)
+	if units > s.slots {
+		// More units than fit a full bucket: never admitted, decided
+		// before anything is multiplied.
+		return s.refuse(d, now, ahead), ahead, ahead, nil
 	}
-	cost, ok := checked.Mul(s.interval, units)
-	if !ok {
-		return Decision{}, 0, 0, ErrOverflow
+	units = max(units, -s.slots) // a refund beyond full stops at full
+	cost := s.interval * units   // |units| ≤ slots: |cost| ≤ tolerance
+	next, ok := checked.Add(ahead, cost)
+	if !ok || next > s.tolerance {
+		d.RetryAfter = time.Duration(ahead - (s.tolerance - cost)) // next − tolerance, without overflow
+		return s.refuse(d, now, ahead), ahead, ahead, nil
 	}
-	next, ok = checked.Add(ahead, cost)
-	if !ok {
-		return Decision{}, 0, 0, ErrOverflow
-	}
-	next = max(next, 0) // a refund stops at full
-	if next > s.tolerance {
-		d.Limited = true
-		if cost <= s.tolerance {
-			d.RetryAfter = time.Duration(next - s.tolerance)
-		}
-		d.State = base
-		return d, ahead, ahead, nil
-	}
+	next = max(next, 0)
 	if d.State, ok = checked.Add(now, next); !ok {
 		return Decision{}, 0, 0, ErrOverflow
 	}
-	d.Write = units > 0 || (units < 0 && ahead > 0)
+	d.Write = d.Write || units > 0 || (units < 0 && ahead > 0)
 	return d, ahead, next, nil
+}
+
+func (s schedule) refuse(d Decision, now, ahead int64) Decision {
+	d.Limited = true
+	d.State = now + ahead // at most the stored state: no overflow
+	return d
+}
+
+// aheadOf is how far state runs ahead of now, within [0, limit], and
+// whether it had to be clamped from above.
+func aheadOf(state, now, limit int64) (ahead int64, clamped bool) {
+	if state <= now {
+		return 0, false
+	}
+	ahead, ok := checked.Sub(state, now)
+	if !ok || ahead > limit {
+		return limit, true
+	}
+	return ahead, false
 }
 
 // free is how many units fit when the state runs ahead of now by ahead.
@@ -170,6 +198,10 @@ func (b TokenBucket) Capacity() int64 { return b.s.limit }
 
 // Interval is the time one token takes to refill.
 func (b TokenBucket) Interval() time.Duration { return time.Duration(b.s.interval) }
+
+// Tolerance is how far ahead of now the state of an empty bucket lies:
+// capacity × Interval, the time a full refill takes.
+func (b TokenBucket) Tolerance() time.Duration { return time.Duration(b.s.tolerance) }
 
 // Take takes tokens at now (Unix ns) from the bucket whose state is full
 // (the instant it is full again; 0 when there is none). tokens 0 reports; a
@@ -203,6 +235,10 @@ func (q Shaper) Capacity() int64 { return q.s.limit }
 
 // Interval is the time between two departures.
 func (q Shaper) Interval() time.Duration { return time.Duration(q.s.interval) }
+
+// Tolerance is how far ahead of now the state of a full queue lies:
+// (capacity + 1) × Interval.
+func (q Shaper) Tolerance() time.Duration { return time.Duration(q.s.tolerance) }
 
 // Enqueue places a request of cost quantity (≥ 0) at now (Unix ns) in the
 // queue whose state is empty (the instant the queue is empty again; 0 when

@@ -151,14 +151,61 @@ func TestErrors(t *testing.T) {
 		t.Errorf("negative quantity: %v", err)
 	}
 	b, _ := NewTokenBucket(1, 1, MaxPeriod/2)
-	if _, err := b.Take(0, t0, 3); !errors.Is(err, ErrOverflow) {
-		t.Errorf("tokens x T overflow: %v", err)
+	if d, err := b.Take(0, t0, 3); err != nil || !d.Limited || d.RetryAfter != Never {
+		t.Errorf("tokens x T beyond int64: %+v, %v; want a refusal for good", d, err)
 	}
 	if _, err := b.Take(math.MaxInt64, t0, 0); !errors.Is(err, nil) {
 		t.Errorf("far state, quantity 0: %v", err)
 	}
 	if _, err := b.Take(t0, math.MaxInt64-5, 1); !errors.Is(err, ErrOverflow) {
 		t.Errorf("now + next overflow: %v", err)
+	}
+}
+
+// Costs the bucket can never admit are refusals, however large; refunds
+// beyond full stop at full. The commands in issue 11 replied an overflow
+// error for each of these.
+func TestHugeCosts(t *testing.T) {
+	for _, c := range []struct{ capacity, count, period, n int64 }{
+		{5, 1, 1, 10_000_000_000}, {5, 1, 60, 153722868}, {5, 1, 1, math.MaxInt64},
+	} {
+		b, _ := NewTokenBucket(c.capacity, c.count, c.period)
+		d, err := b.Take(0, t0, c.n)
+		if err != nil || !d.Limited || d.RetryAfter != Never || d.Remaining != c.capacity || d.Write {
+			t.Errorf("TB %v: %+v, %v", c, d, err)
+		}
+		q, _ := NewShaper(c.capacity, c.count, c.period)
+		d, err = q.Enqueue(0, t0, c.n)
+		if err != nil || !d.Limited || d.RetryAfter != Never || d.Write {
+			t.Errorf("LB %v: %+v, %v", c, d, err)
+		}
+	}
+	b, _ := NewTokenBucket(5, 1, 60)
+	for _, n := range []int64{-153722868, math.MinInt64} {
+		d, err := b.Take(t0+120*sec, t0, n)
+		if err != nil || d.Limited || d.Remaining != 5 || !d.Write || d.State != t0 {
+			t.Errorf("refund %d: %+v, %v", n, d, err)
+		}
+	}
+}
+
+// A state an hour ahead (the clock stepped back an hour) counts as one full
+// refill ahead; the clamped state is to be stored even by a refusal.
+func TestClockStepBack(t *testing.T) {
+	b, _ := NewTokenBucket(6, 1, 10) // 6 tokens, one per 10 s: a full refill is 60 s
+	d, _ := b.Take(0, t0, 2)
+	back := t0 - int64(time.Hour)
+	d, _ = b.Take(d.State, back, 1)
+	if !d.Limited || d.RetryAfter != 10*time.Second || d.ResetAfter != 60*time.Second || !d.Write || d.State != back+60*sec {
+		t.Fatalf("token bucket after the step: %+v", d)
+	}
+	if d, _ = b.Take(d.State, back+10*sec, 1); d.Limited || d.Remaining != 0 {
+		t.Fatalf("one interval later: %+v", d)
+	}
+	q, _ := NewShaper(2, 1, 1) // one goes, two wait: the queue holds 3 s
+	d, _ = q.Enqueue(t0+2*sec, back, 0)
+	if d.Limited || !d.Write || d.State != back+3*sec || d.ResetAfter != 3*time.Second || d.Remaining != 0 {
+		t.Fatalf("shaper after the step: %+v", d)
 	}
 }
 
@@ -264,8 +311,12 @@ func FuzzBuckets(f *testing.F) {
 			if d.Remaining < 0 || d.Remaining > d.Limit {
 				t.Fatalf("%s: remaining %d outside [0, %d]", kind, d.Remaining, d.Limit)
 			}
-			if d.Limited && (d.Write || d.Delay != 0) {
+			clamped := state > now && state-now > tolerance // now ≥ 0: no overflow
+			if d.Limited && ((d.Write && !clamped) || d.Delay != 0) {
 				t.Fatalf("%s: refused call writes or waits: %+v", kind, d)
+			}
+			if clamped && (!d.Write || d.State-now > tolerance) {
+				t.Fatalf("%s: a state beyond the tolerance was not clamped: %+v", kind, d)
 			}
 			if !d.Limited && n > 0 && (!d.Write || d.State <= now || d.State-now > tolerance) {
 				t.Fatalf("%s: admitted state %d outside (now, now+τ]: %+v", kind, d.State, d)

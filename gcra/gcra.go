@@ -17,8 +17,10 @@
 // is why a key holding it can expire at TAT.
 //
 // Times are int64 nanoseconds since the Unix epoch. Every step is checked for
-// 64-bit overflow: a combination that would overflow returns ErrOverflow
-// instead of wrapping.
+// 64-bit overflow: a combination of arguments that cannot be computed
+// returns ErrOverflow instead of wrapping. A cost the limiter can never admit
+// is a refusal, however large, and a state from a clock that stepped back
+// costs at most one full refill (see Throttle).
 //
 // Compatibility with redis-cell: T is computed as redis-cell computes it
 // (float64 division truncated to whole nanoseconds), and remaining uses
@@ -26,7 +28,8 @@
 // redis-cell's wherever redis-cell's are right. Where redis-cell is wrong
 // this package differs: remaining is kept within [0, limit], a negative cost
 // never fills the bucket beyond full, a stored TAT in the past counts as
-// "full now", and overflow is an error rather than a wrapped value.
+// "full now", a TAT more than τ ahead counts as τ ahead, and overflow is an
+// error rather than a wrapped value.
 package gcra
 
 import (
@@ -45,9 +48,11 @@ const Never time.Duration = -1
 const MaxPeriod = math.MaxInt64 / int64(time.Second)
 
 var (
-	// ErrOverflow means the arguments, or the arguments with the stored
-	// state and the current time, overflow 64-bit nanoseconds.
-	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds (max_burst x period / count, or quantity x period / count, is too large)")
+	// ErrOverflow means the arguments cannot be computed in 64-bit
+	// nanoseconds: the tolerance τ = (max_burst + 1) x period / count
+	// overflows, or the state it allows (now + τ) would lie beyond the year
+	// 2262.
+	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter's state would lie beyond the year 2262)")
 	// ErrRate means count exceeds the period's nanoseconds, so the emission
 	// interval would be under one nanosecond.
 	ErrRate = errors.New("count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)")
@@ -99,7 +104,7 @@ func (l Limiter) Tolerance() time.Duration { return time.Duration(l.tolerance) }
 // Decision is the outcome of one Throttle call.
 type Decision struct {
 	// Limited reports that the request was refused. A refused request
-	// changes nothing: Write is false.
+	// changes nothing, unless its state had to be clamped (see Throttle).
 	Limited bool
 	// Limit is max_burst + 1, the requests admitted at once from full.
 	Limit int64
@@ -113,8 +118,10 @@ type Decision struct {
 	ResetAfter time.Duration
 	// TAT is the state after the call, in Unix nanoseconds.
 	TAT int64
-	// Write reports that TAT must be stored, with an expiry at TAT. A TAT
-	// at or before now means the limiter is full: delete the stored state.
+	// Write reports that TAT must be stored, with an expiry at TAT: after
+	// an admitted request of non-zero cost, or to store a clamped state. A
+	// TAT at or before now means the limiter is full: delete the stored
+	// state.
 	Write bool
 }
 
@@ -123,44 +130,64 @@ type Decision struct {
 //
 // quantity 0 reports the state and writes nothing. A negative quantity
 // returns tokens: it is always admitted and moves TAT back, never beyond a
-// full limiter.
+// full limiter. A quantity above Limit is refused with RetryAfter Never,
+// however large: it is decided before anything is multiplied.
+//
+// A legitimate TAT is never more than τ ahead of now. One further ahead
+// comes from a clock that stepped back (or from a τ that shrank since it
+// was written): it counts as exactly τ ahead, so a clock step costs at most
+// one full refill, and Write is set, even for a refused or zero-cost
+// request, so that the caller stores the clamped state once.
+//
+// The only error is ErrOverflow, when the state after an admitted request,
+// now + τ at most, lies beyond the int64 range (after the year 2262).
 func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 	d := Decision{Limit: l.limit, RetryAfter: Never}
-	increment, ok := checked.Mul(l.interval, quantity)
-	if !ok {
+	ahead, clamped := aheadOf(tat, now, l.tolerance)
+	d.Write = clamped
+	if quantity > l.limit {
+		// T × quantity > τ: never admitted, and nothing to multiply.
+		return l.refuse(d, now, ahead), nil
+	}
+	quantity = max(quantity, -l.limit) // a refund beyond full stops at full
+	increment := l.interval * quantity // |quantity| ≤ limit: |T × quantity| ≤ τ
+	next, ok := checked.Add(ahead, increment)
+	if !ok || next > l.tolerance {
+		// The request fits when next ≤ τ. Otherwise it waits next − τ,
+		// written so that it cannot overflow: ahead − (τ − T × quantity).
+		d.RetryAfter = time.Duration(ahead - (l.tolerance - increment))
+		return l.refuse(d, now, ahead), nil
+	}
+	next = max(next, 0)
+	if d.TAT, ok = checked.Add(now, next); !ok {
 		return Decision{}, ErrOverflow
 	}
-	base := max(tat, now)
-	newTAT, ok := checked.Add(base, increment)
-	if !ok {
-		return Decision{}, ErrOverflow
-	}
-	if quantity < 0 {
-		newTAT = max(newTAT, now) // never beyond full
-	}
-	// The request fits when newTAT − τ ≤ now, that is newTAT − now ≤ τ.
-	ahead, ok := checked.Sub(newTAT, now)
-	if !ok {
-		return Decision{}, ErrOverflow
-	}
-	var ttl int64
-	if ahead > l.tolerance {
-		d.Limited = true
-		if increment <= l.tolerance {
-			d.RetryAfter = time.Duration(ahead - l.tolerance)
-		}
-		if ttl, ok = checked.Sub(base, now); !ok {
-			return Decision{}, ErrOverflow
-		}
-		d.TAT = base
-	} else {
-		ttl = ahead
-		d.TAT = newTAT
-		d.Write = quantity > 0 || (quantity < 0 && base > now)
-	}
-	d.ResetAfter = time.Duration(ttl)
-	d.Remaining = l.remaining(ttl)
+	d.Write = d.Write || quantity > 0 || (quantity < 0 && ahead > 0)
+	d.ResetAfter = time.Duration(next)
+	d.Remaining = l.remaining(next)
 	return d, nil
+}
+
+// refuse completes a refusal: the state stays ahead of now by ahead.
+func (l Limiter) refuse(d Decision, now, ahead int64) Decision {
+	d.Limited = true
+	d.TAT = now + ahead // ≤ the stored TAT: no overflow
+	d.ResetAfter = time.Duration(ahead)
+	d.Remaining = l.remaining(ahead)
+	return d
+}
+
+// aheadOf is how far the state runs ahead of now, clamped to [0, limit],
+// and whether it had to be clamped from above.
+func aheadOf(state, now, limit int64) (ahead int64, clamped bool) {
+	if state <= now {
+		return 0, false
+	}
+	ahead, ok := checked.Sub(state, now)
+	if !ok || ahead > limit {
+		return limit, true
+	}
+	return ahead, false
 }
 
 // remaining is redis-cell's formula, (τ − ttl) / T on whole microseconds

@@ -42,7 +42,7 @@ func run(t *testing.T, l Limiter, steps []step) {
 				i, time.Duration(s.at), s.quantity, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter,
 				s.limited, s.remain, s.retry, s.reset)
 		}
-		if d.Limited && d.Write {
+		if d.Limited && d.Write && tat <= now+l.tolerance {
 			t.Fatalf("step %d: a refused request asks for a write", i)
 		}
 		if d.Write {
@@ -145,9 +145,10 @@ func TestStoredStateInThePastIsFull(t *testing.T) {
 }
 
 func TestParametersChangedOnLiveKey(t *testing.T) {
-	// State written by a generous limiter, read by a strict one: TAT is
-	// further ahead than the strict τ, so even quantity 0 reports refused
-	// (as redis-cell does), with remaining 0 and no write.
+	// State written by a generous limiter, read by a strict one: TAT is 50 s
+	// ahead, further than the strict τ (5 s) allows, so it counts as τ
+	// ahead: the strict limiter is empty, a request waits one interval, and
+	// the clamped state is to be stored (Write) even by quantity 0.
 	wide, _ := New(99, 1, 1)
 	tat := t0
 	for i := 0; i < 50; i++ {
@@ -156,8 +157,73 @@ func TestParametersChangedOnLiveKey(t *testing.T) {
 	}
 	strict, _ := New(4, 1, 1)
 	d, _ := strict.Throttle(tat, t0, 0)
-	if !d.Limited || d.Remaining != 0 || d.Write || d.RetryAfter != 45*time.Second || d.ResetAfter != 50*time.Second {
-		t.Fatalf("got %+v", d)
+	if d.Limited || d.Remaining != 0 || !d.Write || d.TAT != t0+5*int64(time.Second) || d.ResetAfter != 5*time.Second {
+		t.Fatalf("quantity 0: got %+v", d)
+	}
+	d, _ = strict.Throttle(tat, t0, 1)
+	if !d.Limited || d.Remaining != 0 || !d.Write || d.TAT != t0+5*int64(time.Second) || d.RetryAfter != time.Second {
+		t.Fatalf("quantity 1: got %+v", d)
+	}
+}
+
+// A clock that steps back by an hour leaves every state an hour further
+// ahead than it was written. It counts as τ ahead: one refill at most, not
+// the hour, and the clamped state is written once; from there the limiter
+// runs as usual.
+func TestClockStepBack(t *testing.T) {
+	l, _ := New(5, 1, 10) // limit 6, T = 10 s, τ = 60 s
+	s := time.Second
+	hour := int64(time.Hour)
+	d, _ := l.Throttle(0, t0, 2)
+	if d.Remaining != 4 || d.TAT != t0+20*int64(s) {
+		t.Fatalf("2 of 6: %+v", d)
+	}
+	tat := d.TAT
+	back := t0 - hour // the clock stepped back an hour
+	d, _ = l.Throttle(tat, back, 1)
+	if !d.Limited || d.RetryAfter != 10*s || d.ResetAfter != 60*s || !d.Write || d.TAT != back+60*int64(s) {
+		t.Fatalf("after the step: %+v, want refused, retry 10 s, the clamped state written", d)
+	}
+	tat = d.TAT
+	d, _ = l.Throttle(tat, back+10*int64(s), 1)
+	if d.Limited || d.Remaining != 0 || d.TAT != back+70*int64(s) {
+		t.Fatalf("one interval later: %+v", d)
+	}
+	// Had the clamped state not been stored, the next call would clamp
+	// again and refuse again: that is why a clamp asks for a write.
+	d, _ = l.Throttle(t0+20*int64(s), back+10*int64(s), 1)
+	if !d.Limited || !d.Write || d.TAT != back+70*int64(s) {
+		t.Fatalf("clamping again: %+v", d)
+	}
+}
+
+// A cost the limiter can never admit is a refusal, however large; a refund
+// beyond full stops at full; neither is an overflow.
+func TestHugeCosts(t *testing.T) {
+	l, _ := New(5, 1, 1)
+	for _, q := range []int64{7, 10_000_000_000, math.MaxInt64} {
+		d, err := l.Throttle(0, t0, q)
+		if err != nil || !d.Limited || d.RetryAfter != Never || d.Remaining != 6 || d.Write {
+			t.Errorf("quantity %d: %+v, %v", q, d, err)
+		}
+	}
+	l60, _ := New(5, 1, 60)
+	for _, q := range []int64{-153722868, math.MinInt64} {
+		d, err := l60.Throttle(t0+120*int64(time.Second), t0, q)
+		if err != nil || d.Limited || d.Remaining != 6 || !d.Write || d.TAT != t0 {
+			t.Errorf("refund %d: %+v, %v", q, d, err)
+		}
+	}
+	// One every 7e9 s: the first call is admitted, the second is refused
+	// (the state is a whole interval ahead), not an overflow.
+	slow, _ := New(0, 1, 7_000_000_000)
+	d, err := slow.Throttle(0, t0, 1)
+	if err != nil || d.Limited {
+		t.Fatalf("first: %+v, %v", d, err)
+	}
+	d, err = slow.Throttle(d.TAT, t0, 1)
+	if err != nil || !d.Limited || d.RetryAfter != 7_000_000_000*time.Second {
+		t.Fatalf("second: %+v, %v", d, err)
 	}
 }
 
@@ -185,15 +251,20 @@ func TestNewErrors(t *testing.T) {
 }
 
 func TestThrottleOverflow(t *testing.T) {
-	l, _ := New(0, 1, MaxPeriod/2)
-	if _, err := l.Throttle(0, t0, 3); !errors.Is(err, ErrOverflow) {
-		t.Fatalf("quantity x T overflow: %v", err)
+	// τ = 2^63 ns: the state an admitted call writes lies past 2262.
+	l, _ := New(0, 1, MaxPeriod)
+	if _, err := l.Throttle(0, t0, 1); !errors.Is(err, ErrOverflow) {
+		t.Fatalf("now + T beyond int64: %v", err)
 	}
-	if _, err := l.Throttle(math.MaxInt64-5, t0, 1); !errors.Is(err, ErrOverflow) {
-		t.Fatalf("TAT + increment overflow: %v", err)
+	// What is refused or reports needs no state beyond now + ahead.
+	for _, q := range []int64{2, 0, -1, math.MinInt64} {
+		if _, err := l.Throttle(0, t0, q); err != nil {
+			t.Fatalf("quantity %d: %v", q, err)
+		}
 	}
-	if _, err := l.Throttle(0, t0, math.MinInt64); !errors.Is(err, ErrOverflow) {
-		t.Fatalf("negative quantity overflow: %v", err)
+	half, _ := New(0, 1, MaxPeriod/2)
+	if d, err := half.Throttle(math.MaxInt64-5, t0, 1); err != nil || !d.Limited || d.RetryAfter != half.Interval() {
+		t.Fatalf("a state at the end of int64: %+v, %v", d, err)
 	}
 }
 
@@ -247,8 +318,16 @@ func FuzzThrottle(f *testing.F) {
 		if d.Remaining < 0 || d.Remaining > d.Limit {
 			t.Fatalf("remaining %d outside [0, %d]", d.Remaining, d.Limit)
 		}
-		if d.Limited && (d.Write || d.TAT != max(tat, now)) {
-			t.Fatalf("refused call changes state: %+v", d)
+		clamped := tat > now && tat-now > l.tolerance // now ≥ 0: tat − now fits
+		want := max(tat, now)
+		if clamped {
+			want = now + l.tolerance // below tat: fits
+		}
+		if d.Limited && d.TAT != want {
+			t.Fatalf("refused call moves the state: %+v", d)
+		}
+		if d.Write && d.Limited && !clamped {
+			t.Fatalf("refused call writes a state that needed no clamp: %+v", d)
 		}
 		if !d.Limited && quantity > 0 && (!d.Write || d.TAT <= now || d.TAT-now > l.tolerance) {
 			t.Fatalf("admitted call leaves TAT %d outside (now, now+τ]: %+v", d.TAT, d)
@@ -291,53 +370,54 @@ func refNew(burst, count, period int64) (refLimiter, error) {
 	return refLimiter{interval, tol, limit}, nil
 }
 
-func bigMax2(a, b *big.Int) *big.Int {
-	if a.Cmp(b) >= 0 {
-		return a
-	}
-	return b
-}
-
 func (r refLimiter) throttle(tat, now, quantity int64) (Decision, error) {
 	bNow := big.NewInt(now)
-	inc := new(big.Int).Mul(r.interval, big.NewInt(quantity))
-	base := bigMax2(big.NewInt(tat), bNow)
-	newTAT := new(big.Int).Add(base, inc)
-	if !fits(inc) || !fits(newTAT) {
-		return Decision{}, ErrOverflow
-	}
-	if quantity < 0 {
-		newTAT = bigMax2(newTAT, bNow)
-	}
 	d := Decision{Limit: r.limit.Int64(), RetryAfter: Never}
-	ahead := new(big.Int).Sub(newTAT, bNow)
-	var ttl *big.Int
-	if ahead.Cmp(r.tolerance) > 0 {
-		d.Limited = true
-		if inc.Cmp(r.tolerance) <= 0 {
-			d.RetryAfter = time.Duration(new(big.Int).Sub(ahead, r.tolerance).Int64())
-		}
-		ttl = new(big.Int).Sub(base, bNow)
-		d.TAT = base.Int64()
-	} else {
-		ttl = ahead
-		d.TAT = newTAT.Int64()
-		d.Write = quantity > 0 || (quantity < 0 && base.Cmp(bNow) > 0)
+	// How far the state runs ahead of now, at most τ (a clock step).
+	ahead := new(big.Int).Sub(big.NewInt(tat), bNow)
+	if ahead.Sign() < 0 {
+		ahead.SetInt64(0)
 	}
-	if !fits(ttl) {
+	if ahead.Cmp(r.tolerance) > 0 {
+		ahead.Set(r.tolerance)
+		d.Write = true
+	}
+	q := big.NewInt(quantity)
+	if neg := new(big.Int).Neg(r.limit); q.Cmp(neg) < 0 {
+		q = neg
+	}
+	inc := new(big.Int).Mul(r.interval, q)
+	next := new(big.Int).Add(ahead, inc)
+	if next.Sign() < 0 {
+		next.SetInt64(0)
+	}
+	var ttl *big.Int
+	if next.Cmp(r.tolerance) > 0 {
+		d.Limited = true
+		if q.Cmp(r.limit) <= 0 {
+			d.RetryAfter = time.Duration(new(big.Int).Sub(next, r.tolerance).Int64())
+		}
+		ttl = ahead
+	} else {
+		ttl = next
+		d.Write = d.Write || quantity > 0 || (quantity < 0 && ahead.Sign() > 0)
+	}
+	state := new(big.Int).Add(bNow, ttl)
+	if !fits(state) {
 		return Decision{}, ErrOverflow
 	}
+	d.TAT = state.Int64()
 	d.ResetAfter = time.Duration(ttl.Int64())
 	// remaining: (τ − ttl) in whole µs over T in whole µs, truncated toward
 	// zero (ns when T < 1 µs), only when τ − ttl > −T; within [0, limit].
-	next := new(big.Int).Sub(r.tolerance, ttl)
 	rem := new(big.Int)
-	if next.Cmp(new(big.Int).Neg(r.interval)) > 0 {
+	rest := new(big.Int).Sub(r.tolerance, ttl)
+	if rest.Cmp(new(big.Int).Neg(r.interval)) > 0 {
 		thousand := big.NewInt(1000)
 		if r.interval.Cmp(thousand) >= 0 {
-			rem.Quo(new(big.Int).Quo(next, thousand), new(big.Int).Quo(r.interval, thousand))
+			rem.Quo(new(big.Int).Quo(rest, thousand), new(big.Int).Quo(r.interval, thousand))
 		} else {
-			rem.Quo(next, r.interval)
+			rem.Quo(rest, r.interval)
 		}
 	}
 	if rem.Sign() < 0 {

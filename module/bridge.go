@@ -4,6 +4,7 @@ package main
 import "C"
 
 import (
+	"math"
 	"unsafe"
 
 	"ratelimit/window"
@@ -24,20 +25,29 @@ func callArgs(c *C.rl_call, buf *[C.RL_MAX_ARGS]string) []string {
 // cReader reads the key through the C side, once, after the arguments parsed.
 type cReader struct{ c *C.rl_call }
 
-func (r cReader) read(expire bool) keyState {
-	r.c.want_expire = 0
-	if expire {
-		r.c.want_expire = 1
+func (r cReader) read() keyState {
+	c := r.c
+	C.rl_read(c)
+	st := keyState{now: int64(c.now_ns), kind: keyKind(c.kind), expireMs: int64(c.expire_at_ms)}
+	if c.val != nil {
+		st.value = unsafe.String((*byte)(unsafe.Pointer(c.val)), int(c.val_len))
 	}
-	C.rl_read(r.c)
-	st := keyState{now: int64(r.c.now_ns), kind: keyKind(r.c.kind), expireMs: int64(r.c.expire_at_ms)}
-	if r.c.val != nil {
-		st.value = unsafe.String((*byte)(unsafe.Pointer(r.c.val)), int(r.c.val_len))
+	if st.kind == keyZSet {
+		st.zLen = int64(c.z_len)
+		st.oldest = zEntry{score: float64(c.z_oldest), member: member(&c.z_oldest_member, c.z_oldest_len), length: int(c.z_oldest_len)}
+		st.newest = zEntry{score: float64(c.z_newest), member: member(&c.z_newest_member, c.z_newest_len), length: int(c.z_newest_len)}
 	}
 	return st
 }
 
+// member views a member rl_read copied, cut at maxMember bytes.
+func member(buf *[C.RL_MEMBER_MAX]C.char, n C.size_t) string {
+	return unsafe.String((*byte)(unsafe.Pointer(&buf[0])), min(int(n), maxMember))
+}
+
 func (r cReader) log() window.Log { return cLog(r) }
+
+func (r cReader) memoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
 // cLog reads the sorted set as a sliding log through rl_zlog_scan and
 // rl_zlog_nth. Entries are scored in microseconds; window works in
@@ -51,11 +61,15 @@ func (l cLog) Count(after int64) int64 {
 }
 
 func (l cLog) Nth(after, k int64) int64 {
-	return usToNs(int64(C.rl_zlog_nth(l.c, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
+	return scoreNs(float64(C.rl_zlog_nth(l.c, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
 }
 
-// Newest is valid after Count.
-func (l cLog) Newest() int64 { return usToNs(int64(l.c.z_newest_us)) }
+func (l cLog) Newest() int64 {
+	if l.c.z_len == 0 {
+		return math.MinInt64
+	}
+	return scoreNs(float64(l.c.z_newest))
+}
 
 // store copies the outcome into the C struct.
 func (o *outcome) store(c *C.rl_call) {
@@ -76,6 +90,10 @@ func (o *outcome) store(c *C.rl_call) {
 		c.set_len = C.size_t(n)
 		c.expire_ms = C.longlong(o.expireMs)
 	case actZLog:
+		c.z_redate = 0
+		if o.zRedate {
+			c.z_redate = 1
+		}
 		c.z_cutoff_us = C.longlong(o.zCutoff)
 		c.z_add = C.longlong(o.zAdd)
 		c.z_score_us = C.longlong(o.zScore)
@@ -110,6 +128,7 @@ func numbering() []string {
 	check("RL_KEY_STRING", C.RL_KEY_STRING, int(keyString))
 	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(keyOther))
 	check("RL_MAX_ARGS", C.RL_MAX_ARGS, maxArgs)
+	check("RL_MEMBER_MAX", C.RL_MEMBER_MAX-1, maxMember)
 	check("set_val", C.int(len(rlCall{}.set_val)), len(outcome{}.value))
 	return bad
 }

@@ -34,7 +34,7 @@ func runTokenBucket(p *params, r reader, o *outcome, peek bool) {
 		o.failErr(err)
 		return
 	}
-	st, full, ok := loadInstant(r, o, errNotBucketState)
+	st, full, ok := loadInstant(r, o, bucketState, b.Tolerance())
 	if !ok {
 		return
 	}
@@ -55,7 +55,7 @@ func runShaper(p *params, r reader, o *outcome, peek bool) {
 		o.failErr(err)
 		return
 	}
-	st, empty, ok := loadInstant(r, o, errNotShaperState)
+	st, empty, ok := loadInstant(r, o, shaperState, q.Tolerance())
 	if !ok {
 		return
 	}

@@ -55,15 +55,30 @@ type keyState struct {
 	now      int64 // Unix nanoseconds
 	kind     keyKind
 	value    string // the string value; valid only during the call
-	expireMs int64  // the key's absolute expiry (-1: none); read only when asked
+	expireMs int64  // the key's absolute expiry in Unix ms, -1 for none
+	// A sorted set: its size, and its oldest and newest entries.
+	zLen           int64
+	oldest, newest zEntry
 }
+
+// zEntry is a sorted-set entry as rl_read copies it.
+type zEntry struct {
+	score  float64
+	member string // valid only during the call; cut at maxMember bytes
+	length int    // the member's whole length
+}
+
+// maxMember is RL_MEMBER_MAX - 1: members are copied up to it.
+const maxMember = 63
 
 // reader reads the key's state. read is called at most once, after the
 // arguments parsed, so that bad input never touches the key; log reads a
-// sorted set key as a sliding log, after read.
+// sorted set key as a sliding log, after read; memoryRoom is how many bytes
+// the server may still allocate before maxmemory (-1: no maxmemory).
 type reader interface {
-	read(expire bool) keyState
+	read() keyState
 	log() window.Log
+	memoryRoom() int64
 }
 
 // outcome is what a command decided: the reply, and the write if any.
@@ -74,9 +89,11 @@ type outcome struct {
 	valueLen int
 	value    [64]byte
 	err      string
-	// actZLog: remove the entries scored at or below zCutoff, add zAdd
-	// entries scored zScore (Unix microseconds).
+	// actZLog: remove the entries scored at or below zCutoff, move those
+	// scored after zScore to zScore when zRedate, add zAdd entries scored
+	// zScore (Unix microseconds).
 	zCutoff, zAdd, zScore int64
+	zRedate               bool
 }
 
 func (o *outcome) fail(msg string) {

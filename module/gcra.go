@@ -23,7 +23,7 @@ func runGCRA(p *params, r reader, o *outcome, peek bool) {
 		o.failErr(err)
 		return
 	}
-	st, tat, ok := loadInstant(r, o, errNotGCRAState)
+	st, tat, ok := loadInstant(r, o, gcraState, l.Tolerance())
 	if !ok {
 		return
 	}

@@ -1,40 +1,67 @@
 package main
 
+import "time"
+
 // GCRA, the token bucket and the shaper keep their whole state in one
 // instant: when the limiter is full (or the queue empty) again, in
 // nanoseconds since the Unix epoch. It is stored as a decimal string — the
 // format redis-cell uses — in a key that expires at that instant.
 
+// The families whose state is an instant, as errors name them.
 const (
-	errNotGCRAState   = "ERR the key holds a string that is not GCRA state (a Unix time in nanoseconds)"
-	errNotBucketState = "ERR the key holds a string that is not token bucket state (a Unix time in nanoseconds)"
-	errNotShaperState = "ERR the key holds a string that is not shaper state (a Unix time in nanoseconds)"
+	gcraState   = "GCRA state (a Unix time in nanoseconds)"
+	bucketState = "token bucket state (a Unix time in nanoseconds)"
+	shaperState = "shaper state (a Unix time in nanoseconds)"
 )
 
 // readString reads a key whose state is a string: on a key of another
-// type it sets WRONGTYPE in o and returns false.
-func readString(r reader, o *outcome, expire bool) (keyState, bool) {
-	st := r.read(expire)
-	if st.kind == keyZSet || st.kind == keyOther {
+// type it sets WRONGTYPE in o and returns false; on a string without an
+// expiry, which no limiter writes, the error that it holds other data.
+func readString(r reader, o *outcome, state string) (keyState, bool) {
+	st := r.read()
+	switch {
+	case st.kind == keyZSet || st.kind == keyOther:
 		o.action = actWrongType
+		return st, false
+	case st.kind == keyString && st.expireMs < 0:
+		o.fail(otherData(state, "it has no expiry, and limiter keys always expire"))
 		return st, false
 	}
 	return st, true
 }
 
 // loadInstant reads the key: the clock and the stored instant (0 when the
-// key is empty). On a key of another type or a string that is not an
-// instant it sets the error in o and returns false.
-func loadInstant(r reader, o *outcome, notState string) (keyState, int64, bool) {
-	st, ok := readString(r, o, false)
+// key is empty). tolerance is how far ahead of now the limiter's state can
+// legitimately be. On a key of another type, or one that holds other data,
+// it sets the error in o and returns false.
+func loadInstant(r reader, o *outcome, state string, tolerance time.Duration) (keyState, int64, bool) {
+	st, ok := readString(r, o, state)
 	if !ok || st.kind == keyEmpty {
 		return st, 0, ok
 	}
 	v, ok := parseInstant(st.value)
-	if !ok {
-		o.fail(notState)
+	switch {
+	case !ok:
+		o.fail(otherData(state, "not a decimal integer"))
+	case v < minState:
+		o.fail(otherData(state, "an instant before 2015"))
+	case strayInstant(st, v, int64(tolerance)):
+		o.fail(otherData(state, "an instant far past the key's own expiry"))
+	default:
+		return st, v, true
 	}
-	return st, v, ok
+	return st, 0, false
+}
+
+// strayInstant reports an instant no limiter wrote into this key: further
+// ahead of now than the state can legitimately be (which a clock that
+// stepped back also leaves), yet more than a second after the key's own
+// expiry, where a limiter puts the expiry at the instant itself.
+func strayInstant(st keyState, v, tolerance int64) bool {
+	if v <= st.now || v-st.now <= tolerance { // both positive: no overflow
+		return false
+	}
+	return expiryNs(st.expireMs) < v-int64(time.Second)
 }
 
 // storeInstant asks for the new instant to be written when write is set:

@@ -34,6 +34,11 @@
 
 #define REDISMODULE_NO_EXPIRE -1
 
+/* NotifyKeyspaceEvent classes, as notify-keyspace-events names them. */
+#define REDISMODULE_NOTIFY_GENERIC (1 << 2) /* g: del, expire, ... */
+#define REDISMODULE_NOTIFY_STRING (1 << 3)  /* $: set, ... */
+#define REDISMODULE_NOTIFY_ZSET (1 << 7)    /* z: zadd, zremrangebyscore, ... */
+
 /* SetModuleOptions: CloseKey no longer signals a key opened for writing as
  * modified; the module calls SignalModifiedKey when it really writes. */
 #define REDISMODULE_OPTION_NO_IMPLICIT_SIGNAL_MODIFIED (1 << 1)
@@ -48,6 +53,7 @@ typedef struct RedisModuleKey RedisModuleKey;
 typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCommand RedisModuleCommand;
 typedef struct RedisModuleInfoCtx RedisModuleInfoCtx;
+typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 typedef void (*RedisModuleInfoFunc)(RedisModuleInfoCtx *ctx, int for_crash_report);
@@ -199,6 +205,12 @@ typedef struct {
     X(1, void, ZsetRangeStop, (RedisModuleKey * key))                                                  \
     X(1, int, ZsetRangeEndReached, (RedisModuleKey * key))                                             \
     X(1, int, SignalModifiedKey, (RedisModuleCtx * ctx, RedisModuleString * name))                     \
+    X(1, int, NotifyKeyspaceEvent, (RedisModuleCtx * ctx, int type, const char *event, RedisModuleString *key)) \
+    X(0, float, GetUsedMemoryRatio, (void))                                                            \
+    X(0, RedisModuleServerInfoData *, GetServerInfo, (RedisModuleCtx * ctx, const char *section))      \
+    X(0, unsigned long long, ServerInfoGetFieldUnsigned,                                               \
+      (RedisModuleServerInfoData * data, const char *field, int *out_err))                             \
+    X(0, void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))               \
     X(1, int, Replicate, (RedisModuleCtx * ctx, const char *cmd, const char *fmt, ...))                \
     X(1, int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                        \
     X(1, int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                                 \

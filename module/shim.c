@@ -155,6 +155,34 @@ static RedisModuleString *rl_pxat; /* "PXAT", made once: replicating it then all
 
 /* ---- Running a command ---- */
 
+/* Copies a sorted-set entry's member into buf (RL_MEMBER_MAX bytes, cut
+ * and NUL-terminated) and returns its whole length; frees the member. */
+static size_t rl_copy_member(RedisModuleCtx *ctx, RedisModuleString *m, char *buf) {
+    size_t len = 0;
+    buf[0] = '\0';
+    if (m == NULL) return 0;
+    const char *p = RM_StringPtrLen(m, &len);
+    size_t n = len < RL_MEMBER_MAX - 1 ? len : RL_MEMBER_MAX - 1;
+    memcpy(buf, p, n);
+    buf[n] = '\0';
+    RM_FreeString(ctx, m);
+    return len;
+}
+
+/* Reads the oldest (last = 0) or newest (last = 1) entry of a sorted set. */
+static void rl_zset_end(rl_call *c, int last, double *score, char *member, size_t *len) {
+    RedisModuleKey *key = (RedisModuleKey *)c->key;
+    *score = -INFINITY;
+    *len = 0;
+    member[0] = '\0';
+    int ok = last ? RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0)
+                  : RM_ZsetFirstInScoreRange(key, -INFINITY, INFINITY, 0, 0);
+    if (ok != REDISMODULE_OK) return;
+    if (!RM_ZsetRangeEndReached(key))
+        *len = rl_copy_member((RedisModuleCtx *)c->ctx, RM_ZsetRangeCurrentElement(key, score), member);
+    RM_ZsetRangeStop(key);
+}
+
 void rl_read(rl_call *c) {
     int mode = c->readonly ? REDISMODULE_READ : (REDISMODULE_READ | REDISMODULE_WRITE);
     RedisModuleKey *key = RM_OpenKey((RedisModuleCtx *)c->ctx, (RedisModuleString *)c->key_name, mode);
@@ -162,6 +190,7 @@ void rl_read(rl_call *c) {
     c->now_ns = rl_now_ns();
     c->val = NULL;
     c->val_len = 0;
+    c->z_len = 0;
     switch (RM_KeyType(key)) {
     case REDISMODULE_KEYTYPE_EMPTY:
         c->kind = RL_KEY_EMPTY;
@@ -172,12 +201,15 @@ void rl_read(rl_call *c) {
         break;
     case REDISMODULE_KEYTYPE_ZSET:
         c->kind = RL_KEY_ZSET;
+        c->z_len = (long long)RM_ValueLength(key);
+        rl_zset_end(c, 0, &c->z_oldest, c->z_oldest_member, &c->z_oldest_len);
+        rl_zset_end(c, 1, &c->z_newest, c->z_newest_member, &c->z_newest_len);
         break;
     default:
         c->kind = RL_KEY_OTHER;
     }
     /* A key opened only for reading is NULL when it does not exist. */
-    c->expire_at_ms = c->want_expire && key != NULL ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
+    c->expire_at_ms = key != NULL && c->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
 }
 
 /* ---- Sliding log: a sorted set of entries scored in Unix microseconds ---- */
@@ -185,7 +217,6 @@ void rl_read(rl_call *c) {
 void rl_zlog_scan(rl_call *c, long long after_us) {
     RedisModuleKey *key = (RedisModuleKey *)c->key;
     c->z_live = 0;
-    c->z_newest_us = LLONG_MIN;
     if (c->kind != RL_KEY_ZSET) return;
     long long gone = 0;
     if (RM_ZsetFirstInScoreRange(key, -INFINITY, (double)after_us, 0, 0) == REDISMODULE_OK) {
@@ -195,50 +226,68 @@ void rl_zlog_scan(rl_call *c, long long after_us) {
         }
         RM_ZsetRangeStop(key);
     }
-    c->z_live = (long long)RM_ValueLength(key) - gone;
-    if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) == REDISMODULE_OK) {
-        if (!RM_ZsetRangeEndReached(key)) {
-            double score;
-            RedisModuleString *e = RM_ZsetRangeCurrentElement(key, &score);
-            if (e) RM_FreeString((RedisModuleCtx *)c->ctx, e);
-            c->z_newest_us = (long long)score;
-        }
-        RM_ZsetRangeStop(key);
-    }
+    c->z_live = c->z_len - gone;
 }
 
-long long rl_zlog_nth(rl_call *c, long long after_us, long long k) {
+double rl_zlog_nth(rl_call *c, long long after_us, long long k) {
     RedisModuleKey *key = (RedisModuleKey *)c->key;
-    double score = 0;
-    if (c->kind != RL_KEY_ZSET || k < 1) return LLONG_MIN;
-    if (RM_ZsetFirstInScoreRange(key, (double)after_us, INFINITY, 1, 0) != REDISMODULE_OK) return LLONG_MIN;
+    double score = -INFINITY;
+    if (c->kind != RL_KEY_ZSET || k < 1) return -INFINITY;
+    if (RM_ZsetFirstInScoreRange(key, (double)after_us, INFINITY, 1, 0) != REDISMODULE_OK) return -INFINITY;
     int there = !RM_ZsetRangeEndReached(key);
     for (long long i = 1; there && i < k; i++) there = RM_ZsetRangeNext(key);
     RedisModuleString *e = there ? RM_ZsetRangeCurrentElement(key, &score) : NULL;
     RM_ZsetRangeStop(key);
-    if (e == NULL) return LLONG_MIN;
+    if (e == NULL) return -INFINITY;
     RM_FreeString((RedisModuleCtx *)c->ctx, e);
-    return (long long)score;
+    return score;
+}
+
+/* maxmemory, read from INFO memory at most once a second: a config change
+ * reaches the check within a second. */
+static unsigned long long rl_maxmemory(RedisModuleCtx *ctx) {
+    static unsigned long long cached;
+    static long long read_at = LLONG_MIN;
+    long long now = RM_Milliseconds();
+    if (cached != 0 && now >= read_at && now - read_at < 1000) return cached;
+    if (!RM_GetServerInfo || !RM_ServerInfoGetFieldUnsigned || !RM_FreeServerInfo) return 0;
+    RedisModuleServerInfoData *info = RM_GetServerInfo(ctx, "memory");
+    if (info == NULL) return 0;
+    int err = 0;
+    unsigned long long v = RM_ServerInfoGetFieldUnsigned(info, "maxmemory", &err);
+    RM_FreeServerInfo(ctx, info);
+    cached = err ? 0 : v;
+    read_at = now;
+    return cached;
+}
+
+long long rl_memory_room(rl_call *c) {
+    float ratio = RM_GetUsedMemoryRatio ? RM_GetUsedMemoryRatio() : 0;
+    if (!(ratio > 0)) return -1; /* no maxmemory */
+    unsigned long long max = rl_maxmemory((RedisModuleCtx *)c->ctx);
+    if (max == 0) return -1;
+    double room = (1.0 - (double)ratio) * (double)max;
+    return room <= 0 ? 0 : room >= (double)LLONG_MAX ? LLONG_MAX : (long long)room;
 }
 
 #define RL_ZBATCH 64 /* members per replicated ZADD / ZREM */
 
-/* An admitted sliding-log hit: remove the entries that left the window, add
- * z_add entries scored z_score_us (members "<score>-<n>", unique), expire
- * the key when its newest entry leaves, and replicate exactly that. */
-static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
+/* Removes the entries scored within [min, max] (the bounds as
+ * ZREMRANGEBYSCORE takes them, exclusive when minex), replicates that, and
+ * emits the events ZREMRANGEBYSCORE emits: zremrangebyscore, then del if
+ * the set is gone. Returns how many it removed. */
+static long long rl_zlog_remove(RedisModuleCtx *ctx, rl_call *c, double min, int minex, double max,
+                                const char *rmin, const char *rmax) {
     RedisModuleKey *key = (RedisModuleKey *)c->key;
     RedisModuleString *name = (RedisModuleString *)c->key_name;
-    RedisModuleString *batch[2 * RL_ZBATCH];
-    int n = 0;
-
-    /* The module API cannot remove while it iterates: collect a batch of
-     * the oldest expired entries, stop, remove them, and go again. */
+    RedisModuleString *batch[RL_ZBATCH];
     long long removed = 0;
+    /* The module API cannot remove while it iterates: collect a batch,
+     * stop, remove it, and go again. */
     for (;;) {
-        n = 0;
-        if (c->kind == RL_KEY_ZSET &&
-            RM_ZsetFirstInScoreRange(key, -INFINITY, (double)c->z_cutoff_us, 0, 0) == REDISMODULE_OK) {
+        int n = 0;
+        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET &&
+            RM_ZsetFirstInScoreRange(key, min, max, minex, 0) == REDISMODULE_OK) {
             while (!RM_ZsetRangeEndReached(key) && n < RL_ZBATCH) {
                 batch[n++] = RM_ZsetRangeCurrentElement(key, NULL);
                 if (!RM_ZsetRangeNext(key)) break;
@@ -253,16 +302,39 @@ static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
         if (n < RL_ZBATCH) break;
     }
     if (removed > 0) {
-        char cutoff[24];
-        snprintf(cutoff, sizeof cutoff, "%lld", c->z_cutoff_us);
-        RM_Replicate(ctx, "ZREMRANGEBYSCORE", "scc", name, "-inf", cutoff);
+        RM_Replicate(ctx, "ZREMRANGEBYSCORE", "scc", name, rmin, rmax);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zremrangebyscore", name);
+        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) /* the API deletes an emptied set */
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
     }
+    return removed;
+}
 
+/* A sliding-log write: remove the entries that left the window, move the
+ * ones dated after now to now (z_redate: a clock stepped back), add z_add
+ * entries scored z_score_us (members "<score>-<n>", unique), expire the key
+ * when its newest entry leaves, and replicate exactly that, with the events
+ * the replicated commands emit on a replica. */
+static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
+    RedisModuleKey *key = (RedisModuleKey *)c->key;
+    RedisModuleString *name = (RedisModuleString *)c->key_name;
+    RedisModuleString *batch[2 * RL_ZBATCH];
     char score[24], member[48];
     int slen = snprintf(score, sizeof score, "%lld", c->z_score_us);
-    long long seq = (long long)RM_ValueLength(key);
-    n = 0;
-    for (long long added = 0; added < c->z_add;) {
+
+    char cutoff[24];
+    snprintf(cutoff, sizeof cutoff, "%lld", c->z_cutoff_us);
+    rl_zlog_remove(ctx, c, -INFINITY, 0, (double)c->z_cutoff_us, "-inf", cutoff);
+    long long moved = 0;
+    if (c->z_redate) {
+        char after[26];
+        snprintf(after, sizeof after, "(%lld", c->z_score_us);
+        moved = rl_zlog_remove(ctx, c, (double)c->z_score_us, 1, INFINITY, after, "+inf");
+    }
+
+    long long seq = (long long)RM_ValueLength(key), total = c->z_add + moved;
+    int n = 0;
+    for (long long added = 0; added < total;) {
         int mlen = snprintf(member, sizeof member, "%s-%lld", score, seq++);
         RedisModuleString *m = RM_CreateString(ctx, member, (size_t)mlen);
         int flags = REDISMODULE_ZADD_NX;
@@ -274,14 +346,16 @@ static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
         added++;
         batch[n++] = RM_CreateString(ctx, score, (size_t)slen);
         batch[n++] = m;
-        if (n == 2 * RL_ZBATCH || added == c->z_add) {
+        if (n == 2 * RL_ZBATCH || added == total) {
             RM_Replicate(ctx, "ZADD", "sv", name, batch, (size_t)n);
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", name);
             for (int i = 0; i < n; i++) RM_FreeString(ctx, batch[i]);
             n = 0;
         }
     }
     RM_SetAbsExpire(key, c->expire_ms);
     RM_Replicate(ctx, "PEXPIREAT", "sl", name, c->expire_ms);
+    RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
     RM_SignalModifiedKey(ctx, name);
 }
 
@@ -317,17 +391,21 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
         }
         memcpy(p, c->set_val, len);
         /* A fixed window's count keeps the expiry it had (the window's
-         * end): setting it again would cost two more lookups. expire_at_ms
-         * is -1 unless Go asked for it, and expire_ms is never -1. */
+         * end): setting it again would cost two more lookups. expire_ms
+         * is never -1. */
         if (c->expire_at_ms != c->expire_ms) RM_SetAbsExpire(key, c->expire_ms);
         RM_SignalModifiedKey(ctx, name);
         RM_Replicate(ctx, "SET", "sbsl", name, c->set_val, c->set_len, rl_pxat, c->expire_ms);
+        /* What SET key value PXAT t emits, on a replica too. */
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", name);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
         break;
     }
     case RL_ACT_DEL:
         RM_DeleteKey(key);
         RM_SignalModifiedKey(ctx, name);
         RM_Replicate(ctx, "DEL", "s", name);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
         break;
     case RL_ACT_ZLOG:
         rl_zlog_write(ctx, c);
@@ -366,8 +444,8 @@ static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     c.readonly = def->readonly;
     c.argc = argc;
     for (int i = 0; i < argc; i++) c.argv[i].ptr = RM_StringPtrLen(argv[i], &c.argv[i].len);
-    c.want_expire = 0;
     c.action = RL_ACT_ERROR;
+    c.z_redate = 0;
     c.err[0] = '\0';
     c.ctx = ctx;
     c.key_name = argv[1];

@@ -26,6 +26,9 @@ enum rl_op {
     RL_OP_COUNT
 };
 
+/* A sorted-set member longer than this can't be a sliding log's. */
+#define RL_MEMBER_MAX 64
+
 /* The most arguments a command takes, command name included. */
 #define RL_MAX_ARGS 16
 
@@ -60,19 +63,22 @@ typedef struct rl_call {
     int argc;
     rl_arg argv[RL_MAX_ARGS];
 
-    /* Set by Go before rl_read. */
-    int want_expire; /* also read the key's expiry */
-
     /* Set by rl_read. */
     long long now_ns; /* one clock read per command, Unix nanoseconds */
     int kind;         /* enum rl_keykind */
     const char *val;  /* the string value, valid until C closes the key */
     size_t val_len;
-    long long expire_at_ms; /* absolute, or -1 for none (only with want_expire) */
+    long long expire_at_ms; /* the key's absolute expiry, or -1 for none */
+    /* A sorted set: its size, and its oldest and newest entries, each a
+     * score and a member (copied up to RL_MEMBER_MAX - 1 bytes; the length
+     * is the member's whole length). */
+    long long z_len;
+    double z_oldest, z_newest;
+    size_t z_oldest_len, z_newest_len;
+    char z_oldest_member[RL_MEMBER_MAX], z_newest_member[RL_MEMBER_MAX];
 
     /* Set by rl_zlog_scan. */
-    long long z_live;      /* entries with a score above the cutoff */
-    long long z_newest_us; /* the highest score, or LLONG_MIN */
+    long long z_live; /* entries with a score above the cutoff */
 
     /* Set by Go. */
     int action; /* enum rl_action */
@@ -83,7 +89,8 @@ typedef struct rl_call {
     long long z_cutoff_us; /* RL_ACT_ZLOG: remove entries scored at or below */
     long long z_add;       /* RL_ACT_ZLOG: entries to add, scored z_score_us */
     long long z_score_us;
-    char err[240]; /* NUL-terminated, starts with ERR */
+    int z_redate; /* RL_ACT_ZLOG: move the entries scored after z_score_us to it */
+    char err[240]; /* NUL-terminated, starts with ERR (or OOM) */
 
     /* Private to C. */
     void *ctx;
@@ -92,15 +99,20 @@ typedef struct rl_call {
 } rl_call;
 
 /* Opens the key (for writing too unless the command is read-only), reads
- * the clock, and fills now_ns, kind, val and val_len. Called by Go once the
+ * the clock, and fills now_ns, kind, val, val_len, expire_at_ms and, for a
+ * sorted set, z_len and its oldest and newest entries. Called by Go once the
  * arguments have parsed. */
 void rl_read(rl_call *c);
 
 /* Sliding log, on a sorted set of entries scored in Unix microseconds:
- * rl_zlog_scan counts the entries scored above after_us (z_live) and finds
- * the newest (z_newest_us); rl_zlog_nth returns the score of the k-th
- * oldest entry above after_us. Both only read. */
+ * rl_zlog_scan counts the entries scored above after_us (z_live);
+ * rl_zlog_nth returns the score of the k-th oldest entry above after_us, or
+ * -INFINITY. Both only read. */
 void rl_zlog_scan(rl_call *c, long long after_us);
-long long rl_zlog_nth(rl_call *c, long long after_us, long long k);
+double rl_zlog_nth(rl_call *c, long long after_us, long long k);
+
+/* The bytes the server may still allocate before it passes maxmemory, as
+ * its own deny-oom check counts them, or -1 when it has no maxmemory. */
+long long rl_memory_room(rl_call *c);
 
 #endif

@@ -31,13 +31,10 @@ func ExampleFixedWindow_Hit() {
 	f, _ := window.NewFixedWindow(100, 60)
 	boundary := time.Date(2026, 1, 1, 12, 1, 0, 0, time.UTC).UnixNano()
 	admitted := 0
-	var count, end int64
+	var count, end int64 // the stored count and its expiry
 	for _, at := range []int64{boundary - 100e6, boundary + 100e6} {
-		if at >= end {
-			count = 0 // the key expired with its window
-		}
 		for range 100 {
-			d, n, e, _ := f.Hit(count, at, 1)
+			d, n, e, _ := f.Hit(count, end, at, 1)
 			if !d.Limited {
 				admitted++
 				count, end = n, e

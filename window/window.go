@@ -114,22 +114,31 @@ func NewFixedWindow(limit, window int64) (FixedWindow, error) {
 	return FixedWindow{p}, err
 }
 
-// Start is the start of the window holding now (Unix ns): a stored count
-// whose expiry is not after it belongs to an earlier window.
-func (f FixedWindow) Start(now int64) int64 { return f.p.start(now) }
-
-// Hit counts cost units at now (Unix ns) in the window whose count so far
-// is count, and returns the decision, the new count and the window's end
-// (Unix ns), when the count must expire.
-func (f FixedWindow) Hit(count, now, cost int64) (d Decision, newCount, end int64, err error) {
+// Hit counts cost units at now (Unix ns) against the stored count, which
+// expires at expires (Unix ns; ignored when count is 0), and returns the
+// decision, the count to store and the window's end (Unix ns), when it must
+// expire.
+//
+// A count whose expiry is not after the current window's start belongs to
+// an earlier window and counts as 0. One that expires after the current
+// window's end can only come from a clock that stepped back (or an expiry
+// changed behind the limiter's back): it counts as the current window's, so
+// the step costs at most one window, and Write is set, even for a refused or
+// zero-cost hit, so that it is stored again expiring at the window's end.
+func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount, end int64, err error) {
 	if cost < 0 || count < 0 {
 		return Decision{}, 0, 0, ErrRange
 	}
 	d = f.p.decision()
-	end, ok := checked.Add(f.p.start(now), f.p.window)
+	start := f.p.start(now)
+	end, ok := checked.Add(start, f.p.window)
 	if !ok {
 		return Decision{}, 0, 0, ErrOverflow
 	}
+	if count > 0 && expires <= start {
+		count = 0
+	}
+	d.Write = count > 0 && expires > end
 	left := time.Duration(end - now)
 	newCount, ok = checked.Add(count, cost)
 	if cost > f.p.limit || !ok || newCount > f.p.limit {
@@ -139,7 +148,7 @@ func (f FixedWindow) Hit(count, now, cost int64) (d Decision, newCount, end int6
 		}
 		newCount = count
 	} else {
-		d.Write = cost > 0
+		d.Write = d.Write || cost > 0
 	}
 	d.Remaining = max(f.p.limit-newCount, 0)
 	if newCount > 0 {
@@ -170,64 +179,64 @@ func NewSlidingWindow(limit, window int64) (SlidingWindow, error) {
 // Hit counts cost units at now (Unix ns) against the counts c, and returns
 // the decision, the counts to store and the instant they expire (when the
 // estimate reaches zero). The zero Counts is a limiter with no hits.
+//
+// Counts of a window later than now's can only come from a clock that
+// stepped back: they count as the current window's, so the step costs at
+// most one window, and Write is set, even for a refused or zero-cost hit, so
+// that they are stored again under the current window's index.
 func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, expire int64, err error) {
 	if cost < 0 || c.Current < 0 || c.Previous < 0 {
 		return Decision{}, c, 0, ErrRange
 	}
 	W, L := s.p.window, s.p.limit
-	// Roll the counts forward to the window holding now. A stored window
-	// later than now (the clock stepped back) is taken as starting now,
-	// which weighs its previous window fully: never more admitted.
-	at := now
-	idx := s.p.start(now) / W
+	d = s.p.decision()
+	start := s.p.start(now)
+	idx := start / W
 	switch {
 	case c.Index == idx:
 	case c.Index == idx-1:
 		c = Counts{Index: idx, Previous: c.Current}
 	case c.Index < idx:
 		c = Counts{Index: idx}
-	default:
-		var ok bool
-		if at, ok = checked.Mul(c.Index, W); !ok {
-			return Decision{}, c, 0, ErrOverflow
-		}
-		idx = c.Index
+	default: // a future window: the clock stepped back
+		c.Index = idx
+		d.Write = c.Current > 0 || c.Previous > 0
 	}
-	startAt := idx * W // idx×W ≤ at, so it fits
-	end, ok1 := checked.Add(startAt, W)
+	end, ok1 := checked.Add(start, W)
 	end2, ok2 := checked.Add(end, W)
 	if !ok1 || !ok2 {
 		return Decision{}, c, 0, ErrOverflow
 	}
-	e := at - startAt        // elapsed in the current window
-	shift := at - now        // > 0 only when the clock stepped back
+	e := now - start         // elapsed in the current window
 	weight := func() int64 { // ⌊previous × (W − e) / W⌋
 		v, _ := checked.MulDiv(c.Previous, W-e, W) // ≤ previous
 		return v
 	}
 
-	d = s.p.decision()
 	next = c
 	est, ok := checked.Add(c.Current, weight())
 	total, ok2 := checked.Add(est, cost)
 	if cost > L || !ok || !ok2 || total > L {
 		d.Limited = true
 		if cost <= L {
-			d.RetryAfter = time.Duration(shift + s.retry(c, e, cost))
+			d.RetryAfter = time.Duration(s.retry(c, e, cost))
 		}
 	} else if cost > 0 {
 		next.Current += cost
 		d.Write = true
 	}
-	used, _ := checked.Add(next.Current, weight())
+	used, ok := checked.Add(next.Current, weight())
+	if !ok {
+		used = math.MaxInt64
+	}
 	d.Remaining = min(max(L-used, 0), L)
 	switch {
 	case next.Current > 0:
 		expire = end2
-	case next.Previous > 0 && e < W:
+	case next.Previous > 0:
 		expire = end
 	default:
-		expire = at
+		expire = now
 	}
 	d.ResetAfter = time.Duration(expire - now)
 	return d, next, expire, nil
@@ -282,7 +291,7 @@ func NewSlidingLog(limit, window int64) (SlidingLog, error) {
 	return SlidingLog{p}, err
 }
 
-// LogDecision adds what the caller must do to the log for an admitted hit.
+// LogDecision adds what the caller must do to the log.
 type LogDecision struct {
 	Decision
 	// Cutoff: entries at or before it have left the window and may be
@@ -290,11 +299,19 @@ type LogDecision struct {
 	Cutoff int64
 	// Expire is when the log is empty again (its newest entry leaves).
 	Expire int64
+	// Redate: the log holds entries after now, which only a clock that
+	// stepped back leaves. They count as entries at now; when Redate is set
+	// (and with it Write), the caller moves them to now.
+	Redate bool
 }
 
 // Hit admits cost units at now (Unix ns) when the log holds at most
 // limit − cost entries inside the trailing window (now − window, now]. An
 // admitted hit adds cost entries at now (the caller's job: Write).
+//
+// Entries after now count as entries at now, so a clock that steps back
+// costs at most one window; Redate (and Write) is then set, even for a
+// refused or zero-cost hit, so that the caller moves them to now.
 func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 	if cost < 0 {
 		return LogDecision{}, ErrRange
@@ -307,18 +324,23 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 	d := LogDecision{Decision: l.p.decision(), Cutoff: cutoff}
 	live := log.Count(cutoff)
 	newest := log.Newest()
+	if newest > now {
+		newest = now
+		d.Redate = true
+		d.Write = true
+	}
 	total, ok := checked.Add(live, cost)
 	if cost > L || !ok || total > L {
 		d.Limited = true
 		if cost <= L {
 			// Wait until the (live + cost − L)-th oldest entry leaves.
-			nth := log.Nth(cutoff, live+cost-L)
+			nth := min(log.Nth(cutoff, live+cost-L), now)
 			d.RetryAfter = time.Duration(nth + W - now)
 		}
 		total = live
 	} else if cost > 0 {
 		d.Write = true
-		newest = max(newest, now)
+		newest = now
 	}
 	d.Remaining = min(max(L-total, 0), L)
 	if total > 0 {

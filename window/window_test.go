@@ -28,7 +28,7 @@ func (s *fixedStore) hit(t *testing.T, f FixedWindow, now, cost int64) Decision 
 	if now >= s.expire {
 		s.count = 0
 	}
-	d, n, end, err := f.Hit(s.count, now, cost)
+	d, n, end, err := f.Hit(s.count, s.expire, now, cost)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -218,27 +218,73 @@ func TestErrors(t *testing.T) {
 		t.Errorf("sliding window overflow: %v", err)
 	}
 	f, _ := NewFixedWindow(1, MaxWindow)
-	if _, _, _, err := f.Hit(0, math.MaxInt64-1, 1); err != ErrOverflow {
+	if _, _, _, err := f.Hit(0, 0, math.MaxInt64-1, 1); err != ErrOverflow {
 		t.Errorf("fixed window overflow: %v", err)
 	}
-	if _, _, _, err := f.Hit(0, w0, -1); err != ErrRange {
+	if _, _, _, err := f.Hit(0, 0, w0, -1); err != ErrRange {
 		t.Errorf("negative cost: %v", err)
 	}
 }
 
-// A clock that steps back never admits more than the state allows.
+// A clock that steps back never admits more than the state allows, and
+// costs at most one window: state from the future counts as now's, and the
+// limiter asks for it to be stored so (Write), even when it refuses.
 func TestClockBack(t *testing.T) {
 	w, _ := NewSlidingWindow(10, 10)
 	idx := w0/(10*sec) + 5
-	// Counts stored 50 s in the future: taken as the start of that
-	// window, where the previous window weighs fully.
-	d, _, _, _ := w.Hit(Counts{Index: idx, Current: 3, Previous: 7}, w0, 1)
-	if !d.Limited || d.RetryAfter != 50*time.Second+1 {
-		t.Fatalf("%+v", d)
+	// Counts stored 50 s in the future count as this window's: 5 + ⌊7 ×
+	// 1⌋ + 1 > 10 at the window's start, refused until ⌊7 × (W − e) / W⌋
+	// falls to 4, at e = 2.857142858 s, not for 50 s.
+	d, next, exp, _ := w.Hit(Counts{Index: idx, Current: 5, Previous: 7}, w0, 1)
+	if !d.Limited || !d.Write || next != (Counts{Index: idx - 5, Current: 5, Previous: 7}) || exp != w0+20*sec ||
+		d.RetryAfter != 2857142858 {
+		t.Fatalf("sliding window: %+v %+v %d", d, next, exp)
 	}
+	d, next, _, _ = w.Hit(next, w0+d.RetryAfter.Nanoseconds(), 1)
+	if d.Limited || next.Current != 6 {
+		t.Fatalf("sliding window at its retry: %+v %+v", d, next)
+	}
+
+	// A fixed window's count expiring an hour from now belongs to the
+	// current window: refused until the window ends, and stored again to
+	// expire then.
+	f, _ := NewFixedWindow(2, 60)
+	d, n, end, _ := f.Hit(2, w0+int64(time.Hour), w0+10*sec, 1)
+	if !d.Limited || !d.Write || n != 2 || end != w0+60*sec || d.RetryAfter != 50*time.Second {
+		t.Fatalf("fixed window: %+v %d %d", d, n, end)
+	}
+	// The overflow of an expiry beyond 2262 reported in issue 11: a count
+	// expiring at math.MaxInt64 is the current window's, not a stale one.
+	if d, _, _, _ := f.Hit(2, math.MaxInt64, w0, 1); !d.Limited {
+		t.Fatalf("fixed window expiring at the end of time: %+v", d)
+	}
+
+	// Log entries from the future count as now: they leave one window from
+	// now, and are to be moved to now.
 	l, _ := NewSlidingLog(2, 10)
-	if d, _ := l.Hit(sliceLog{w0 + 5*sec, w0 + 6*sec}, w0, 1); !d.Limited || d.RetryAfter != 15*time.Second {
-		t.Fatalf("%+v", d)
+	ld, _ := l.Hit(sliceLog{w0 + 5*sec, w0 + 6*sec}, w0, 1)
+	if !ld.Limited || ld.RetryAfter != 10*time.Second || !ld.Redate || !ld.Write || ld.Expire != w0+10*sec {
+		t.Fatalf("sliding log: %+v", ld)
+	}
+	ld, _ = l.Hit(sliceLog{w0 - 5*sec, w0 + 6*sec}, w0, 0)
+	if ld.Limited || ld.Remaining != 0 || !ld.Redate || ld.Expire != w0+10*sec {
+		t.Fatalf("sliding log, cost 0: %+v", ld)
+	}
+	if ld, _ = l.Hit(sliceLog{w0 - 5*sec}, w0, 1); ld.Redate {
+		t.Fatalf("no future entry, yet Redate: %+v", ld)
+	}
+}
+
+// An overflowing estimate is a refusal with nothing remaining, never a
+// refusal with a full limit.
+func TestSlidingWindowOverflowingCounts(t *testing.T) {
+	w, _ := NewSlidingWindow(5, 60)
+	idx := w0 / (60 * sec)
+	for _, c := range []Counts{{idx, math.MaxInt64, math.MaxInt64}, {idx, math.MaxInt64, 0}, {idx, 1, math.MaxInt64}} {
+		d, _, _, err := w.Hit(c, w0+sec, 1)
+		if err != nil || !d.Limited || d.Remaining != 0 {
+			t.Errorf("%+v: %+v, %v", c, d, err)
+		}
 	}
 }
 
@@ -284,14 +330,10 @@ func TestRetryAndResetAreExact(t *testing.T) {
 
 		f, _ := NewFixedWindow(limit, window)
 		count := rng.Int64N(limit + 1)
-		fd, _, end, _ := f.Hit(count, now, cost)
+		fd, _, end, _ := f.Hit(count, now/W*W+W, now, cost)
 		if fd.Limited {
 			exact("fixed window", fd.RetryAfter, func(at int64) bool {
-				n := count
-				if at >= end {
-					n = 0
-				}
-				dd, _, _, _ := f.Hit(n, at, cost)
+				dd, _, _, _ := f.Hit(count, end, at, cost)
 				return !dd.Limited
 			})
 		}
