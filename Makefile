@@ -48,8 +48,15 @@ lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference c
 unit: ## unit tests, examples and fuzz seeds: the algorithm packages and the module's Go side
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
 
-integration: build ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
+integration: build build/clockshift.so ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
 	$(GO) test -count=1 -timeout 45m ./integration/
+
+# A test tool: preloaded into a server, it steps the server's wall clock by
+# what a file says (the clock-step tests).
+build/clockshift.so: integration/clockshift/clockshift.c
+	@mkdir -p build
+	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ integration/clockshift/clockshift.c -ldl
+	chmod 755 $@
 
 images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh

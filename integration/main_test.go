@@ -56,13 +56,20 @@ type opts struct {
 	moduleArgs []string
 	args       []string // more server arguments (later ones win)
 	dataDir    string   // host directory mounted as the server's /data
+	// clockDir, a host directory, holds the file "ns" whose signed number
+	// of nanoseconds shifts the server's wall clock (see shiftClock).
+	clockDir string
 }
 
-const moduleInContainer = "/opt/ratelimit/ratelimit.so"
+const (
+	moduleInContainer     = "/opt/ratelimit/ratelimit.so"
+	clockshiftInContainer = "/opt/ratelimit/clockshift.so"
+)
 
 var (
-	modulePath string
-	shared     []*server // one server with the module per flavor, for the whole suite
+	modulePath     string
+	clockshiftPath string
+	shared         []*server // one server with the module per flavor, for the whole suite
 
 	portsMu sync.Mutex
 	ports   = map[int]bool{}
@@ -79,6 +86,13 @@ func TestMain(m *testing.M) {
 		os.Exit(1)
 	}
 	modulePath = p
+	if clockshiftPath, err = filepath.Abs("../build/clockshift.so"); err == nil {
+		_, err = os.Stat(clockshiftPath)
+	}
+	if err != nil {
+		fmt.Fprintln(os.Stderr, "integration: build/clockshift.so is missing; run `make build/clockshift.so` (make test does)")
+		os.Exit(1)
+	}
 
 	ctx := context.Background()
 	shared = make([]*server, len(flavors))
@@ -158,6 +172,17 @@ func start(ctx context.Context, f flavor, o opts) (*server, error) {
 			}
 		}),
 		testcontainers.WithWaitStrategy(wait.ForLog("Ready to accept connections").WithStartupTimeout(60 * time.Second)),
+	}
+	if o.clockDir != "" {
+		custom = append(custom,
+			testcontainers.WithFiles(testcontainers.ContainerFile{
+				HostFilePath: clockshiftPath, ContainerFilePath: clockshiftInContainer, FileMode: 0o755,
+			}),
+			testcontainers.WithEnv(map[string]string{"LD_PRELOAD": clockshiftInContainer, "CLOCKSHIFT_FILE": "/clock/ns"}),
+			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+				hc.Binds = append(hc.Binds, o.clockDir+":/clock")
+			}),
+		)
 	}
 	c, err := testcontainers.Run(ctx, f.image, custom...)
 	if err != nil {

@@ -44,8 +44,9 @@ func TestWindowsFreshKey(t *testing.T) {
 
 // A fixed window's key expires at the window's end, hit after hit. The
 // module sets the expiry only when the key does not already expire then, so
-// a key whose expiry was changed behind its back gets the window's end back
-// on its next admitted hit.
+// a key whose expiry was moved past the window behind its back gets the
+// window's end back on its next hit. A count whose expiry was removed is
+// not limiter state any more: refused as other data, and left alone.
 func TestFixedWindowExpiresAtWindowEnd(t *testing.T) {
 	const window = 3600
 	end := func() int64 { return (time.Now().UnixMilli()/(window*1000) + 1) * window * 1000 }
@@ -63,16 +64,21 @@ func TestFixedWindowExpiresAtWindowEnd(t *testing.T) {
 		hit("first hit")
 		hit("second hit")
 		hit("third hit")
-		if err := s.rdb.Persist(ctx, k).Err(); err != nil {
-			t.Fatal(err)
-		}
-		hit("hit after PERSIST")
-		if err := s.rdb.PExpire(ctx, k, time.Hour+time.Minute).Err(); err != nil {
+		if err := s.rdb.PExpire(ctx, k, window*time.Second+time.Minute).Err(); err != nil {
 			t.Fatal(err)
 		}
 		hit("hit after PEXPIRE beyond the window")
-		if sn := snap(t, s.rdb, k); sn.Value != "5" {
-			t.Fatalf("after five hits: %v, want the count 5", sn)
+		if sn := snap(t, s.rdb, k); sn.Value != "4" {
+			t.Fatalf("after four hits: %v, want the count 4", sn)
+		}
+		if err := s.rdb.Persist(ctx, k).Err(); err != nil {
+			t.Fatal(err)
+		}
+		before := snap(t, s.rdb, k)
+		_, err := call(s.rdb, "FW.HIT", k, 100, window)
+		assertErr(t, "FW.HIT after PERSIST", err, otherDataErr, "no expiry")
+		if after := snap(t, s.rdb, k); after != before {
+			t.Fatalf("FW.HIT after PERSIST changed the key: %v -> %v", before, after)
 		}
 	})
 }
