@@ -8,9 +8,10 @@
  *
  * CREF.GCRA key max_burst count period makes the same server calls as
  * GCRA.THROTTLE on an admitted call, in the same order: open the key for
- * reading and writing, read the stored TAT through DMA, size and fill the
- * value in place (StringTruncate + DMA), SetAbsExpire, SignalModifiedKey,
- * replicate SET key value PXAT ms, reply five integers. The arithmetic is
+ * reading and writing, read its expiry and the stored TAT through DMA, size
+ * and fill the value in place (StringTruncate + DMA), SetAbsExpire,
+ * SignalModifiedKey, replicate SET key value PXAT ms, notify set and expire,
+ * reply five integers. The arithmetic is
  * GCRA's in integer nanoseconds, with no overflow checks and no validation
  * beyond "is a number": enough to do the same work, not to be used.
  *
@@ -65,6 +66,12 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
     long long now = rl_now_ns(), tat = now;
     int type = RM_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_STRING) {
+        /* GCRA.THROTTLE reads the expiry: a key without one is not state
+         * (CREF.NOEXPIRE's keys have none, so it only reads it). */
+        if (!(skip & CREF_BARE) && RM_GetAbsExpire(key) == REDISMODULE_NO_EXPIRE && !(skip & CREF_NO_EXPIRE)) {
+            RM_CloseKey(key);
+            return RM_ReplyWithError(ctx, "ERR not limiter state");
+        }
         size_t len;
         char *v = RM_StringDMA(key, &len, REDISMODULE_READ);
         char buf[24];
@@ -108,6 +115,10 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
         if (!(skip & CREF_BARE)) RM_SignalModifiedKey(ctx, argv[1]);
         if (!(skip & (CREF_NO_REPLICATE | CREF_BARE)))
             RM_Replicate(ctx, "SET", "sbsl", argv[1], val, (size_t)n, cref_pxat, expire_ms);
+        if (!(skip & CREF_BARE)) {
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", argv[1]);
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", argv[1]);
+        }
     }
     RM_CloseKey(key);
     if (skip & CREF_BARE) return RM_ReplyWithLongLong(ctx, reply[0]);
