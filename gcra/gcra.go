@@ -23,10 +23,12 @@
 // costs at most one full refill (see Throttle).
 //
 // Compatibility with redis-cell: T is computed as redis-cell computes it
-// (float64 division truncated to whole nanoseconds), and remaining uses
-// redis-cell's formula on whole microseconds, so the five integers match
-// redis-cell's wherever redis-cell's are right. Where redis-cell is wrong
-// this package differs: remaining is kept within [0, limit], a negative cost
+// (float64 division truncated to whole nanoseconds), so the five integers
+// match redis-cell's wherever redis-cell's are right. Where redis-cell is
+// wrong this package differs: remaining is exact, ⌊(τ − ttl) / T⌋ on
+// nanoseconds (redis-cell divides truncated microseconds, which is the same
+// only when T is a whole number of microseconds: with 6000 per second it
+// reports 6001 twice where the bucket holds 6000, then 5999), a negative cost
 // never fills the bucket beyond full, a stored TAT in the past counts as
 // "full now", a TAT more than τ ahead counts as τ ahead, and overflow is an
 // error rather than a wrapped value.
@@ -190,20 +192,12 @@ func aheadOf(state, now, limit int64) (ahead int64, clamped bool) {
 	return ahead, false
 }
 
-// remaining is redis-cell's formula, (τ − ttl) / T on whole microseconds
-// truncated toward zero, kept within [0, limit]. redis-cell divides the
-// microseconds as float64, which equals this integer division below 2^53 µs
-// (285 years). For T under 1 µs, where redis-cell divides by zero, it
-// divides nanoseconds.
+// remaining is ⌊(τ − ttl) / T⌋, exact on the nanosecond T and τ the state
+// uses, for ttl within [0, τ]: at most τ / T = limit, never below 0. Where T
+// is a whole number of microseconds it equals redis-cell's formula, which
+// divides truncated microseconds (⌊⌊x / 1000⌋ / k⌋ = ⌊x / 1000k⌋); elsewhere
+// redis-cell's can exceed the limit or count a unit the bucket does not
+// hold, and this does not.
 func (l Limiter) remaining(ttl int64) int64 {
-	next := l.tolerance - ttl // ttl ≥ 0, so this cannot overflow
-	var r int64
-	if next > -l.interval {
-		if l.interval >= 1000 {
-			r = (next / 1000) / (l.interval / 1000)
-		} else {
-			r = next / l.interval
-		}
-	}
-	return min(max(r, 0), l.limit)
+	return (l.tolerance - ttl) / l.interval
 }

@@ -268,6 +268,32 @@ func TestThrottleOverflow(t *testing.T) {
 	}
 }
 
+// remaining is exact where T is not a whole number of microseconds: 6000
+// per second (T = 166666 ns, τ = 6001 T) holds 6001 at once, then 6000 and
+// 5999 after one and two calls at one instant. redis-cell's truncated
+// microseconds gave 6001 after the first call (issue 12).
+func TestRemainingExact(t *testing.T) {
+	for _, c := range []struct{ burst, count int64 }{{6000, 6000}, {3000, 3000}} {
+		l, _ := New(c.burst, c.count, 1)
+		var tat int64
+		for i, want := range []int64{c.burst, c.burst - 1, c.burst - 2} {
+			d, _ := l.Throttle(tat, t0, 1)
+			if d.Limited || d.Remaining != want {
+				t.Fatalf("%d per second, call %d: remaining %d, want %d", c.count, i+1, d.Remaining, want)
+			}
+			tat = d.TAT
+		}
+	}
+	// Where T is whole microseconds, the same as redis-cell's formula.
+	l, _ := New(15, 30, 60)
+	for ttl := int64(0); ttl <= l.tolerance; ttl += 999_999_937 {
+		cell := ((l.tolerance - ttl) / 1000) / (l.interval / 1000)
+		if got := l.remaining(ttl); got != cell {
+			t.Fatalf("ttl %d: remaining %d, redis-cell's %d", ttl, got, cell)
+		}
+	}
+}
+
 func TestSubMicrosecondInterval(t *testing.T) {
 	// 2,000,000 per second: T = 500 ns, below redis-cell's microsecond
 	// division; remaining still counts the burst exactly.
@@ -408,24 +434,8 @@ func (r refLimiter) throttle(tat, now, quantity int64) (Decision, error) {
 	}
 	d.TAT = state.Int64()
 	d.ResetAfter = time.Duration(ttl.Int64())
-	// remaining: (τ − ttl) in whole µs over T in whole µs, truncated toward
-	// zero (ns when T < 1 µs), only when τ − ttl > −T; within [0, limit].
-	rem := new(big.Int)
-	rest := new(big.Int).Sub(r.tolerance, ttl)
-	if rest.Cmp(new(big.Int).Neg(r.interval)) > 0 {
-		thousand := big.NewInt(1000)
-		if r.interval.Cmp(thousand) >= 0 {
-			rem.Quo(new(big.Int).Quo(rest, thousand), new(big.Int).Quo(r.interval, thousand))
-		} else {
-			rem.Quo(rest, r.interval)
-		}
-	}
-	if rem.Sign() < 0 {
-		rem.SetInt64(0)
-	}
-	if rem.Cmp(r.limit) > 0 {
-		rem.Set(r.limit)
-	}
+	// remaining: ⌊(τ − ttl) / T⌋, ttl within [0, τ].
+	rem := new(big.Int).Quo(new(big.Int).Sub(r.tolerance, ttl), r.interval)
 	d.Remaining = rem.Int64()
 	return d, nil
 }

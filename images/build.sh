@@ -6,7 +6,36 @@
 # An image that already exists is kept; FORCE=1 rebuilds.
 set -euo pipefail
 
-mirror=${DEBIAN_MIRROR:-http://deb.debian.org/debian}
+# The Debian mirror: DEBIAN_MIRROR, else the one this machine's apt uses for
+# its main archive (the first source whose suite is a release, not -security
+# or -updates), from /etc/apt/sources.list.d/*.sources or sources.list.
+apt_mirror() {
+  local f
+  for f in /etc/apt/sources.list.d/*.sources; do
+    [ -f "$f" ] || continue
+    # deb822: blank-line separated blocks of "Field: value" lines.
+    awk 'BEGIN { RS = ""; FS = "\n" }
+      { uri = ""; rel = 0
+        for (i = 1; i <= NF; i++) {
+          if ($i ~ /^URIs:/) { split($i, u, /[ \t]+/); uri = u[2] }
+          if ($i ~ /^Suites:/) { n = split($i, v, /[ \t]+/); for (j = 2; j <= n; j++) if (v[j] !~ /-/) rel = 1 }
+          if ($i ~ /^Types:/ && $i !~ /deb( |$)/) uri = ""
+        }
+        if (uri != "" && rel) { print uri; exit } }' "$f"
+  done
+  for f in /etc/apt/sources.list /etc/apt/sources.list.d/*.list; do
+    [ -f "$f" ] || continue
+    # one-line: deb [options] URI suite components
+    awk '$1 == "deb" { i = 2; if ($i ~ /^\[/) while ($i !~ /\]$/) i++; if ($i ~ /^\[/ || $i ~ /\]$/) i++
+      if ($(i + 1) !~ /-/) { print $i; exit } }' "$f"
+  done
+}
+mirror=${DEBIAN_MIRROR:-$(apt_mirror | head -1)}
+if [ -z "$mirror" ]; then
+  echo "images: no Debian mirror in /etc/apt; set DEBIAN_MIRROR to one" >&2
+  exit 1
+fi
+echo "images: Debian mirror $mirror" >&2
 work=$(mktemp -d)
 trap 'rm -rf "$work"' EXIT
 

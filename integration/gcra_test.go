@@ -276,3 +276,29 @@ return {a[3], a[5], b[3], b[5]}`
 		}
 	})
 }
+
+// remaining is exact where the interval is not a whole number of
+// microseconds: 6000 per second holds 6001 at once, and two calls at one
+// instant leave 6000, then 5999 (redis-cell's truncated microseconds gave
+// 6001 twice).
+func TestGCRARemainingExact(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		k := key(t, "exact")
+		cmds, err := s.rdb.TxPipelined(ctx, func(p redis.Pipeliner) error {
+			p.Do(ctx, "GCRA.THROTTLE", k, 6000, 6000, 1)
+			p.Do(ctx, "GCRA.THROTTLE", k, 6000, 6000, 1)
+			return nil
+		})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a, _ := cmds[0].(*redis.Cmd).Int64Slice()
+		b, _ := cmds[1].(*redis.Cmd).Int64Slice()
+		assertReply(t, "first", a, 0, 6001, 6000, -1, -2)
+		if s.cachedClock {
+			assertReply(t, "second, same instant", b, 0, 6001, 5999, -1, -2)
+		} else { // Redis 7.0's clock may move a millisecond: 6 more units
+			assertBetween(t, "second remaining", b[2], 5999, 6000)
+		}
+	})
+}

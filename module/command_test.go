@@ -537,10 +537,7 @@ func checkOutcome(t *testing.T, op int, k *fakeKey, o *outcome) {
 	if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 		t.Fatalf("reply %v", r)
 	}
-	// GCRA's remaining is redis-cell's, on truncated microseconds, which
-	// can still show the whole limit to a refusal (issue 12 makes it exact).
-	gcraOp := op == opGCRAThrottle || op == opGCRAPeek
-	if refused && r[2] == r[1] && !gcraOp && op != opLBEnqueue && op != opLBPeek && r[3] != -1 {
+	if refused && r[2] == r[1] && op != opLBEnqueue && op != opLBPeek && r[3] != -1 {
 		t.Fatalf("refused with the whole limit remaining: %v", r)
 	}
 	if peek && o.action != actReply {

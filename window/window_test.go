@@ -401,8 +401,8 @@ func limiters(limit, window int64) []limiter {
 // The adversarial pattern: a full burst 1 ms before a window boundary and
 // another 1 ms after. The fixed window admits 2 × limit within 2 ms; the
 // sliding log exactly the limit; the sliding window counter the limit plus
-// what 1 ms of the window is worth (⌊100 × 1/60000⌋ = 0, so 1 hit: the
-// weight floors down).
+// ⌈100 × 1 ms / 60 s⌉ = 1: the previous window's weight is rounded down, so
+// any time at all past the boundary frees a unit.
 func TestBoundaryBurst(t *testing.T) {
 	const limit, window = 100, 60
 	W := window * sec
@@ -422,6 +422,43 @@ func TestBoundaryBurst(t *testing.T) {
 			t.Errorf("%s: %d admitted within 2 ms across a boundary, want %d", l.name, got, want[l.name])
 		}
 		t.Logf("%s: %d admitted within 2 ms across a boundary (limit %d per %d s)", l.name, got, limit, window)
+	}
+}
+
+// The sliding window counter's bound at a boundary burst, as the README
+// states it: a full burst a > 0 before a boundary and another e after it (gap
+// g = a + e) admit at most limit + ⌈limit × g / W⌉ — exactly limit +
+// ⌈limit × e / W⌉, since ⌊limit × (W − e) / W⌋ of the first still weigh.
+// Issue 12's case: 5 per 2 s, bursts 1 ms apart, admits 6.
+func TestSlidingWindowBoundaryBound(t *testing.T) {
+	check := func(limit, window, a, e int64) {
+		t.Helper()
+		W := window * sec
+		w, _ := NewSlidingWindow(limit, window)
+		var cs counterStore
+		boundary := (w0/W + 10) * W // a multiple of the window since the epoch
+		var n int64
+		for _, at := range []int64{boundary - a, boundary + e} {
+			for range limit {
+				if d := cs.hit(t, w, at, 1); !d.Limited {
+					n++
+				}
+			}
+		}
+		bound := limit + (limit*(a+e)+W-1)/W
+		exact := limit + (limit*e+W-1)/W
+		if n > bound || n != exact {
+			t.Fatalf("limit %d per %d s, bursts %v before and %v after a boundary: %d admitted, want %d (bound %d)",
+				limit, window, time.Duration(a), time.Duration(e), n, exact, bound)
+		}
+	}
+	check(5, 2, ms/2, ms/2)
+	check(5, 2, ms-1, 1)
+	rng := rand.New(rand.NewPCG(7, 8))
+	for range 2000 {
+		limit, window := 1+rng.Int64N(50), 1+rng.Int64N(10)
+		W := window * sec
+		check(limit, window, 1+rng.Int64N(W-1), rng.Int64N(W))
 	}
 }
 
