@@ -216,6 +216,28 @@ func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
 	return d, nil
 }
 
+// TakeReserve is Take with a reserve: tokens ≥ 0 are taken only if at least
+// reserve tokens remain after them. The decision and RetryAfter are those of
+// a take of tokens + reserve; only tokens are taken, and Remaining is what
+// truly remains. A put-back (tokens < 0) ignores the reserve.
+func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, error) {
+	if reserve > 0 && tokens >= 0 {
+		d, err := b.Take(full, now, satAdd(tokens, reserve))
+		if err != nil || d.Limited {
+			return d, err
+		}
+	}
+	return b.Take(full, now, tokens)
+}
+
+// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if c, ok := checked.Add(a, b); ok {
+		return c
+	}
+	return math.MaxInt64
+}
+
 // Shaper holds the parameters of a leaky bucket used as a shaper; the state
 // is passed to and returned from Enqueue.
 type Shaper struct{ s schedule }

@@ -338,3 +338,24 @@ func FuzzBuckets(f *testing.F) {
 		}
 	})
 }
+
+// A reserve on the token bucket: tokens are taken only if the reserve
+// remains after them; the refusal is that of a take of tokens + reserve.
+func TestTakeReserve(t *testing.T) {
+	b, _ := NewTokenBucket(5, 1, 1)
+	var state int64
+	for i := range 3 {
+		d, _ := b.TakeReserve(state, t0, 1, 2)
+		if d.Limited || d.Remaining != int64(4-i) {
+			t.Fatalf("take %d: %+v", i+1, d)
+		}
+		state = d.State
+	}
+	d, _ := b.TakeReserve(state, t0, 1, 2)
+	if !d.Limited || d.Remaining != 2 || d.RetryAfter != time.Second {
+		t.Fatalf("past the reserve: %+v", d)
+	}
+	if d, _ = b.TakeReserve(state, t0, 2, 0); d.Limited || d.Remaining != 0 {
+		t.Fatalf("without it: %+v", d)
+	}
+}

@@ -61,3 +61,27 @@ func ExampleLimiter_Throttle_refund() {
 	// gave 2 back, remaining 2
 	// gave 100 back, remaining 5
 }
+
+// Stripe's load shedder in one option: requests that pass a reserve stop 2
+// short of the limit, leaving the last 2 for those that pass none.
+func ExampleLimiter_ThrottleReserve() {
+	l, _ := gcra.New(5, 1, 60) // 6 at once, then one a minute
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	var tat int64
+	for i := range 5 {
+		d, _ := l.ThrottleReserve(tat, now, 1, 2)
+		fmt.Println("low priority", i+1, "admitted:", !d.Limited, "remaining:", d.Remaining)
+		if !d.Limited {
+			tat = d.TAT
+		}
+	}
+	d, _ := l.Throttle(tat, now, 1)
+	fmt.Println("critical admitted:", !d.Limited, "remaining:", d.Remaining)
+	// Output:
+	// low priority 1 admitted: true remaining: 5
+	// low priority 2 admitted: true remaining: 4
+	// low priority 3 admitted: true remaining: 3
+	// low priority 4 admitted: true remaining: 2
+	// low priority 5 admitted: false remaining: 2
+	// critical admitted: true remaining: 1
+}

@@ -170,6 +170,32 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 	return d, nil
 }
 
+// ThrottleReserve is Throttle with a reserve: a request of cost quantity ≥ 0
+// is admitted only if at least reserve units remain after it, so that the
+// last reserve units stay for requests that pass none (a load shedder's
+// share for critical traffic). The decision and RetryAfter are those of a
+// request of cost quantity + reserve; only quantity is taken, and Remaining
+// is what truly remains. With limit 6 and reserve 2, four unit requests pass
+// at once and the fifth is refused. A refund (quantity < 0) ignores the
+// reserve.
+func (l Limiter) ThrottleReserve(tat, now, quantity, reserve int64) (Decision, error) {
+	if reserve > 0 && quantity >= 0 {
+		d, err := l.Throttle(tat, now, satAdd(quantity, reserve))
+		if err != nil || d.Limited {
+			return d, err
+		}
+	}
+	return l.Throttle(tat, now, quantity)
+}
+
+// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if c, ok := checked.Add(a, b); ok {
+		return c
+	}
+	return math.MaxInt64
+}
+
 // refuse completes a refusal: the state stays ahead of now by ahead.
 func (l Limiter) refuse(d Decision, now, ahead int64) Decision {
 	d.Limited = true

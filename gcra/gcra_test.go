@@ -439,3 +439,31 @@ func (r refLimiter) throttle(tat, now, quantity int64) (Decision, error) {
 	d.Remaining = rem.Int64()
 	return d, nil
 }
+
+// RESERVE: with limit 6 and 2 in reserve, four unit requests pass at once
+// and the fifth is refused as a request of 3 would be; a request without
+// the reserve then takes what is left. A refund ignores the reserve.
+func TestThrottleReserve(t *testing.T) {
+	l, _ := New(5, 1, 1) // limit 6, T = 1 s
+	var tat int64
+	for i := range 4 {
+		d, _ := l.ThrottleReserve(tat, t0, 1, 2)
+		if d.Limited || d.Remaining != int64(5-i) {
+			t.Fatalf("call %d: %+v", i+1, d)
+		}
+		tat = d.TAT
+	}
+	d, _ := l.ThrottleReserve(tat, t0, 1, 2)
+	if !d.Limited || d.Remaining != 2 || d.RetryAfter != time.Second || d.TAT != tat {
+		t.Fatalf("past the reserve: %+v", d)
+	}
+	if d, _ = l.ThrottleReserve(tat, t0, 5, 2); !d.Limited || d.RetryAfter != Never {
+		t.Fatalf("cost + reserve above the limit: %+v", d)
+	}
+	if d, _ = l.ThrottleReserve(tat, t0, 2, 0); d.Limited || d.Remaining != 0 {
+		t.Fatalf("without the reserve: %+v", d)
+	}
+	if d, _ = l.ThrottleReserve(d.TAT, t0, -1, 6); d.Limited || d.Remaining != 1 {
+		t.Fatalf("a refund with a reserve: %+v", d)
+	}
+}

@@ -118,6 +118,43 @@ func TestCluster(t *testing.T) {
 			}
 		}
 
+		// RL.ALL: keys of one slot (a hash tag) decide together; keys of two
+		// slots are the server's CROSSSLOT error. go-redis routes by the
+		// first key when told where it is (RL.ALL's keys follow numkeys);
+		// without it, by a MOVED redirect.
+		all := func(firstKeyPos bool, keys ...string) ([]int64, error) {
+			args := append([]any{"RL.ALL", len(keys)}, toAny(keys)...)
+			for range keys {
+				args = append(args, "GCRA", 4, 1, slow, 1)
+			}
+			cmd := redis.NewCmd(ctx, args...)
+			if firstKeyPos {
+				cmd.SetFirstKeyPos(2)
+			}
+			cc.Process(ctx, cmd)
+			return cmd.Int64Slice()
+		}
+		for _, pos := range []bool{true, false} {
+			r, err := all(pos, "rl:{user:42}:rpm", "rl:{user:42}:tpm", "rl:{user:42}:day")
+			if err != nil || len(r) != 6 || r[0] != 0 {
+				t.Fatalf("RL.ALL over one slot (first key position given: %v): %v %v", pos, r, err)
+			}
+		}
+		_, err = all(true, "rl:{user:42}:rpm", "rl:{user:43}:rpm")
+		assertErr(t, "RL.ALL over two slots", err, "CROSSSLOT")
+		// A node that does not own the keys redirects, and never runs it.
+		owner, err := cc.MasterForKey(ctx, "rl:{user:42}:rpm")
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, n := range nodes[:3] {
+			if n.addr() == owner.Options().Addr {
+				continue
+			}
+			_, err := n.rdb.Do(ctx, "RL.ALL", 2, "rl:{user:42}:rpm", "rl:{user:42}:tpm", "GCRA", 4, 1, slow, 1, "GCRA", 4, 1, slow, 1).Result()
+			assertErr(t, "RL.ALL on a node that does not own its keys", err, "MOVED")
+		}
+
 		// Failover under load: 4 clients pipeline calls on 5000 fresh GCRA
 		// keys of limit 5 while primary 0 is killed; they go on through the
 		// new primary until every key refuses.

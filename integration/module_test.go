@@ -2,6 +2,7 @@ package integration
 
 import (
 	"fmt"
+	"slices"
 	"strings"
 	"testing"
 )
@@ -92,7 +93,7 @@ func TestCommandInfoAndDocs(t *testing.T) {
 
 		cat, err := s.rdb.Do(ctx, "ACL", "CAT", "ratelimit").StringSlice()
 		if s.aclCategories {
-			if err != nil || len(cat) != len(all) {
+			if err != nil || len(cat) != len(all)+2 || !slices.Contains(cat, "rl.all") || !slices.Contains(cat, "rl.peek") {
 				t.Fatalf("ACL CAT ratelimit: %v %v", cat, err)
 			}
 		} else if err == nil {

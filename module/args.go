@@ -12,62 +12,120 @@ type arg struct {
 	seconds  bool // a time in whole seconds
 }
 
-// rangeError names the argument and its accepted range.
-func (a arg) rangeError() string {
+// rangeError names the argument and its accepted range; prefix, when set,
+// names the limiter it belongs to.
+func (a arg) rangeError(prefix string) string {
 	if a.seconds {
-		return fmt.Sprintf("ERR %s must be whole seconds from %d to %d", a.name, a.min, a.max)
+		return fmt.Sprintf("ERR %s%s must be whole seconds from %d to %d", prefix, a.name, a.min, a.max)
 	}
-	return fmt.Sprintf("ERR %s must be an integer from %d to %d", a.name, a.min, a.max)
+	return fmt.Sprintf("ERR %s%s must be an integer from %d to %d", prefix, a.name, a.min, a.max)
 }
 
-// syntax is a limiter command's arguments after the key: positional
-// integers, then one optional integer (the cost), then options in any order.
+// maxOneKeyArgs is the most arguments a command of one key takes, command
+// name included (options may repeat).
+const maxOneKeyArgs = 16
+
+// syntax is a limiter's arguments after the key: positional integers,
+// then one optional integer (the cost), then options in any order: MS, and
+// RESERVE n where reserve is set.
 type syntax struct {
 	positional []arg
 	optional   arg
 	def        int64 // the optional argument's default
+	reserve    bool  // RESERVE n is an option
 }
 
-// params are the parsed arguments: the positional ones in order, then the
-// optional one (its default when absent).
-type params struct {
-	v  [4]int64
-	ms bool
+// options names the options a syntax takes, for errors.
+func (s *syntax) options() string {
+	if s.reserve {
+		return "MS and RESERVE n"
+	}
+	return "MS"
 }
 
-// parse fills p from args (command name, key, ...). On failure it sets o to
-// the error reply and returns false.
-func (s *syntax) parse(args []string, p *params, o *outcome) bool {
+// parse fills l and ms from a command of one key: args are the command
+// name, the key, the arguments. On failure it sets o to the error reply and
+// returns false.
+func (s *syntax) parse(args []string, l *limit, ms *bool, o *outcome) bool {
 	i := 2 + len(s.positional)
-	if len(args) < i || len(args) > maxArgs {
+	if len(args) < i || len(args) > maxOneKeyArgs {
 		o.action = actArity
 		return false
 	}
-	for j, a := range s.positional {
-		v, ok := parseInt(args[2+j])
-		if !ok || v < a.min || v > a.max {
-			o.fail(a.rangeError())
-			return false
-		}
-		p.v[j] = v
+	if !s.parseNumbers(args[2:i], l, o, -1) {
+		return false
 	}
-	p.v[len(s.positional)] = s.def
-	if i < len(args) && !isOption(args[i]) {
+	l.v[len(s.positional)] = s.def
+	if i < len(args) && !isOption(args[i]) && !isReserve(args[i]) {
 		v, ok := parseInt(args[i])
 		if !ok || v < s.optional.min || v > s.optional.max {
-			o.fail(s.optional.rangeError())
+			o.fail(s.optional.rangeError(""))
 			return false
 		}
-		p.v[len(s.positional)] = v
+		l.v[len(s.positional)] = v
 		i++
 	}
-	for ; i < len(args); i++ {
-		if !isOption(args[i]) {
-			o.fail(fmt.Sprintf("ERR unknown option %s: the options are MS", quote(args[i])))
+	reserveAt := 0
+	if !parseOptions(args, i, s.reserve, s.options(), ms, &reserveAt, o) {
+		return false
+	}
+	return reserveAt == 0 || l.setReserve(args[reserveAt], o, -1)
+}
+
+// parseNumbers reads the positional arguments into l.v; errors name the
+// limiter when it is RL.ALL's n-th (n ≥ 0).
+func (s *syntax) parseNumbers(args []string, l *limit, o *outcome, n int) bool {
+	for j, a := range s.positional {
+		v, ok := parseInt(args[j])
+		if !ok || v < a.min || v > a.max {
+			o.fail(a.rangeError(l.prefix(n)))
 			return false
 		}
-		p.ms = true
+		l.v[j] = v
 	}
+	return true
+}
+
+// prefix names RL.ALL's n-th limiter in errors ("" for a command of one
+// key, n < 0).
+func (l *limit) prefix(n int) string {
+	if n < 0 {
+		return ""
+	}
+	return fmt.Sprintf("limiter %d (%s): ", n+1, families[l.family].name)
+}
+
+// parseOptions reads the options from args[i:]: MS, and RESERVE n when
+// allowed. reserveAt is set to the index of n (0 when RESERVE is absent).
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, o *outcome) bool {
+	for ; i < len(args); i++ {
+		switch {
+		case isOption(args[i]):
+			*ms = true
+		case allowed && isReserve(args[i]):
+			if i+1 >= len(args) {
+				o.fail("ERR RESERVE needs a number: RESERVE n, n from 0 to the limit")
+				return false
+			}
+			i++
+			*reserveAt = i
+		default:
+			o.fail(fmt.Sprintf("ERR unknown option %s: the options are %s", quote(args[i]), names))
+			return false
+		}
+	}
+	return true
+}
+
+// setReserve reads RESERVE's n, 0 to the limit; errors name the limiter
+// when it is RL.ALL's j-th (j ≥ 0).
+func (l *limit) setReserve(s string, o *outcome, j int) bool {
+	n, ok := parseInt(s)
+	if max := l.limit(); !ok || n < 0 || n > max {
+		o.fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", l.prefix(j), max))
+		return false
+	}
+	l.reserve = n
 	return true
 }
 
@@ -109,9 +167,25 @@ func parseInt(s string) (int64, bool) {
 	return int64(u), true
 }
 
-// isOption reports whether s is an option keyword (MS, any case).
+// isOption reports whether s is the MS option, in any case.
 func isOption(s string) bool {
 	return len(s) == 2 && (s[0]|0x20) == 'm' && (s[1]|0x20) == 's'
+}
+
+// isReserve reports whether s is the RESERVE option, in any case.
+func isReserve(s string) bool { return equalFold(s, "reserve") }
+
+// equalFold compares s with lower, an ASCII lower-case word, in any case.
+func equalFold(s, lower string) bool {
+	if len(s) != len(lower) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i]|0x20 != lower[i] {
+			return false
+		}
+	}
+	return true
 }
 
 // quote shows untrusted input in an error: at most 32 bytes, escaped so

@@ -22,82 +22,90 @@ func callArgs(c *C.rl_call, buf *[C.RL_MAX_ARGS]string) []string {
 	return args
 }
 
-// cReader reads the key through the C side, once, after the arguments parsed.
+// cReader gives Go the keys C read before the crossing.
 type cReader struct{ c *C.rl_call }
 
-func (r cReader) read() keyState {
-	c := r.c
-	C.rl_read(c)
-	st := keyState{now: int64(c.now_ns), kind: keyKind(c.kind), expireMs: int64(c.expire_at_ms)}
-	if c.val != nil {
-		st.value = unsafe.String((*byte)(unsafe.Pointer(c.val)), int(c.val_len))
+func (r cReader) keys() int { return int(r.c.nkeys) }
+
+func (r cReader) key(i int) keyState {
+	k := &r.c.keys[i]
+	st := keyState{now: int64(r.c.now_ns), kind: keyKind(k.kind), expireMs: int64(k.expire_at_ms)}
+	if k.val != nil {
+		st.value = unsafe.String((*byte)(unsafe.Pointer(k.val)), int(k.val_len))
 	}
 	if st.kind == keyZSet {
-		st.zLen = int64(c.z_len)
-		st.oldest = zEntry{score: float64(c.z_oldest), member: member(&c.z_oldest_member, c.z_oldest_len), length: int(c.z_oldest_len)}
-		st.newest = zEntry{score: float64(c.z_newest), member: member(&c.z_newest_member, c.z_newest_len), length: int(c.z_newest_len)}
+		st.zLen = int64(k.z_len)
+		st.oldest = zEntry{score: float64(k.z_oldest), member: member(&k.z_oldest_member, k.z_oldest_len), length: int(k.z_oldest_len)}
+		st.newest = zEntry{score: float64(k.z_newest), member: member(&k.z_newest_member, k.z_newest_len), length: int(k.z_newest_len)}
 	}
 	return st
 }
 
-// member views a member rl_read copied, cut at maxMember bytes.
+// member views a member C copied, cut at maxMember bytes.
 func member(buf *[C.RL_MEMBER_MAX]C.char, n C.size_t) string {
 	return unsafe.String((*byte)(unsafe.Pointer(&buf[0])), min(int(n), maxMember))
 }
 
-func (r cReader) log() window.Log { return cLog(r) }
+func (r cReader) log(i int) window.Log { return cLog{&r.c.keys[i]} }
 
 func (r cReader) memoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
-// cLog reads the sorted set as a sliding log through rl_zlog_scan and
+// cLog reads a sorted set as a sliding log through rl_zlog_scan and
 // rl_zlog_nth. Entries are scored in microseconds; window works in
 // nanoseconds. Being one pointer, it converts to window.Log without
 // allocating.
-type cLog struct{ c *C.rl_call }
+type cLog struct{ k *C.rl_key }
 
 func (l cLog) Count(after int64) int64 {
-	C.rl_zlog_scan(l.c, C.longlong(floorDiv(after, 1000)))
-	return int64(l.c.z_live)
+	C.rl_zlog_scan(l.k, C.longlong(floorDiv(after, 1000)))
+	return int64(l.k.z_live)
 }
 
 func (l cLog) Nth(after, k int64) int64 {
-	return scoreNs(float64(C.rl_zlog_nth(l.c, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
+	return scoreNs(float64(C.rl_zlog_nth(l.k, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
 }
 
 func (l cLog) Newest() int64 {
-	if l.c.z_len == 0 {
+	if l.k.z_len == 0 {
 		return math.MinInt64
 	}
-	return scoreNs(float64(l.c.z_newest))
+	return scoreNs(float64(l.k.z_newest))
 }
 
 // store copies the outcome into the C struct.
 func (o *outcome) store(c *C.rl_call) {
 	c.action = C.int(o.action)
 	switch o.action {
-	case actError:
-		setErr(c, o.err)
+	case actError, actWrongType:
+		if o.err != "" {
+			setErr(c, o.err)
+		}
 		return
-	case actWrongType, actArity:
+	case actArity:
 		return
 	}
+	c.reply_len = C.int(o.replyLen)
 	for i, v := range o.reply {
 		c.reply[i] = C.longlong(v)
 	}
-	switch o.action {
-	case actSet:
-		n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&c.set_val[0])), len(c.set_val)), o.value[:o.valueLen])
-		c.set_len = C.size_t(n)
-		c.expire_ms = C.longlong(o.expireMs)
-	case actZLog:
-		c.z_redate = 0
-		if o.zRedate {
-			c.z_redate = 1
+	for i := range min(int(c.nkeys), len(o.writes)) {
+		w, k := &o.writes[i], &c.keys[i]
+		k.write = C.int(w.action)
+		switch w.action {
+		case writeSet:
+			n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&k.set_val[0])), len(k.set_val)), w.value[:w.valueLen])
+			k.set_len = C.size_t(n)
+			k.expire_ms = C.longlong(w.expireMs)
+		case writeZLog:
+			k.z_redate = 0
+			if w.zRedate {
+				k.z_redate = 1
+			}
+			k.z_cutoff_us = C.longlong(w.zCutoff)
+			k.z_add = C.longlong(w.zAdd)
+			k.z_score_us = C.longlong(w.zScore)
+			k.expire_ms = C.longlong(w.expireMs)
 		}
-		c.z_cutoff_us = C.longlong(o.zCutoff)
-		c.z_add = C.longlong(o.zAdd)
-		c.z_score_us = C.longlong(o.zScore)
-		c.expire_ms = C.longlong(o.expireMs)
 	}
 }
 
@@ -116,21 +124,24 @@ func numbering() []string {
 		}
 	}
 	check("RL_OP_COUNT", C.RL_OP_COUNT, opCount)
+	check("RL_OP_RL_ALL", C.RL_OP_RL_ALL, opRLAll)
 	check("RL_ACT_ERROR", C.RL_ACT_ERROR, actError)
 	check("RL_ACT_REPLY", C.RL_ACT_REPLY, actReply)
-	check("RL_ACT_SET", C.RL_ACT_SET, actSet)
-	check("RL_ACT_DEL", C.RL_ACT_DEL, actDel)
 	check("RL_ACT_WRONGTYPE", C.RL_ACT_WRONGTYPE, actWrongType)
 	check("RL_ACT_ARITY", C.RL_ACT_ARITY, actArity)
-	check("RL_ACT_ZLOG", C.RL_ACT_ZLOG, actZLog)
+	check("RL_WRITE_NONE", C.RL_WRITE_NONE, writeNone)
+	check("RL_WRITE_SET", C.RL_WRITE_SET, writeSet)
+	check("RL_WRITE_DEL", C.RL_WRITE_DEL, writeDel)
+	check("RL_WRITE_ZLOG", C.RL_WRITE_ZLOG, writeZLog)
 	check("RL_KEY_ZSET", C.RL_KEY_ZSET, int(keyZSet))
 	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(keyEmpty))
 	check("RL_KEY_STRING", C.RL_KEY_STRING, int(keyString))
 	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(keyOther))
 	check("RL_MAX_ARGS", C.RL_MAX_ARGS, maxArgs)
+	check("RL_MAX_KEYS", C.RL_MAX_KEYS, maxKeys)
 	check("RL_MEMBER_MAX", C.RL_MEMBER_MAX-1, maxMember)
-	check("set_val", C.int(len(rlCall{}.set_val)), len(outcome{}.value))
+	check("set_val", C.int(len(rlKey{}.set_val)), len(keyWrite{}.value))
 	return bad
 }
 
-type rlCall = C.rl_call
+type rlKey = C.rl_key

@@ -6,7 +6,7 @@ import (
 	"ratelimit/bucket"
 )
 
-// TB.TAKE / TB.PEEK key capacity refill_tokens refill_period [tokens] [MS]
+// TB.TAKE / TB.PEEK key capacity refill_tokens refill_period [tokens] [MS] [RESERVE n]
 var tbSyntax = syntax{
 	positional: []arg{
 		{name: "capacity", min: 1, max: math.MaxInt64},
@@ -15,6 +15,7 @@ var tbSyntax = syntax{
 	},
 	optional: arg{name: "tokens", min: math.MinInt64, max: math.MaxInt64},
 	def:      1,
+	reserve:  true,
 }
 
 // LB.ENQUEUE / LB.PEEK key capacity leak_count leak_period [quantity] [MS]
@@ -28,42 +29,44 @@ var lbSyntax = syntax{
 	def:      1,
 }
 
-func runTokenBucket(p *params, r reader, o *outcome, peek bool) {
-	b, err := bucket.NewTokenBucket(p.v[0], p.v[1], p.v[2])
+func runTokenBucket(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+	b, err := bucket.NewTokenBucket(l.v[0], l.v[1], l.v[2])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	st, full, ok := loadInstant(r, o, bucketState, b.Tolerance())
+	full, ok := loadInstant(st, o, bucketState, b.Tolerance())
 	if !ok {
-		return
+		return false
 	}
-	d, err := b.Take(full, st.now, p.v[3])
+	d, err := b.TakeReserve(full, st.now, l.v[3], l.reserve)
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
-	storeInstant(o, st, d.State, d.Write && !peek)
+	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
+	storeInstant(w, st, d.State, d.Write)
+	return true
 }
 
 // The shaper's field 5 is the delay before the request proceeds (0: go
 // now, and 0 for a refused request, which does not go at all).
-func runShaper(p *params, r reader, o *outcome, peek bool) {
-	q, err := bucket.NewShaper(p.v[0], p.v[1], p.v[2])
+func runShaper(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+	q, err := bucket.NewShaper(l.v[0], l.v[1], l.v[2])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	st, empty, ok := loadInstant(r, o, shaperState, q.Tolerance())
+	empty, ok := loadInstant(st, o, shaperState, q.Tolerance())
 	if !ok {
-		return
+		return false
 	}
-	d, err := q.Enqueue(empty, st.now, p.v[3])
+	d, err := q.Enqueue(empty, st.now, l.v[3])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.Delay, p.ms)
-	storeInstant(o, st, d.State, d.Write && !peek)
+	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.Delay, ms)
+	storeInstant(w, st, d.State, d.Write)
+	return true
 }

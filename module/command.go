@@ -9,7 +9,7 @@ import (
 	"ratelimit/window"
 )
 
-// The algorithms, numbered as enum rl_op in shim.h.
+// The commands, numbered as enum rl_op in shim.h.
 const (
 	opGCRAThrottle = iota
 	opGCRAPeek
@@ -23,6 +23,8 @@ const (
 	opFWPeek
 	opSLHit
 	opSLPeek
+	opRLAll
+	opRLPeek
 	opCount
 )
 
@@ -30,17 +32,25 @@ const (
 const (
 	actError = iota
 	actReply
-	actSet
-	actDel
 	actWrongType
 	actArity
-	actZLog
+)
+
+// What shim.c writes to one key, numbered as enum rl_write.
+const (
+	writeNone = iota
+	writeSet
+	writeDel
+	writeZLog
 )
 
 // maxArgs is RL_MAX_ARGS: the most arguments, command name included.
-const maxArgs = 16
+const maxArgs = 128
 
-// keyKind is what the key holds, numbered as enum rl_keykind.
+// maxKeys is RL_MAX_KEYS: the most keys one command names.
+const maxKeys = 16
+
+// keyKind is what a key holds, numbered as enum rl_keykind.
 type keyKind int
 
 const (
@@ -50,9 +60,9 @@ const (
 	keyOther
 )
 
-// keyState is what rl_read reports: the clock, read once, and the key.
+// keyState is one key as C read it, with the command's clock.
 type keyState struct {
-	now      int64 // Unix nanoseconds
+	now      int64 // Unix nanoseconds, read once per command
 	kind     keyKind
 	value    string // the string value; valid only during the call
 	expireMs int64  // the key's absolute expiry in Unix ms, -1 for none
@@ -61,7 +71,7 @@ type keyState struct {
 	oldest, newest zEntry
 }
 
-// zEntry is a sorted-set entry as rl_read copies it.
+// zEntry is a sorted-set entry as C copies it.
 type zEntry struct {
 	score  float64
 	member string // valid only during the call; cut at maxMember bytes
@@ -71,29 +81,39 @@ type zEntry struct {
 // maxMember is RL_MEMBER_MAX - 1: members are copied up to it.
 const maxMember = 63
 
-// reader reads the key's state. read is called at most once, after the
-// arguments parsed, so that bad input never touches the key; log reads a
-// sorted set key as a sliding log, after read; memoryRoom is how many bytes
-// the server may still allocate before maxmemory (-1: no maxmemory).
+// reader gives the command's keys, which C read before the arguments were
+// parsed (reading is not a side effect bad input must avoid; writing is):
+// keys is how many, key(i) one of them; log(i) reads a sorted set key as a
+// sliding log; memoryRoom is how many bytes the server may still allocate
+// before maxmemory (-1: no maxmemory).
 type reader interface {
-	read() keyState
-	log() window.Log
+	keys() int
+	key(i int) keyState
+	log(i int) window.Log
 	memoryRoom() int64
 }
 
-// outcome is what a command decided: the reply, and the write if any.
+// keyWrite is what a command writes to one key.
+type keyWrite struct {
+	action   int      // writeNone, writeSet, writeDel or writeZLog
+	expireMs int64    // absolute Unix milliseconds, for writeSet and writeZLog
+	valueLen int      // writeSet: the value
+	value    [64]byte //
+	// writeZLog: remove the entries scored at or below zCutoff, move those
+	// scored after zScore to zScore when zRedate, add zAdd entries scored
+	// zScore (Unix microseconds); zGrowth is the entries the write costs in
+	// memory (zAdd, and the whole log when it leaves the compact encoding).
+	zCutoff, zAdd, zScore, zGrowth int64
+	zRedate                        bool
+}
+
+// outcome is what a command decided: the reply, and each key's write.
 type outcome struct {
 	action   int
-	reply    [5]int64
-	expireMs int64 // absolute Unix milliseconds, for actSet and actZLog
-	valueLen int
-	value    [64]byte
+	reply    [6]int64
+	replyLen int // 5, or 6 for RL.ALL and RL.PEEK
 	err      string
-	// actZLog: remove the entries scored at or below zCutoff, move those
-	// scored after zScore to zScore when zRedate, add zAdd entries scored
-	// zScore (Unix microseconds).
-	zCutoff, zAdd, zScore int64
-	zRedate               bool
+	writes   [maxKeys]keyWrite
 }
 
 func (o *outcome) fail(msg string) {
@@ -105,27 +125,26 @@ func (o *outcome) fail(msg string) {
 // arguments at fault.
 func (o *outcome) failErr(err error) { o.fail("ERR " + err.Error()) }
 
-// setReply fills the five integers. Times are whole seconds rounded as
+// setReply fills five integers. Times are whole seconds rounded as
 // redis-cell rounds them, or milliseconds rounded up with MS; a negative
 // time is the sentinel -1.
-func (o *outcome) setReply(limited bool, limit, remaining int64, retry, reset time.Duration, ms bool) {
-	o.action = actReply
-	o.reply[0] = 0
+func setReply(rep *[5]int64, limited bool, limit, remaining int64, retry, reset time.Duration, ms bool) {
+	rep[0] = 0
 	if limited {
-		o.reply[0] = 1
+		rep[0] = 1
 	}
-	o.reply[1] = limit
-	o.reply[2] = remaining
-	o.reply[3] = replyTime(retry, ms)
-	o.reply[4] = replyTime(reset, ms)
+	rep[1] = limit
+	rep[2] = remaining
+	rep[3] = replyTime(retry, ms)
+	rep[4] = replyTime(reset, ms)
 }
 
 // setInt asks for the key to be set to v, expiring at the absolute instant
 // at (Unix ns), rounded up to the millisecond.
-func (o *outcome) setInt(v, at int64) {
-	o.action = actSet
-	o.valueLen = len(strconv.AppendInt(o.value[:0], v, 10))
-	o.expireMs = ceilMs(at)
+func (w *keyWrite) setInt(v, at int64) {
+	w.action = writeSet
+	w.valueLen = len(strconv.AppendInt(w.value[:0], v, 10))
+	w.expireMs = ceilMs(at)
 }
 
 // ceilMs converts an instant in Unix ns to ms, rounded up: a key never
@@ -149,59 +168,78 @@ func replyTime(d time.Duration, ms bool) int64 {
 	return s
 }
 
-// syntaxes are the commands' arguments, by operation.
-var syntaxes = [opCount]*syntax{
-	opGCRAThrottle: &gcraSyntax,
-	opGCRAPeek:     &gcraSyntax,
-	opTBTake:       &tbSyntax,
-	opTBPeek:       &tbSyntax,
-	opLBEnqueue:    &lbSyntax,
-	opLBPeek:       &lbSyntax,
-	opSWHit:        &windowSyntax,
-	opSWPeek:       &windowSyntax,
-	opFWHit:        &windowSyntax,
-	opFWPeek:       &windowSyntax,
-	opSLHit:        &logSyntax,
-	opSLPeek:       &logSyntax,
+// The commands of one key: their family, and whether they only peek.
+var (
+	opFamily = [opCount]int{
+		opGCRAThrottle: famGCRA, opGCRAPeek: famGCRA, opTBTake: famTB, opTBPeek: famTB,
+		opLBEnqueue: famLB, opLBPeek: famLB, opSWHit: famSW, opSWPeek: famSW,
+		opFWHit: famFW, opFWPeek: famFW, opSLHit: famSL, opSLPeek: famSL,
+	}
+	opPeek = [opCount]bool{
+		opGCRAPeek: true, opTBPeek: true, opLBPeek: true, opSWPeek: true, opFWPeek: true, opSLPeek: true,
+		opRLPeek: true,
+	}
+)
+
+// execute runs one command: parse every argument, run each limit on its
+// key, and decide what to write and reply. Nothing is written unless the
+// whole command parsed and computed. Dispatch is by switch, not a table of
+// functions, so that nothing here escapes to the heap.
+func execute(op int, args []string, r reader, o *outcome) {
+	switch {
+	case op < 0 || op >= opCount:
+		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
+	case op == opRLAll || op == opRLPeek:
+		executeAll(args, r, o, opPeek[op])
+	default:
+		executeOne(opFamily[op], args, r, o, opPeek[op])
+	}
 }
 
-// execute runs one command: parse every argument (failing before any side
-// effect), then run the algorithm, which reads the key once and decides.
-// Dispatch is a switch, not a table of functions, so that nothing here
-// escapes to the heap.
-func execute(op int, args []string, r reader, o *outcome) {
-	if op < 0 || op >= opCount {
-		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
+// executeOne runs a command of one key: key first, then the family's
+// arguments and options.
+func executeOne(family int, args []string, r reader, o *outcome, peek bool) {
+	l := limit{family: family}
+	var ms bool
+	if !families[family].syntax.parse(args, &l, &ms, o) {
 		return
 	}
-	var p params
-	if !syntaxes[op].parse(args, &p, o) {
+	if r.keys() != 1 {
+		o.fail("ERR internal error: the key was not read")
 		return
 	}
-	switch op {
-	case opGCRAThrottle:
-		runGCRA(&p, r, o, false)
-	case opGCRAPeek:
-		runGCRA(&p, r, o, true)
-	case opTBTake:
-		runTokenBucket(&p, r, o, false)
-	case opTBPeek:
-		runTokenBucket(&p, r, o, true)
-	case opLBEnqueue:
-		runShaper(&p, r, o, false)
-	case opLBPeek:
-		runShaper(&p, r, o, true)
-	case opSWHit:
-		runSlidingWindow(&p, r, o, false)
-	case opSWPeek:
-		runSlidingWindow(&p, r, o, true)
-	case opFWHit:
-		runFixedWindow(&p, r, o, false)
-	case opFWPeek:
-		runFixedWindow(&p, r, o, true)
-	case opSLHit:
-		runSlidingLog(&p, r, o, false)
-	case opSLPeek:
-		runSlidingLog(&p, r, o, true)
+	st := r.key(0)
+	var rep [5]int64
+	w := &o.writes[0]
+	if !l.run(&st, r, 0, ms, o, &rep, w) {
+		return
+	}
+	o.action = actReply
+	o.replyLen = 5
+	copy(o.reply[:5], rep[:])
+	if peek {
+		*w = keyWrite{}
+		return
+	}
+	checkMemory(o, r, 1)
+}
+
+// checkMemory refuses, with the server's OOM error, writes that would take
+// the server past maxmemory. deny-oom is checked before a command runs; one
+// sliding-log write can add 100000 entries, so log writes are checked here
+// against what the server has left.
+func checkMemory(o *outcome, r reader, n int) {
+	var entries int64
+	for i := range n {
+		entries += o.writes[i].zGrowth
+	}
+	if entries == 0 {
+		return
+	}
+	if room := r.memoryRoom(); room >= 0 && entries > room/bytesPerLogEntry {
+		o.fail(errOOM)
 	}
 }
+
+// errOOM is the server's own reply to a command refused for memory.
+const errOOM = "OOM command not allowed when used memory > 'maxmemory'."

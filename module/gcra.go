@@ -6,7 +6,7 @@ import (
 	"ratelimit/gcra"
 )
 
-// GCRA.THROTTLE / CL.THROTTLE / GCRA.PEEK key max_burst count period [quantity] [MS]
+// GCRA.THROTTLE / CL.THROTTLE / GCRA.PEEK key max_burst count period [quantity] [MS] [RESERVE n]
 var gcraSyntax = syntax{
 	positional: []arg{
 		{name: "max_burst", min: 0, max: math.MaxInt64 - 1},
@@ -15,23 +15,25 @@ var gcraSyntax = syntax{
 	},
 	optional: arg{name: "quantity", min: math.MinInt64, max: math.MaxInt64},
 	def:      1,
+	reserve:  true,
 }
 
-func runGCRA(p *params, r reader, o *outcome, peek bool) {
-	l, err := gcra.New(p.v[0], p.v[1], p.v[2])
+func runGCRA(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+	g, err := gcra.New(l.v[0], l.v[1], l.v[2])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	st, tat, ok := loadInstant(r, o, gcraState, l.Tolerance())
+	tat, ok := loadInstant(st, o, gcraState, g.Tolerance())
 	if !ok {
-		return
+		return false
 	}
-	d, err := l.Throttle(tat, st.now, p.v[3])
+	d, err := g.ThrottleReserve(tat, st.now, l.v[3], l.reserve)
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
-	storeInstant(o, st, d.TAT, d.Write && !peek)
+	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
+	storeInstant(w, st, d.TAT, d.Write)
+	return true
 }

@@ -14,30 +14,31 @@ const (
 	shaperState = "shaper state (a Unix time in nanoseconds)"
 )
 
-// readString reads a key whose state is a string: on a key of another
+// checkString checks a key whose state is a string: on a key of another
 // type it sets WRONGTYPE in o and returns false; on a string without an
 // expiry, which no limiter writes, the error that it holds other data.
-func readString(r reader, o *outcome, state string) (keyState, bool) {
-	st := r.read()
+func checkString(st *keyState, o *outcome, state string) bool {
 	switch {
 	case st.kind == keyZSet || st.kind == keyOther:
 		o.action = actWrongType
-		return st, false
+		return false
 	case st.kind == keyString && st.expireMs < 0:
 		o.fail(otherData(state, "it has no expiry, and limiter keys always expire"))
-		return st, false
+		return false
 	}
-	return st, true
+	return true
 }
 
-// loadInstant reads the key: the clock and the stored instant (0 when the
-// key is empty). tolerance is how far ahead of now the limiter's state can
-// legitimately be. On a key of another type, or one that holds other data,
-// it sets the error in o and returns false.
-func loadInstant(r reader, o *outcome, state string, tolerance time.Duration) (keyState, int64, bool) {
-	st, ok := readString(r, o, state)
-	if !ok || st.kind == keyEmpty {
-		return st, 0, ok
+// loadInstant reads the stored instant (0 when the key is empty).
+// tolerance is how far ahead of now the limiter's state can legitimately
+// be. On a key of another type, or one that holds other data, it sets the
+// error in o and returns false.
+func loadInstant(st *keyState, o *outcome, state string, tolerance time.Duration) (int64, bool) {
+	if !checkString(st, o, state) {
+		return 0, false
+	}
+	if st.kind == keyEmpty {
+		return 0, true
 	}
 	v, ok := parseInstant(st.value)
 	switch {
@@ -48,16 +49,16 @@ func loadInstant(r reader, o *outcome, state string, tolerance time.Duration) (k
 	case strayInstant(st, v, int64(tolerance)):
 		o.fail(otherData(state, "an instant far past the key's own expiry"))
 	default:
-		return st, v, true
+		return v, true
 	}
-	return st, 0, false
+	return 0, false
 }
 
 // strayInstant reports an instant no limiter wrote into this key: further
 // ahead of now than the state can legitimately be (which a clock that
 // stepped back also leaves), yet more than a second after the key's own
 // expiry, where a limiter puts the expiry at the instant itself.
-func strayInstant(st keyState, v, tolerance int64) bool {
+func strayInstant(st *keyState, v, tolerance int64) bool {
 	if v <= st.now || v-st.now <= tolerance { // both positive: no overflow
 		return false
 	}
@@ -67,14 +68,14 @@ func strayInstant(st keyState, v, tolerance int64) bool {
 // storeInstant asks for the new instant to be written when write is set:
 // SET with an expiry at the instant, or DEL when the instant has already
 // come (the limiter is full again, so the key has no work left).
-func storeInstant(o *outcome, st keyState, instant int64, write bool) {
+func storeInstant(w *keyWrite, st *keyState, instant int64, write bool) {
 	if !write {
 		return
 	}
 	if instant > st.now {
-		o.setInt(instant, instant)
+		w.setInt(instant, instant)
 	} else if st.kind != keyEmpty {
-		o.action = actDel
+		w.action = writeDel
 	}
 }
 

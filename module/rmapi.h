@@ -74,6 +74,7 @@ typedef enum {
 
 #define REDISMODULE_CMD_ARG_NONE 0
 #define REDISMODULE_CMD_ARG_OPTIONAL (1 << 0)
+#define REDISMODULE_CMD_ARG_MULTIPLE (1 << 1)
 
 typedef enum {
     REDISMODULE_KSPEC_BS_INVALID = 0,
@@ -172,6 +173,9 @@ typedef struct {
        int lastkey, int keystep))                                                                      \
     X(0, RedisModuleCommand *, GetCommand, (RedisModuleCtx * ctx, const char *name))                   \
     X(0, int, SetCommandInfo, (RedisModuleCommand * cmd, const RedisModuleCommandInfo *info))          \
+    X(0, int, IsKeysPositionRequest, (RedisModuleCtx * ctx))                                           \
+    X(0, void, KeyAtPos, (RedisModuleCtx * ctx, int pos))                                              \
+    X(0, void, KeyAtPosWithFlags, (RedisModuleCtx * ctx, int pos, int flags))                          \
     X(0, int, AddACLCategory, (RedisModuleCtx * ctx, const char *name))                                \
     X(0, int, SetCommandACLCategories, (RedisModuleCommand * cmd, const char *categories))             \
     X(1, void, SetModuleOptions, (RedisModuleCtx * ctx, int options))                                  \

@@ -2,9 +2,9 @@
  * shim.c: everything that talks to the server. It loads the API, registers
  * the commands from one table, and runs each command the same way:
  *
- *   collect the arguments -> Go parses them, calls rl_read (open the key,
- *   read the clock), computes -> C writes with an absolute expiry, replicates
- *   the effect, replies, counts.
+ *   collect the arguments, open every key the command names, read each
+ *   one's state and the clock -> Go parses, computes and decides -> C writes
+ *   each key with an absolute expiry, replicates the effects, replies, counts.
  *
  * Go never calls the server and C never decides anything.
  */
@@ -48,6 +48,25 @@ static RedisModuleCommandKeySpec rl_keys_read[] = {
      .fk.range = {0, 1, 0}},
     {0}};
 
+/* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
+static RedisModuleCommandKeySpec rl_keys_all_write[] = {
+    {.notes = "the limits' states, one key per limiter",
+     .flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM,
+     .fk.keynum = {0, 1, 1}},
+    {0}};
+
+static RedisModuleCommandKeySpec rl_keys_all_read[] = {
+    {.notes = "the limits' states, one key per limiter",
+     .flags = REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1,
+     .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM,
+     .fk.keynum = {0, 1, 1}},
+    {0}};
+
 #define RL_KEY_ARG {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
 #define RL_INT_ARG(n, s) {.name = n, .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = s}
 #define RL_OPT_INT_ARG(n, s)                                                               \
@@ -57,6 +76,11 @@ static RedisModuleCommandKeySpec rl_keys_read[] = {
     {.name = "ms", .type = REDISMODULE_ARG_TYPE_PURE_TOKEN, .key_spec_index = -1, .token = "MS",  \
      .summary = "reply times in milliseconds, rounded up", .flags = REDISMODULE_CMD_ARG_OPTIONAL}
 
+#define RL_RESERVE_ARG                                                                              \
+    {.name = "reserve", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "RESERVE", \
+     .summary = "admit only if this many units remain after the call (0 to the limit)",                \
+     .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+
 static RedisModuleCommandArg rl_gcra_args[] = {
     RL_KEY_ARG,
     RL_INT_ARG("max_burst", "extra requests allowed at once: the limit is max_burst + 1 (0 or more)"),
@@ -64,6 +88,7 @@ static RedisModuleCommandArg rl_gcra_args[] = {
     RL_INT_ARG("period", "the period in whole seconds (1 to 9223372036)"),
     RL_OPT_INT_ARG("quantity", "the cost of this call, default 1; 0 reports, negative gives back"),
     RL_MS_ARG,
+    RL_RESERVE_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_tb_args[] = {
@@ -73,6 +98,7 @@ static RedisModuleCommandArg rl_tb_args[] = {
     RL_INT_ARG("refill_period", "the refill period in whole seconds (1 to 9223372036)"),
     RL_OPT_INT_ARG("tokens", "tokens to take, default 1; 0 reports, negative puts back"),
     RL_MS_ARG,
+    RL_RESERVE_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_lb_args[] = {
@@ -90,17 +116,32 @@ static RedisModuleCommandArg rl_lb_args[] = {
      RL_INT_ARG("window", "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"), \
      RL_OPT_INT_ARG("cost", "the cost of this hit, default 1; 0 reports"),                          \
      RL_MS_ARG,                                                                                     \
+     RL_RESERVE_ARG,                                                                                \
      {0}}
 
 static RedisModuleCommandArg rl_window_args[] = RL_WINDOW_ARGS("hits admitted per window (1 or more)");
 static RedisModuleCommandArg rl_log_args[] = RL_WINDOW_ARGS("hits admitted per window (1 to 100000)");
 
+static RedisModuleCommandArg rl_all_args[] = {
+    RL_INT_ARG("numkeys", "how many keys, and limiters, follow (1 to 16)"),
+    {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0, .flags = REDISMODULE_CMD_ARG_MULTIPLE},
+    {.name = "limiter",
+     .type = REDISMODULE_ARG_TYPE_STRING,
+     .key_spec_index = -1,
+     .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens "
+                "refill_period tokens | SW limit window cost | FW limit window cost | SL limit window cost",
+     .flags = REDISMODULE_CMD_ARG_MULTIPLE},
+    RL_MS_ARG,
+    RL_RESERVE_ARG,
+    {0}};
+
 typedef struct {
     const char *name;      /* as registered */
     const char *info_name; /* its INFO field */
     int op;                /* enum rl_op */
-    int readonly;          /* a peek: readonly, opens the key for reading only */
+    int readonly;          /* a peek: readonly, opens its keys for reading only */
     int alias;             /* registered only while the CL.THROTTLE alias is on */
+    int numkeys;           /* the keys follow numkeys at argument 1 (else the key is argument 1) */
     int arity;
     const char *summary;
     const char *complexity;
@@ -108,38 +149,44 @@ typedef struct {
 } rl_command_def;
 
 static const rl_command_def rl_commands[] = {
-    {"gcra.throttle", "gcra_throttle", RL_OP_GCRA_THROTTLE, 0, 0, -5,
+    {"gcra.throttle", "gcra_throttle", RL_OP_GCRA_THROTTLE, 0, 0, 0, -5,
      "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply", "O(1)",
      rl_gcra_args},
-    {"cl.throttle", "cl_throttle", RL_OP_GCRA_THROTTLE, 0, 1, -5,
+    {"cl.throttle", "cl_throttle", RL_OP_GCRA_THROTTLE, 0, 1, 0, -5,
      "redis-cell compatible alias of GCRA.THROTTLE", "O(1)", rl_gcra_args},
-    {"gcra.peek", "gcra_peek", RL_OP_GCRA_PEEK, 1, 0, -5,
+    {"gcra.peek", "gcra_peek", RL_OP_GCRA_PEEK, 1, 0, 0, -5,
      "What GCRA.THROTTLE would reply now, changing nothing", "O(1)", rl_gcra_args},
-    {"tb.take", "tb_take", RL_OP_TB_TAKE, 0, 0, -5,
+    {"tb.take", "tb_take", RL_OP_TB_TAKE, 0, 0, 0, -5,
      "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
      "O(1)", rl_tb_args},
-    {"tb.peek", "tb_peek", RL_OP_TB_PEEK, 1, 0, -5, "What TB.TAKE would reply now, changing nothing", "O(1)",
+    {"tb.peek", "tb_peek", RL_OP_TB_PEEK, 1, 0, 0, -5, "What TB.TAKE would reply now, changing nothing", "O(1)",
      rl_tb_args},
-    {"lb.enqueue", "lb_enqueue", RL_OP_LB_ENQUEUE, 0, 0, -5,
+    {"lb.enqueue", "lb_enqueue", RL_OP_LB_ENQUEUE, 0, 0, 0, -5,
      "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
      "O(1)", rl_lb_args},
-    {"lb.peek", "lb_peek", RL_OP_LB_PEEK, 1, 0, -5, "What LB.ENQUEUE would reply now, changing nothing", "O(1)",
+    {"lb.peek", "lb_peek", RL_OP_LB_PEEK, 1, 0, 0, -5, "What LB.ENQUEUE would reply now, changing nothing", "O(1)",
      rl_lb_args},
-    {"sw.hit", "sw_hit", RL_OP_SW_HIT, 0, 0, -4,
+    {"sw.hit", "sw_hit", RL_OP_SW_HIT, 0, 0, 0, -4,
      "Sliding window counter: the previous window weighted by its overlap plus the current one", "O(1)",
      rl_window_args},
-    {"sw.peek", "sw_peek", RL_OP_SW_PEEK, 1, 0, -4, "What SW.HIT would reply now, changing nothing", "O(1)",
+    {"sw.peek", "sw_peek", RL_OP_SW_PEEK, 1, 0, 0, -4, "What SW.HIT would reply now, changing nothing", "O(1)",
      rl_window_args},
-    {"fw.hit", "fw_hit", RL_OP_FW_HIT, 0, 0, -4,
+    {"fw.hit", "fw_hit", RL_OP_FW_HIT, 0, 0, 0, -4,
      "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary", "O(1)",
      rl_window_args},
-    {"fw.peek", "fw_peek", RL_OP_FW_PEEK, 1, 0, -4, "What FW.HIT would reply now, changing nothing", "O(1)",
+    {"fw.peek", "fw_peek", RL_OP_FW_PEEK, 1, 0, 0, -4, "What FW.HIT would reply now, changing nothing", "O(1)",
      rl_window_args},
-    {"sl.hit", "sl_hit", RL_OP_SL_HIT, 0, 0, -4,
+    {"sl.hit", "sl_hit", RL_OP_SL_HIT, 0, 0, 0, -4,
      "Sliding log: the exact count of hits in the trailing window, in a sorted set", "O(log N + M)",
      rl_log_args},
-    {"sl.peek", "sl_peek", RL_OP_SL_PEEK, 1, 0, -4, "What SL.HIT would reply now, changing nothing", "O(log N + M)",
+    {"sl.peek", "sl_peek", RL_OP_SL_PEEK, 1, 0, 0, -4, "What SL.HIT would reply now, changing nothing", "O(log N + M)",
      rl_log_args},
+    {"rl.all", "rl_all", RL_OP_RL_ALL, 0, 0, 1, -7,
+     "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding "
+     "limit's five integers and its position",
+     "O(N) for N keys, O(log N + M) per sliding log", rl_all_args},
+    {"rl.peek", "rl_peek", RL_OP_RL_PEEK, 1, 0, 1, -7, "What RL.ALL would reply now, changing nothing",
+     "O(N) for N keys, O(log N + M) per sliding log", rl_all_args},
 };
 #define RL_NCOMMANDS ((int)(sizeof(rl_commands) / sizeof(rl_commands[0])))
 
@@ -170,8 +217,8 @@ static size_t rl_copy_member(RedisModuleCtx *ctx, RedisModuleString *m, char *bu
 }
 
 /* Reads the oldest (last = 0) or newest (last = 1) entry of a sorted set. */
-static void rl_zset_end(rl_call *c, int last, double *score, char *member, size_t *len) {
-    RedisModuleKey *key = (RedisModuleKey *)c->key;
+static void rl_zset_end(rl_key *k, int last, double *score, char *member, size_t *len) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
     *score = -INFINITY;
     *len = 0;
     member[0] = '\0';
@@ -179,45 +226,64 @@ static void rl_zset_end(rl_call *c, int last, double *score, char *member, size_
                   : RM_ZsetFirstInScoreRange(key, -INFINITY, INFINITY, 0, 0);
     if (ok != REDISMODULE_OK) return;
     if (!RM_ZsetRangeEndReached(key))
-        *len = rl_copy_member((RedisModuleCtx *)c->ctx, RM_ZsetRangeCurrentElement(key, score), member);
+        *len = rl_copy_member((RedisModuleCtx *)k->ctx, RM_ZsetRangeCurrentElement(key, score), member);
     RM_ZsetRangeStop(key);
 }
 
-void rl_read(rl_call *c) {
-    int mode = c->readonly ? REDISMODULE_READ : (REDISMODULE_READ | REDISMODULE_WRITE);
-    RedisModuleKey *key = RM_OpenKey((RedisModuleCtx *)c->ctx, (RedisModuleString *)c->key_name, mode);
-    c->key = key;
-    c->now_ns = rl_now_ns();
-    c->val = NULL;
-    c->val_len = 0;
-    c->z_len = 0;
+/* Opens a key (for writing too unless the command is read-only) and reads
+ * what it holds: its kind, a string's value, its expiry, and a sorted set's
+ * size and end entries. Opening is not a side effect bad input must avoid
+ * (only writes are), so keys are read before Go parses the arguments. */
+static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name, int readonly) {
+    int mode = readonly ? REDISMODULE_READ : (REDISMODULE_READ | REDISMODULE_WRITE);
+    RedisModuleKey *key = RM_OpenKey(ctx, name, mode);
+    k->ctx = ctx;
+    k->name = name;
+    k->key = key;
+    k->val = NULL;
+    k->val_len = 0;
+    k->z_len = 0;
+    k->write = RL_WRITE_NONE;
     switch (RM_KeyType(key)) {
     case REDISMODULE_KEYTYPE_EMPTY:
-        c->kind = RL_KEY_EMPTY;
+        k->kind = RL_KEY_EMPTY;
         break;
     case REDISMODULE_KEYTYPE_STRING:
-        c->kind = RL_KEY_STRING;
-        c->val = RM_StringDMA(key, &c->val_len, REDISMODULE_READ);
+        k->kind = RL_KEY_STRING;
+        k->val = RM_StringDMA(key, &k->val_len, REDISMODULE_READ);
         break;
     case REDISMODULE_KEYTYPE_ZSET:
-        c->kind = RL_KEY_ZSET;
-        c->z_len = (long long)RM_ValueLength(key);
-        rl_zset_end(c, 0, &c->z_oldest, c->z_oldest_member, &c->z_oldest_len);
-        rl_zset_end(c, 1, &c->z_newest, c->z_newest_member, &c->z_newest_len);
+        k->kind = RL_KEY_ZSET;
+        k->z_len = (long long)RM_ValueLength(key);
+        rl_zset_end(k, 0, &k->z_oldest, k->z_oldest_member, &k->z_oldest_len);
+        rl_zset_end(k, 1, &k->z_newest, k->z_newest_member, &k->z_newest_len);
         break;
     default:
-        c->kind = RL_KEY_OTHER;
+        k->kind = RL_KEY_OTHER;
     }
     /* A key opened only for reading is NULL when it does not exist. */
-    c->expire_at_ms = key != NULL && c->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
+    k->expire_at_ms = key != NULL && k->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
+}
+
+/* The number of keys RL.ALL names at argument 1 (p, len) of argc, or 0
+ * when it is not an integer from 1 to RL_MAX_KEYS with that many arguments
+ * after it (Go then replies the error). */
+static int rl_numkeys(const char *p, size_t len, int argc) {
+    if (argc < 3 || len < 1 || len > 2) return 0;
+    int n = 0;
+    for (size_t i = 0; i < len; i++) {
+        if (p[i] < '0' || p[i] > '9') return 0;
+        n = n * 10 + (p[i] - '0');
+    }
+    return n >= 1 && n <= RL_MAX_KEYS && 2 + n <= argc ? n : 0;
 }
 
 /* ---- Sliding log: a sorted set of entries scored in Unix microseconds ---- */
 
-void rl_zlog_scan(rl_call *c, long long after_us) {
-    RedisModuleKey *key = (RedisModuleKey *)c->key;
-    c->z_live = 0;
-    if (c->kind != RL_KEY_ZSET) return;
+void rl_zlog_scan(rl_key *k, long long after_us) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    k->z_live = 0;
+    if (k->kind != RL_KEY_ZSET) return;
     long long gone = 0;
     if (RM_ZsetFirstInScoreRange(key, -INFINITY, (double)after_us, 0, 0) == REDISMODULE_OK) {
         if (!RM_ZsetRangeEndReached(key)) {
@@ -226,20 +292,20 @@ void rl_zlog_scan(rl_call *c, long long after_us) {
         }
         RM_ZsetRangeStop(key);
     }
-    c->z_live = c->z_len - gone;
+    k->z_live = k->z_len - gone;
 }
 
-double rl_zlog_nth(rl_call *c, long long after_us, long long k) {
-    RedisModuleKey *key = (RedisModuleKey *)c->key;
+double rl_zlog_nth(rl_key *k, long long after_us, long long k_th) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
     double score = -INFINITY;
-    if (c->kind != RL_KEY_ZSET || k < 1) return -INFINITY;
+    if (k->kind != RL_KEY_ZSET || k_th < 1) return -INFINITY;
     if (RM_ZsetFirstInScoreRange(key, (double)after_us, INFINITY, 1, 0) != REDISMODULE_OK) return -INFINITY;
     int there = !RM_ZsetRangeEndReached(key);
-    for (long long i = 1; there && i < k; i++) there = RM_ZsetRangeNext(key);
+    for (long long i = 1; there && i < k_th; i++) there = RM_ZsetRangeNext(key);
     RedisModuleString *e = there ? RM_ZsetRangeCurrentElement(key, &score) : NULL;
     RM_ZsetRangeStop(key);
     if (e == NULL) return -INFINITY;
-    RM_FreeString((RedisModuleCtx *)c->ctx, e);
+    RM_FreeString((RedisModuleCtx *)k->ctx, e);
     return score;
 }
 
@@ -270,16 +336,16 @@ long long rl_memory_room(rl_call *c) {
     return room <= 0 ? 0 : room >= (double)LLONG_MAX ? LLONG_MAX : (long long)room;
 }
 
-#define RL_ZBATCH 64 /* members per replicated ZADD / ZREM */
+#define RL_ZBATCH 64 /* members per replicated ZADD */
 
 /* Removes the entries scored within [min, max] (the bounds as
  * ZREMRANGEBYSCORE takes them, exclusive when minex), replicates that, and
  * emits the events ZREMRANGEBYSCORE emits: zremrangebyscore, then del if
  * the set is gone. Returns how many it removed. */
-static long long rl_zlog_remove(RedisModuleCtx *ctx, rl_call *c, double min, int minex, double max,
+static long long rl_zlog_remove(RedisModuleCtx *ctx, rl_key *k, double min, int minex, double max,
                                 const char *rmin, const char *rmax) {
-    RedisModuleKey *key = (RedisModuleKey *)c->key;
-    RedisModuleString *name = (RedisModuleString *)c->key_name;
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    RedisModuleString *name = (RedisModuleString *)k->name;
     RedisModuleString *batch[RL_ZBATCH];
     long long removed = 0;
     /* The module API cannot remove while it iterates: collect a batch,
@@ -315,30 +381,30 @@ static long long rl_zlog_remove(RedisModuleCtx *ctx, rl_call *c, double min, int
  * entries scored z_score_us (members "<score>-<n>", unique), expire the key
  * when its newest entry leaves, and replicate exactly that, with the events
  * the replicated commands emit on a replica. */
-static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
-    RedisModuleKey *key = (RedisModuleKey *)c->key;
-    RedisModuleString *name = (RedisModuleString *)c->key_name;
+static void rl_zlog_write(RedisModuleCtx *ctx, rl_key *k) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    RedisModuleString *name = (RedisModuleString *)k->name;
     RedisModuleString *batch[2 * RL_ZBATCH];
     char score[24], member[48];
-    int slen = snprintf(score, sizeof score, "%lld", c->z_score_us);
+    int slen = snprintf(score, sizeof score, "%lld", k->z_score_us);
 
     char cutoff[24];
-    snprintf(cutoff, sizeof cutoff, "%lld", c->z_cutoff_us);
-    rl_zlog_remove(ctx, c, -INFINITY, 0, (double)c->z_cutoff_us, "-inf", cutoff);
+    snprintf(cutoff, sizeof cutoff, "%lld", k->z_cutoff_us);
+    rl_zlog_remove(ctx, k, -INFINITY, 0, (double)k->z_cutoff_us, "-inf", cutoff);
     long long moved = 0;
-    if (c->z_redate) {
+    if (k->z_redate) {
         char after[26];
-        snprintf(after, sizeof after, "(%lld", c->z_score_us);
-        moved = rl_zlog_remove(ctx, c, (double)c->z_score_us, 1, INFINITY, after, "+inf");
+        snprintf(after, sizeof after, "(%lld", k->z_score_us);
+        moved = rl_zlog_remove(ctx, k, (double)k->z_score_us, 1, INFINITY, after, "+inf");
     }
 
-    long long seq = (long long)RM_ValueLength(key), total = c->z_add + moved;
+    long long seq = (long long)RM_ValueLength(key), total = k->z_add + moved;
     int n = 0;
     for (long long added = 0; added < total;) {
         int mlen = snprintf(member, sizeof member, "%s-%lld", score, seq++);
         RedisModuleString *m = RM_CreateString(ctx, member, (size_t)mlen);
         int flags = REDISMODULE_ZADD_NX;
-        RM_ZsetAdd(key, (double)c->z_score_us, m, &flags);
+        RM_ZsetAdd(key, (double)k->z_score_us, m, &flags);
         if (!(flags & REDISMODULE_ZADD_ADDED)) { /* the member exists: next number */
             RM_FreeString(ctx, m);
             continue;
@@ -353,68 +419,73 @@ static void rl_zlog_write(RedisModuleCtx *ctx, rl_call *c) {
             n = 0;
         }
     }
-    RM_SetAbsExpire(key, c->expire_ms);
-    RM_Replicate(ctx, "PEXPIREAT", "sl", name, c->expire_ms);
+    RM_SetAbsExpire(key, k->expire_ms);
+    RM_Replicate(ctx, "PEXPIREAT", "sl", name, k->expire_ms);
     RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
     RM_SignalModifiedKey(ctx, name);
 }
 
-static void rl_reply(RedisModuleCtx *ctx, const rl_call *c) {
-    RM_ReplyWithArray(ctx, 5);
-    for (int i = 0; i < 5; i++) RM_ReplyWithLongLong(ctx, c->reply[i]);
-}
-
-/* Carries out what Go decided. Writes happen only for admitted calls; the
- * key's expiry is absolute and the replicas get the effect, never the
- * command, so they never read a clock and need not load the module. */
-static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
-    RedisModuleKey *key = (RedisModuleKey *)c->key;
-    RedisModuleString *name = (RedisModuleString *)c->key_name;
-    int writes = c->action == RL_ACT_SET || c->action == RL_ACT_DEL || c->action == RL_ACT_ZLOG;
-    if (writes && (c->readonly || key == NULL)) { /* never: Go writes only for consuming commands */
-        c->action = RL_ACT_ERROR;
-        strcpy(c->err, "ERR internal error: a write without a key open for writing");
-    }
-    switch (c->action) {
-    case RL_ACT_SET: {
+/* Writes one key as Go decided, with an absolute expiry, and replicates the
+ * effect, never the command, so replicas never read a clock and need not
+ * load the module. Returns 0 when the write could not be made. */
+static int rl_write_key(RedisModuleCtx *ctx, rl_key *k) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    RedisModuleString *name = (RedisModuleString *)k->name;
+    switch (k->write) {
+    case RL_WRITE_SET: {
         /* Write in place: sized with StringTruncate (which creates a missing
          * key), filled through DMA. Unlike StringSet, which deletes the key
          * and adds it again, this allocates nothing once the key exists. */
         size_t len = 0;
-        char *p = RM_StringTruncate(key, c->set_len) == REDISMODULE_OK
-                      ? RM_StringDMA(key, &len, REDISMODULE_WRITE)
-                      : NULL;
-        if (p == NULL || len != c->set_len) {
-            n->errors++;
-            RM_ReplyWithError(ctx, "ERR internal error: cannot write the limiter's state");
-            return;
-        }
-        memcpy(p, c->set_val, len);
+        char *p = RM_StringTruncate(key, k->set_len) == REDISMODULE_OK ? RM_StringDMA(key, &len, REDISMODULE_WRITE)
+                                                                        : NULL;
+        if (p == NULL || len != k->set_len) return 0;
+        memcpy(p, k->set_val, len);
         /* A fixed window's count keeps the expiry it had (the window's
          * end): setting it again would cost two more lookups. expire_ms
          * is never -1. */
-        if (c->expire_at_ms != c->expire_ms) RM_SetAbsExpire(key, c->expire_ms);
+        if (k->expire_at_ms != k->expire_ms) RM_SetAbsExpire(key, k->expire_ms);
         RM_SignalModifiedKey(ctx, name);
-        RM_Replicate(ctx, "SET", "sbsl", name, c->set_val, c->set_len, rl_pxat, c->expire_ms);
+        RM_Replicate(ctx, "SET", "sbsl", name, k->set_val, k->set_len, rl_pxat, k->expire_ms);
         /* What SET key value PXAT t emits, on a replica too. */
         RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", name);
         RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
-        break;
+        return 1;
     }
-    case RL_ACT_DEL:
+    case RL_WRITE_DEL:
         RM_DeleteKey(key);
         RM_SignalModifiedKey(ctx, name);
         RM_Replicate(ctx, "DEL", "s", name);
         RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
-        break;
-    case RL_ACT_ZLOG:
-        rl_zlog_write(ctx, c);
-        break;
+        return 1;
+    case RL_WRITE_ZLOG:
+        rl_zlog_write(ctx, k);
+        return 1;
+    default:
+        return 1;
+    }
+}
+
+/* Carries out what Go decided: each key's write, then the reply. Writes
+ * happen only for consuming commands; several keys' effects reach replicas
+ * and the AOF wrapped in one MULTI/EXEC by the server. */
+static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
+    if (c->action == RL_ACT_REPLY) {
+        for (int i = 0; i < c->nkeys; i++) {
+            rl_key *k = &c->keys[i];
+            if (k->write != RL_WRITE_NONE && (c->readonly || k->key == NULL)) { /* never: Go writes only for consuming commands */
+                c->action = RL_ACT_ERROR;
+                strcpy(c->err, "ERR internal error: a write without a key open for writing");
+                break;
+            }
+        }
+    }
+    switch (c->action) {
     case RL_ACT_REPLY:
         break;
     case RL_ACT_WRONGTYPE:
         n->errors++;
-        RM_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        RM_ReplyWithError(ctx, c->err[0] ? c->err : REDISMODULE_ERRORMSG_WRONGTYPE);
         return;
     case RL_ACT_ARITY:
         n->errors++;
@@ -426,13 +497,41 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
         RM_ReplyWithError(ctx, c->err[0] ? c->err : "ERR internal error");
         return;
     }
+    for (int i = 0; i < c->nkeys; i++) {
+        if (!rl_write_key(ctx, &c->keys[i])) {
+            n->errors++;
+            RM_ReplyWithError(ctx, "ERR internal error: cannot write the limiter's state");
+            return;
+        }
+    }
     if (c->reply[0]) n->refused++;
     else n->admitted++;
-    rl_reply(ctx, c);
+    int len = c->reply_len == 6 ? 6 : 5;
+    RM_ReplyWithArray(ctx, len);
+    for (int i = 0; i < len; i++) RM_ReplyWithLongLong(ctx, c->reply[i]);
+}
+
+/* RL.ALL's keys for the server, which asks the command itself (the
+ * getkeys-api flag): Redis Cluster finds a command's keys through this
+ * callback or the legacy first/last/step, never through a keynum key spec,
+ * so without it the cluster would neither redirect RL.ALL nor refuse keys
+ * of several slots. */
+static int rl_report_keys(RedisModuleCtx *ctx, const rl_command_def *def, RedisModuleString **argv, int argc) {
+    size_t len = 0;
+    const char *p = argc >= 2 ? RM_StringPtrLen(argv[1], &len) : NULL;
+    int nkeys = p ? rl_numkeys(p, len, argc) : 0;
+    int flags = (int)(def->readonly ? REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS
+                                    : REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE);
+    for (int i = 0; i < nkeys; i++) {
+        if (RM_KeyAtPosWithFlags) RM_KeyAtPosWithFlags(ctx, 2 + i, flags);
+        else RM_KeyAtPos(ctx, 2 + i);
+    }
+    return REDISMODULE_OK;
 }
 
 static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx) {
     const rl_command_def *def = &rl_commands[idx];
+    if (def->numkeys && RM_IsKeysPositionRequest(ctx)) return rl_report_keys(ctx, def, argv, argc);
     rl_counters *n = &rl_stats[idx];
     n->calls++;
     if (argc > RL_MAX_ARGS || argc < 2) {
@@ -445,16 +544,21 @@ static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     c.argc = argc;
     for (int i = 0; i < argc; i++) c.argv[i].ptr = RM_StringPtrLen(argv[i], &c.argv[i].len);
     c.action = RL_ACT_ERROR;
-    c.z_redate = 0;
+    c.reply_len = 5;
     c.err[0] = '\0';
     c.ctx = ctx;
-    c.key_name = argv[1];
-    c.key = NULL;
+
+    /* Every key, then the clock: one read each, before the one crossing. */
+    c.nkeys = def->numkeys ? rl_numkeys(c.argv[1].ptr, c.argv[1].len, argc) : 1;
+    int first = def->numkeys ? 2 : 1;
+    for (int i = 0; i < c.nkeys; i++) rl_read_key(ctx, &c.keys[i], argv[first + i], def->readonly);
+    c.now_ns = rl_now_ns();
 
     rlExecute(&c);
 
     rl_finish(ctx, &c, n);
-    if (c.key) RM_CloseKey((RedisModuleKey *)c.key);
+    for (int i = 0; i < c.nkeys; i++)
+        if (c.keys[i].key) RM_CloseKey((RedisModuleKey *)c.keys[i].key);
     return REDISMODULE_OK;
 }
 
@@ -532,7 +636,19 @@ static int rl_parse_module_args(RedisModuleCtx *ctx, RedisModuleString **argv, i
 static int rl_register(RedisModuleCtx *ctx, int i) {
     const rl_command_def *def = &rl_commands[i];
     const char *flags = def->readonly ? "readonly fast" : "write deny-oom fast";
-    if (RM_CreateCommand(ctx, def->name, rl_handlers[i], flags, 1, 1, 1) != REDISMODULE_OK) {
+    /* RL.ALL's keys follow numkeys: its key specs say where (for COMMAND
+     * INFO, GETKEYS and ACLs), and the command reports them itself
+     * (getkeys-api, for Cluster), which needs SetCommandInfo and the
+     * key-position calls (Redis 7.0+, Valkey). */
+    if (def->numkeys) {
+        if (RM_SetCommandInfo == NULL || RM_IsKeysPositionRequest == NULL || RM_KeyAtPos == NULL) {
+            RM_Log(ctx, "warning", "ratelimit: %s not registered: the server cannot describe its keys", def->name);
+            return REDISMODULE_OK;
+        }
+        flags = def->readonly ? "readonly fast getkeys-api" : "write deny-oom fast getkeys-api";
+    }
+    int key = def->numkeys ? 0 : 1;
+    if (RM_CreateCommand(ctx, def->name, rl_handlers[i], flags, key, key, key) != REDISMODULE_OK) {
         RM_Log(ctx, "warning", "ratelimit: cannot register %s (is another module using the name?)", def->name);
         return REDISMODULE_ERR;
     }
@@ -546,7 +662,8 @@ static int rl_register(RedisModuleCtx *ctx, int i) {
             .complexity = def->complexity,
             .since = "1.0.0",
             .arity = def->arity,
-            .key_specs = def->readonly ? rl_keys_read : rl_keys_write,
+            .key_specs = def->numkeys ? (def->readonly ? rl_keys_all_read : rl_keys_all_write)
+                                      : (def->readonly ? rl_keys_read : rl_keys_write),
             .args = def->args,
         };
         if (RM_SetCommandInfo(cmd, &info) != REDISMODULE_OK) {

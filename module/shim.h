@@ -1,15 +1,20 @@
 /*
  * shim.h: the boundary between the C side (shim.c, which alone talks to the
- * server) and the Go side (which parses, computes and decides). One command
- * crosses C->Go once (rlExecute) and Go->C once (rl_read, after the arguments
- * parsed); everything else happens on the side it starts on.
+ * server) and the Go side (which parses, computes and decides).
+ *
+ * A command crosses C->Go once (rlExecute). Before it, C has opened every
+ * key the command names, read each one's state and the clock; Go parses,
+ * computes and leaves what to write and reply in the same struct; C then
+ * writes, replicates and replies. Only the sliding log calls back into C,
+ * to count and find entries in a sorted set, and a log write to ask how
+ * much memory is left.
  */
 #ifndef RL_SHIM_H
 #define RL_SHIM_H
 
 #include <stddef.h>
 
-/* Algorithms, as Go dispatches them. */
+/* Commands, as Go dispatches them. */
 enum rl_op {
     RL_OP_GCRA_THROTTLE,
     RL_OP_GCRA_PEEK,
@@ -23,16 +28,22 @@ enum rl_op {
     RL_OP_FW_PEEK,
     RL_OP_SL_HIT,
     RL_OP_SL_PEEK,
+    RL_OP_RL_ALL,
+    RL_OP_RL_PEEK,
     RL_OP_COUNT
 };
 
 /* A sorted-set member longer than this can't be a sliding log's. */
 #define RL_MEMBER_MAX 64
 
-/* The most arguments a command takes, command name included. */
-#define RL_MAX_ARGS 16
+/* The most arguments a command takes, command name included: RL.ALL with
+ * 16 keys of 5-word limiters, MS and RESERVE n is 103. */
+#define RL_MAX_ARGS 128
 
-/* What the key holds, as rl_read reports it. */
+/* The most keys one command names (RL.ALL's numkeys). */
+#define RL_MAX_KEYS 16
+
+/* What a key holds, as C reads it. */
 enum rl_keykind {
     RL_KEY_EMPTY,
     RL_KEY_STRING,
@@ -43,12 +54,17 @@ enum rl_keykind {
 /* What C does once Go returns. */
 enum rl_action {
     RL_ACT_ERROR,     /* reply err (the default: a call Go never finished is an error) */
-    RL_ACT_REPLY,     /* reply the five integers, write nothing */
-    RL_ACT_SET,       /* SET key value PXAT expire_ms, replicated, then reply */
-    RL_ACT_DEL,       /* DEL key, replicated, then reply */
+    RL_ACT_REPLY,     /* carry out each key's write, then reply the integers */
     RL_ACT_WRONGTYPE, /* reply the standard WRONGTYPE error */
-    RL_ACT_ARITY,     /* reply the standard wrong-number-of-arguments error */
-    RL_ACT_ZLOG       /* sliding log: trim, add entries, expire, replicated, then reply */
+    RL_ACT_ARITY      /* reply the standard wrong-number-of-arguments error */
+};
+
+/* What C writes to one key, for RL_ACT_REPLY. */
+enum rl_write {
+    RL_WRITE_NONE,
+    RL_WRITE_SET, /* SET key value PXAT expire_ms */
+    RL_WRITE_DEL, /* DEL key */
+    RL_WRITE_ZLOG /* sliding log: trim, move, add entries, expire */
 };
 
 typedef struct {
@@ -56,17 +72,11 @@ typedef struct {
     size_t len;
 } rl_arg;
 
-typedef struct rl_call {
+/* One key of a command. */
+typedef struct rl_key {
     /* Set by C before rlExecute. */
-    int op;
-    int readonly;
-    int argc;
-    rl_arg argv[RL_MAX_ARGS];
-
-    /* Set by rl_read. */
-    long long now_ns; /* one clock read per command, Unix nanoseconds */
-    int kind;         /* enum rl_keykind */
-    const char *val;  /* the string value, valid until C closes the key */
+    int kind;               /* enum rl_keykind */
+    const char *val;        /* the string value, valid until C closes the key */
     size_t val_len;
     long long expire_at_ms; /* the key's absolute expiry, or -1 for none */
     /* A sorted set: its size, and its oldest and newest entries, each a
@@ -81,35 +91,47 @@ typedef struct rl_call {
     long long z_live; /* entries with a score above the cutoff */
 
     /* Set by Go. */
-    int action; /* enum rl_action */
-    long long reply[5];
-    long long expire_ms; /* absolute Unix milliseconds, for RL_ACT_SET */
+    int write;           /* enum rl_write */
+    long long expire_ms; /* absolute Unix milliseconds */
     size_t set_len;
     char set_val[64];
-    long long z_cutoff_us; /* RL_ACT_ZLOG: remove entries scored at or below */
-    long long z_add;       /* RL_ACT_ZLOG: entries to add, scored z_score_us */
+    long long z_cutoff_us; /* RL_WRITE_ZLOG: remove entries scored at or below */
+    long long z_add;       /* RL_WRITE_ZLOG: entries to add, scored z_score_us */
     long long z_score_us;
-    int z_redate; /* RL_ACT_ZLOG: move the entries scored after z_score_us to it */
-    char err[240]; /* NUL-terminated, starts with ERR (or OOM) */
+    int z_redate; /* RL_WRITE_ZLOG: move the entries scored after z_score_us to it */
 
     /* Private to C. */
     void *ctx;
-    void *key_name;
+    void *name;
     void *key;
-} rl_call;
+} rl_key;
 
-/* Opens the key (for writing too unless the command is read-only), reads
- * the clock, and fills now_ns, kind, val, val_len, expire_at_ms and, for a
- * sorted set, z_len and its oldest and newest entries. Called by Go once the
- * arguments have parsed. */
-void rl_read(rl_call *c);
+typedef struct rl_call {
+    /* Set by C before rlExecute. */
+    int op;
+    int readonly;
+    int argc;
+    rl_arg argv[RL_MAX_ARGS];
+    long long now_ns; /* one clock read per command, Unix nanoseconds */
+    int nkeys;        /* the keys C opened: 0 when numkeys does not parse */
+    rl_key keys[RL_MAX_KEYS];
+
+    /* Set by Go. */
+    int action; /* enum rl_action */
+    int reply_len;
+    long long reply[6];
+    char err[240]; /* NUL-terminated, starts with ERR (or OOM, WRONGTYPE) */
+
+    /* Private to C. */
+    void *ctx;
+} rl_call;
 
 /* Sliding log, on a sorted set of entries scored in Unix microseconds:
  * rl_zlog_scan counts the entries scored above after_us (z_live);
  * rl_zlog_nth returns the score of the k-th oldest entry above after_us, or
  * -INFINITY. Both only read. */
-void rl_zlog_scan(rl_call *c, long long after_us);
-double rl_zlog_nth(rl_call *c, long long after_us, long long k);
+void rl_zlog_scan(rl_key *k, long long after_us);
+double rl_zlog_nth(rl_key *k, long long after_us, long long k_th);
 
 /* The bytes the server may still allocate before it passes maxmemory, as
  * its own deny-oom check counts them, or -1 when it has no maxmemory. */

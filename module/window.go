@@ -16,6 +16,7 @@ var windowSyntax = syntax{
 	},
 	optional: arg{name: "cost", min: 0, max: math.MaxInt64},
 	def:      1,
+	reserve:  true,
 }
 
 // maxLogLimit bounds the sliding log: one sorted-set entry per admitted
@@ -30,6 +31,7 @@ var logSyntax = syntax{
 	},
 	optional: arg{name: "cost", min: 0, max: math.MaxInt64},
 	def:      1,
+	reserve:  true,
 }
 
 // The window families' states, as errors name them.
@@ -40,46 +42,46 @@ const (
 )
 
 // The sliding window counter's state: "<window index>:<current>:<previous>".
-func runSlidingWindow(p *params, r reader, o *outcome, peek bool) {
-	w, err := window.NewSlidingWindow(p.v[0], p.v[1])
+func runSlidingWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+	sw, err := window.NewSlidingWindow(l.v[0], l.v[1])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	st, ok := readString(r, o, counterState)
-	if !ok {
-		return
+	if !checkString(st, o, counterState) {
+		return false
 	}
 	var counts window.Counts
 	if st.kind == keyString {
+		var ok bool
 		if counts, ok = parseCounts(st.value); !ok {
 			o.fail(otherData(counterState, "not three decimal integers"))
-			return
+			return false
 		}
 	}
-	d, next, expire, err := w.Hit(counts, st.now, p.v[2])
+	d, next, expire, err := sw.HitReserve(counts, st.now, l.v[2], l.reserve)
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
-	if !d.Write || peek {
-		return
-	}
-	if expire <= st.now { // nothing counted: the key has no work left
+	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
+	switch {
+	case !d.Write:
+	case expire <= st.now: // nothing counted: the key has no work left
 		if st.kind != keyEmpty {
-			o.action = actDel
+			w.action = writeDel
 		}
-		return
+	default:
+		b := strconv.AppendInt(w.value[:0], next.Index, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, next.Current, 10)
+		b = append(b, ':')
+		b = strconv.AppendInt(b, next.Previous, 10)
+		w.action = writeSet
+		w.valueLen = len(b)
+		w.expireMs = ceilMs(expire)
 	}
-	b := strconv.AppendInt(o.value[:0], next.Index, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, next.Current, 10)
-	b = append(b, ':')
-	b = strconv.AppendInt(b, next.Previous, 10)
-	o.action = actSet
-	o.valueLen = len(b)
-	o.expireMs = ceilMs(expire)
+	return true
 }
 
 func parseCounts(s string) (window.Counts, bool) {
@@ -95,32 +97,33 @@ func parseCounts(s string) (window.Counts, bool) {
 // end. A count whose expiry is not after the current window's start (a
 // script on a server whose expiry clock lags the module's) is stale; one
 // expiring after the current window's end is the current window's.
-func runFixedWindow(p *params, r reader, o *outcome, peek bool) {
-	f, err := window.NewFixedWindow(p.v[0], p.v[1])
+func runFixedWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+	f, err := window.NewFixedWindow(l.v[0], l.v[1])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	st, ok := readString(r, o, fixedState)
-	if !ok {
-		return
+	if !checkString(st, o, fixedState) {
+		return false
 	}
 	var count int64
 	if st.kind == keyString {
+		var ok bool
 		if count, ok = parseInstant(st.value); !ok {
 			o.fail(otherData(fixedState, "not a decimal integer"))
-			return
+			return false
 		}
 	}
-	d, n, end, err := f.Hit(count, expiryNs(st.expireMs), st.now, p.v[2])
+	d, n, end, err := f.HitReserve(count, expiryNs(st.expireMs), st.now, l.v[2], l.reserve)
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
-	if d.Write && !peek {
-		o.setInt(n, end)
+	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
+	if d.Write {
+		w.setInt(n, end)
 	}
+	return true
 }
 
 // bytesPerLogEntry is what one sliding-log entry costs the server, rounded
@@ -128,63 +131,56 @@ func runFixedWindow(p *params, r reader, o *outcome, peek bool) {
 // log of 100000 entries, in the skiplist encoding; see the README).
 const bytesPerLogEntry = 128
 
+// compactLog is the most entries a sorted set keeps in its compact
+// encoding (zset-max-listpack-entries, 128 by default).
+const compactLog = 128
+
 // maxScoreUs bounds a sliding log's scores: 2^53 µs (the year 2255), below
 // which a double holds every integer exactly.
 const maxScoreUs = 1 << 53
 
 // The sliding log's state: a sorted set, one entry per admitted unit,
-// scored with its time in Unix microseconds.
-func runSlidingLog(p *params, r reader, o *outcome, peek bool) {
-	l, err := window.NewSlidingLog(p.v[0], p.v[1])
+// scored with its time in Unix microseconds. It is the i-th key.
+func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+	sl, err := window.NewSlidingLog(l.v[0], l.v[1])
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	st := r.read()
 	switch {
 	case st.kind == keyString || st.kind == keyOther:
 		o.action = actWrongType
-		return
+		return false
 	case st.kind == keyZSet && st.expireMs < 0:
 		o.fail(otherData(logState, "it has no expiry, and limiter keys always expire"))
-		return
+		return false
 	case st.kind == keyZSet && (!logEntry(st.oldest) || !logEntry(st.newest)):
 		o.fail(otherData(logState, "its members are not the log's own"))
-		return
+		return false
 	}
-	d, err := l.Hit(r.log(), st.now, p.v[2])
+	d, err := sl.HitReserve(r.log(i), st.now, l.v[2], l.reserve)
 	if err != nil {
 		o.failErr(err)
-		return
+		return false
 	}
-	o.setReply(d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, p.ms)
-	if !d.Write || peek {
-		return
+	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
+	if !d.Write {
+		return true
 	}
+	w.action = writeZLog
 	if !d.Limited {
-		o.zAdd = p.v[2]
-	}
-	// deny-oom is checked before a command runs; one log write can add up
-	// to 100000 entries, so it is checked against maxmemory here too.
-	if o.zAdd > 0 {
-		entries := o.zAdd
-		if st.zLen <= 128 && st.zLen+o.zAdd > 128 { // leaves the compact encoding
-			entries += st.zLen
-		}
-		if room := r.memoryRoom(); room >= 0 && entries > room/bytesPerLogEntry {
-			o.fail(errOOM)
-			return
+		w.zAdd = l.v[2]
+		w.zGrowth = w.zAdd
+		if st.zLen <= compactLog && st.zLen+w.zAdd > compactLog { // leaves the compact encoding
+			w.zGrowth += st.zLen
 		}
 	}
-	o.action = actZLog
-	o.zRedate = d.Redate
-	o.zCutoff = floorDiv(d.Cutoff, 1000)
-	o.zScore = floorDiv(st.now, 1000)
-	o.expireMs = ceilMs(d.Expire)
+	w.zRedate = d.Redate
+	w.zCutoff = floorDiv(d.Cutoff, 1000)
+	w.zScore = floorDiv(st.now, 1000)
+	w.expireMs = ceilMs(d.Expire)
+	return true
 }
-
-// errOOM is the server's own reply to a command refused for memory.
-const errOOM = "OOM command not allowed when used memory > 'maxmemory'."
 
 // logEntry reports a member the sliding log wrote: "<score>-<n>", the
 // score a whole number of Unix microseconds from 2015 to maxScoreUs.

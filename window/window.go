@@ -157,6 +157,20 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 	return d, newCount, end, nil
 }
 
+// HitReserve is Hit with a reserve: cost is admitted only if at least
+// reserve units remain after it. The decision and RetryAfter are those of a
+// hit of cost + reserve; only cost is counted, and Remaining is what truly
+// remains.
+func (f FixedWindow) HitReserve(count, expires, now, cost, reserve int64) (d Decision, newCount, end int64, err error) {
+	if reserve > 0 {
+		d, newCount, end, err = f.Hit(count, expires, now, satAdd(cost, reserve))
+		if err != nil || d.Limited {
+			return d, newCount, end, err
+		}
+	}
+	return f.Hit(count, expires, now, cost)
+}
+
 // ---- Sliding window counter ----
 
 // SlidingWindow estimates the trailing window's count from two fixed
@@ -240,6 +254,17 @@ func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, 
 	}
 	d.ResetAfter = time.Duration(expire - now)
 	return d, next, expire, nil
+}
+
+// HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
+func (s SlidingWindow) HitReserve(c Counts, now, cost, reserve int64) (d Decision, next Counts, expire int64, err error) {
+	if reserve > 0 {
+		d, next, expire, err = s.Hit(c, now, satAdd(cost, reserve))
+		if err != nil || d.Limited {
+			return d, next, expire, err
+		}
+	}
+	return s.Hit(c, now, cost)
 }
 
 // retry is the time from elapsed e in the current window until cost fits,
@@ -352,4 +377,23 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 		d.Expire = now
 	}
 	return d, nil
+}
+
+// HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
+func (l SlidingLog) HitReserve(log Log, now, cost, reserve int64) (LogDecision, error) {
+	if reserve > 0 {
+		d, err := l.Hit(log, now, satAdd(cost, reserve))
+		if err != nil || d.Limited {
+			return d, err
+		}
+	}
+	return l.Hit(log, now, cost)
+}
+
+// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
+func satAdd(a, b int64) int64 {
+	if c, ok := checked.Add(a, b); ok {
+		return c
+	}
+	return math.MaxInt64
 }

@@ -584,3 +584,37 @@ func TestCounterError(t *testing.T) {
 		}
 	}
 }
+
+// A reserve on the windows: a hit passes only if the reserve remains after
+// it; only the cost is counted.
+func TestHitReserve(t *testing.T) {
+	f, _ := NewFixedWindow(5, 60)
+	end := w0 + 60*sec
+	var count int64
+	for i := range 3 {
+		d, n, _, _ := f.HitReserve(count, end, w0, 1, 2)
+		if d.Limited || n != int64(i+1) || d.Remaining != int64(4-i) {
+			t.Fatalf("fixed window hit %d: %+v", i+1, d)
+		}
+		count = n
+	}
+	if d, n, _, _ := f.HitReserve(count, end, w0, 1, 2); !d.Limited || n != 3 || d.Remaining != 2 || d.RetryAfter != time.Minute {
+		t.Fatalf("fixed window past the reserve: %+v", d)
+	}
+	w, _ := NewSlidingWindow(5, 60)
+	c := Counts{Index: w0 / (60 * sec), Current: 3}
+	if d, next, _, _ := w.HitReserve(c, w0, 1, 2); !d.Limited || next.Current != 3 || d.Remaining != 2 {
+		t.Fatalf("sliding window past the reserve: %+v", d)
+	}
+	if d, next, _, _ := w.HitReserve(c, w0, 1, 1); d.Limited || next.Current != 4 || d.Remaining != 1 {
+		t.Fatalf("sliding window within the reserve: %+v", d)
+	}
+	l, _ := NewSlidingLog(5, 60)
+	log := sliceLog{w0 - sec, w0 - sec, w0 - sec}
+	if d, _ := l.HitReserve(log, w0, 1, 2); !d.Limited || d.Remaining != 2 || d.Write {
+		t.Fatalf("sliding log past the reserve: %+v", d)
+	}
+	if d, _ := l.HitReserve(log, w0, 1, 1); d.Limited || d.Remaining != 1 || !d.Write {
+		t.Fatalf("sliding log within the reserve: %+v", d)
+	}
+}

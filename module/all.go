@@ -1,0 +1,189 @@
+package main
+
+import (
+	"fmt"
+	"strings"
+)
+
+// RL.ALL / RL.PEEK numkeys key [key ...] limiter [limiter ...] [MS] [RESERVE n]
+//
+// One limiter per key, in order, each a family's name and its arguments
+// after the key with the cost written out: GCRA max_burst count period
+// quantity, TB capacity refill_tokens refill_period tokens, SW / FW / SL
+// limit window cost. Every limit must admit, or nothing is written; the
+// reply is the deciding limit's five integers and its position.
+
+// executeAll runs RL.ALL (or, with peek, RL.PEEK).
+func executeAll(args []string, r reader, o *outcome, peek bool) {
+	var lims [maxKeys]limit
+	var ms bool
+	n, ok := parseAll(args, &lims, &ms, o)
+	if !ok {
+		return
+	}
+	if r.keys() != n {
+		o.fail("ERR internal error: the keys were not read")
+		return
+	}
+	var reps [maxKeys][5]int64
+	for i := range n {
+		st := r.key(i)
+		if !lims[i].run(&st, r, i, ms, o, &reps[i], &o.writes[i]) {
+			nameLimiter(o, i, &lims[i], args[2+i])
+			return
+		}
+	}
+
+	// Refused: the refusing limit with the largest retry_after (-1, never,
+	// counts as largest), the first on a tie. Admitted: the limit with the
+	// fewest remaining, the first on a tie.
+	deciding := -1
+	for i := range n {
+		if reps[i][0] == 1 && (deciding < 0 || later(reps[i][3], reps[deciding][3])) {
+			deciding = i
+		}
+	}
+	if deciding >= 0 {
+		// Nothing is taken. A limit that admitted may still hold a state a
+		// stepped-back clock left too far ahead, which the key must store
+		// as it counts (as its family command would): run it at cost 0.
+		for i := range n {
+			if reps[i][0] == 0 {
+				o.writes[i] = keyWrite{}
+				l := lims[i]
+				*l.cost(), l.reserve = 0, 0
+				st := r.key(i)
+				var rep [5]int64
+				if !l.run(&st, r, i, ms, o, &rep, &o.writes[i]) {
+					nameLimiter(o, i, &lims[i], args[2+i])
+					return
+				}
+			}
+		}
+	} else {
+		deciding = 0
+		for i := 1; i < n; i++ {
+			if reps[i][2] < reps[deciding][2] {
+				deciding = i
+			}
+		}
+	}
+	o.action = actReply
+	o.replyLen = 6
+	copy(o.reply[:5], reps[deciding][:])
+	o.reply[5] = int64(deciding)
+	if peek {
+		for i := range n {
+			o.writes[i] = keyWrite{}
+		}
+		return
+	}
+	checkMemory(o, r, n)
+}
+
+// later reports whether retry a is later than b: -1 (never) is the latest.
+func later(a, b int64) bool {
+	if b == -1 {
+		return false
+	}
+	return a == -1 || a > b
+}
+
+// parseAll reads RL.ALL's arguments into lims and ms and returns how many
+// keys and limiters there are. On bad input it sets the error in o, naming
+// the problem, and returns false.
+func parseAll(args []string, lims *[maxKeys]limit, ms *bool, o *outcome) (int, bool) {
+	if len(args) < 2 || len(args) > maxArgs {
+		o.action = actArity
+		return 0, false
+	}
+	n64, ok := parseInt(args[1])
+	if !ok || n64 < 1 || n64 > maxKeys {
+		o.fail(fmt.Sprintf("ERR numkeys must be an integer from 1 to %d", maxKeys))
+		return 0, false
+	}
+	n := int(n64)
+	if 2+n > len(args) {
+		o.fail(fmt.Sprintf("ERR numkeys is %d but %d arguments follow it", n, len(args)-2))
+		return 0, false
+	}
+	for a := range n {
+		for b := a + 1; b < n; b++ {
+			if args[2+a] == args[2+b] {
+				o.fail(fmt.Sprintf("ERR key %s is named twice: each limiter needs a key of its own", quote(args[2+a])))
+				return 0, false
+			}
+		}
+	}
+	i := 2 + n
+	for j := range n {
+		if i >= len(args) || isOption(args[i]) || isReserve(args[i]) {
+			o.fail(fmt.Sprintf("ERR numkeys is %d but %d limiters follow the keys", n, j))
+			return 0, false
+		}
+		f := familyNamed(args[i])
+		switch f {
+		case -1:
+			o.fail(fmt.Sprintf("ERR unknown limiter %s for key %d: the limiters are GCRA, TB, SW, FW and SL", quote(args[i]), j+1))
+			return 0, false
+		case famLB:
+			o.fail(fmt.Sprintf("ERR limiter %d: LB is a shaper (it answers with a delay) and is not part of RL.ALL", j+1))
+			return 0, false
+		}
+		syn := families[f].syntax
+		words := len(syn.positional) + 1 // the cost is written out
+		if i+1+words > len(args) {
+			o.fail(fmt.Sprintf("ERR limiter %d (%s) takes %d arguments: %s", j+1, families[f].name, words, argNames(syn)))
+			return 0, false
+		}
+		l := &lims[j]
+		l.family = f
+		if !syn.parseNumbers(args[i+1:i+words], l, o, j) {
+			return 0, false
+		}
+		c, ok := parseInt(args[i+words])
+		if !ok || c < syn.optional.min || c > syn.optional.max {
+			o.fail(syn.optional.rangeError(l.prefix(j)))
+			return 0, false
+		}
+		*l.cost() = c
+		i += 1 + words
+	}
+	if i < len(args) && familyNamed(args[i]) >= 0 {
+		o.fail(fmt.Sprintf("ERR numkeys is %d but more limiters follow", n))
+		return 0, false
+	}
+	reserveAt := 0
+	if !parseOptions(args, i, true, "MS and RESERVE n", ms, &reserveAt, o) {
+		return 0, false
+	}
+	if reserveAt > 0 {
+		for j := range n {
+			if !lims[j].setReserve(args[reserveAt], o, j) {
+				return 0, false
+			}
+		}
+	}
+	return n, true
+}
+
+// argNames lists a limiter's arguments in RL.ALL, for errors.
+func argNames(s *syntax) string {
+	names := make([]string, 0, len(s.positional)+1)
+	for _, a := range s.positional {
+		names = append(names, a.name)
+	}
+	return strings.Join(append(names, s.optional.name), " ")
+}
+
+// nameLimiter puts the limiter, and its key, in an error that came from
+// running it: RL.ALL has several, and the user must know which failed.
+func nameLimiter(o *outcome, i int, l *limit, key string) {
+	where := fmt.Sprintf("limiter %d (%s, key %s)", i+1, families[l.family].name, quote(key))
+	switch {
+	case o.action == actWrongType:
+		o.err = "WRONGTYPE " + where + ": the key holds the wrong kind of value"
+	case strings.HasPrefix(o.err, "ERR "):
+		o.err = "ERR " + where + ": " + o.err[len("ERR "):]
+	}
+}

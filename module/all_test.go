@@ -1,0 +1,263 @@
+package main
+
+import (
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+)
+
+// runAll runs RL.ALL (or RL.PEEK) over keys with args after numkeys and the
+// key names k0, k1, ...
+func runAll(peek bool, keys fakeKeys, args ...string) outcome {
+	all := []string{"rl.all", strconv.Itoa(len(keys))}
+	for i := range keys {
+		all = append(all, "k"+strconv.Itoa(i))
+	}
+	op := opRLAll
+	if peek {
+		op = opRLPeek
+	}
+	var o outcome
+	execute(op, append(all, args...), keys, &o)
+	return o
+}
+
+func fresh(n int) fakeKeys {
+	keys := make(fakeKeys, n)
+	for i := range keys {
+		keys[i] = &fakeKey{st: keyState{now: t0}}
+	}
+	return keys
+}
+
+// state is a live instant state, ahead of t0 by d.
+func instantKey(d time.Duration) *fakeKey {
+	return &fakeKey{st: keyState{now: t0, kind: keyString, value: strconv.FormatInt(t0+int64(d), 10)}}
+}
+
+// RL.ALL over one limiter is its family command at the same instant: the
+// same five integers (and the position 0) and the same write.
+func TestAllOfOneIsTheFamilyCommand(t *testing.T) {
+	sec := int64(time.Second)
+	cases := []struct {
+		op    int
+		all   []string
+		one   []string
+		state keyState
+	}{
+		{opGCRAThrottle, []string{"GCRA", "15", "30", "60", "2"}, []string{"15", "30", "60", "2"}, instantKey(10 * time.Second).st},
+		{opTBTake, []string{"TB", "10", "1", "1", "3"}, []string{"10", "1", "1", "3"}, instantKey(4 * time.Second).st},
+		{opSWHit, []string{"SW", "10", "10", "2"}, []string{"10", "10", "2"},
+			keyState{now: t0 + 5*sec, kind: keyString, value: strconv.FormatInt(t0/(10*sec)-1, 10) + ":8:3"}},
+		{opFWHit, []string{"FW", "10", "10", "2"}, []string{"10", "10", "2"},
+			keyState{now: t0 + 5*sec, kind: keyString, value: "5", expireMs: (t0 + 10*sec) / 1e6}},
+		{opSLHit, []string{"SL", "3", "10", "1"}, []string{"3", "10", "1"}, keyState{now: t0, kind: keyZSet}},
+	}
+	for _, c := range cases {
+		for _, ms := range [][]string{nil, {"MS"}} {
+			log := fakeLog{t0 - 20*sec, t0 - 3*sec}
+			one := run(c.op, &fakeKey{st: c.state, entries: log}, append(c.one, ms...)...)
+			all := runAll(false, fakeKeys{{st: c.state, entries: log}}, append(c.all, ms...)...)
+			if all.action != actReply || all.replyLen != 6 || [5]int64(all.reply[:5]) != one.reply || all.reply[5] != 0 || all.writes[0] != one.w {
+				t.Errorf("%s %v: RL.ALL %+v, family command %+v", opNames[c.op], ms, all, one)
+			}
+		}
+	}
+}
+
+// Every limit must admit. Admitted: the reply is the limit with the fewest
+// remaining (the first on a tie), and every key is written. Refused: the
+// refusing limit with the latest retry (never counting as latest), and no
+// key is written.
+func TestAllDecides(t *testing.T) {
+	// A GCRA of 5 per 60 s with 2 used, a token bucket of 10 with 9 left.
+	keys := fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
+	o := runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1")
+	if o.action != actReply || o.reply != [6]int64{0, 5, 2, -1, 36, 0} || o.writes[0].action != writeSet || o.writes[1].action != writeSet {
+		t.Fatalf("admitted: %+v", o)
+	}
+	// A tie on remaining: the first.
+	o = runAll(false, fresh(2), "SW", "5", "60", "1", "FW", "5", "60", "1")
+	if o.reply[5] != 0 || o.reply[2] != 4 {
+		t.Fatalf("tie: %v", o.reply)
+	}
+	// Two refuse: the one whose retry is later decides, nothing is written.
+	keys = fakeKeys{instantKey(60 * time.Second), instantKey(10 * time.Second), instantKey(0)}
+	o = runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "GCRA", "0", "1", "1", "1")
+	if o.action != actReply || o.reply != [6]int64{1, 5, 0, 12, 60, 0} {
+		t.Fatalf("refused: %+v", o.reply)
+	}
+	for i := range 3 {
+		if o.writes[i].action != writeNone {
+			t.Fatalf("a refused call writes key %d: %+v", i, o.writes[i])
+		}
+	}
+	// A cost that can never pass (-1) decides over any finite retry.
+	o = runAll(false, fresh(2), "GCRA", "0", "1", "60", "1", "SW", "5", "60", "6")
+	if o.reply != [6]int64{1, 5, 5, -1, 0, 1} {
+		t.Fatalf("never: %v", o.reply)
+	}
+	o = runAll(false, fresh(2), "SW", "5", "60", "6", "GCRA", "0", "1", "60", "2")
+	if o.reply[5] != 0 || o.reply[3] != -1 {
+		t.Fatalf("never first: %v", o.reply)
+	}
+	// RL.PEEK replies what RL.ALL would and writes nothing.
+	keys = fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
+	p := runAll(true, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1")
+	if p.reply != [6]int64{0, 5, 2, -1, 36, 0} || p.writes[0].action != writeNone || p.writes[1].action != writeNone {
+		t.Fatalf("peek: %+v", p)
+	}
+}
+
+// A refused RL.ALL takes nothing, but a key whose state a stepped-back
+// clock left too far ahead is stored as it counts, as its family command
+// would (an admitting limit is run again at cost 0 for it).
+func TestAllRefusedStoresClampedState(t *testing.T) {
+	far := instantKey(time.Hour) // an hour ahead: the clock stepped back
+	far.st.expireMs = (t0 + int64(time.Hour)) / 1e6
+	keys := fakeKeys{far, {st: keyState{now: t0}}}
+	// GCRA: τ = 5 × 60 s; the clamped state leaves 0: refused. SW admits.
+	o := runAll(false, keys, "GCRA", "4", "1", "60", "1", "SW", "5", "60", "1")
+	if o.reply[0] != 1 || o.reply[5] != 0 || o.writes[0].action != writeSet || o.writes[1].action != writeNone {
+		t.Fatalf("refused by the clamped limit: %+v", o)
+	}
+	// The other way round: GCRA refuses (cost 2 > limit 1); the sliding
+	// window admits, but its counts are from a window 5 minutes ahead: the
+	// counts are stored under now's window, and nothing is added to them.
+	idx := t0 / (60 * int64(time.Second))
+	future := &fakeKey{st: keyState{now: t0, kind: keyString, value: strconv.FormatInt(idx+5, 10) + ":1:0"}}
+	keys = fakeKeys{{st: keyState{now: t0}}, future}
+	o = runAll(false, keys, "GCRA", "0", "1", "60", "2", "SW", "5", "60", "1")
+	want := strconv.FormatInt(idx, 10) + ":1:0"
+	if o.reply[0] != 1 || o.reply[5] != 0 || o.writes[0].action != writeNone || o.writes[1].action != writeSet ||
+		string(o.writes[1].value[:o.writes[1].valueLen]) != want {
+		t.Fatalf("refused, an admitting limit's state from the future: %+v, want %q written", o, want)
+	}
+}
+
+// RESERVE applies to every limit: the decision is that of cost + n,
+// only the cost is taken, and n must fit every limit.
+func TestAllReserve(t *testing.T) {
+	o := runAll(false, fresh(2), "GCRA", "5", "1", "60", "4", "SW", "10", "60", "4", "RESERVE", "2")
+	if o.reply != [6]int64{0, 6, 2, -1, 240, 0} {
+		t.Fatalf("4 of 6 with 2 in reserve: %v", o.reply)
+	}
+	o = runAll(false, fresh(2), "GCRA", "5", "1", "60", "5", "SW", "10", "60", "4", "RESERVE", "2")
+	if o.reply[0] != 1 || o.reply[3] != -1 || o.reply[5] != 0 {
+		t.Fatalf("5 of 6 with 2 in reserve: %v", o.reply)
+	}
+	o = runAll(false, fresh(2), "GCRA", "5", "1", "60", "1", "SW", "10", "60", "1", "RESERVE", "7")
+	if o.action != actError || o.err != "ERR limiter 1 (GCRA): RESERVE must be an integer from 0 to 6 (the limit)" {
+		t.Fatalf("reserve above a limit: %+v", o)
+	}
+}
+
+// Bad input names the problem, and nothing is written.
+func TestAllErrors(t *testing.T) {
+	g := []string{"GCRA", "5", "1", "60", "1"}
+	cases := []struct {
+		numkeys string
+		keys    []string
+		rest    []string
+		want    string
+	}{
+		{"0", nil, g, "ERR numkeys must be an integer from 1 to 16"},
+		{"17", nil, g, "ERR numkeys must be an integer from 1 to 16"},
+		{"x", nil, g, "ERR numkeys must be an integer from 1 to 16"},
+		{"3", []string{"a"}, nil, "ERR numkeys is 3 but 1 arguments follow it"},
+		{"2", []string{"a", "b"}, g, "ERR numkeys is 2 but 1 limiters follow the keys"},
+		{"2", []string{"a", "b"}, append(append([]string{}, g...), "MS"), "ERR numkeys is 2 but 1 limiters follow the keys"},
+		{"1", []string{"a"}, append(append([]string{}, g...), g...), "ERR numkeys is 1 but more limiters follow"},
+		{"2", []string{"a", "a"}, append(append([]string{}, g...), g...), `ERR key "a" is named twice: each limiter needs a key of its own`},
+		{"1", []string{"a"}, []string{"XX", "1", "1", "1"}, `ERR unknown limiter "XX" for key 1: the limiters are GCRA, TB, SW, FW and SL`},
+		{"1", []string{"a"}, []string{"lb", "1", "1", "1", "1"}, "ERR limiter 1: LB is a shaper (it answers with a delay) and is not part of RL.ALL"},
+		{"1", []string{"a"}, []string{"GCRA", "5", "1", "60"}, "ERR limiter 1 (GCRA) takes 4 arguments: max_burst count period quantity"},
+		{"1", []string{"a"}, []string{"sw", "5", "60"}, "ERR limiter 1 (SW) takes 3 arguments: limit window cost"},
+		{"1", []string{"a"}, []string{"GCRA", "5", "0", "60", "1"}, "ERR limiter 1 (GCRA): count must be an integer from 1 to 9223372036854775807"},
+		{"1", []string{"a"}, []string{"SL", "100001", "60", "1"}, "ERR limiter 1 (SL): limit must be an integer from 1 to 100000"},
+		{"1", []string{"a"}, []string{"FW", "5", "60", "-1"}, "ERR limiter 1 (FW): cost must be an integer from 0 to 9223372036854775807"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS and RESERVE n`},
+		{"1", []string{"a"}, []string{"GCRA", "1", "2000000000", "1", "1"}, "ERR limiter 1 (GCRA, key \"a\"): count must be at most period x 1000000000"},
+	}
+	for _, c := range cases {
+		args := append(append([]string{"rl.all", c.numkeys}, c.keys...), c.rest...)
+		var o outcome
+		execute(opRLAll, args, fresh(len(c.keys)), &o)
+		if o.action != actError || !strings.HasPrefix(o.err, c.want) {
+			t.Errorf("%q: %q, want %q", args, o.err, c.want)
+		}
+	}
+
+	// A key of another type, or holding other data, names the limiter and
+	// its key.
+	keys := fakeKeys{{st: keyState{now: t0}}, {st: keyState{now: t0, kind: keyOther}}}
+	o := runAll(false, keys, "GCRA", "5", "1", "60", "1", "SL", "5", "60", "1")
+	if o.action != actWrongType || o.err != `WRONGTYPE limiter 2 (SL, key "k1"): the key holds the wrong kind of value` {
+		t.Fatalf("wrong type: %+v", o)
+	}
+	keys = fakeKeys{{st: keyState{now: t0}}, {st: keyState{now: t0, kind: keyString, value: "42"}, noExpiry: true}}
+	o = runAll(false, keys, "GCRA", "5", "1", "60", "1", "TB", "5", "1", "60", "1")
+	if o.action != actError || !strings.HasPrefix(o.err, `ERR limiter 2 (TB, key "k1"): the key holds other data`) {
+		t.Fatalf("other data: %+v", o)
+	}
+}
+
+// FuzzAll throws arbitrary argument lists at RL.ALL and RL.PEEK over keys
+// holding arbitrary values: no panic, an error writes nothing, a reply has
+// six fields with the deciding position in range, a peek never writes, and
+// a refusal writes only states a stepped-back clock left (never adding).
+func FuzzAll(f *testing.F) {
+	f.Add(false, "2 a b GCRA 5 1 60 1 SW 10 60 2 MS", "1700000010000000000", "17000000:1:2")
+	f.Add(true, "2 a b TB 5 1 60 6 FW 3 60 1 RESERVE 1", "", "2")
+	f.Add(false, "3 a b c SL 5 60 1 GCRA 0 1 1 1 FW 5 60 5", "", "")
+	f.Add(false, "1 a gcra 1 1 1 -5", "1700000000000000001", "")
+	f.Fuzz(func(t *testing.T, peek bool, line, v0, v1 string) {
+		args := append([]string{"rl.all"}, strings.Split(line, " ")...)
+		n := 0
+		if len(args) > 1 {
+			n, _ = strconv.Atoi(args[1])
+		}
+		n = max(0, min(n, maxKeys, len(args)-2))
+		keys := make(fakeKeys, n)
+		for i := range keys {
+			v := []string{v0, v1}[i%2]
+			keys[i] = &fakeKey{st: keyState{now: t0}}
+			if v != "" {
+				keys[i].st.kind, keys[i].st.value = keyString, v
+			}
+		}
+		op := opRLAll
+		if peek {
+			op = opRLPeek
+		}
+		var o outcome
+		execute(op, args, keys, &o)
+		switch o.action {
+		case actError, actWrongType, actArity:
+			return // C writes nothing without a reply
+		case actReply:
+		default:
+			t.Fatalf("action %d", o.action)
+		}
+		r := o.reply
+		if o.replyLen != 6 || r[5] < 0 || int(r[5]) >= n || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
+			t.Fatalf("reply %v over %d keys", r, n)
+		}
+		for i := range n {
+			w := o.writes[i]
+			if peek && w.action != writeNone {
+				t.Fatalf("RL.PEEK writes key %d: %+v", i, w)
+			}
+			if r[0] == 1 && (w.action == writeDel || w.zAdd != 0) {
+				t.Fatalf("a refused RL.ALL takes from key %d: %+v", i, w)
+			}
+			if r[0] == 1 && w.action == writeSet {
+				old, _ := parseInstant(keys[i].st.value)
+				if v, ok := parseInstant(string(w.value[:w.valueLen])); ok && v > old && !strings.Contains(keys[i].st.value, ":") {
+					t.Fatalf("a refused RL.ALL moved key %d from %q to %d", i, keys[i].st.value, v)
+				}
+			}
+		}
+	})
+}
