@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak bench redis-server clean
+.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -63,6 +63,18 @@ images: ## build the local server images from Debian's packages (no registry)
 
 bench: build build/cref.so redis-server images ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1); writes BENCHMARKS.md and bench/chart.svg
 	$(GO) run ./bench -images local/redis:8.0,local/valkey:8.1
+
+# The build make callgrind compares with: the module as it was at
+# BASELINE_REF (a git revision), built from git's copy of it.
+BASELINE_REF ?= 940a0e1
+build/baseline/ratelimit.so:
+	rm -rf build/baseline && mkdir -p build/baseline
+	git archive $(BASELINE_REF) | tar -x -C build/baseline
+	cd build/baseline && ./build.sh
+
+callgrind: build build/cref.so build/baseline/ratelimit.so redis-server ## instructions per call under valgrind: GCRA.THROTTLE, the C reference, SW.HIT, RL.ALL, and BASELINE_REF's build
+	@command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	BASELINE_SO=$(CURDIR)/build/baseline/build/ratelimit.so bench/callgrind.sh
 
 # The benchmark's C reference: GCRA.THROTTLE's server calls with no Go.
 build/cref.so: bench/cref/cref.c module/rmapi.h

@@ -21,6 +21,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"net"
 	"os"
 	"os/exec"
@@ -30,6 +31,8 @@ import (
 	"slices"
 	"strconv"
 	"strings"
+	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -41,11 +44,14 @@ var scripts embed.FS
 // workload is one command as redis-benchmark sends it.
 type workload struct {
 	name string // row label
-	kind string // "native", "module", "cref" (the C reference) or "lua"
+	kind string // "native", "module", "all" (RL.ALL), "multi" (MULTI/EXEC), "cref" (the C reference) or "lua"
 	algo string // pairs a module command with its Lua script
 	stat string // its INFO commandstats name
 	args []string
 	lua  string // script file, for kind "lua"
+	// keys: for kind "multi", the GCRA.THROTTLE calls (on keys of their
+	// own) inside one MULTI/EXEC; for RL.ALL, its numkeys.
+	keys int
 	// everywhere: also measured on the other servers (-images)
 	everywhere bool
 	p1         []float64
@@ -219,10 +225,19 @@ func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 
 				if p == 1 {
 					n = n1
 				}
-				rps := benchmark(s.port, p, n, w.args)
+				var rps float64
+				if w.kind == "multi" {
+					rps = multiBenchmark(ctx, s.port, p, n, w.keys, w.args)
+				} else {
+					rps = benchmark(s.port, p, n, w.args)
+				}
 				if p == 16 {
 					w.p16 = append(w.p16, rps)
-					w.usec = append(w.usec, usecPerCall(ctx, s.rdb, w.stat))
+					us := usecPerCall(ctx, s.rdb, w.stat)
+					if w.kind == "multi" { // EXEC runs the queued calls; MULTI opens it
+						us += usecPerCall(ctx, s.rdb, "multi")
+					}
+					w.usec = append(w.usec, us)
 				} else {
 					w.p1 = append(w.p1, rps)
 				}
@@ -266,6 +281,16 @@ func workloads() []*workload {
 		{name: "SW.HIT", kind: "module", algo: "sw", stat: "sw.hit", args: []string{"SW.HIT", k("sw"), "16", "60"}},
 		{name: "FW.HIT", kind: "module", algo: "fw", stat: "fw.hit", args: []string{"FW.HIT", k("fw"), "16", "60"}},
 		{name: "SL.HIT", kind: "module", algo: "sl", stat: "sl.hit", args: []string{"SL.HIT", k("sl"), "16", "60"}},
+		{name: "RL.ALL, 2 GCRA keys", kind: "all", stat: "rl.all", keys: 2,
+			args: []string{"RL.ALL", "2", k("a1"), k("a2"), "GCRA", "15", "30", "60", "1", "GCRA", "15", "30", "60", "1"}},
+		{name: "RL.ALL, 3 GCRA keys", kind: "all", stat: "rl.all", keys: 3,
+			args: []string{"RL.ALL", "3", k("a1"), k("a2"), k("a3"), "GCRA", "15", "30", "60", "1", "GCRA", "15", "30", "60", "1", "GCRA", "15", "30", "60", "1"}},
+		{name: "C: 2 keys (CREF.KEYS)", kind: "cref", algo: "keys2", stat: "cref.keys", keys: 2,
+			args: []string{"CREF.KEYS", "2", k("ck1"), k("ck2"), "15", "30", "60"}},
+		{name: "C: 3 keys (CREF.KEYS)", kind: "cref", algo: "keys3", stat: "cref.keys", keys: 3,
+			args: []string{"CREF.KEYS", "3", k("ck1"), k("ck2"), k("ck3"), "15", "30", "60"}},
+		{name: "MULTI: 2 GCRA.THROTTLE", kind: "multi", stat: "exec", keys: 2, args: []string{"GCRA.THROTTLE", "b:m", "15", "30", "60"}},
+		{name: "MULTI: 3 GCRA.THROTTLE", kind: "multi", stat: "exec", keys: 3, args: []string{"GCRA.THROTTLE", "b:m", "15", "30", "60"}},
 		{everywhere: true, name: "C: GCRA's server calls", kind: "cref", algo: "gcra", stat: "cref.gcra", args: []string{"CREF.GCRA", k("cgcra"), "15", "30", "60"}},
 		{name: "C: without SetAbsExpire", kind: "cref", algo: "noexp", stat: "cref.noexpire", args: []string{"CREF.NOEXPIRE", k("cnoexp"), "15", "30", "60"}},
 		{name: "C: without Replicate", kind: "cref", algo: "norepl", stat: "cref.norepl", args: []string{"CREF.NOREPL", k("cnorepl"), "15", "30", "60"}},
@@ -306,6 +331,45 @@ func benchmark(port, pipeline, n int, args []string) float64 {
 	return v
 }
 
+// multiBenchmark sends n transactions, MULTI, keys calls of args (each on
+// a random key of its own among 100,000, args[1] the key's prefix), EXEC,
+// from 50 connections with pipeline transactions per round trip, as
+// redis-benchmark does for one command; it returns transactions per second.
+func multiBenchmark(ctx context.Context, port, pipeline, n, keys int, args []string) float64 {
+	const clients = 50
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2, PoolSize: clients, MaxRetries: -1})
+	defer rdb.Close()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), uint64(port)))
+			for sent.Add(int64(pipeline)) <= int64(n)+int64(pipeline)-1 {
+				_, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for range pipeline {
+						p.Do(ctx, "MULTI")
+						for k := range keys {
+							call := []any{args[0], fmt.Sprintf("%s%d:%d", args[1], k, rng.IntN(100000))}
+							for _, a := range args[2:] {
+								call = append(call, a)
+							}
+							p.Do(ctx, call...)
+						}
+						p.Do(ctx, "EXEC")
+					}
+					return nil
+				})
+				if err != nil {
+					log.Fatalf("bench: MULTI %v: %v", args, err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
 // usecPerCall reads one command's µs per call from INFO commandstats.
 func usecPerCall(ctx context.Context, rdb *redis.Client, stat string) float64 {
 	info := rdb.Info(ctx, "commandstats").Val()
@@ -331,7 +395,7 @@ func memory(ctx context.Context, rdb *redis.Client, works []*workload) int64 {
 	rdb.Set(ctx, name("int"), 1795000000, time.Minute)
 	base := rdb.MemoryUsage(ctx, name("int")).Val()
 	for _, w := range works {
-		if w.kind == "native" {
+		if w.kind == "native" || w.kind == "all" || w.kind == "multi" || w.keys > 1 {
 			continue
 		}
 		k := name(w.kind[:1] + w.algo) // same length for every algorithm

@@ -78,6 +78,22 @@ func report(out, chart string, works []*workload, others []serverRun, baseline i
 	fmt.Fprintf(&b, "| `Replicate` of `SET key value PXAT ms` (C whole − C without it) | %.2f | |\n", step("C: without Replicate"))
 	fmt.Fprintf(&b, "| expiry, signal, replication and the five-integer reply (C whole − C read + write only) | %.2f | |\n", step("C: read + write only"))
 
+	// Several limits in one call.
+	all2, all3 := byName["RL.ALL, 2 GCRA keys"], byName["RL.ALL, 3 GCRA keys"]
+	multi2, multi3 := byName["MULTI: 2 GCRA.THROTTLE"], byName["MULTI: 3 GCRA.THROTTLE"]
+	a2, a3, m2, m3 := all2.median(all2.usec), all3.median(all3.usec), multi2.median(multi2.usec), multi3.median(multi3.usec)
+	fmt.Fprintf(&b, "\n## Several limits in one call\n\n")
+	fmt.Fprintf(&b, "RL.ALL over GCRA limits on keys of their own, beside one GCRA.THROTTLE and beside the same calls inside\n")
+	fmt.Fprintf(&b, "MULTI/EXEC (which cannot take all or nothing; the µs are EXEC's, which include the queued calls, plus\n")
+	fmt.Fprintf(&b, "MULTI's). Server-side µs per call, this run:\n\n| | µs/call | × GCRA.THROTTLE | × the MULTI equivalent |\n|---|---|---|---|\n")
+	ck2, ck3 := byName["C: 2 keys (CREF.KEYS)"], byName["C: 3 keys (CREF.KEYS)"]
+	c2, c3 := ck2.median(ck2.usec), ck3.median(ck3.usec)
+	fmt.Fprintf(&b, "| GCRA.THROTTLE | %.2f | 1.00 | |\n", gUs)
+	fmt.Fprintf(&b, "| RL.ALL, 2 keys | %.2f | %.2f | %.2f |\n| MULTI + 2 × GCRA.THROTTLE + EXEC | %.2f | %.2f | |\n", a2, a2/gUs, a2/m2, m2, m2/gUs)
+	fmt.Fprintf(&b, "| the C reference's server calls on 2 keys (CREF.KEYS) | %.2f | %.2f (× CREF.GCRA: %.2f) | |\n", c2, c2/gUs, c2/cUs)
+	fmt.Fprintf(&b, "| RL.ALL, 3 keys | %.2f | %.2f | %.2f |\n| MULTI + 3 × GCRA.THROTTLE + EXEC | %.2f | %.2f | |\n", a3, a3/gUs, a3/m3, m3, m3/gUs)
+	fmt.Fprintf(&b, "| the C reference's server calls on 3 keys (CREF.KEYS) | %.2f | %.2f (× CREF.GCRA: %.2f) | |\n", c3, c3/gUs, c3/cUs)
+
 	if len(others) > 0 {
 		fmt.Fprintf(&b, "\n## Other servers\n\nThe same measurement, -P 16 only, on the local images `make images` builds (Debian's packages), run\n")
 		fmt.Fprintf(&b, "after the tables above on the same machine; the first row repeats %s from above.\n\n", serverVersion)
@@ -103,6 +119,12 @@ func report(out, chart string, works []*workload, others []serverRun, baseline i
 	for _, w := range works {
 		if a, ok := allocs[strings.ToLower(w.name)]; ok {
 			fmt.Fprintf(&b, "| %s | %.0f | %.0f |\n", w.name, a[0], a[1])
+			maxAllocs = max(maxAllocs, a[1])
+		}
+	}
+	for _, name := range []string{"rl.all", "rl.peek"} { // over a GCRA limit and a sliding window
+		if a, ok := allocs[name]; ok {
+			fmt.Fprintf(&b, "| %s, 2 keys | %.0f | %.0f |\n", strings.ToUpper(name), a[0], a[1])
 			maxAllocs = max(maxAllocs, a[1])
 		}
 	}
@@ -134,6 +156,11 @@ func report(out, chart string, works []*workload, others []serverRun, baseline i
 		{"a GCRA key costs no more memory than an integer SET with the same TTL", fmt.Sprintf("%d vs %d bytes", gcraBytes, baseline), gcraBytes <= baseline,
 			fmt.Sprintf("%d bytes: %s", cref.bytes, yes(cref.bytes <= baseline))},
 		{"the Go side allocates nothing per command", fmt.Sprintf("%.0f allocs/op at most", maxAllocs), maxAllocs == 0 && len(allocs) > 0, ""},
+		{"RL.ALL over 2 keys costs at most 1.6× one GCRA.THROTTLE", fmt.Sprintf("%.2f×", a2/gUs), a2 <= 1.6*gUs,
+			fmt.Sprintf("2 keys %.2f× CREF.GCRA: %s", c2/cUs, yes(c2 <= 1.6*cUs))},
+		{"RL.ALL over 3 keys costs at most 2.2× one GCRA.THROTTLE", fmt.Sprintf("%.2f×", a3/gUs), a3 <= 2.2*gUs,
+			fmt.Sprintf("3 keys %.2f× CREF.GCRA: %s", c3/cUs, yes(c3 <= 2.2*cUs))},
+		{"RL.ALL costs less than the same calls in MULTI/EXEC", fmt.Sprintf("2 keys %.2f×, 3 keys %.2f×", a2/m2, a3/m3), a2 < m2 && a3 < m3, ""},
 	}
 	fmt.Fprintf(&b, "\n## Targets\n\n| target | this run | met | the C reference |\n|---|---|---|---|\n")
 	for _, t := range targets {
@@ -177,7 +204,7 @@ func svg(works []*workload) []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+70, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-weight="bold">µs per call on the server (INFO commandstats), median</text>`+"\n", left)
-	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "cref": "#3a9a5b", "lua": "#e08a2c"}
+	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "all": "#2f6fb3", "multi": "#8a8a8a", "cref": "#3a9a5b", "lua": "#e08a2c"}
 	for i, w := range works {
 		y := 30 + i*rowH
 		us := w.median(w.usec)

@@ -134,7 +134,7 @@ func newSchedule(limit, slots, count, period int64) (schedule, error) {
 // tolerance ahead, and Write is set so that the clamped state is stored.
 func (s schedule) apply(state, now, units int64) (d Decision, ahead, next int64, err error) {
 	d = Decision{Limit: s.limit, RetryAfter: Never}
-	ahead, d.Write = aheadOf(state, now, s.tolerance)
+	ahead, d.Write = checked.Ahead(state, now, s.tolerance)
 	if units > s.slots {
 		// More units than fit a full bucket: never admitted, decided
 		// before anything is multiplied.
@@ -159,19 +159,6 @@ func (s schedule) refuse(d Decision, now, ahead int64) Decision {
 	d.Limited = true
 	d.State = now + ahead // at most the stored state: no overflow
 	return d
-}
-
-// aheadOf is how far state runs ahead of now, within [0, limit], and
-// whether it had to be clamped from above.
-func aheadOf(state, now, limit int64) (ahead int64, clamped bool) {
-	if state <= now {
-		return 0, false
-	}
-	ahead, ok := checked.Sub(state, now)
-	if !ok || ahead > limit {
-		return limit, true
-	}
-	return ahead, false
 }
 
 // free is how many units fit when the state runs ahead of now by ahead.
@@ -222,20 +209,12 @@ func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
 // truly remains. A put-back (tokens < 0) ignores the reserve.
 func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, error) {
 	if reserve > 0 && tokens >= 0 {
-		d, err := b.Take(full, now, satAdd(tokens, reserve))
+		d, err := b.Take(full, now, checked.SatAdd(tokens, reserve))
 		if err != nil || d.Limited {
 			return d, err
 		}
 	}
 	return b.Take(full, now, tokens)
-}
-
-// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if c, ok := checked.Add(a, b); ok {
-		return c
-	}
-	return math.MaxInt64
 }
 
 // Shaper holds the parameters of a leaky bucket used as a shaper; the state

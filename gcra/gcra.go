@@ -145,7 +145,7 @@ type Decision struct {
 // now + τ at most, lies beyond the int64 range (after the year 2262).
 func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 	d := Decision{Limit: l.limit, RetryAfter: Never}
-	ahead, clamped := aheadOf(tat, now, l.tolerance)
+	ahead, clamped := checked.Ahead(tat, now, l.tolerance)
 	d.Write = clamped
 	if quantity > l.limit {
 		// T × quantity > τ: never admitted, and nothing to multiply.
@@ -180,20 +180,12 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 // reserve.
 func (l Limiter) ThrottleReserve(tat, now, quantity, reserve int64) (Decision, error) {
 	if reserve > 0 && quantity >= 0 {
-		d, err := l.Throttle(tat, now, satAdd(quantity, reserve))
+		d, err := l.Throttle(tat, now, checked.SatAdd(quantity, reserve))
 		if err != nil || d.Limited {
 			return d, err
 		}
 	}
 	return l.Throttle(tat, now, quantity)
-}
-
-// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if c, ok := checked.Add(a, b); ok {
-		return c
-	}
-	return math.MaxInt64
 }
 
 // refuse completes a refusal: the state stays ahead of now by ahead.
@@ -203,19 +195,6 @@ func (l Limiter) refuse(d Decision, now, ahead int64) Decision {
 	d.ResetAfter = time.Duration(ahead)
 	d.Remaining = l.remaining(ahead)
 	return d
-}
-
-// aheadOf is how far the state runs ahead of now, clamped to [0, limit],
-// and whether it had to be clamped from above.
-func aheadOf(state, now, limit int64) (ahead int64, clamped bool) {
-	if state <= now {
-		return 0, false
-	}
-	ahead, ok := checked.Sub(state, now)
-	if !ok || ahead > limit {
-		return limit, true
-	}
-	return ahead, false
 }
 
 // remaining is ⌊(τ − ttl) / T⌋, exact on the nanosecond T and τ the state

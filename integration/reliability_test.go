@@ -184,5 +184,59 @@ func TestHostileInput(t *testing.T) {
 			}
 		}
 		t.Logf("%s: %d vectors, %d errors, %d replies", s.name, vectors, errs, oks)
+
+		// RL.ALL and RL.PEEK: 1 to 3 keys from the pool (live, foreign and of
+		// other types), limiters of every family with a hostile word now and
+		// then. An error changes no key; a reply has six fields.
+		families := [][]any{{"GCRA", 2, 1, 100, 1}, {"TB", 3, 1, 100, 1}, {"SW", 3, 100, 1}, {"FW", 3, 100, 1}, {"SL", 3, 100, 1}}
+		errs, oks = 0, 0
+		for n := range vectors / 5 {
+			cmd := "RL.ALL"
+			if rng.IntN(3) == 0 {
+				cmd = "RL.PEEK"
+			}
+			nk := 1 + rng.IntN(3)
+			keys := make([]string, nk)
+			for i := range keys {
+				keys[i] = pool[rng.IntN(len(pool))]
+			}
+			args := append([]any{cmd, nk}, toAny(keys)...)
+			for range nk + rng.IntN(2) - rng.IntN(2) {
+				args = append(args, families[rng.IntN(len(families))]...)
+			}
+			for _, opt := range [][]any{{"MS"}, {"RESERVE", rng.IntN(4)}} {
+				if rng.IntN(3) == 0 {
+					args = append(args, opt...)
+				}
+			}
+			if rng.IntN(2) == 0 {
+				args[1+rng.IntN(len(args)-1)] = hostileArg(rng)
+			}
+			before := make([]snapshot, nk)
+			for i, k := range keys {
+				before[i] = snap(t, s.rdb, k)
+			}
+			res, err := s.rdb.Do(ctx, args...).Result()
+			if err != nil {
+				errs++
+				if !strings.HasPrefix(err.Error(), "ERR ") && !strings.HasPrefix(err.Error(), "WRONGTYPE ") {
+					t.Fatalf("RL vector %d %q: %v", n, args, err)
+				}
+				for i, k := range keys {
+					if after := snap(t, s.rdb, k); after != before[i] {
+						t.Fatalf("RL vector %d %q failed (%v) but changed %s: %v -> %v", n, args, err, k, before[i], after)
+					}
+				}
+				continue
+			}
+			oks++
+			if r, ok := res.([]any); !ok || len(r) != 6 {
+				t.Fatalf("RL vector %d %q: reply %v", n, args, res)
+			}
+		}
+		if err := s.rdb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("server down after the RL.ALL fuzzer: %v", err)
+		}
+		t.Logf("%s: %d RL.ALL vectors, %d errors, %d replies", s.name, vectors/5, errs, oks)
 	})
 }

@@ -116,6 +116,16 @@ type outcome struct {
 	writes   [maxKeys]keyWrite
 }
 
+// reset makes o a fresh outcome for a command of n keys, as a zero one
+// would be, without clearing the writes no key uses.
+func (o *outcome) reset(n int) {
+	o.action, o.replyLen, o.err = actError, 0, ""
+	o.reply = [6]int64{}
+	for i := range min(n, maxKeys) {
+		o.writes[i] = keyWrite{}
+	}
+}
+
 func (o *outcome) fail(msg string) {
 	o.action = actError
 	o.err = msg

@@ -9,9 +9,18 @@ import (
 	"runtime/metrics"
 )
 
-// rlExecute runs one command for the C side: parse, read the key (through
-// rl_read), compute, and leave in c what C must write and reply. A panic
-// becomes an error reply; it never reaches the server.
+// scratch holds one command's arguments and outcome. The server runs
+// module commands one at a time, on one thread, and nothing Go does calls
+// back into a command, so one is enough; reusing it spares zeroing 4 KB per
+// call (431 instructions of GCRA.THROTTLE's 13,904, counted with callgrind).
+var scratch struct {
+	args [C.RL_MAX_ARGS]string
+	o    outcome
+}
+
+// rlExecute runs one command for the C side, whose keys C has read: parse,
+// compute, and leave in c what C must write and reply. A panic becomes an
+// error reply; it never reaches the server.
 //
 //export rlExecute
 func rlExecute(c *C.rl_call) {
@@ -21,9 +30,9 @@ func rlExecute(c *C.rl_call) {
 			setErr(c, fmt.Sprintf("ERR internal error in ratelimit: %v", r))
 		}
 	}()
-	var buf [C.RL_MAX_ARGS]string
-	var o outcome
-	execute(int(c.op), callArgs(c, &buf), cReader{c}, &o)
+	o := &scratch.o
+	o.reset(int(c.nkeys))
+	execute(int(c.op), callArgs(c, &scratch.args), cReader{c}, o)
 	o.store(c)
 }
 

@@ -163,7 +163,7 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 // remains.
 func (f FixedWindow) HitReserve(count, expires, now, cost, reserve int64) (d Decision, newCount, end int64, err error) {
 	if reserve > 0 {
-		d, newCount, end, err = f.Hit(count, expires, now, satAdd(cost, reserve))
+		d, newCount, end, err = f.Hit(count, expires, now, checked.SatAdd(cost, reserve))
 		if err != nil || d.Limited {
 			return d, newCount, end, err
 		}
@@ -259,7 +259,7 @@ func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, 
 // HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
 func (s SlidingWindow) HitReserve(c Counts, now, cost, reserve int64) (d Decision, next Counts, expire int64, err error) {
 	if reserve > 0 {
-		d, next, expire, err = s.Hit(c, now, satAdd(cost, reserve))
+		d, next, expire, err = s.Hit(c, now, checked.SatAdd(cost, reserve))
 		if err != nil || d.Limited {
 			return d, next, expire, err
 		}
@@ -382,18 +382,10 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 // HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
 func (l SlidingLog) HitReserve(log Log, now, cost, reserve int64) (LogDecision, error) {
 	if reserve > 0 {
-		d, err := l.Hit(log, now, satAdd(cost, reserve))
+		d, err := l.Hit(log, now, checked.SatAdd(cost, reserve))
 		if err != nil || d.Limited {
 			return d, err
 		}
 	}
 	return l.Hit(log, now, cost)
-}
-
-// satAdd is a + b for b ≥ 0, saturating at math.MaxInt64.
-func satAdd(a, b int64) int64 {
-	if c, ok := checked.Add(a, b); ok {
-		return c
-	}
-	return math.MaxInt64
 }

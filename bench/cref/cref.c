@@ -15,6 +15,9 @@
  * GCRA's in integer nanoseconds, with no overflow checks and no validation
  * beyond "is a number": enough to do the same work, not to be used.
  *
+ * CREF.KEYS numkeys key [key ...] max_burst count period makes those calls
+ * on each of several keys: the floor for RL.ALL over GCRA limits.
+ *
  * Three more commands leave steps out, so that one run prices each step:
  * CREF.NOEXPIRE (no SetAbsExpire), CREF.NOREPL (no Replicate) and CREF.BARE
  * (open, read, write in place and a one-integer reply: the least any
@@ -55,14 +58,11 @@ static int cref_format(char *buf, long long v) {
     return n;
 }
 
-static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int skip) {
-    long long burst, count, period;
-    if (argc != 5) return RM_WrongArity(ctx);
-    if (!cref_int(argv[2], &burst) || !cref_int(argv[3], &count) || !cref_int(argv[4], &period) ||
-        burst < 0 || count < 1 || period < 1)
-        return RM_ReplyWithError(ctx, "ERR bad argument");
-
-    RedisModuleKey *key = RM_OpenKey(ctx, argv[1], REDISMODULE_READ | REDISMODULE_WRITE);
+/* cref_key makes GCRA.THROTTLE's server calls on one key and fills reply;
+ * it returns 0, or replies an error and returns -1. */
+static int cref_key(RedisModuleCtx *ctx, RedisModuleString *name, long long burst, long long count, long long period,
+                    int skip, long long reply[5]) {
+    RedisModuleKey *key = RM_OpenKey(ctx, name, REDISMODULE_READ | REDISMODULE_WRITE);
     long long now = rl_now_ns(), tat = now;
     int type = RM_KeyType(key);
     if (type == REDISMODULE_KEYTYPE_STRING) {
@@ -70,7 +70,8 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
          * (CREF.NOEXPIRE's keys have none, so it only reads it). */
         if (!(skip & CREF_BARE) && RM_GetAbsExpire(key) == REDISMODULE_NO_EXPIRE && !(skip & CREF_NO_EXPIRE)) {
             RM_CloseKey(key);
-            return RM_ReplyWithError(ctx, "ERR not limiter state");
+            RM_ReplyWithError(ctx, "ERR not limiter state");
+            return -1;
         }
         size_t len;
         char *v = RM_StringDMA(key, &len, REDISMODULE_READ);
@@ -83,7 +84,8 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
         }
     } else if (type != REDISMODULE_KEYTYPE_EMPTY) {
         RM_CloseKey(key);
-        return RM_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        RM_ReplyWithError(ctx, REDISMODULE_ERRORMSG_WRONGTYPE);
+        return -1;
     }
 
     long long interval = period * 1000000000LL / count;
@@ -91,7 +93,7 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
     long long next = tat + interval;
     long long allow_at = next - tolerance;
     long long limit = burst + 1;
-    long long reply[5] = {0, limit, 0, -1, 0};
+    reply[0] = 0, reply[1] = limit, reply[2] = 0, reply[3] = -1, reply[4] = 0;
     if (now < allow_at) {
         reply[0] = 1;
         reply[3] = (allow_at - now) / 1000000000LL;
@@ -108,22 +110,53 @@ static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int
                                                                         : NULL;
         if (p == NULL || len != (size_t)n) {
             RM_CloseKey(key);
-            return RM_ReplyWithError(ctx, "ERR cannot write");
+            RM_ReplyWithError(ctx, "ERR cannot write");
+            return -1;
         }
         memcpy(p, val, len);
         if (!(skip & (CREF_NO_EXPIRE | CREF_BARE))) RM_SetAbsExpire(key, expire_ms);
-        if (!(skip & CREF_BARE)) RM_SignalModifiedKey(ctx, argv[1]);
+        if (!(skip & CREF_BARE)) RM_SignalModifiedKey(ctx, name);
         if (!(skip & (CREF_NO_REPLICATE | CREF_BARE)))
-            RM_Replicate(ctx, "SET", "sbsl", argv[1], val, (size_t)n, cref_pxat, expire_ms);
+            RM_Replicate(ctx, "SET", "sbsl", name, val, (size_t)n, cref_pxat, expire_ms);
         if (!(skip & CREF_BARE)) {
-            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", argv[1]);
-            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", argv[1]);
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_STRING, "set", name);
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
         }
     }
     RM_CloseKey(key);
+    return 0;
+}
+
+/* The arguments after the key(s): max_burst count period. */
+static int cref_args(RedisModuleString **argv, long long *burst, long long *count, long long *period) {
+    return cref_int(argv[0], burst) && cref_int(argv[1], count) && cref_int(argv[2], period) && *burst >= 0 &&
+           *count >= 1 && *period >= 1;
+}
+
+static int cref_run(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int skip) {
+    long long burst, count, period, reply[5];
+    if (argc != 5) return RM_WrongArity(ctx);
+    if (!cref_args(argv + 2, &burst, &count, &period)) return RM_ReplyWithError(ctx, "ERR bad argument");
+    if (cref_key(ctx, argv[1], burst, count, period, skip, reply) != 0) return REDISMODULE_OK;
     if (skip & CREF_BARE) return RM_ReplyWithLongLong(ctx, reply[0]);
     RM_ReplyWithArray(ctx, 5);
     for (int i = 0; i < 5; i++) RM_ReplyWithLongLong(ctx, reply[i]);
+    return REDISMODULE_OK;
+}
+
+/* CREF.KEYS numkeys key [key ...] max_burst count period: GCRA.THROTTLE's
+ * server calls on each key in turn, replying the last key's five integers
+ * and its position: the module API's floor for RL.ALL over GCRA limits
+ * (with no all-or-nothing decision, no checks, no parsing of limiters). */
+static int cref_keys(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    long long n, burst, count, period, reply[5];
+    if (argc < 6 || !cref_int(argv[1], &n) || n < 1 || n > 16 || argc != 5 + n) return RM_WrongArity(ctx);
+    if (!cref_args(argv + 2 + n, &burst, &count, &period)) return RM_ReplyWithError(ctx, "ERR bad argument");
+    for (long long i = 0; i < n; i++)
+        if (cref_key(ctx, argv[2 + i], burst, count, period, 0, reply) != 0) return REDISMODULE_OK;
+    RM_ReplyWithArray(ctx, 6);
+    for (int i = 0; i < 5; i++) RM_ReplyWithLongLong(ctx, reply[i]);
+    RM_ReplyWithLongLong(ctx, n - 1);
     return REDISMODULE_OK;
 }
 
@@ -157,5 +190,8 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     for (size_t i = 0; i < sizeof cmds / sizeof cmds[0]; i++)
         if (RM_CreateCommand(ctx, cmds[i].name, cmds[i].fn, "write deny-oom fast", 1, 1, 1) != REDISMODULE_OK)
             return REDISMODULE_ERR;
+    /* Its keys follow numkeys; a benchmark on one server needs no key spec. */
+    if (RM_CreateCommand(ctx, "cref.keys", cref_keys, "write deny-oom fast", 0, 0, 0) != REDISMODULE_OK)
+        return REDISMODULE_ERR;
     return REDISMODULE_OK;
 }

@@ -32,6 +32,28 @@ func Mul(a, b int64) (int64, bool) {
 	return c, c/b == a
 }
 
+// SatAdd returns a+b for b ≥ 0, saturating at math.MaxInt64.
+func SatAdd(a, b int64) int64 {
+	if c, ok := Add(a, b); ok {
+		return c
+	}
+	return math.MaxInt64
+}
+
+// Ahead returns how far the instant state lies ahead of now, within
+// [0, limit], and whether it lay further ahead than limit (it is then
+// limit). A state at or before now is 0 ahead.
+func Ahead(state, now, limit int64) (ahead int64, beyond bool) {
+	if state <= now {
+		return 0, false
+	}
+	ahead, ok := Sub(state, now)
+	if !ok || ahead > limit {
+		return limit, true
+	}
+	return ahead, false
+}
+
 // CeilDiv returns ⌈a/b⌉ for b > 0.
 func CeilDiv(a, b int64) int64 {
 	q := a / b

@@ -46,3 +46,20 @@ func FuzzArithmetic(f *testing.F) {
 		}
 	})
 }
+
+func TestSatAddAndAhead(t *testing.T) {
+	if SatAdd(math.MaxInt64-1, 5) != math.MaxInt64 || SatAdd(3, 4) != 7 {
+		t.Fatal("SatAdd")
+	}
+	for _, c := range []struct {
+		state, now, limit, ahead int64
+		beyond                   bool
+	}{
+		{10, 20, 5, 0, false}, {20, 20, 5, 0, false}, {23, 20, 5, 3, false}, {25, 20, 5, 5, false},
+		{26, 20, 5, 5, true}, {math.MaxInt64, -10, 5, 5, true},
+	} {
+		if a, b := Ahead(c.state, c.now, c.limit); a != c.ahead || b != c.beyond {
+			t.Errorf("Ahead(%d, %d, %d) = %d, %v", c.state, c.now, c.limit, a, b)
+		}
+	}
+}

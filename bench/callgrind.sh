@@ -1,0 +1,101 @@
+#!/usr/bin/env bash
+# Instructions per call, counted by valgrind's callgrind: repeatable where
+# timings on a shared machine are not. For each command, a fresh
+# redis-server (Debian's, with the module and the C reference loaded) runs
+# under callgrind, takes N calls on random keys from redis-benchmark, and
+# shuts down; the same with N PINGs is the baseline (start-up, shutdown,
+# the event loop and the protocol), subtracted from each:
+#
+#   instructions per call = (total with N calls - total with N PINGs) / N
+#
+# valgrind runs the Go runtime only without asynchronous preemption
+# (GODEBUG=asyncpreemptoff=1): its signals stop valgrind's scheduler.
+#
+# Usage: bench/callgrind.sh [N]   (make callgrind; N defaults to 20000)
+# With BASELINE_SO=path, GCRA.THROTTLE and SW.HIT are counted again with
+# that build of the module (make callgrind builds the one BASELINE_REF
+# names). Prints one line per command.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+n=${1:-20000}
+so=$PWD/build/ratelimit.so
+cref=$PWD/build/cref.so
+work=$(mktemp -d)
+trap 'rm -rf "$work"' EXIT
+for bin in valgrind redis-server redis-benchmark redis-cli; do
+  command -v "$bin" >/dev/null || { echo "callgrind: $bin not found" >&2; exit 1; }
+done
+
+# free_port prints a loopback port nothing listens on.
+free_port() {
+  local p
+  while :; do
+    p=$((20000 + RANDOM % 20000))
+    (exec 3<>"/dev/tcp/127.0.0.1/$p") 2>/dev/null || { echo "$p"; return; }
+  done
+}
+
+# total CMD...: the instructions a server run takes, serving N of CMD.
+# valgrind now and then aborts while the Go runtime starts a thread (seen
+# about once in twenty starts); such a run is tried again, up to 3 times.
+total() {
+  local try
+  for try in 1 2 3; do
+    run "$@" && return
+    echo "callgrind: run $try of $* failed; trying again" >&2
+  done
+  exit 1
+}
+
+run() {
+  local module=${MODULE:-$so}
+  local port out=$work/callgrind.out
+  port=$(free_port)
+  rm -f "$out"
+  GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out" \
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    --loadmodule "$module" --loadmodule "$cref" >"$work/server.log" 2>&1 &
+  local pid=$!
+  local up=
+  for _ in $(seq 600); do
+    if redis-cli -p "$port" PING >/dev/null 2>&1; then up=1; break; fi
+    kill -0 "$pid" 2>/dev/null || break
+    sleep 0.1
+  done
+  if [ -z "$up" ]; then
+    echo "callgrind: the server did not start; it said:" >&2
+    grep -m3 -i "impossible\|internal error\|terminating" "$work/server.log" >&2 || tail -5 "$work/server.log" >&2
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    return 1
+  fi
+  if ! timeout 900 redis-benchmark -p "$port" -c 1 -P 16 -n "$n" -r 100000 -q "$@" >/dev/null; then
+    echo "callgrind: redis-benchmark $* failed; the server said:" >&2
+    grep -m3 -i "impossible\|internal error\|terminating" "$work/server.log" >&2 || tail -5 "$work/server.log" >&2
+    kill "$pid" 2>/dev/null || true
+    wait "$pid" 2>/dev/null || true
+    return 1
+  fi
+  redis-cli -p "$port" SHUTDOWN NOSAVE >/dev/null 2>&1 || true
+  wait "$pid" || true
+  awk '/^(summary|totals):/ { print $2; exit }' "$out"
+}
+
+base=$(total PING)
+measure() {
+  local name=$1
+  shift
+  local t
+  t=$(total "$@")
+  echo "$name: $(((t - base) / n)) instructions per call (N = $n, PING baseline subtracted)"
+}
+measure "GCRA.THROTTLE" GCRA.THROTTLE "b:g:__rand_int__" 15 30 60
+measure "C reference (CREF.GCRA)" CREF.GCRA "b:c:__rand_int__" 15 30 60
+measure "SW.HIT" SW.HIT "b:s:__rand_int__" 16 60
+measure "RL.ALL, 2 GCRA keys" RL.ALL 2 "b:a:__rand_int__" "b:b:__rand_int__" GCRA 15 30 60 1 GCRA 15 30 60 1
+measure "RL.ALL, 3 GCRA keys" RL.ALL 3 "b:a:__rand_int__" "b:b:__rand_int__" "b:c:__rand_int__" \
+  GCRA 15 30 60 1 GCRA 15 30 60 1 GCRA 15 30 60 1
+if [ -n "${BASELINE_SO:-}" ]; then
+  MODULE=$BASELINE_SO measure "GCRA.THROTTLE, baseline build" GCRA.THROTTLE "b:g:__rand_int__" 15 30 60
+  MODULE=$BASELINE_SO measure "SW.HIT, baseline build" SW.HIT "b:s:__rand_int__" 16 60
+fi
