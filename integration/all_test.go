@@ -211,6 +211,12 @@ func TestAllBadInput(t *testing.T) {
 				t.Fatalf("bad input changed %s: %s -> %s", k, b, a)
 			}
 		}
+		// numkeys is read as every number is: a sign and leading zeros pass.
+		for _, n := range []string{"+1", "001", "+01"} {
+			if _, err := s.rdb.Do(ctx, append([]any{"RL.PEEK", n, live}, g...)...).Int64Slice(); err != nil {
+				t.Fatalf("RL.PEEK with numkeys %q: %v", n, err)
+			}
+		}
 		if n := s.rdb.Exists(ctx, "k2").Val(); n != 0 {
 			t.Fatal("bad input created a key")
 		}

@@ -265,17 +265,20 @@ static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name,
     k->expire_at_ms = key != NULL && k->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
 }
 
-/* The number of keys RL.ALL names at argument 1 (p, len) of argc, or 0
- * when it is not an integer from 1 to RL_MAX_KEYS with that many arguments
- * after it (Go then replies the error). */
+/* The number of keys RL.ALL names at argument 1 (p, len) of argc, read as
+ * Go reads integers (an optional '+', leading zeros), or 0 when it is not
+ * from 1 to RL_MAX_KEYS with that many arguments after it (Go then replies
+ * the error). */
 static int rl_numkeys(const char *p, size_t len, int argc) {
-    if (argc < 3 || len < 1 || len > 2) return 0;
+    size_t i = len > 0 && p[0] == '+' ? 1 : 0;
+    if (argc < 3 || i == len) return 0;
     int n = 0;
-    for (size_t i = 0; i < len; i++) {
+    for (; i < len; i++) {
         if (p[i] < '0' || p[i] > '9') return 0;
         n = n * 10 + (p[i] - '0');
+        if (n > RL_MAX_KEYS) return 0;
     }
-    return n >= 1 && n <= RL_MAX_KEYS && 2 + n <= argc ? n : 0;
+    return n >= 1 && 2 + n <= argc ? n : 0;
 }
 
 /* ---- Sliding log: a sorted set of entries scored in Unix microseconds ---- */
