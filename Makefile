@@ -67,14 +67,15 @@ bench: build build/cref.so redis-server images ## measure every command beside I
 # The build make callgrind compares with: the module as it was at
 # BASELINE_REF (a git revision), built from git's copy of it.
 BASELINE_REF ?= 940a0e1
-build/baseline/ratelimit.so:
-	rm -rf build/baseline && mkdir -p build/baseline
-	git archive $(BASELINE_REF) | tar -x -C build/baseline
-	cd build/baseline && ./build.sh
+BASELINE := build/baseline-$(BASELINE_REF)
+$(BASELINE)/build/ratelimit.so:
+	rm -rf $(BASELINE) && mkdir -p $(BASELINE)
+	git archive $(BASELINE_REF) | tar -x -C $(BASELINE)
+	cd $(BASELINE) && ./build.sh
 
-callgrind: build build/cref.so build/baseline/ratelimit.so redis-server ## instructions per call under valgrind: GCRA.THROTTLE, the C reference, SW.HIT, RL.ALL, and BASELINE_REF's build
+callgrind: build build/cref.so $(BASELINE)/build/ratelimit.so redis-server ## instructions per call under valgrind: GCRA.THROTTLE, the C reference, SW.HIT, RL.ALL, and BASELINE_REF's build
 	@command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
-	BASELINE_SO=$(CURDIR)/build/baseline/build/ratelimit.so bench/callgrind.sh
+	BASELINE_SO=$(CURDIR)/$(BASELINE)/build/ratelimit.so bench/callgrind.sh
 
 # The benchmark's C reference: GCRA.THROTTLE's server calls with no Go.
 build/cref.so: bench/cref/cref.c module/rmapi.h

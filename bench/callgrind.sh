@@ -14,7 +14,9 @@
 # Usage: bench/callgrind.sh [N]   (make callgrind; N defaults to 20000)
 # With BASELINE_SO=path, GCRA.THROTTLE and SW.HIT are counted again with
 # that build of the module (make callgrind builds the one BASELINE_REF
-# names). Prints one line per command.
+# names). With CALLGRIND_KEEP=dir, each run's profile is kept there, named
+# after the command, for `callgrind_annotate dir/<name>.out`: where the
+# instructions go. Prints one line per command.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 n=${1:-20000}
@@ -87,6 +89,10 @@ measure() {
   shift
   local t
   t=$(total "$@")
+  if [ -n "${CALLGRIND_KEEP:-}" ]; then
+    mkdir -p "$CALLGRIND_KEEP"
+    cp "$work/callgrind.out" "$CALLGRIND_KEEP/$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_').out"
+  fi
   echo "$name: $(((t - base) / n)) instructions per call (N = $n, PING baseline subtracted)"
 }
 measure "GCRA.THROTTLE" GCRA.THROTTLE "b:g:__rand_int__" 15 30 60

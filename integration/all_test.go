@@ -373,12 +373,7 @@ func TestReserve(t *testing.T) {
 // can RL.PEEK them and not RL.ALL, and no key outside the pattern.
 func TestAllACL(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
-		user := strings.NewReplacer(".", "", "-", "").Replace("allreader" + s.name)
-		if err := s.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "resetkeys", "%R~rl:*", "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-		reader := redis.NewClient(&redis.Options{Addr: s.addr(), Username: user, Password: "pw", Protocol: 2})
-		defer reader.Close()
+		reader, _ := readOnlyUser(t, s, "allreader")
 		keys := []string{key(t, "a"), key(t, "b")}
 		lim := []any{"GCRA", 4, 1, slow, 1, "SW", 9, slow, 1}
 		if _, err := allCall(reader, "RL.PEEK", keys, lim...); err != nil {

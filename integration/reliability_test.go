@@ -13,17 +13,26 @@ import (
 	"github.com/redis/go-redis/v9"
 )
 
+// readOnlyUser creates an ACL user, named after prefix and the server, who
+// may run every command but only read keys matching rl:*, and returns a
+// client logged in as that user (closed when the test ends) and its name.
+func readOnlyUser(t *testing.T, s *server, prefix string) (*redis.Client, string) {
+	t.Helper()
+	user := strings.NewReplacer(".", "", "-", "").Replace(prefix + s.name)
+	if err := s.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "resetkeys", "%R~rl:*", "+@all").Err(); err != nil {
+		t.Fatal(err)
+	}
+	c := redis.NewClient(&redis.Options{Addr: s.addr(), Username: user, Password: "pw", Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	return c, user
+}
+
 // ACLs: a user allowed only to read rl:* keys can peek and cannot consume;
 // where the server has module categories, +@ratelimit grants exactly the
 // module's commands.
 func TestACL(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
-		user := strings.NewReplacer(".", "", "-", "").Replace("reader" + s.name)
-		if err := s.rdb.Do(ctx, "ACL", "SETUSER", user, "on", ">pw", "resetkeys", "%R~rl:*", "+@all").Err(); err != nil {
-			t.Fatal(err)
-		}
-		reader := redis.NewClient(&redis.Options{Addr: s.addr(), Username: user, Password: "pw", Protocol: 2})
-		defer reader.Close()
+		reader, user := readOnlyUser(t, s, "reader")
 		for _, l := range limiters {
 			k := key(t, l.name)
 			if _, err := call(reader, l.peek, append([]any{k}, l.params(3, 60)...)...); err != nil {

@@ -274,6 +274,7 @@ func clockBounds(t *testing.T, c *redis.Client, prefix string, consume bool) {
 			cmd = cs.cmd
 		}
 		r := mustCall(t, c, cmd, append([]any{k}, cs.args...)...)
+		t.Logf("%s %s %v after the clock stepped back an hour: %v", cmd, k, cs.args, r)
 		if r[3] > cs.retry || r[4] > cs.full {
 			t.Fatalf("%s after the clock stepped back an hour: %v, want retry_after <= %d and field 5 <= %d", cmd, r, cs.retry, cs.full)
 		}

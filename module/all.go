@@ -141,8 +141,8 @@ func parseAll(args []string, lims *[maxKeys]limit, ms *bool, o *outcome) (int, b
 		if !syn.parseNumbers(args[i+1:i+words], l, o, j) {
 			return 0, false
 		}
-		c, ok := parseInt(args[i+words])
-		if !ok || c < syn.optional.min || c > syn.optional.max {
+		c, ok := syn.optional.parse(args[i+words])
+		if !ok {
 			o.fail(syn.optional.rangeError(l.prefix(j)))
 			return 0, false
 		}

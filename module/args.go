@@ -12,6 +12,13 @@ type arg struct {
 	seconds  bool // a time in whole seconds
 }
 
+// parse reads s as this argument: an integer within its range. On false
+// the caller replies rangeError (built only then: it allocates).
+func (a arg) parse(s string) (int64, bool) {
+	v, ok := parseInt(s)
+	return v, ok && v >= a.min && v <= a.max
+}
+
 // rangeError names the argument and its accepted range; prefix, when set,
 // names the limiter it belongs to.
 func (a arg) rangeError(prefix string) string {
@@ -57,8 +64,8 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, o *outcome) bool {
 	}
 	l.v[len(s.positional)] = s.def
 	if i < len(args) && !isOption(args[i]) && !isReserve(args[i]) {
-		v, ok := parseInt(args[i])
-		if !ok || v < s.optional.min || v > s.optional.max {
+		v, ok := s.optional.parse(args[i])
+		if !ok {
 			o.fail(s.optional.rangeError(""))
 			return false
 		}
@@ -76,8 +83,8 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, o *outcome) bool {
 // limiter when it is RL.ALL's n-th (n ≥ 0).
 func (s *syntax) parseNumbers(args []string, l *limit, o *outcome, n int) bool {
 	for j, a := range s.positional {
-		v, ok := parseInt(args[j])
-		if !ok || v < a.min || v > a.max {
+		v, ok := a.parse(args[j])
+		if !ok {
 			o.fail(a.rangeError(l.prefix(n)))
 			return false
 		}
@@ -168,20 +175,18 @@ func parseInt(s string) (int64, bool) {
 }
 
 // isOption reports whether s is the MS option, in any case.
-func isOption(s string) bool {
-	return len(s) == 2 && (s[0]|0x20) == 'm' && (s[1]|0x20) == 's'
-}
+func isOption(s string) bool { return equalFold(s, "MS") }
 
 // isReserve reports whether s is the RESERVE option, in any case.
-func isReserve(s string) bool { return equalFold(s, "reserve") }
+func isReserve(s string) bool { return equalFold(s, "RESERVE") }
 
-// equalFold compares s with lower, an ASCII lower-case word, in any case.
-func equalFold(s, lower string) bool {
-	if len(s) != len(lower) {
+// equalFold reports whether s is word, a word of ASCII letters, in any case.
+func equalFold(s, word string) bool {
+	if len(s) != len(word) {
 		return false
 	}
 	for i := 0; i < len(s); i++ {
-		if s[i]|0x20 != lower[i] {
+		if s[i]|0x20 != word[i]|0x20 {
 			return false
 		}
 	}

@@ -50,15 +50,14 @@ func (r cReader) log(i int) window.Log { return cLog{&r.c.keys[i]} }
 
 func (r cReader) memoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
-// cLog reads a sorted set as a sliding log through rl_zlog_scan and
+// cLog reads a sorted set as a sliding log through rl_zlog_count and
 // rl_zlog_nth. Entries are scored in microseconds; window works in
 // nanoseconds. Being one pointer, it converts to window.Log without
 // allocating.
 type cLog struct{ k *C.rl_key }
 
 func (l cLog) Count(after int64) int64 {
-	C.rl_zlog_scan(l.k, C.longlong(floorDiv(after, 1000)))
-	return int64(l.k.z_live)
+	return int64(C.rl_zlog_count(l.k, C.longlong(floorDiv(after, 1000))))
 }
 
 func (l cLog) Nth(after, k int64) int64 {

@@ -14,15 +14,16 @@ const (
 	shaperState = "shaper state (a Unix time in nanoseconds)"
 )
 
-// checkString checks a key whose state is a string: on a key of another
-// type it sets WRONGTYPE in o and returns false; on a string without an
-// expiry, which no limiter writes, the error that it holds other data.
-func checkString(st *keyState, o *outcome, state string) bool {
+// checkKey checks a key whose state is of the given kind (a string, or a
+// sorted set for the sliding log): on a key of another type it sets
+// WRONGTYPE in o and returns false; on one without an expiry, which no
+// limiter writes, the error that it holds other data.
+func checkKey(st *keyState, o *outcome, kind keyKind, state string) bool {
 	switch {
-	case st.kind == keyZSet || st.kind == keyOther:
+	case st.kind != keyEmpty && st.kind != kind:
 		o.action = actWrongType
 		return false
-	case st.kind == keyString && st.expireMs < 0:
+	case st.kind == kind && st.expireMs < 0:
 		o.fail(otherData(state, "it has no expiry, and limiter keys always expire"))
 		return false
 	}
@@ -34,7 +35,7 @@ func checkString(st *keyState, o *outcome, state string) bool {
 // be. On a key of another type, or one that holds other data, it sets the
 // error in o and returns false.
 func loadInstant(st *keyState, o *outcome, state string, tolerance time.Duration) (int64, bool) {
-	if !checkString(st, o, state) {
+	if !checkKey(st, o, keyString, state) {
 		return 0, false
 	}
 	if st.kind == keyEmpty {

@@ -11,26 +11,25 @@ const (
 	famCount
 )
 
-// family is one limiter family: its name in RL.ALL (and in lower case)
-// and its arguments.
+// family is one limiter family: its name in RL.ALL and its arguments.
 type family struct {
-	name, word string
-	syntax     *syntax
+	name   string
+	syntax *syntax
 }
 
 var families = [famCount]family{
-	famGCRA: {"GCRA", "gcra", &gcraSyntax},
-	famTB:   {"TB", "tb", &tbSyntax},
-	famLB:   {"LB", "lb", &lbSyntax},
-	famSW:   {"SW", "sw", &windowSyntax},
-	famFW:   {"FW", "fw", &windowSyntax},
-	famSL:   {"SL", "sl", &logSyntax},
+	famGCRA: {"GCRA", &gcraSyntax},
+	famTB:   {"TB", &tbSyntax},
+	famLB:   {"LB", &lbSyntax},
+	famSW:   {"SW", &windowSyntax},
+	famFW:   {"FW", &windowSyntax},
+	famSL:   {"SL", &logSyntax},
 }
 
 // familyNamed is the family whose name is s, in any case, or -1.
 func familyNamed(s string) int {
 	for f := range famCount {
-		if equalFold(s, families[f].word) {
+		if equalFold(s, families[f].name) {
 			return f
 		}
 	}

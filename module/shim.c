@@ -29,43 +29,29 @@ static RedisModuleCommandInfoVersion rl_info_version = {
     1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
     sizeof(RedisModuleCommandArg)};
 
-/* The key is argument 1 and the only key. */
-static RedisModuleCommandKeySpec rl_keys_write[] = {
-    {.notes = "the limiter's state",
-     .flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
+/* What a consuming command and a peek do to their keys, in key specs and
+ * in the keys RL.ALL reports. */
+#define RL_KEYS_RW (REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE)
+#define RL_KEYS_RO (REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS)
 
-static RedisModuleCommandKeySpec rl_keys_read[] = {
-    {.notes = "the limiter's state",
-     .flags = REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_RANGE,
-     .fk.range = {0, 1, 0}},
-    {0}};
+/* A key spec list of one spec searching from argument 1; the rest of the
+ * arguments say how the keys are found from there. */
+#define RL_KEY_SPEC(notes_, flags_, ...)                                                              \
+    {{.notes = notes_, .flags = flags_, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = 1, \
+      __VA_ARGS__},                                                                                     \
+     {0}}
+
+/* The key is argument 1 and the only key. */
+#define RL_ONE_KEY .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}
+static RedisModuleCommandKeySpec rl_keys_write[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RW, RL_ONE_KEY);
+static RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RO, RL_ONE_KEY);
 
 /* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
-static RedisModuleCommandKeySpec rl_keys_all_write[] = {
-    {.notes = "the limits' states, one key per limiter",
-     .flags = REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM,
-     .fk.keynum = {0, 1, 1}},
-    {0}};
-
-static RedisModuleCommandKeySpec rl_keys_all_read[] = {
-    {.notes = "the limits' states, one key per limiter",
-     .flags = REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS,
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1,
-     .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM,
-     .fk.keynum = {0, 1, 1}},
-    {0}};
+#define RL_NUMKEYS .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM, .fk.keynum = {0, 1, 1}
+static RedisModuleCommandKeySpec rl_keys_all_write[] =
+    RL_KEY_SPEC("the limits' states, one key per limiter", RL_KEYS_RW, RL_NUMKEYS);
+static RedisModuleCommandKeySpec rl_keys_all_read[] =
+    RL_KEY_SPEC("the limits' states, one key per limiter", RL_KEYS_RO, RL_NUMKEYS);
 
 #define RL_KEY_ARG {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
 #define RL_INT_ARG(n, s) {.name = n, .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = s}
@@ -283,10 +269,9 @@ static int rl_numkeys(const char *p, size_t len, int argc) {
 
 /* ---- Sliding log: a sorted set of entries scored in Unix microseconds ---- */
 
-void rl_zlog_scan(rl_key *k, long long after_us) {
+long long rl_zlog_count(rl_key *k, long long after_us) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
-    k->z_live = 0;
-    if (k->kind != RL_KEY_ZSET) return;
+    if (k->kind != RL_KEY_ZSET) return 0;
     long long gone = 0;
     if (RM_ZsetFirstInScoreRange(key, -INFINITY, (double)after_us, 0, 0) == REDISMODULE_OK) {
         if (!RM_ZsetRangeEndReached(key)) {
@@ -295,7 +280,7 @@ void rl_zlog_scan(rl_key *k, long long after_us) {
         }
         RM_ZsetRangeStop(key);
     }
-    k->z_live = k->z_len - gone;
+    return k->z_len - gone;
 }
 
 double rl_zlog_nth(rl_key *k, long long after_us, long long k_th) {
@@ -472,11 +457,11 @@ static int rl_write_key(RedisModuleCtx *ctx, rl_key *k) {
 /* Carries out what Go decided: each key's write, then the reply. Writes
  * happen only for consuming commands; several keys' effects reach replicas
  * and the AOF wrapped in one MULTI/EXEC by the server. */
-static void rl_finish(RedisModuleCtx *ctx, rl_call *c, rl_counters *n) {
+static void rl_finish(RedisModuleCtx *ctx, rl_call *c, const rl_command_def *def, rl_counters *n) {
     if (c->action == RL_ACT_REPLY) {
         for (int i = 0; i < c->nkeys; i++) {
             rl_key *k = &c->keys[i];
-            if (k->write != RL_WRITE_NONE && (c->readonly || k->key == NULL)) { /* never: Go writes only for consuming commands */
+            if (k->write != RL_WRITE_NONE && (def->readonly || k->key == NULL)) { /* never: Go writes only for consuming commands */
                 c->action = RL_ACT_ERROR;
                 strcpy(c->err, "ERR internal error: a write without a key open for writing");
                 break;
@@ -523,8 +508,7 @@ static int rl_report_keys(RedisModuleCtx *ctx, const rl_command_def *def, RedisM
     size_t len = 0;
     const char *p = argc >= 2 ? RM_StringPtrLen(argv[1], &len) : NULL;
     int nkeys = p ? rl_numkeys(p, len, argc) : 0;
-    int flags = (int)(def->readonly ? REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS
-                                    : REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE);
+    int flags = (int)(def->readonly ? RL_KEYS_RO : RL_KEYS_RW);
     for (int i = 0; i < nkeys; i++) {
         if (RM_KeyAtPosWithFlags) RM_KeyAtPosWithFlags(ctx, 2 + i, flags);
         else RM_KeyAtPos(ctx, 2 + i);
@@ -543,7 +527,6 @@ static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     }
     rl_call c;
     c.op = def->op;
-    c.readonly = def->readonly;
     c.argc = argc;
     for (int i = 0; i < argc; i++) c.argv[i].ptr = RM_StringPtrLen(argv[i], &c.argv[i].len);
     c.action = RL_ACT_ERROR;
@@ -559,7 +542,7 @@ static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
 
     rlExecute(&c);
 
-    rl_finish(ctx, &c, n);
+    rl_finish(ctx, &c, def, n);
     for (int i = 0; i < c.nkeys; i++)
         if (c.keys[i].key) RM_CloseKey((RedisModuleKey *)c.keys[i].key);
     return REDISMODULE_OK;

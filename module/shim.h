@@ -87,9 +87,6 @@ typedef struct rl_key {
     size_t z_oldest_len, z_newest_len;
     char z_oldest_member[RL_MEMBER_MAX], z_newest_member[RL_MEMBER_MAX];
 
-    /* Set by rl_zlog_scan. */
-    long long z_live; /* entries with a score above the cutoff */
-
     /* Set by Go. */
     int write;           /* enum rl_write */
     long long expire_ms; /* absolute Unix milliseconds */
@@ -109,7 +106,6 @@ typedef struct rl_key {
 typedef struct rl_call {
     /* Set by C before rlExecute. */
     int op;
-    int readonly;
     int argc;
     rl_arg argv[RL_MAX_ARGS];
     long long now_ns; /* one clock read per command, Unix nanoseconds */
@@ -127,10 +123,10 @@ typedef struct rl_call {
 } rl_call;
 
 /* Sliding log, on a sorted set of entries scored in Unix microseconds:
- * rl_zlog_scan counts the entries scored above after_us (z_live);
+ * rl_zlog_count returns how many entries are scored above after_us;
  * rl_zlog_nth returns the score of the k-th oldest entry above after_us, or
  * -INFINITY. Both only read. */
-void rl_zlog_scan(rl_key *k, long long after_us);
+long long rl_zlog_count(rl_key *k, long long after_us);
 double rl_zlog_nth(rl_key *k, long long after_us, long long k_th);
 
 /* The bytes the server may still allocate before it passes maxmemory, as

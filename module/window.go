@@ -48,7 +48,7 @@ func runSlidingWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64
 		o.failErr(err)
 		return false
 	}
-	if !checkString(st, o, counterState) {
+	if !checkKey(st, o, keyString, counterState) {
 		return false
 	}
 	var counts window.Counts
@@ -103,7 +103,7 @@ func runFixedWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, 
 		o.failErr(err)
 		return false
 	}
-	if !checkString(st, o, fixedState) {
+	if !checkKey(st, o, keyString, fixedState) {
 		return false
 	}
 	var count int64
@@ -147,14 +147,10 @@ func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome,
 		o.failErr(err)
 		return false
 	}
-	switch {
-	case st.kind == keyString || st.kind == keyOther:
-		o.action = actWrongType
+	if !checkKey(st, o, keyZSet, logState) {
 		return false
-	case st.kind == keyZSet && st.expireMs < 0:
-		o.fail(otherData(logState, "it has no expiry, and limiter keys always expire"))
-		return false
-	case st.kind == keyZSet && (!logEntry(st.oldest) || !logEntry(st.newest)):
+	}
+	if st.kind == keyZSet && (!logEntry(st.oldest) || !logEntry(st.newest)) {
 		o.fail(otherData(logState, "its members are not the log's own"))
 		return false
 	}
@@ -183,18 +179,22 @@ func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome,
 }
 
 // logEntry reports a member the sliding log wrote: "<score>-<n>", the
-// score a whole number of Unix microseconds from 2015 to maxScoreUs.
+// score a whole number of Unix microseconds from 2015 to maxScoreUs. The
+// member's digits are read and compared with the score, not the score
+// formatted and compared with them: this runs twice on every log call.
 func logEntry(e zEntry) bool {
 	if e.length > maxMember || !(e.score >= float64(minState/1000) && e.score < maxScoreUs) || e.score != math.Trunc(e.score) {
 		return false
 	}
-	var buf [24]byte
-	prefix := strconv.AppendInt(buf[:0], int64(e.score), 10)
-	prefix = append(prefix, '-')
-	if len(e.member) <= len(prefix) || e.member[:len(prefix)] != string(prefix) {
+	score, n, ok := strings.Cut(e.member, "-")
+	if !ok || score == "" || score[0] == '0' { // the log writes no leading zero
 		return false
 	}
-	_, ok := parseInstant(e.member[len(prefix):])
+	us, ok := parseInstant(score)
+	if !ok || us != int64(e.score) {
+		return false
+	}
+	_, ok = parseInstant(n)
 	return ok
 }
 
