@@ -11,6 +11,11 @@
 # valgrind runs the Go runtime only without asynchronous preemption
 # (GODEBUG=asyncpreemptoff=1): its signals stop valgrind's scheduler.
 #
+# The count still moves between runs by a few percent: the keys are random
+# and the server's cron work (run 1 time a second here, --hz 1) grows with
+# the run's length. Each total is therefore the median of RUNS runs
+# (default 3).
+#
 # Usage: bench/callgrind.sh [N]   (make callgrind; N defaults to 20000)
 # With BASELINE_SO=path, GCRA.THROTTLE and SW.HIT are counted again with
 # that build of the module (make callgrind builds the one BASELINE_REF
@@ -37,10 +42,19 @@ free_port() {
   done
 }
 
-# total CMD...: the instructions a server run takes, serving N of CMD.
-# valgrind now and then aborts while the Go runtime starts a thread (seen
-# about once in twenty starts); such a run is tried again, up to 3 times.
+# total CMD...: the instructions a server run takes, serving N of CMD: the
+# median of RUNS runs.
 total() {
+  local i
+  for i in $(seq "${RUNS:-3}"); do
+    once "$@"
+  done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+}
+
+# once CMD...: one run's total. valgrind now and then aborts while the Go
+# runtime starts a thread (seen about once in twenty starts); such a run is
+# tried again, up to 3 times.
+once() {
   local try
   for try in 1 2 3; do
     run "$@" && return
@@ -55,7 +69,7 @@ run() {
   port=$(free_port)
   rm -f "$out"
   GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out" \
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no \
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --hz 1 \
     --loadmodule "$module" --loadmodule "$cref" >"$work/server.log" 2>&1 &
   local pid=$!
   local up=
@@ -93,7 +107,7 @@ measure() {
     mkdir -p "$CALLGRIND_KEEP"
     cp "$work/callgrind.out" "$CALLGRIND_KEEP/$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_').out"
   fi
-  echo "$name: $(((t - base) / n)) instructions per call (N = $n, PING baseline subtracted)"
+  echo "$name: $(((t - base) / n)) instructions per call (N = $n, PING baseline subtracted, median of ${RUNS:-3} runs)"
 }
 measure "GCRA.THROTTLE" GCRA.THROTTLE "b:g:__rand_int__" 15 30 60
 measure "C reference (CREF.GCRA)" CREF.GCRA "b:c:__rand_int__" 15 30 60

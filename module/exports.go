@@ -12,7 +12,7 @@ import (
 // scratch holds one command's arguments and outcome. The server runs
 // module commands one at a time, on one thread, and nothing Go does calls
 // back into a command, so one is enough; reusing it spares zeroing 4 KB per
-// call (431 instructions of GCRA.THROTTLE's 13,904, counted with callgrind).
+// call (see bench/NOTES.md: make callgrind BASELINE_REF=c6520f9).
 var scratch struct {
 	args [C.RL_MAX_ARGS]string
 	o    outcome
