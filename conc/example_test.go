@@ -1,0 +1,76 @@
+package conc_test
+
+import (
+	"fmt"
+	"math"
+	"sort"
+	"time"
+
+	"ratelimit/conc"
+)
+
+// leases is a key's leases in memory: id → when it lapses (Unix ns).
+type leases map[string]int64
+
+func (s leases) Count(after int64) int64 {
+	var n int64
+	for _, end := range s {
+		if end > after {
+			n++
+		}
+	}
+	return n
+}
+
+func (s leases) Nth(after, k int64) int64 {
+	var ends []int64
+	for _, end := range s {
+		if end > after {
+			ends = append(ends, end)
+		}
+	}
+	sort.Slice(ends, func(i, j int) bool { return ends[i] < ends[j] })
+	if k < 1 || k > int64(len(ends)) {
+		return math.MinInt64
+	}
+	return ends[k-1]
+}
+
+func (s leases) holder(id string) conc.Holder {
+	var h conc.Holder
+	for other, end := range s {
+		if other == id {
+			h.Own = end
+		} else {
+			h.Latest = max(h.Latest, end)
+		}
+	}
+	return h
+}
+
+// Two report exports at once, each lease 30 s: a third is refused until the
+// first lease lapses or a holder releases.
+func ExampleLimiter_Acquire() {
+	l, _ := conc.New(2)
+	s := leases{}
+	start := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+	for i, id := range []string{"req-1", "req-2", "req-3"} {
+		now := start + int64(i)*int64(time.Second)
+		d, _ := l.Acquire(s, s.holder(id), now, 30*time.Second, 0)
+		if !d.Limited {
+			s[id] = d.End
+		}
+		fmt.Println(id, "admitted:", !d.Limited, "remaining:", d.Remaining, "retry after:", d.RetryAfter)
+	}
+	// req-1 finishes and releases: its slot is free at once.
+	now := start + int64(3*time.Second)
+	r := conc.Free(s.holder("req-1"), now)
+	delete(s, "req-1")
+	d, _ := l.Acquire(s, s.holder("req-3"), now, 30*time.Second, 0)
+	fmt.Println("req-1 released:", r.Held, "then req-3 admitted:", !d.Limited)
+	// Output:
+	// req-1 admitted: true remaining: 1 retry after: -1ns
+	// req-2 admitted: true remaining: 0 retry after: -1ns
+	// req-3 admitted: false remaining: 0 retry after: 28s
+	// req-1 released: true then req-3 admitted: true
+}
