@@ -127,13 +127,20 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 // setReserve reads RESERVE's n, 0 to the limit; errors name the limiter
 // when it is RL.ALL's j-th (j ≥ 0).
 func (l *limit) setReserve(s string, o *outcome, j int) bool {
-	n, ok := parseInt(s)
-	if max := l.limit(); !ok || n < 0 || n > max {
-		o.fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", l.prefix(j), max))
-		return false
-	}
+	n, ok := parseReserve(s, l.limit(), l.prefix(j), o)
 	l.reserve = n
-	return true
+	return ok
+}
+
+// parseReserve reads RESERVE's n, 0 to max (the limit); errors start with
+// prefix.
+func parseReserve(s string, max int64, prefix string, o *outcome) (int64, bool) {
+	n, ok := parseInt(s)
+	if !ok || n < 0 || n > max {
+		o.fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", prefix, max))
+		return 0, false
+	}
+	return n, true
 }
 
 // parseInt accepts base-10 signed 64-bit integers: an optional sign, then

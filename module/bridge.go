@@ -7,6 +7,7 @@ import (
 	"math"
 	"unsafe"
 
+	"ratelimit/conc"
 	"ratelimit/window"
 )
 
@@ -48,6 +49,8 @@ func member(buf *[C.RL_MEMBER_MAX]C.char, n C.size_t) string {
 
 func (r cReader) log(i int) window.Log { return cLog{&r.c.keys[i]} }
 
+func (r cReader) holders(i int) holderSet { return cHolders{&r.c.keys[i]} }
+
 func (r cReader) memoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
 // cLog reads a sorted set as a sliding log through rl_zlog_count and
@@ -69,6 +72,33 @@ func (l cLog) Newest() int64 {
 		return math.MinInt64
 	}
 	return scoreNs(float64(l.k.z_newest))
+}
+
+// cHolders reads a sorted set as a concurrency limiter's leases through
+// rl_conc_count, rl_zlog_nth and rl_conc_holder: scores in microseconds,
+// instants here in nanoseconds.
+type cHolders struct{ k *C.rl_key }
+
+func (h cHolders) Count(after int64) int64 {
+	return int64(C.rl_conc_count(h.k, C.longlong(floorDiv(after, 1000))))
+}
+
+func (h cHolders) Nth(after, k int64) int64 {
+	return scoreNs(float64(C.rl_zlog_nth(h.k, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
+}
+
+func (h cHolders) holder(id string) conc.Holder {
+	var latest C.double
+	own := C.rl_conc_holder(h.k, (*C.char)(unsafe.Pointer(unsafe.StringData(id))), C.size_t(len(id)), &latest)
+	return conc.Holder{Own: leaseNs(float64(own)), Latest: leaseNs(float64(latest))}
+}
+
+// leaseNs converts a lease's score to ns, -Inf (none) to 0.
+func leaseNs(us float64) int64 {
+	if math.IsInf(us, -1) {
+		return 0
+	}
+	return scoreNs(us)
 }
 
 // store copies the outcome into the C struct.
@@ -104,8 +134,21 @@ func (o *outcome) store(c *C.rl_call) {
 			k.z_add = C.longlong(w.zAdd)
 			k.z_score_us = C.longlong(w.zScore)
 			k.expire_ms = C.longlong(w.expireMs)
+		case writeConc:
+			k.conc_id_arg = C.int(w.concID)
+			k.conc_add, k.conc_remove = cBool(w.concAdd), cBool(w.concRemove)
+			k.z_cutoff_us = C.longlong(w.zCutoff)
+			k.z_score_us = C.longlong(w.zScore)
+			k.expire_ms = C.longlong(w.expireMs)
 		}
 	}
+}
+
+func cBool(b bool) C.int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 func setErr(c *C.rl_call, msg string) {
@@ -132,6 +175,9 @@ func numbering() []string {
 	check("RL_WRITE_SET", C.RL_WRITE_SET, writeSet)
 	check("RL_WRITE_DEL", C.RL_WRITE_DEL, writeDel)
 	check("RL_WRITE_ZLOG", C.RL_WRITE_ZLOG, writeZLog)
+	check("RL_WRITE_CONC", C.RL_WRITE_CONC, writeConc)
+	check("RL_OP_CONC_ACQUIRE", C.RL_OP_CONC_ACQUIRE, opConcAcquire)
+	check("RL_CONC_SWEEP", C.RL_CONC_SWEEP, concSweep)
 	check("RL_KEY_ZSET", C.RL_KEY_ZSET, int(keyZSet))
 	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(keyEmpty))
 	check("RL_KEY_STRING", C.RL_KEY_STRING, int(keyString))

@@ -25,6 +25,9 @@ const (
 	opSLPeek
 	opRLAll
 	opRLPeek
+	opConcAcquire
+	opConcRelease
+	opConcPeek
 	opCount
 )
 
@@ -42,6 +45,7 @@ const (
 	writeSet
 	writeDel
 	writeZLog
+	writeConc
 )
 
 // maxArgs is RL_MAX_ARGS: the most arguments, command name included.
@@ -85,11 +89,13 @@ const maxMember = 63
 // parsed (reading is not a side effect bad input must avoid; writing is):
 // keys is how many, key(i) one of them; log(i) reads a sorted set key as a
 // sliding log; memoryRoom is how many bytes the server may still allocate
-// before maxmemory (-1: no maxmemory).
+// before maxmemory (-1: no maxmemory); holders(i) reads a sorted set key
+// as a concurrency limiter's leases.
 type reader interface {
 	keys() int
 	key(i int) keyState
 	log(i int) window.Log
+	holders(i int) holderSet
 	memoryRoom() int64
 }
 
@@ -105,6 +111,11 @@ type keyWrite struct {
 	// memory (zAdd, and the whole log when it leaves the compact encoding).
 	zCutoff, zAdd, zScore, zGrowth int64
 	zRedate                        bool
+	// writeConc: remove up to concSweep holders scored at or below zCutoff
+	// (never the caller), then add the caller, argument concID, scored
+	// zScore (concAdd) or remove it (concRemove).
+	concID              int
+	concAdd, concRemove bool
 }
 
 // outcome is what a command decided: the reply, and each key's write.
@@ -187,7 +198,7 @@ var (
 	}
 	opPeek = [opCount]bool{
 		opGCRAPeek: true, opTBPeek: true, opLBPeek: true, opSWPeek: true, opFWPeek: true, opSLPeek: true,
-		opRLPeek: true,
+		opRLPeek: true, opConcPeek: true,
 	}
 )
 
@@ -201,6 +212,8 @@ func execute(op int, args []string, r reader, o *outcome) {
 		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
 	case op == opRLAll || op == opRLPeek:
 		executeAll(args, r, o, opPeek[op])
+	case op >= opConcAcquire:
+		executeConc(op, args, r, o)
 	default:
 		executeOne(opFamily[op], args, r, o, opPeek[op])
 	}

@@ -34,6 +34,9 @@ type fakeKey struct {
 	noExpiry bool
 	rawZSet  bool
 	room     int64 // memoryRoom: the bytes left before maxmemory; 0 for no maxmemory
+	// leases makes a sorted set key a concurrency limiter's: id → when its
+	// lease ends (Unix ns), expiring with the latest unless st.expireMs is set.
+	leases fakeLeases
 }
 
 func (f *fakeKey) keys() int { return 1 }
@@ -46,6 +49,11 @@ func (f *fakeKey) key(int) keyState {
 		if f.noExpiry {
 			st.expireMs = -1
 		}
+	}
+	if st.kind == keyZSet && f.leases != nil && !f.rawZSet {
+		f.leases.describe(&f.st)
+		f.rawZSet = true
+		st = f.st
 	}
 	if st.kind == keyZSet && !f.rawZSet { // once: the fake allocates nothing per read after
 		f.st.zLen = int64(len(f.entries))
@@ -646,7 +654,8 @@ var opNames = [opCount]string{
 	opGCRAThrottle: "gcra.throttle", opGCRAPeek: "gcra.peek", opTBTake: "tb.take", opTBPeek: "tb.peek",
 	opLBEnqueue: "lb.enqueue", opLBPeek: "lb.peek", opSWHit: "sw.hit", opSWPeek: "sw.peek",
 	opFWHit: "fw.hit", opFWPeek: "fw.peek", opSLHit: "sl.hit", opSLPeek: "sl.peek",
-	opRLAll: "rl.all", opRLPeek: "rl.peek",
+	opRLAll: "rl.all", opRLPeek: "rl.peek", opConcAcquire: "conc.acquire", opConcRelease: "conc.release",
+	opConcPeek: "conc.peek",
 }
 
 // fakeKeys is a reader of several keys, each a fakeKey.
@@ -656,6 +665,7 @@ func (f fakeKeys) keys() int            { return len(f) }
 func (f fakeKeys) key(i int) keyState   { return f[i].key(0) }
 func (f fakeKeys) log(i int) window.Log { return f[i].log(0) }
 func (f fakeKeys) memoryRoom() int64    { return f[0].memoryRoom() }
+func (f fakeKeys) holders(i int) holderSet { return f[i].holders(0) }
 
 // BenchmarkCommands runs the Go side of each command — parse, compute,
 // decide — on live keys, without the server. make bench reports it.
@@ -688,6 +698,13 @@ func validCall(op int) (args []string, st keyState, log fakeLog) {
 		st.kind, st.value = keyZSet, ""
 		log = fakeLog{t0 - 40*int64(time.Second), t0 - 2*int64(time.Second), t0 - int64(time.Second)}
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
+	case opConcAcquire, opConcRelease, opConcPeek:
+		st.kind, st.value, st.expireMs = keyZSet, "", 0
+		args = map[int][]string{
+			opConcAcquire: {"cmd", "export", "10", "30", "req-2", "MS"},
+			opConcRelease: {"cmd", "export", "req-2"},
+			opConcPeek:    {"cmd", "export", "10", "MS"},
+		}[op]
 	}
 	return args, st, log
 }
@@ -695,6 +712,10 @@ func validCall(op int) (args []string, st keyState, log fakeLog) {
 // validReader is a valid call of every command with the keys it reads:
 // RL.ALL and RL.PEEK over a GCRA limit and a sliding window, both live.
 func validReader(op int) ([]string, reader) {
+	if op >= opConcAcquire {
+		args, st, _ := validCall(op)
+		return args, &fakeKey{st: st, leases: fakeLeases{"req-1": t0 + 9e9, "req-2": t0 + 20e9, "req-3": t0 - 1e9}}
+	}
 	if op != opRLAll && op != opRLPeek {
 		args, st, log := validCall(op)
 		return args, &fakeKey{st: st, entries: log}

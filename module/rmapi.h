@@ -34,6 +34,9 @@
 
 #define REDISMODULE_NO_EXPIRE -1
 
+/* CallReplyType results. */
+#define REDISMODULE_REPLY_INTEGER 2
+
 /* NotifyKeyspaceEvent classes, as notify-keyspace-events names them. */
 #define REDISMODULE_NOTIFY_GENERIC (1 << 2) /* g: del, expire, ... */
 #define REDISMODULE_NOTIFY_STRING (1 << 3)  /* $: set, ... */
@@ -54,6 +57,7 @@ typedef struct RedisModuleString RedisModuleString;
 typedef struct RedisModuleCommand RedisModuleCommand;
 typedef struct RedisModuleInfoCtx RedisModuleInfoCtx;
 typedef struct RedisModuleServerInfoData RedisModuleServerInfoData;
+typedef struct RedisModuleCallReply RedisModuleCallReply;
 
 typedef int (*RedisModuleCmdFunc)(RedisModuleCtx *ctx, RedisModuleString **argv, int argc);
 typedef void (*RedisModuleInfoFunc)(RedisModuleInfoCtx *ctx, int for_crash_report);
@@ -202,10 +206,12 @@ typedef struct {
     X(1, size_t, ValueLength, (RedisModuleKey * key))                                                  \
     X(1, int, ZsetAdd, (RedisModuleKey * key, double score, RedisModuleString * ele, int *flags))      \
     X(1, int, ZsetRem, (RedisModuleKey * key, RedisModuleString * ele, int *deleted))                  \
+    X(1, int, ZsetScore, (RedisModuleKey * key, RedisModuleString * ele, double *score))               \
     X(1, int, ZsetFirstInScoreRange, (RedisModuleKey * key, double min, double max, int minex, int maxex)) \
     X(1, int, ZsetLastInScoreRange, (RedisModuleKey * key, double min, double max, int minex, int maxex))  \
     X(1, RedisModuleString *, ZsetRangeCurrentElement, (RedisModuleKey * key, double *score))           \
     X(1, int, ZsetRangeNext, (RedisModuleKey * key))                                                   \
+    X(1, int, ZsetRangePrev, (RedisModuleKey * key))                                                   \
     X(1, void, ZsetRangeStop, (RedisModuleKey * key))                                                  \
     X(1, int, ZsetRangeEndReached, (RedisModuleKey * key))                                             \
     X(1, int, SignalModifiedKey, (RedisModuleCtx * ctx, RedisModuleString * name))                     \
@@ -216,6 +222,10 @@ typedef struct {
       (RedisModuleServerInfoData * data, const char *field, int *out_err))                             \
     X(0, void, FreeServerInfo, (RedisModuleCtx * ctx, RedisModuleServerInfoData * data))               \
     X(1, int, Replicate, (RedisModuleCtx * ctx, const char *cmd, const char *fmt, ...))                \
+    X(1, RedisModuleCallReply *, Call, (RedisModuleCtx * ctx, const char *cmd, const char *fmt, ...))  \
+    X(1, int, CallReplyType, (RedisModuleCallReply * reply))                                           \
+    X(1, long long, CallReplyInteger, (RedisModuleCallReply * reply))                                  \
+    X(1, void, FreeCallReply, (RedisModuleCallReply * reply))                                          \
     X(1, int, ReplyWithArray, (RedisModuleCtx * ctx, long len))                                        \
     X(1, int, ReplyWithLongLong, (RedisModuleCtx * ctx, long long ll))                                 \
     X(1, int, ReplyWithError, (RedisModuleCtx * ctx, const char *err))                                 \

@@ -121,6 +121,29 @@ static RedisModuleCommandArg rl_all_args[] = {
     RL_RESERVE_ARG,
     {0}};
 
+static RedisModuleCommandArg rl_conc_acquire_args[] = {
+    RL_KEY_ARG,
+    RL_INT_ARG("limit", "the most holders at once (1 to 100000)"),
+    RL_INT_ARG("lease", "whole seconds a slot stays held after the last acquire, unless released (1 or more)"),
+    {.name = "id", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1,
+     .summary = "the holder, 1 to 128 bytes (a request id); acquiring again renews its lease"},
+    RL_MS_ARG,
+    RL_RESERVE_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_conc_release_args[] = {
+    RL_KEY_ARG,
+    {.name = "id", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1,
+     .summary = "the holder whose slot is freed, 1 to 128 bytes"},
+    {0}};
+
+static RedisModuleCommandArg rl_conc_peek_args[] = {
+    RL_KEY_ARG,
+    RL_INT_ARG("limit", "the most holders at once (1 to 100000)"),
+    RL_MS_ARG,
+    RL_RESERVE_ARG,
+    {0}};
+
 typedef struct {
     const char *name;      /* as registered */
     const char *info_name; /* its INFO field */
@@ -128,6 +151,7 @@ typedef struct {
     int readonly;          /* a peek: readonly, opens its keys for reading only */
     int alias;             /* registered only while the CL.THROTTLE alias is on */
     int numkeys;           /* the keys follow numkeys at argument 1 (else the key is argument 1) */
+    int frees;             /* only frees memory: allowed past maxmemory (no deny-oom) */
     int arity;
     const char *summary;
     const char *complexity;
@@ -135,44 +159,53 @@ typedef struct {
 } rl_command_def;
 
 static const rl_command_def rl_commands[] = {
-    {"gcra.throttle", "gcra_throttle", RL_OP_GCRA_THROTTLE, 0, 0, 0, -5,
+    {"gcra.throttle", "gcra_throttle", RL_OP_GCRA_THROTTLE, 0, 0, 0, 0, -5,
      "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply", "O(1)",
      rl_gcra_args},
-    {"cl.throttle", "cl_throttle", RL_OP_GCRA_THROTTLE, 0, 1, 0, -5,
+    {"cl.throttle", "cl_throttle", RL_OP_GCRA_THROTTLE, 0, 1, 0, 0, -5,
      "redis-cell compatible alias of GCRA.THROTTLE", "O(1)", rl_gcra_args},
-    {"gcra.peek", "gcra_peek", RL_OP_GCRA_PEEK, 1, 0, 0, -5,
+    {"gcra.peek", "gcra_peek", RL_OP_GCRA_PEEK, 1, 0, 0, 0, -5,
      "What GCRA.THROTTLE would reply now, changing nothing", "O(1)", rl_gcra_args},
-    {"tb.take", "tb_take", RL_OP_TB_TAKE, 0, 0, 0, -5,
+    {"tb.take", "tb_take", RL_OP_TB_TAKE, 0, 0, 0, 0, -5,
      "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
      "O(1)", rl_tb_args},
-    {"tb.peek", "tb_peek", RL_OP_TB_PEEK, 1, 0, 0, -5, "What TB.TAKE would reply now, changing nothing", "O(1)",
+    {"tb.peek", "tb_peek", RL_OP_TB_PEEK, 1, 0, 0, 0, -5, "What TB.TAKE would reply now, changing nothing", "O(1)",
      rl_tb_args},
-    {"lb.enqueue", "lb_enqueue", RL_OP_LB_ENQUEUE, 0, 0, 0, -5,
+    {"lb.enqueue", "lb_enqueue", RL_OP_LB_ENQUEUE, 0, 0, 0, 0, -5,
      "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
      "O(1)", rl_lb_args},
-    {"lb.peek", "lb_peek", RL_OP_LB_PEEK, 1, 0, 0, -5, "What LB.ENQUEUE would reply now, changing nothing", "O(1)",
+    {"lb.peek", "lb_peek", RL_OP_LB_PEEK, 1, 0, 0, 0, -5, "What LB.ENQUEUE would reply now, changing nothing", "O(1)",
      rl_lb_args},
-    {"sw.hit", "sw_hit", RL_OP_SW_HIT, 0, 0, 0, -4,
+    {"sw.hit", "sw_hit", RL_OP_SW_HIT, 0, 0, 0, 0, -4,
      "Sliding window counter: the previous window weighted by its overlap plus the current one", "O(1)",
      rl_window_args},
-    {"sw.peek", "sw_peek", RL_OP_SW_PEEK, 1, 0, 0, -4, "What SW.HIT would reply now, changing nothing", "O(1)",
+    {"sw.peek", "sw_peek", RL_OP_SW_PEEK, 1, 0, 0, 0, -4, "What SW.HIT would reply now, changing nothing", "O(1)",
      rl_window_args},
-    {"fw.hit", "fw_hit", RL_OP_FW_HIT, 0, 0, 0, -4,
+    {"fw.hit", "fw_hit", RL_OP_FW_HIT, 0, 0, 0, 0, -4,
      "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary", "O(1)",
      rl_window_args},
-    {"fw.peek", "fw_peek", RL_OP_FW_PEEK, 1, 0, 0, -4, "What FW.HIT would reply now, changing nothing", "O(1)",
+    {"fw.peek", "fw_peek", RL_OP_FW_PEEK, 1, 0, 0, 0, -4, "What FW.HIT would reply now, changing nothing", "O(1)",
      rl_window_args},
-    {"sl.hit", "sl_hit", RL_OP_SL_HIT, 0, 0, 0, -4,
+    {"sl.hit", "sl_hit", RL_OP_SL_HIT, 0, 0, 0, 0, -4,
      "Sliding log: the exact count of hits in the trailing window, in a sorted set", "O(log N + M)",
      rl_log_args},
-    {"sl.peek", "sl_peek", RL_OP_SL_PEEK, 1, 0, 0, -4, "What SL.HIT would reply now, changing nothing", "O(log N + M)",
+    {"sl.peek", "sl_peek", RL_OP_SL_PEEK, 1, 0, 0, 0, -4, "What SL.HIT would reply now, changing nothing", "O(log N + M)",
      rl_log_args},
-    {"rl.all", "rl_all", RL_OP_RL_ALL, 0, 0, 1, -7,
+    {"rl.all", "rl_all", RL_OP_RL_ALL, 0, 0, 1, 0, -7,
      "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding "
      "limit's five integers and its position",
      "O(N) for N keys, O(log N + M) per sliding log", rl_all_args},
-    {"rl.peek", "rl_peek", RL_OP_RL_PEEK, 1, 0, 1, -7, "What RL.ALL would reply now, changing nothing",
+    {"rl.peek", "rl_peek", RL_OP_RL_PEEK, 1, 0, 1, 0, -7, "What RL.ALL would reply now, changing nothing",
      "O(N) for N keys, O(log N + M) per sliding log", rl_all_args},
+    {"conc.acquire", "conc_acquire", RL_OP_CONC_ACQUIRE, 0, 0, 0, 0, -5,
+     "Concurrency limit: take a slot for id, or renew its lease; reply limited, limit, free slots, retry, reset",
+     "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse",
+     rl_conc_acquire_args},
+    {"conc.release", "conc_release", RL_OP_CONC_RELEASE, 0, 0, 0, 1, 3,
+     "Free id's slot at once: 1 if it held one, else 0", "O(log N), plus up to 64 lapsed holders removed",
+     rl_conc_release_args},
+    {"conc.peek", "conc_peek", RL_OP_CONC_PEEK, 1, 0, 0, 0, -3,
+     "What CONC.ACQUIRE by a new id would reply now, changing nothing", "O(log N + K)", rl_conc_peek_args},
 };
 #define RL_NCOMMANDS ((int)(sizeof(rl_commands) / sizeof(rl_commands[0])))
 
@@ -297,6 +330,65 @@ double rl_zlog_nth(rl_key *k, long long after_us, long long k_th) {
     return score;
 }
 
+/* ---- Concurrency: a sorted set of holder ids scored with their lease's end in Unix µs ---- */
+
+long long rl_conc_count(rl_key *k, long long after_us) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    if (k->kind != RL_KEY_ZSET) return 0;
+    long long gone = 0;
+    int more = 0;
+    if (RM_ZsetFirstInScoreRange(key, -INFINITY, (double)after_us, 0, 0) == REDISMODULE_OK) {
+        int there = !RM_ZsetRangeEndReached(key);
+        while (there && gone < RL_CONC_SWEEP) {
+            gone++;
+            there = RM_ZsetRangeNext(key);
+        }
+        more = there;
+        RM_ZsetRangeStop(key);
+    }
+    if (!more) return k->z_len - gone;
+    /* More lapsed holders than a write sweeps: the server's own ZCOUNT
+     * counts them in O(log N), where stepping over them would be O(N). */
+    char max[24];
+    snprintf(max, sizeof max, "%lld", after_us);
+    RedisModuleCallReply *r = RM_Call((RedisModuleCtx *)k->ctx, "ZCOUNT", "scc", (RedisModuleString *)k->name, "-inf", max);
+    if (r == NULL) return k->z_len - gone; /* counts the rest as live: refuses rather than over-admits */
+    if (RM_CallReplyType(r) == REDISMODULE_REPLY_INTEGER) gone = RM_CallReplyInteger(r);
+    RM_FreeCallReply(r);
+    return k->z_len - gone;
+}
+
+/* Whether sorted-set member m is the len bytes at id; frees m. */
+static int rl_member_is(RedisModuleCtx *ctx, RedisModuleString *m, const char *id, size_t len) {
+    size_t mlen = 0;
+    const char *p = RM_StringPtrLen(m, &mlen);
+    int same = mlen == len && memcmp(p, id, len) == 0;
+    RM_FreeString(ctx, m);
+    return same;
+}
+
+double rl_conc_holder(rl_key *k, const char *id, size_t len, double *latest) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    RedisModuleCtx *ctx = (RedisModuleCtx *)k->ctx;
+    double own = -INFINITY;
+    *latest = -INFINITY;
+    if (k->kind != RL_KEY_ZSET) return own;
+    RedisModuleString *m = RM_CreateString(ctx, id, len);
+    if (RM_ZsetScore(key, m, &own) != REDISMODULE_OK) own = -INFINITY;
+    RM_FreeString(ctx, m);
+    /* The newest member, or the one before it when the newest is id. */
+    if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) != REDISMODULE_OK) return own;
+    int there = !RM_ZsetRangeEndReached(key);
+    double score = -INFINITY;
+    if (there && rl_member_is(ctx, RM_ZsetRangeCurrentElement(key, &score), id, len)) {
+        there = RM_ZsetRangePrev(key);
+        if (there) RM_FreeString(ctx, RM_ZsetRangeCurrentElement(key, &score));
+    }
+    if (there) *latest = score;
+    RM_ZsetRangeStop(key);
+    return own;
+}
+
 /* maxmemory, read from INFO memory at most once a second: a config change
  * reaches the check within a second. */
 static unsigned long long rl_maxmemory(RedisModuleCtx *ctx) {
@@ -413,10 +505,59 @@ static void rl_zlog_write(RedisModuleCtx *ctx, rl_key *k) {
     RM_SignalModifiedKey(ctx, name);
 }
 
+/* A concurrency write: remove up to RL_CONC_SWEEP lapsed holders (scored
+ * at or below z_cutoff_us; the caller is left to the next step), then add
+ * the caller scored z_score_us or remove it, then expire the key at
+ * expire_ms, its latest lease. Replicated as ZREM, ZADD and PEXPIREAT, with
+ * the events they emit on a replica. */
+static void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    RedisModuleString *name = (RedisModuleString *)k->name;
+    const rl_arg *id = &c->argv[k->conc_id_arg];
+    RedisModuleString *idstr = RM_CreateString(ctx, id->ptr, id->len);
+    RedisModuleString *gone[RL_CONC_SWEEP + 1];
+    int n = 0;
+    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET &&
+        RM_ZsetFirstInScoreRange(key, -INFINITY, (double)k->z_cutoff_us, 0, 0) == REDISMODULE_OK) {
+        while (!RM_ZsetRangeEndReached(key) && n < RL_CONC_SWEEP) {
+            RedisModuleString *m = RM_ZsetRangeCurrentElement(key, NULL);
+            size_t mlen = 0;
+            const char *p = RM_StringPtrLen(m, &mlen);
+            if (mlen == id->len && memcmp(p, id->ptr, mlen) == 0) RM_FreeString(ctx, m);
+            else gone[n++] = m;
+            if (!RM_ZsetRangeNext(key)) break;
+        }
+        RM_ZsetRangeStop(key);
+    }
+    if (k->conc_remove) gone[n++] = idstr;
+    for (int i = 0; i < n; i++) RM_ZsetRem(key, gone[i], NULL);
+    if (n > 0) {
+        RM_Replicate(ctx, "ZREM", "sv", name, gone, (size_t)n);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zrem", name);
+        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) /* the API deletes an emptied set */
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
+    }
+    for (int i = 0; i < n; i++)
+        if (gone[i] != idstr) RM_FreeString(ctx, gone[i]);
+    if (k->conc_add) {
+        int flags = 0;
+        RM_ZsetAdd(key, (double)k->z_score_us, idstr, &flags);
+        RM_Replicate(ctx, "ZADD", "sls", name, k->z_score_us, idstr);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", name);
+    }
+    RM_FreeString(ctx, idstr);
+    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET && RM_GetAbsExpire(key) != k->expire_ms) {
+        RM_SetAbsExpire(key, k->expire_ms);
+        RM_Replicate(ctx, "PEXPIREAT", "sl", name, k->expire_ms);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
+    }
+    RM_SignalModifiedKey(ctx, name);
+}
+
 /* Writes one key as Go decided, with an absolute expiry, and replicates the
  * effect, never the command, so replicas never read a clock and need not
  * load the module. Returns 0 when the write could not be made. */
-static int rl_write_key(RedisModuleCtx *ctx, rl_key *k) {
+static int rl_write_key(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
     RedisModuleString *name = (RedisModuleString *)k->name;
     switch (k->write) {
@@ -448,6 +589,10 @@ static int rl_write_key(RedisModuleCtx *ctx, rl_key *k) {
         return 1;
     case RL_WRITE_ZLOG:
         rl_zlog_write(ctx, k);
+        return 1;
+    case RL_WRITE_CONC:
+        if (k->conc_id_arg < 2 || k->conc_id_arg >= c->argc) return 0;
+        rl_conc_write(ctx, c, k);
         return 1;
     default:
         return 1;
@@ -486,11 +631,17 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, const rl_command_def *def
         return;
     }
     for (int i = 0; i < c->nkeys; i++) {
-        if (!rl_write_key(ctx, &c->keys[i])) {
+        if (!rl_write_key(ctx, c, &c->keys[i])) {
             n->errors++;
             RM_ReplyWithError(ctx, "ERR internal error: cannot write the limiter's state");
             return;
         }
+    }
+    if (c->reply_len == 1) { /* CONC.RELEASE: admitted counts slots freed, refused calls that found none */
+        if (c->reply[0]) n->admitted++;
+        else n->refused++;
+        RM_ReplyWithLongLong(ctx, c->reply[0]);
+        return;
     }
     if (c->reply[0]) n->refused++;
     else n->admitted++;
@@ -570,10 +721,14 @@ RL_HANDLER(12)
 RL_HANDLER(13)
 RL_HANDLER(14)
 RL_HANDLER(15)
+RL_HANDLER(16)
+RL_HANDLER(17)
+RL_HANDLER(18)
+RL_HANDLER(19)
 static const RedisModuleCmdFunc rl_handlers[] = {
-    rl_handler_0,  rl_handler_1,  rl_handler_2,  rl_handler_3,  rl_handler_4,  rl_handler_5,
-    rl_handler_6,  rl_handler_7,  rl_handler_8,  rl_handler_9,  rl_handler_10, rl_handler_11,
-    rl_handler_12, rl_handler_13, rl_handler_14, rl_handler_15};
+    rl_handler_0,  rl_handler_1,  rl_handler_2,  rl_handler_3,  rl_handler_4,  rl_handler_5,  rl_handler_6,
+    rl_handler_7,  rl_handler_8,  rl_handler_9,  rl_handler_10, rl_handler_11, rl_handler_12, rl_handler_13,
+    rl_handler_14, rl_handler_15, rl_handler_16, rl_handler_17, rl_handler_18, rl_handler_19};
 _Static_assert(sizeof(rl_handlers) / sizeof(rl_handlers[0]) >= sizeof(rl_commands) / sizeof(rl_commands[0]),
                "one handler per command");
 
@@ -621,7 +776,7 @@ static int rl_parse_module_args(RedisModuleCtx *ctx, RedisModuleString **argv, i
 
 static int rl_register(RedisModuleCtx *ctx, int i) {
     const rl_command_def *def = &rl_commands[i];
-    const char *flags = def->readonly ? "readonly fast" : "write deny-oom fast";
+    const char *flags = def->readonly ? "readonly fast" : def->frees ? "write fast" : "write deny-oom fast";
     /* RL.ALL's keys follow numkeys: its key specs say where (for COMMAND
      * INFO, GETKEYS and ACLs), and the command reports them itself
      * (getkeys-api, for Cluster), which needs SetCommandInfo and the

@@ -5,9 +5,9 @@
  * A command crosses C->Go once (rlExecute). Before it, C has opened every
  * key the command names, read each one's state and the clock; Go parses,
  * computes and leaves what to write and reply in the same struct; C then
- * writes, replicates and replies. Only the sliding log calls back into C,
- * to count and find entries in a sorted set, and a log write to ask how
- * much memory is left.
+ * writes, replicates and replies. Only the sorted sets call back into C:
+ * the sliding log and the concurrency limiter to count and find entries, a
+ * log write to ask how much memory is left.
  */
 #ifndef RL_SHIM_H
 #define RL_SHIM_H
@@ -30,6 +30,9 @@ enum rl_op {
     RL_OP_SL_PEEK,
     RL_OP_RL_ALL,
     RL_OP_RL_PEEK,
+    RL_OP_CONC_ACQUIRE,
+    RL_OP_CONC_RELEASE,
+    RL_OP_CONC_PEEK,
     RL_OP_COUNT
 };
 
@@ -64,8 +67,13 @@ enum rl_write {
     RL_WRITE_NONE,
     RL_WRITE_SET, /* SET key value PXAT expire_ms */
     RL_WRITE_DEL, /* DEL key */
-    RL_WRITE_ZLOG /* sliding log: trim, move, add entries, expire */
+    RL_WRITE_ZLOG, /* sliding log: trim, move, add entries, expire */
+    RL_WRITE_CONC  /* concurrency: sweep lapsed holders, add or remove one, expire */
 };
+
+/* The most lapsed holders one concurrency write removes, and the most a
+ * count steps over before it asks ZCOUNT. */
+#define RL_CONC_SWEEP 64
 
 typedef struct {
     const char *ptr;
@@ -96,6 +104,11 @@ typedef struct rl_key {
     long long z_add;       /* RL_WRITE_ZLOG: entries to add, scored z_score_us */
     long long z_score_us;
     int z_redate; /* RL_WRITE_ZLOG: move the entries scored after z_score_us to it */
+    /* RL_WRITE_CONC: remove up to RL_CONC_SWEEP holders scored at or below
+     * z_cutoff_us (never the caller), then add the caller (argument
+     * conc_id_arg) scored z_score_us, or remove it; expire at expire_ms. */
+    int conc_id_arg;
+    int conc_add, conc_remove;
 
     /* Private to C. */
     void *ctx;
@@ -128,6 +141,15 @@ typedef struct rl_call {
  * -INFINITY. Both only read. */
 long long rl_zlog_count(rl_key *k, long long after_us);
 double rl_zlog_nth(rl_key *k, long long after_us, long long k_th);
+
+/* Concurrency limiter, on a sorted set of holder ids scored with their
+ * lease's end in Unix microseconds: rl_conc_count returns how many are
+ * scored above after_us, stepping over at most RL_CONC_SWEEP lapsed ones
+ * and asking ZCOUNT (O(log N)) beyond; rl_conc_holder returns the score of
+ * member id (-INFINITY when absent) and sets *latest to the highest score
+ * of any other member (-INFINITY when none). Both only read. */
+long long rl_conc_count(rl_key *k, long long after_us);
+double rl_conc_holder(rl_key *k, const char *id, size_t len, double *latest);
 
 /* The bytes the server may still allocate before it passes maxmemory, as
  * its own deny-oom check counts them, or -1 when it has no maxmemory. */

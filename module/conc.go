@@ -1,0 +1,204 @@
+package main
+
+import (
+	"fmt"
+	"math"
+	"time"
+
+	"ratelimit/conc"
+	"ratelimit/internal/checked"
+	"ratelimit/window"
+)
+
+// The concurrency limiter's commands:
+//
+//	CONC.ACQUIRE key limit lease id [MS] [RESERVE n]
+//	CONC.PEEK key limit [MS] [RESERVE n]
+//	CONC.RELEASE key id
+//
+// Its state is a sorted set: member the holder's id, score the end of its
+// lease in Unix microseconds (the sliding log's unit); the key expires with
+// the latest lease, so an abandoned key goes by itself.
+
+// maxConcLimit bounds the holders: one sorted-set entry each.
+const maxConcLimit = 100000
+
+// maxID is the longest holder id, in bytes.
+const maxID = 128
+
+// concSweep is RL_CONC_SWEEP: the most lapsed holders one write removes.
+// Each acquire adds at most one holder, so a call removing up to 64 clears
+// any backlog (a crash of every worker at once) 63 times faster than it
+// can grow, while the work it adds to one call stays bounded; see the
+// README for the measured cost.
+const concSweep = 64
+
+var (
+	concLimitArg = arg{name: "limit", min: 1, max: maxConcLimit}
+	leaseArg     = arg{name: "lease", min: 1, max: window.MaxWindow, seconds: true}
+)
+
+// concState names the state in errors.
+const concState = "concurrency state (holder ids scored with their lease's end in Unix microseconds)"
+
+// holderSet reads a sorted set key as a concurrency limiter's leases, in
+// Unix ns; holder finds the caller's lease and the latest other one.
+type holderSet interface {
+	conc.Leases
+	holder(id string) conc.Holder
+}
+
+// concCall is one concurrency command, parsed.
+type concCall struct {
+	limit, lease, reserve int64
+	idAt                  int // the id's argument, 0 for CONC.PEEK
+	ms                    bool
+}
+
+// parseConc reads a concurrency command's arguments: args are the command
+// name, the key, the arguments. On failure it sets o and returns false.
+func parseConc(op int, args []string, c *concCall, o *outcome) bool {
+	i := 0 // the first option
+	switch op {
+	case opConcAcquire:
+		c.idAt, i = 4, 5
+	case opConcPeek:
+		i = 3
+	case opConcRelease:
+		c.idAt, i = 2, 3
+	}
+	if len(args) < i || len(args) > maxOneKeyArgs || (op == opConcRelease && len(args) != i) {
+		o.action = actArity
+		return false
+	}
+	if op != opConcRelease {
+		var ok bool
+		if c.limit, ok = concLimitArg.parse(args[2]); !ok {
+			o.fail(concLimitArg.rangeError(""))
+			return false
+		}
+	}
+	if op == opConcAcquire {
+		var ok bool
+		if c.lease, ok = leaseArg.parse(args[3]); !ok {
+			o.fail(leaseArg.rangeError(""))
+			return false
+		}
+	}
+	if c.idAt > 0 {
+		if n := len(args[c.idAt]); n < 1 || n > maxID {
+			o.fail(fmt.Sprintf("ERR id must be 1 to %d bytes (a request id), not %d", maxID, n))
+			return false
+		}
+	}
+	reserveAt := 0
+	if !parseOptions(args, i, true, "MS and RESERVE n", &c.ms, &reserveAt, o) {
+		return false
+	}
+	if reserveAt > 0 {
+		var ok bool
+		if c.reserve, ok = parseReserve(args[reserveAt], c.limit, "", o); !ok {
+			return false
+		}
+	}
+	return true
+}
+
+// executeConc runs CONC.ACQUIRE, CONC.PEEK or CONC.RELEASE.
+func executeConc(op int, args []string, r reader, o *outcome) {
+	var c concCall
+	if !parseConc(op, args, &c, o) {
+		return
+	}
+	if r.keys() != 1 {
+		o.fail("ERR internal error: the key was not read")
+		return
+	}
+	st := r.key(0)
+	if !concKey(&st, o) {
+		return
+	}
+	set := r.holders(0)
+	w := &o.writes[0]
+	if op == opConcRelease {
+		rel := conc.Free(set.holder(args[c.idAt]), st.now)
+		o.action, o.replyLen = actReply, 1
+		if rel.Held {
+			o.reply[0] = 1
+		}
+		switch {
+		case !rel.Remove:
+		case rel.Expire == 0: // no live lease is left: the state goes
+			w.action = writeDel
+		default:
+			w.action, w.concID, w.concRemove = writeConc, c.idAt, true
+			w.zCutoff = floorDiv(st.now, 1000)
+			w.expireMs = ceilMs(rel.Expire)
+		}
+		return
+	}
+	l, err := conc.New(c.limit)
+	if err != nil {
+		o.failErr(err)
+		return
+	}
+	var d conc.Decision
+	if op == opConcPeek {
+		var latest int64
+		if st.kind == keyZSet {
+			latest = scoreNs(st.newest.score)
+		}
+		d, err = l.Peek(set, latest, st.now, c.reserve)
+	} else {
+		// A lease ends before 2^53 µs, the largest score a double holds exactly.
+		if maxLease := ((maxScoreUs-1)*1000 - st.now) / int64(time.Second); c.lease > maxLease {
+			o.fail(fmt.Sprintf("ERR lease must end before the year 2255 (2^53 microseconds, the largest "+
+				"sorted-set score held exactly): at most %d seconds from now", maxLease))
+			return
+		}
+		d, err = l.Acquire(set, set.holder(args[c.idAt]), st.now, time.Duration(c.lease)*time.Second, c.reserve)
+	}
+	if err != nil {
+		o.failErr(err)
+		return
+	}
+	var rep [5]int64
+	setReply(&rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, c.ms)
+	o.action, o.replyLen = actReply, 5
+	copy(o.reply[:5], rep[:])
+	if op == opConcAcquire && !d.Limited {
+		w.action, w.concID, w.concAdd = writeConc, c.idAt, true
+		w.zCutoff = floorDiv(st.now, 1000)
+		w.zScore = checked.CeilDiv(d.End, 1000)
+		w.expireMs = ceilMs(d.Expire)
+	}
+}
+
+// concKey checks that a key holds a concurrency limiter's state, or
+// nothing: a sorted set whose oldest and newest members are ids of 1 to
+// 128 bytes scored with whole Unix microseconds from 2015 to 2^53, in a key
+// expiring with its latest lease, as every write leaves it (an application's
+// sorted set of timestamps rarely expires at its newest score to the
+// millisecond). On anything else it sets the error in o.
+func concKey(st *keyState, o *outcome) bool {
+	if !checkKey(st, o, keyZSet, concState) {
+		return false
+	}
+	switch {
+	case st.kind != keyZSet:
+		return true
+	case !holderEntry(st.oldest) || !holderEntry(st.newest):
+		o.fail(otherData(concState, "its members are not holder ids of 1 to 128 bytes scored with a lease's end"))
+	case checked.CeilDiv(int64(st.newest.score), 1000) != st.expireMs:
+		o.fail(otherData(concState, "the key does not expire with its latest lease"))
+	default:
+		return true
+	}
+	return false
+}
+
+// holderEntry reports an entry a concurrency write could have made.
+func holderEntry(e zEntry) bool {
+	return e.length >= 1 && e.length <= maxID && e.score >= float64(minState/1000) && e.score < maxScoreUs &&
+		e.score == math.Trunc(e.score)
+}
