@@ -661,10 +661,10 @@ var opNames = [opCount]string{
 // fakeKeys is a reader of several keys, each a fakeKey.
 type fakeKeys []*fakeKey
 
-func (f fakeKeys) keys() int            { return len(f) }
-func (f fakeKeys) key(i int) keyState   { return f[i].key(0) }
-func (f fakeKeys) log(i int) window.Log { return f[i].log(0) }
-func (f fakeKeys) memoryRoom() int64    { return f[0].memoryRoom() }
+func (f fakeKeys) keys() int               { return len(f) }
+func (f fakeKeys) key(i int) keyState      { return f[i].key(0) }
+func (f fakeKeys) log(i int) window.Log    { return f[i].log(0) }
+func (f fakeKeys) memoryRoom() int64       { return f[0].memoryRoom() }
 func (f fakeKeys) holders(i int) holderSet { return f[i].holders(0) }
 
 // BenchmarkCommands runs the Go side of each command — parse, compute,
