@@ -102,6 +102,7 @@ func main() {
 	host := startHost(ctx, so, cso)
 	works := workloads()
 	measure(ctx, host, works, *rounds, *n16, *n1)
+	conc := measureConc(ctx, host, *rounds, *n16)
 	host.rdb.FlushAll(ctx)
 	baseline := memory(ctx, host.rdb, works)
 	host.stop()
@@ -117,7 +118,7 @@ func main() {
 
 	allocs := goAllocs()
 	cpu, cores := machine()
-	report(*out, *chart, works, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
+	report(*out, *chart, works, conc, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
 	log.Printf("bench: wrote %s and %s", *out, *chart)
 }
 
@@ -317,8 +318,13 @@ var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
 
 // benchmark runs redis-benchmark and returns its requests per second.
 func benchmark(port, pipeline, n int, args []string) float64 {
+	return benchmarkRange(port, pipeline, n, 100000, args)
+}
+
+// benchmarkRange is benchmark with __rand_int__ drawn from r values.
+func benchmarkRange(port, pipeline, n, r int, args []string) float64 {
 	cmd := append([]string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-c", "50", "-P", strconv.Itoa(pipeline),
-		"-n", strconv.Itoa(n), "-r", "100000", "-q"}, args...)
+		"-n", strconv.Itoa(n), "-r", strconv.Itoa(r), "-q"}, args...)
 	out, err := exec.Command("redis-benchmark", cmd...).CombinedOutput()
 	if err != nil {
 		log.Fatalf("bench: redis-benchmark %v: %v\n%s", cmd, err, out)

@@ -15,7 +15,7 @@ type target struct {
 	cref         string // the C reference's figure, where the target applies to it
 }
 
-func report(out, chart string, works []*workload, others []serverRun, baseline int64, allocs map[string][2]float64,
+func report(out, chart string, works []*workload, conc []*concRow, others []serverRun, baseline int64, allocs map[string][2]float64,
 	serverVersion, cpu string, cores, rounds, n16, n1 int) {
 	byName := map[string]*workload{}
 	lua := map[string]*workload{}
@@ -94,6 +94,8 @@ func report(out, chart string, works []*workload, others []serverRun, baseline i
 	fmt.Fprintf(&b, "| RL.ALL, 3 keys | %.2f | %.2f | %.2f |\n| MULTI + 3 × GCRA.THROTTLE + EXEC | %.2f | %.2f | |\n", a3, a3/gUs, a3/m3, m3, m3/gUs)
 	fmt.Fprintf(&b, "| the C reference's server calls on 3 keys (CREF.KEYS) | %.2f | %.2f (× CREF.GCRA: %.2f) | |\n", c3, c3/gUs, c3/cUs)
 
+	concSlowest := concSection(&b, conc)
+
 	if len(others) > 0 {
 		fmt.Fprintf(&b, "\n## Other servers\n\nThe same measurement, -P 16 only, on the local images `make images` builds (Debian's packages), run\n")
 		fmt.Fprintf(&b, "after the tables above on the same machine; the first row repeats %s from above.\n\n", serverVersion)
@@ -125,6 +127,12 @@ func report(out, chart string, works []*workload, others []serverRun, baseline i
 	for _, name := range []string{"rl.all", "rl.peek"} { // over a GCRA limit and a sliding window
 		if a, ok := allocs[name]; ok {
 			fmt.Fprintf(&b, "| %s, 2 keys | %.0f | %.0f |\n", strings.ToUpper(name), a[0], a[1])
+			maxAllocs = max(maxAllocs, a[1])
+		}
+	}
+	for _, name := range []string{"conc.acquire", "conc.release", "conc.peek"} { // 3 holders, one lapsed
+		if a, ok := allocs[name]; ok {
+			fmt.Fprintf(&b, "| %s | %.0f | %.0f |\n", strings.ToUpper(name), a[0], a[1])
 			maxAllocs = max(maxAllocs, a[1])
 		}
 	}
@@ -161,6 +169,8 @@ func report(out, chart string, works []*workload, others []serverRun, baseline i
 		{"RL.ALL over 3 keys costs at most 2.2× one GCRA.THROTTLE", fmt.Sprintf("%.2f×", a3/gUs), a3 <= 2.2*gUs,
 			fmt.Sprintf("3 keys %.2f× CREF.GCRA: %s", c3/cUs, yes(c3 <= 2.2*cUs))},
 		{"RL.ALL costs less than the same calls in MULTI/EXEC", fmt.Sprintf("2 keys %.2f×, 3 keys %.2f×", a2/m2, a3/m3), a2 < m2 && a3 < m3, ""},
+		{"CONC.ACQUIRE + CONC.RELEASE pairs and CONC.ACQUIRE alone reach at least 3× the Lua recipe's calls per second",
+			fmt.Sprintf("slowest: %s %.1f×", concSlowest.name, concSlowest.ratio), concSlowest.ratio >= 3, ""},
 	}
 	fmt.Fprintf(&b, "\n## Targets\n\n| target | this run | met | the C reference |\n|---|---|---|---|\n")
 	for _, t := range targets {
@@ -215,4 +225,37 @@ func svg(works []*workload) []byte {
 	}
 	fmt.Fprintf(&b, "</svg>\n")
 	return []byte(b.String())
+}
+
+// slowestConc is the concurrency workload closest to its Lua recipe, in
+// calls per second.
+type slowestConc struct {
+	name  string
+	ratio float64
+}
+
+// concSection writes the concurrency limiter's table and returns the
+// workload with the smallest gain over Lua in calls per second.
+func concSection(b *strings.Builder, rows []*concRow) slowestConc {
+	fmt.Fprintf(b, "\n## Concurrency limiter\n\n")
+	fmt.Fprintf(b, "CONC.* beside `bench/lua/conc_acquire.lua` and `conc_release.lua`, the sorted-set recipe peers document\n")
+	fmt.Fprintf(b, "(ZREMRANGEBYSCORE of every lapsed member, ZSCORE, ZCARD, ZADD, PEXPIREAT; the same five-integer reply),\n")
+	fmt.Fprintf(b, "module and Lua alternating in each round, medians. Calls per second come from redis-benchmark, pairs per\n")
+	fmt.Fprintf(b, "second from a go-redis driver (`pairBenchmark` in bench/conc.go); µs are the server's own, from `INFO\n")
+	fmt.Fprintf(b, "commandstats` (for a pair, both calls).\n\n")
+	fmt.Fprintf(b, "| workload | module µs | Lua µs | × | module per s | Lua per s | × | what |\n|---|---|---|---|---|---|---|---|\n")
+	slowest := slowestConc{ratio: 1e9}
+	for _, r := range rows {
+		mo, mu := r.mod.medians()
+		lo, lu := r.lua.medians()
+		perS := "| | |"
+		if mo > 0 && lo > 0 {
+			perS = fmt.Sprintf("%.0f | %.0f | %.1f×", mo, lo, mo/lo)
+			if mo/lo < slowest.ratio {
+				slowest = slowestConc{r.name, mo / lo}
+			}
+		}
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.1f× | %s | %s |\n", r.name, mu, lu, lu/mu, perS, r.what)
+	}
+	return slowest
 }

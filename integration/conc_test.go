@@ -352,3 +352,74 @@ func TestConcCommandInfo(t *testing.T) {
 		}
 	})
 }
+
+// The worst case, measured: 32 workers take slots with 1 s leases, hold
+// them for up to 100 ms, and one acquire in five "crashes" (never
+// releases), while a sampler counts the live leases by the server's own
+// clock (a script: ZCOUNT above TIME, atomic with the commands) every few
+// milliseconds. The count never exceeds the limit.
+func TestConcNeverMoreThanLimit(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		k := key(t, "conc")
+		const limit = 8
+		sampler := redis.NewScript(`
+			local t = redis.call('TIME')
+			return redis.call('ZCOUNT', KEYS[1], '(' .. (t[1] * 1000000 + t[2]), '+inf')`)
+		stop := make(chan struct{})
+		var most, samples, admitted, crashed atomic.Int64
+		var wg sync.WaitGroup
+		wg.Go(func() {
+			for {
+				select {
+				case <-stop:
+					return
+				default:
+				}
+				n, err := sampler.Run(ctx, s.rdb, []string{k}).Int64()
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				samples.Add(1)
+				for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
+				}
+				time.Sleep(2 * time.Millisecond)
+			}
+		})
+		deadline := time.Now().Add(3 * time.Second)
+		for w := range 32 {
+			wg.Go(func() {
+				for i := 0; time.Now().Before(deadline); i++ {
+					id := fmt.Sprintf("w%d-%d", w, i)
+					r, err := call(s.rdb, "CONC.ACQUIRE", k, limit, 1, id, "MS")
+					if err != nil {
+						t.Error(err)
+						return
+					}
+					if r[0] == 1 {
+						time.Sleep(time.Duration(min(r[3], 50)) * time.Millisecond)
+						continue
+					}
+					admitted.Add(1)
+					time.Sleep(time.Duration(i%5*25) * time.Millisecond)
+					if (w+i)%5 == 0 {
+						crashed.Add(1) // never released: its slot lapses after 1 s
+						continue
+					}
+					if err := s.rdb.Do(ctx, "CONC.RELEASE", k, id).Err(); err != nil {
+						t.Error(err)
+						return
+					}
+				}
+			})
+		}
+		time.Sleep(time.Until(deadline))
+		close(stop)
+		wg.Wait()
+		t.Logf("%s: %d admitted (%d never released), %d samples, at most %d live leases (limit %d)",
+			s.name, admitted.Load(), crashed.Load(), samples.Load(), most.Load(), limit)
+		if most.Load() > limit || most.Load() < limit/2 || crashed.Load() == 0 {
+			t.Fatalf("at most %d live leases with limit %d (%d crashed)", most.Load(), limit, crashed.Load())
+		}
+	})
+}

@@ -1,0 +1,223 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"log"
+	"math/rand/v2"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// concRow is one concurrency-limiter workload, run with the module and with
+// the Lua recipe (bench/lua/conc_*.lua) in the same rounds.
+type concRow struct {
+	name, what string
+	mod, lua   concRun
+}
+
+// concRun is one side's figures, one per round: calls (or pairs) per
+// second, and the server's µs per call (or pair).
+type concRun struct{ ops, us []float64 }
+
+func (r concRun) medians() (ops, us float64) {
+	w := workload{}
+	return w.median(r.ops), w.median(r.us)
+}
+
+// concLapsed is how many lapsed holders the sweep workload starts from.
+const concLapsed = 100000
+
+// measureConc runs the concurrency workloads on s, module and Lua
+// alternating, rounds times.
+func measureConc(ctx context.Context, s *server, rounds, n int) []*concRow {
+	shas := map[string]string{}
+	for _, f := range []string{"conc_acquire.lua", "conc_release.lua"} {
+		src, err := scripts.ReadFile("lua/" + f)
+		if err != nil {
+			log.Fatal(err)
+		}
+		if shas[f], err = s.rdb.ScriptLoad(ctx, string(src)).Result(); err != nil {
+			log.Fatalf("bench: %s: %v", f, err)
+		}
+	}
+	acquire := func(lua bool, rest ...string) []string {
+		if lua {
+			return append([]string{"EVALSHA", shas["conc_acquire.lua"], "1"}, rest...)
+		}
+		return append([]string{"CONC.ACQUIRE"}, rest...)
+	}
+	stat := func(lua bool, cmds ...string) []string {
+		if lua {
+			return []string{"evalsha"}
+		}
+		return cmds
+	}
+	rows := []*concRow{
+		{name: "CONC.ACQUIRE + CONC.RELEASE, a pair", what: "pairs on 100 keys (limit 100, lease 60 s), 50 clients of 16 pairs per round trip; per pair"},
+		{name: "CONC.ACQUIRE, renewal, 100 holders", what: "one key holding 100 holders (limit 200), each call renewing one of them, `-P 16`"},
+		{name: "CONC.ACQUIRE, refused, 100 holders", what: "one key full with 100 holders (limit 100), each call a new id, `-P 16`"},
+		{name: "CONC.ACQUIRE on 100,000 lapsed holders", what: "one call on a key holding 100,000 lapsed holders and one live one; µs of that call"},
+	}
+	for r := range rounds {
+		for i := range 2 {
+			lua := (r+i)%2 == 1
+			side := func(row *concRow) *concRun {
+				if lua {
+					return &row.lua
+				}
+				return &row.mod
+			}
+
+			s.rdb.FlushAll(ctx)
+			s.rdb.ConfigResetStat(ctx)
+			pairs := n / 2
+			ops := pairBenchmark(ctx, s.port, 16, pairs, func(key, id string) ([]any, []any) {
+				if lua {
+					return []any{"EVALSHA", shas["conc_acquire.lua"], 1, key, 100, 60, id}, []any{"EVALSHA", shas["conc_release.lua"], 1, key, id}
+				}
+				return []any{"CONC.ACQUIRE", key, 100, 60, id}, []any{"CONC.RELEASE", key, id}
+			})
+			run := side(rows[0])
+			run.ops = append(run.ops, ops)
+			run.us = append(run.us, usecTotal(ctx, s.rdb, stat(lua, "conc.acquire", "conc.release")...)/float64(pairs))
+
+			for j, limit := range []int{200, 100} {
+				s.rdb.FlushAll(ctx)
+				key := "b:conc"
+				for h := range 100 {
+					if err := s.rdb.Do(ctx, toAny(acquire(lua, key, "200", "600", fmt.Sprintf("h%012d", h)))...).Err(); err != nil {
+						log.Fatalf("bench: filling %s: %v", key, err)
+					}
+				}
+				s.rdb.ConfigResetStat(ctx)
+				id := "h__rand_int__" // one of the 100 holders (-r 100)
+				rnd := 100
+				if j == 1 {
+					id, rnd = "n__rand_int__", 100000 // new ids: refused
+				}
+				ops := benchmarkRange(s.port, 16, n, rnd, acquire(lua, key, strconv.Itoa(limit), "600", id))
+				run := side(rows[1+j])
+				run.ops = append(run.ops, ops)
+				run.us = append(run.us, usecPerCall(ctx, s.rdb, stat(lua, "conc.acquire")[0]))
+				if got, _ := s.rdb.ZCard(ctx, key).Result(); got != 100 {
+					log.Fatalf("bench: %s holds %d holders after %s, want 100", key, got, rows[1+j].name)
+				}
+			}
+
+			s.rdb.FlushAll(ctx)
+			fillLapsed(ctx, s.rdb, "b:lapsed", concLapsed)
+			s.rdb.ConfigResetStat(ctx)
+			if err := s.rdb.Do(ctx, toAny(acquire(lua, "b:lapsed", "10", "60", "new"))...).Err(); err != nil {
+				log.Fatalf("bench: acquire on lapsed holders: %v", err)
+			}
+			run = side(rows[3])
+			run.us = append(run.us, usecPerCall(ctx, s.rdb, stat(lua, "conc.acquire")[0]))
+			log.Printf("%s round %d %s: pair %.0f/s, renewal %.2f µs, refusal %.2f µs, lapsed %.0f µs", s.version, r+1,
+				map[bool]string{false: "module", true: "Lua"}[lua], rows[0].side(lua).ops[r], rows[1].side(lua).us[r],
+				rows[2].side(lua).us[r], rows[3].side(lua).us[r])
+		}
+	}
+	return rows
+}
+
+func (row *concRow) side(lua bool) concRun {
+	if lua {
+		return row.lua
+	}
+	return row.mod
+}
+
+// fillLapsed makes key a concurrency state of n lapsed holders and one live
+// one, as CONC.ACQUIRE leaves it (the key expiring with its latest lease).
+func fillLapsed(ctx context.Context, rdb *redis.Client, key string, n int) {
+	err := rdb.Eval(ctx, `
+		local t = redis.call('TIME')
+		local now = t[1] * 1000000 + t[2]
+		for i = 1, tonumber(ARGV[1]) do redis.call('ZADD', KEYS[1], now - 1000000 - i, 'gone-' .. i) end
+		local live = now + 600000000
+		redis.call('ZADD', KEYS[1], live, 'live')
+		redis.call('PEXPIREAT', KEYS[1], math.ceil(live / 1000))
+		return 1`, []string{key}, n).Err()
+	if err != nil {
+		log.Fatalf("bench: filling %s: %v", key, err)
+	}
+}
+
+// pairBenchmark sends n pairs, an acquire and the release of the same id,
+// on one of 100 keys, from 50 connections with pipeline pairs per round
+// trip; it returns pairs per second.
+func pairBenchmark(ctx context.Context, port, pipeline, n int, pair func(key, id string) ([]any, []any)) float64 {
+	const clients = 50
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2, PoolSize: clients, MaxRetries: -1})
+	defer rdb.Close()
+	var sent atomic.Int64
+	var wg sync.WaitGroup
+	start := time.Now()
+	for c := range clients {
+		wg.Go(func() {
+			rng := rand.New(rand.NewPCG(uint64(c), uint64(port)))
+			seq := 0
+			for sent.Add(int64(pipeline)) <= int64(n)+int64(pipeline)-1 {
+				cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+					for range pipeline {
+						seq++
+						acq, rel := pair(fmt.Sprintf("b:pair:%d", rng.IntN(100)), fmt.Sprintf("c%d-%d", c, seq))
+						p.Do(ctx, acq...)
+						p.Do(ctx, rel...)
+					}
+					return nil
+				})
+				if err != nil {
+					log.Fatalf("bench: pairs: %v", err)
+				}
+				for i := 0; i < len(cmds); i += 2 { // every acquire admitted, every release freeing a slot
+					a, _ := cmds[i].(*redis.Cmd).Int64Slice()
+					r, _ := cmds[i+1].(*redis.Cmd).Int64()
+					if len(a) != 5 || a[0] != 0 || r != 1 {
+						log.Fatalf("bench: pair replied %v, %d", a, r)
+					}
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// usecTotal sums the server's µs over the commands named.
+func usecTotal(ctx context.Context, rdb *redis.Client, stats ...string) float64 {
+	info := rdb.Info(ctx, "commandstats").Val()
+	total := 0.0
+	for _, stat := range stats {
+		found := false
+		for _, line := range strings.Split(info, "\r\n") {
+			if rest, ok := strings.CutPrefix(line, "cmdstat_"+stat+":"); ok {
+				for _, f := range strings.Split(rest, ",") {
+					if v, ok := strings.CutPrefix(f, "usec="); ok {
+						x, _ := strconv.ParseFloat(v, 64)
+						total += x
+						found = true
+					}
+				}
+			}
+		}
+		if !found {
+			log.Fatalf("bench: no commandstats for %s", stat)
+		}
+	}
+	return total
+}
+
+func toAny(s []string) []any {
+	out := make([]any, len(s))
+	for i, v := range s {
+		out[i] = v
+	}
+	return out
+}
