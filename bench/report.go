@@ -241,8 +241,9 @@ func concSection(b *strings.Builder, rows []*concRow) slowestConc {
 	fmt.Fprintf(b, "CONC.* beside `bench/lua/conc_acquire.lua` and `conc_release.lua`, the sorted-set recipe peers document\n")
 	fmt.Fprintf(b, "(ZREMRANGEBYSCORE of every lapsed member, ZSCORE, ZCARD, ZADD, PEXPIREAT; the same five-integer reply),\n")
 	fmt.Fprintf(b, "module and Lua alternating in each round, medians. Calls per second come from redis-benchmark, pairs per\n")
-	fmt.Fprintf(b, "second from a go-redis driver (`pairBenchmark` in bench/conc.go); µs are the server's own, from `INFO\n")
-	fmt.Fprintf(b, "commandstats` (for a pair, both calls).\n\n")
+	fmt.Fprintf(b, "second from a driver of the bench's own that writes the protocol and parses the replies as leanly as\n")
+	fmt.Fprintf(b, "redis-benchmark (`pairBenchmark` in bench/conc.go); µs are the server's own, from `INFO commandstats`\n")
+	fmt.Fprintf(b, "(for a pair, both calls).\n\n")
 	fmt.Fprintf(b, "| workload | module µs | Lua µs | × | module per s | Lua per s | × | what |\n|---|---|---|---|---|---|---|---|\n")
 	slowest := slowestConc{ratio: 1e9}
 	for _, r := range rows {

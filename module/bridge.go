@@ -88,9 +88,8 @@ func (h cHolders) Nth(after, k int64) int64 {
 }
 
 func (h cHolders) holder(id string) conc.Holder {
-	var latest C.double
-	own := C.rl_conc_holder(h.k, (*C.char)(unsafe.Pointer(unsafe.StringData(id))), C.size_t(len(id)), &latest)
-	return conc.Holder{Own: leaseNs(float64(own)), Latest: leaseNs(float64(latest))}
+	r := C.rl_conc_holder(h.k, (*C.char)(unsafe.Pointer(unsafe.StringData(id))), C.size_t(len(id)))
+	return conc.Holder{Own: leaseNs(float64(r.own)), Latest: leaseNs(float64(r.latest))}
 }
 
 // leaseNs converts a lease's score to ns, -Inf (none) to 0.

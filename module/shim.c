@@ -259,6 +259,7 @@ static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name,
     k->ctx = ctx;
     k->name = name;
     k->key = key;
+    k->id = NULL;
     k->val = NULL;
     k->val_len = 0;
     k->z_len = 0;
@@ -367,26 +368,31 @@ static int rl_member_is(RedisModuleCtx *ctx, RedisModuleString *m, const char *i
     return same;
 }
 
-double rl_conc_holder(rl_key *k, const char *id, size_t len, double *latest) {
+rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
     RedisModuleCtx *ctx = (RedisModuleCtx *)k->ctx;
-    double own = -INFINITY;
-    *latest = -INFINITY;
-    if (k->kind != RL_KEY_ZSET) return own;
-    RedisModuleString *m = RM_CreateString(ctx, id, len);
-    if (RM_ZsetScore(key, m, &own) != REDISMODULE_OK) own = -INFINITY;
-    RM_FreeString(ctx, m);
-    /* The newest member, or the one before it when the newest is id. */
-    if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) != REDISMODULE_OK) return own;
+    rl_holder h = {-INFINITY, -INFINITY};
+    if (k->kind != RL_KEY_ZSET) return h;
+    if (k->id == NULL) k->id = RM_CreateString(ctx, id, len); /* kept for the write */
+    if (RM_ZsetScore(key, (RedisModuleString *)k->id, &h.own) != REDISMODULE_OK) h.own = -INFINITY;
+    /* The newest member, read with the key, unless it is id: then the one
+     * before it. (The copy is cut at RL_MEMBER_MAX - 1 bytes: a longer id
+     * that matches it is looked up.) */
+    size_t cut = len < RL_MEMBER_MAX - 1 ? len : RL_MEMBER_MAX - 1;
+    if (k->z_newest_len != len || memcmp(k->z_newest_member, id, cut) != 0) {
+        h.latest = k->z_newest;
+        return h;
+    }
+    if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) != REDISMODULE_OK) return h;
     int there = !RM_ZsetRangeEndReached(key);
     double score = -INFINITY;
     if (there && rl_member_is(ctx, RM_ZsetRangeCurrentElement(key, &score), id, len)) {
         there = RM_ZsetRangePrev(key);
         if (there) RM_FreeString(ctx, RM_ZsetRangeCurrentElement(key, &score));
     }
-    if (there) *latest = score;
+    if (there) h.latest = score;
     RM_ZsetRangeStop(key);
-    return own;
+    return h;
 }
 
 /* maxmemory, read from INFO memory at most once a second: a config change
@@ -514,7 +520,9 @@ static void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
     RedisModuleString *name = (RedisModuleString *)k->name;
     const rl_arg *id = &c->argv[k->conc_id_arg];
-    RedisModuleString *idstr = RM_CreateString(ctx, id->ptr, id->len);
+    RedisModuleString *idstr = k->id ? (RedisModuleString *)k->id : RM_CreateString(ctx, id->ptr, id->len);
+    k->id = idstr; /* freed with the key */
+    long long expires = k->expire_at_ms;
     RedisModuleString *gone[RL_CONC_SWEEP + 1];
     int n = 0;
     if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET &&
@@ -534,8 +542,10 @@ static void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
     if (n > 0) {
         RM_Replicate(ctx, "ZREM", "sv", name, gone, (size_t)n);
         RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zrem", name);
-        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) /* the API deletes an emptied set */
+        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) { /* the API deletes an emptied set */
             RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
+            expires = REDISMODULE_NO_EXPIRE;
+        }
     }
     for (int i = 0; i < n; i++)
         if (gone[i] != idstr) RM_FreeString(ctx, gone[i]);
@@ -545,8 +555,7 @@ static void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
         RM_Replicate(ctx, "ZADD", "sls", name, k->z_score_us, idstr);
         RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", name);
     }
-    RM_FreeString(ctx, idstr);
-    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET && RM_GetAbsExpire(key) != k->expire_ms) {
+    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET && expires != k->expire_ms) {
         RM_SetAbsExpire(key, k->expire_ms);
         RM_Replicate(ctx, "PEXPIREAT", "sl", name, k->expire_ms);
         RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
@@ -694,8 +703,10 @@ static int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, i
     rlExecute(&c);
 
     rl_finish(ctx, &c, def, n);
-    for (int i = 0; i < c.nkeys; i++)
+    for (int i = 0; i < c.nkeys; i++) {
+        if (c.keys[i].id) RM_FreeString(ctx, (RedisModuleString *)c.keys[i].id);
         if (c.keys[i].key) RM_CloseKey((RedisModuleKey *)c.keys[i].key);
+    }
     return REDISMODULE_OK;
 }
 

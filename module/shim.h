@@ -114,6 +114,7 @@ typedef struct rl_key {
     void *ctx;
     void *name;
     void *key;
+    void *id; /* the holder id rl_conc_holder made, for the write; freed with the key */
 } rl_key;
 
 typedef struct rl_call {
@@ -146,10 +147,13 @@ double rl_zlog_nth(rl_key *k, long long after_us, long long k_th);
  * lease's end in Unix microseconds: rl_conc_count returns how many are
  * scored above after_us, stepping over at most RL_CONC_SWEEP lapsed ones
  * and asking ZCOUNT (O(log N)) beyond; rl_conc_holder returns the score of
- * member id (-INFINITY when absent) and sets *latest to the highest score
- * of any other member (-INFINITY when none). Both only read. */
+ * member id and the highest score of any other member (-INFINITY when
+ * absent, or none). Both only read. */
+typedef struct {
+    double own, latest;
+} rl_holder;
 long long rl_conc_count(rl_key *k, long long after_us);
-double rl_conc_holder(rl_key *k, const char *id, size_t len, double *latest);
+rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len);
 
 /* The bytes the server may still allocate before it passes maxmemory, as
  * its own deny-oom check counts them, or -1 when it has no maxmemory. */
