@@ -61,10 +61,27 @@ func measureConc(ctx context.Context, s *server, rounds, n int) []*concRow {
 		return cmds
 	}
 	rows := []*concRow{
-		{name: "CONC.ACQUIRE + CONC.RELEASE, a pair", what: "pairs on 100 keys (limit 100, lease 60 s), 50 clients of 16 pairs per round trip; per pair"},
+		{name: "CONC.ACQUIRE + CONC.RELEASE, a pair, 100 holders present", what: "pairs on one key that holds 100 other holders (limit 200, lease 60 s; a compact listpack, where finding an id scans every entry), 50 clients of 16 pairs per round trip; per pair"},
+		{name: "CONC.ACQUIRE + CONC.RELEASE, a pair, 1,000 holders present", what: "the same with 1,000 holders (limit 2,000; a skiplist with a hash of the ids)"},
+		{name: "CONC.ACQUIRE + CONC.RELEASE, a pair on a key of its own", what: "pairs on 100 keys, each acquire creating its key and each release deleting it (limit 100); per pair"},
 		{name: "CONC.ACQUIRE, renewal, 100 holders", what: "one key holding 100 holders (limit 200), each call renewing one of them, `-P 16`"},
 		{name: "CONC.ACQUIRE, refused, 100 holders", what: "one key full with 100 holders (limit 100), each call a new id, `-P 16`"},
 		{name: "CONC.ACQUIRE on 100,000 lapsed holders", what: "one call on a key holding 100,000 lapsed holders and one live one; µs of that call"},
+	}
+	const hot = "b:conc"
+	fill := func(lua bool, holders int) {
+		s.rdb.FlushAll(ctx)
+		for h := range holders {
+			if err := s.rdb.Do(ctx, toAny(acquire(lua, hot, strconv.Itoa(2*holders), "600", fmt.Sprintf("h%012d", h)))...).Err(); err != nil {
+				log.Fatalf("bench: filling %s: %v", hot, err)
+			}
+		}
+		s.rdb.ConfigResetStat(ctx)
+	}
+	check := func(row *concRow, holders int64) {
+		if got, _ := s.rdb.ZCard(ctx, hot).Result(); got != holders {
+			log.Fatalf("bench: %s holds %d holders after %s, want %d", hot, got, row.name, holders)
+		}
 	}
 	for r := range rounds {
 		for i := range 2 {
@@ -75,41 +92,45 @@ func measureConc(ctx context.Context, s *server, rounds, n int) []*concRow {
 				}
 				return &row.mod
 			}
-
-			s.rdb.FlushAll(ctx)
-			s.rdb.ConfigResetStat(ctx)
 			pairs := n / 2
-			ops := pairBenchmark(ctx, s.port, 16, pairs, func(key, id string) ([]any, []any) {
-				if lua {
-					return []any{"EVALSHA", shas["conc_acquire.lua"], 1, key, 100, 60, id}, []any{"EVALSHA", shas["conc_release.lua"], 1, key, id}
+			for j, holders := range []int{100, 1000, 0} {
+				onHot := holders > 0
+				if onHot {
+					fill(lua, holders)
+				} else {
+					s.rdb.FlushAll(ctx)
+					s.rdb.ConfigResetStat(ctx)
 				}
-				return []any{"CONC.ACQUIRE", key, 100, 60, id}, []any{"CONC.RELEASE", key, id}
-			})
-			run := side(rows[0])
-			run.ops = append(run.ops, ops)
-			run.us = append(run.us, usecTotal(ctx, s.rdb, stat(lua, "conc.acquire", "conc.release")...)/float64(pairs))
+				ops := pairBenchmark(ctx, s.port, 16, pairs, func(key, id string) ([]any, []any) {
+					limit := 100
+					if onHot {
+						key, limit = hot, 2*holders
+					}
+					if lua {
+						return []any{"EVALSHA", shas["conc_acquire.lua"], 1, key, limit, 60, id}, []any{"EVALSHA", shas["conc_release.lua"], 1, key, id}
+					}
+					return []any{"CONC.ACQUIRE", key, limit, 60, id}, []any{"CONC.RELEASE", key, id}
+				})
+				run := side(rows[j])
+				run.ops = append(run.ops, ops)
+				run.us = append(run.us, usecTotal(ctx, s.rdb, stat(lua, "conc.acquire", "conc.release")...)/float64(pairs))
+				if onHot {
+					check(rows[j], int64(holders))
+				}
+			}
 
 			for j, limit := range []int{200, 100} {
-				s.rdb.FlushAll(ctx)
-				key := "b:conc"
-				for h := range 100 {
-					if err := s.rdb.Do(ctx, toAny(acquire(lua, key, "200", "600", fmt.Sprintf("h%012d", h)))...).Err(); err != nil {
-						log.Fatalf("bench: filling %s: %v", key, err)
-					}
-				}
-				s.rdb.ConfigResetStat(ctx)
+				fill(lua, 100)
 				id := "h__rand_int__" // one of the 100 holders (-r 100)
 				rnd := 100
 				if j == 1 {
 					id, rnd = "n__rand_int__", 100000 // new ids: refused
 				}
-				ops := benchmarkRange(s.port, 16, n, rnd, acquire(lua, key, strconv.Itoa(limit), "600", id))
-				run := side(rows[1+j])
+				ops := benchmarkRange(s.port, 16, n, rnd, acquire(lua, hot, strconv.Itoa(limit), "600", id))
+				run := side(rows[3+j])
 				run.ops = append(run.ops, ops)
 				run.us = append(run.us, usecPerCall(ctx, s.rdb, stat(lua, "conc.acquire")[0]))
-				if got, _ := s.rdb.ZCard(ctx, key).Result(); got != 100 {
-					log.Fatalf("bench: %s holds %d holders after %s, want 100", key, got, rows[1+j].name)
-				}
+				check(rows[3+j], 100)
 			}
 
 			s.rdb.FlushAll(ctx)
@@ -118,11 +139,12 @@ func measureConc(ctx context.Context, s *server, rounds, n int) []*concRow {
 			if err := s.rdb.Do(ctx, toAny(acquire(lua, "b:lapsed", "10", "60", "new"))...).Err(); err != nil {
 				log.Fatalf("bench: acquire on lapsed holders: %v", err)
 			}
-			run = side(rows[3])
+			run := side(rows[5])
 			run.us = append(run.us, usecPerCall(ctx, s.rdb, stat(lua, "conc.acquire")[0]))
-			log.Printf("%s round %d %s: pair %.0f/s, renewal %.2f µs, refusal %.2f µs, lapsed %.0f µs", s.version, r+1,
-				map[bool]string{false: "module", true: "Lua"}[lua], rows[0].side(lua).ops[r], rows[1].side(lua).us[r],
-				rows[2].side(lua).us[r], rows[3].side(lua).us[r])
+			log.Printf("%s round %d %s: pairs %.0f/s, %.0f/s and %.0f/s, renewal %.2f µs, refusal %.2f µs, lapsed %.0f µs",
+				s.version, r+1, map[bool]string{false: "module", true: "Lua"}[lua], rows[0].side(lua).ops[r],
+				rows[1].side(lua).ops[r], rows[2].side(lua).ops[r], rows[3].side(lua).us[r], rows[4].side(lua).us[r],
+				rows[5].side(lua).us[r])
 		}
 	}
 	return rows
@@ -136,7 +158,8 @@ func (row *concRow) side(lua bool) concRun {
 }
 
 // fillLapsed makes key a concurrency state of n lapsed holders and one live
-// one, as CONC.ACQUIRE leaves it (the key expiring with its latest lease).
+// one, as CONC.ACQUIRE leaves it (the key expiring with its latest lease,
+// rounded up to the second).
 func fillLapsed(ctx context.Context, rdb *redis.Client, key string, n int) {
 	err := rdb.Eval(ctx, `
 		local t = redis.call('TIME')
@@ -144,7 +167,7 @@ func fillLapsed(ctx context.Context, rdb *redis.Client, key string, n int) {
 		for i = 1, tonumber(ARGV[1]) do redis.call('ZADD', KEYS[1], now - 1000000 - i, 'gone-' .. i) end
 		local live = now + 600000000
 		redis.call('ZADD', KEYS[1], live, 'live')
-		redis.call('PEXPIREAT', KEYS[1], math.ceil(live / 1000))
+		redis.call('PEXPIREAT', KEYS[1], math.ceil(live / 1000000) * 1000)
 		return 1`, []string{key}, n).Err()
 	if err != nil {
 		log.Fatalf("bench: filling %s: %v", key, err)
@@ -152,7 +175,7 @@ func fillLapsed(ctx context.Context, rdb *redis.Client, key string, n int) {
 }
 
 // pairBenchmark sends n pairs, an acquire and the release of the same id,
-// on one of 100 keys, from 50 connections with pipeline pairs per round
+// each on one of 100 keys (pair may name another), from 50 connections with pipeline pairs per round
 // trip; it returns pairs per second. It writes the protocol itself and reads
 // the replies with a minimal parser (checking every acquire admitted and
 // every release freeing a slot), as redis-benchmark does for one command: a

@@ -1,7 +1,9 @@
 package integration
 
 import (
+	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -105,8 +107,8 @@ func TestConcReleaseAndLapse(t *testing.T) {
 		// The key expires with its latest lease, and goes with the last release.
 		sn := snap(t, s.rdb, k)
 		score, _ := s.rdb.ZScore(ctx, k, "c").Result()
-		if sn.Expire != (int64(score)+999)/1000 {
-			t.Fatalf("key expires at %d ms, latest lease ends at %.0f µs", sn.Expire, score)
+		if sn.Expire != (int64(score)+999_999)/1_000_000*1000 {
+			t.Fatalf("key expires at %d ms, latest lease ends at %.0f µs: want the second after it", sn.Expire, score)
 		}
 		s.rdb.Do(ctx, "CONC.RELEASE", k, "c")
 		if sn := snap(t, s.rdb, k); sn.Type != "zset" || sn.Expire > time.Now().Add(2*time.Second).UnixMilli() {
@@ -272,7 +274,7 @@ func TestConcManyLapsed(t *testing.T) {
 			for i = 1, 20000 do redis.call('ZADD', KEYS[1], now - 1000000 - i, 'gone-' .. i) end
 			local live = now + 600000000
 			redis.call('ZADD', KEYS[1], live, 'live')
-			redis.call('PEXPIREAT', KEYS[1], math.ceil(live / 1000))
+			redis.call('PEXPIREAT', KEYS[1], math.ceil(live / 1000000) * 1000)
 			return 1`, []string{k}).Err()
 		if err != nil {
 			t.Fatal(err)
@@ -420,6 +422,78 @@ func TestConcNeverMoreThanLimit(t *testing.T) {
 			s.name, admitted.Load(), crashed.Load(), samples.Load(), most.Load(), limit)
 		if most.Load() > limit || most.Load() < limit/2 || crashed.Load() == 0 {
 			t.Fatalf("at most %d live leases with limit %d (%d crashed)", most.Load(), limit, crashed.Load())
+		}
+	})
+}
+
+// Random arguments, most of them hostile, against CONC.* on live keys,
+// missing ones and keys of every other type: an error changes nothing, a
+// reply has its shape, every key left behind expires, the server stays up.
+func TestConcHostileInput(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		seed := uint64(time.Now().UnixNano())
+		t.Logf("seed %d", seed)
+		rng := rand.New(rand.NewPCG(seed, 13))
+		prefix := key(t, "")
+		var pool []string
+		for typ, setup := range otherTypes(s.rdb) {
+			k := prefix + "foreign:" + typ
+			if err := setup(k); err != nil {
+				t.Fatal(err)
+			}
+			pool = append(pool, k)
+		}
+		for i := range 4 {
+			pool = append(pool, fmt.Sprintf("%slive:%d", prefix, i))
+		}
+		cmds := []string{"CONC.ACQUIRE", "CONC.RELEASE", "CONC.PEEK"}
+		for n := range 1500 {
+			k := pool[rng.IntN(len(pool))]
+			cmd := cmds[rng.IntN(3)]
+			args := []any{cmd, k}
+			switch cmd {
+			case "CONC.ACQUIRE":
+				args = append(args, 1+rng.IntN(4), 1+rng.IntN(3), fmt.Sprint("id-", rng.IntN(6)))
+			case "CONC.RELEASE":
+				args = append(args, fmt.Sprint("id-", rng.IntN(6)))
+			default:
+				args = append(args, 1+rng.IntN(4))
+			}
+			if rng.IntN(3) == 0 {
+				args = append(args, "MS")
+			}
+			if i := 2 + rng.IntN(len(args)-1); rng.IntN(2) == 0 {
+				if i < len(args) {
+					args[i] = hostileArg(rng)
+				} else {
+					args = append(args, hostileArg(rng))
+				}
+			}
+			before := snap(t, s.rdb, k)
+			res, err := s.rdb.Do(ctx, args...).Result()
+			after := snap(t, s.rdb, k)
+			if err != nil {
+				var re redis.Error
+				if !errors.As(err, &re) || !(strings.HasPrefix(err.Error(), "ERR ") || strings.HasPrefix(err.Error(), "WRONGTYPE ")) {
+					t.Fatalf("vector %d %q: %v", n, args, err)
+				}
+				if after != before && !expired(t, s.rdb, before, after) {
+					t.Fatalf("vector %d %q failed (%v) but changed %s: %v -> %v", n, args, err, k, before, after)
+				}
+				continue
+			}
+			if r, ok := res.([]any); cmd != "CONC.RELEASE" && (!ok || len(r) != 5) {
+				t.Fatalf("vector %d %q: reply %v", n, args, res)
+			}
+			if r, ok := res.(int64); cmd == "CONC.RELEASE" && (!ok || r < 0 || r > 1) {
+				t.Fatalf("vector %d %q: reply %v", n, args, res)
+			}
+			if after.Type != "none" && after.Expire < 0 {
+				t.Fatalf("vector %d %q left %s without an expiry: %v", n, args, k, after)
+			}
+		}
+		if err := s.rdb.Ping(ctx).Err(); err != nil {
+			t.Fatalf("server down: %v", err)
 		}
 	})
 }

@@ -198,8 +198,14 @@ func TestKeyspaceEvents(t *testing.T) {
 		// Kept past its window by hand, the log's next hit trims every entry
 		// (zremrangebyscore, del), then adds (zadd) and expires.
 		c.PExpire(ctx, prefix+"sl", time.Minute)
+		mustCall(t, c, "CONC.ACQUIRE", prefix+"conc", 2, 60, "a") // zadd, expire
+		mustCall(t, c, "CONC.ACQUIRE", prefix+"conc", 2, 1, "s")  // zadd; the latest lease is still a's
+		mustCall(t, c, "CONC.ACQUIRE", prefix+"conc", 2, 60, "c") // refused: no event
 		time.Sleep(1100 * time.Millisecond)
 		mustCall(t, c, "SL.HIT", prefix+"sl", 5, 1)
+		mustCall(t, c, "CONC.ACQUIRE", prefix+"conc", 2, 60, "c") // s lapsed: zrem, zadd, expire
+		c.Do(ctx, "CONC.RELEASE", prefix+"conc", "a")             // zrem
+		c.Do(ctx, "CONC.RELEASE", prefix+"conc", "c")             // the last: del
 		c.Set(ctx, prefix+"end", "x", time.Minute)
 		waitReplicas(t, p, 1)
 
@@ -213,7 +219,8 @@ func TestKeyspaceEvents(t *testing.T) {
 		}
 		want := []string{"gcra set", "gcra expire", "gcra del", "tb set", "tb expire", "lb set", "lb expire",
 			"sw set", "sw expire", "fw set", "fw expire", "fw set", "fw expire", "sl zadd", "sl expire",
-			"sl expire", "sl zremrangebyscore", "sl del", "sl zadd", "sl expire", "end set", "end expire"}
+			"sl expire", "conc zadd", "conc expire", "conc zadd", "sl zremrangebyscore", "sl del", "sl zadd", "sl expire",
+			"conc zrem", "conc zadd", "conc expire", "conc zrem", "conc del", "end set", "end expire"}
 		if fmt.Sprint(got[0]) != fmt.Sprint(want) {
 			t.Fatalf("primary events:\n got %v\nwant %v", got[0], want)
 		}

@@ -133,7 +133,7 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 		default:
 			w.action, w.concID, w.concRemove = writeConc, c.idAt, true
 			w.zCutoff = floorDiv(st.now, 1000)
-			w.expireMs = ceilMs(rel.Expire)
+			w.expireMs = leaseExpiry(rel.Expire)
 		}
 		return
 	}
@@ -170,16 +170,16 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 		w.action, w.concID, w.concAdd = writeConc, c.idAt, true
 		w.zCutoff = floorDiv(st.now, 1000)
 		w.zScore = checked.CeilDiv(d.End, 1000)
-		w.expireMs = ceilMs(d.Expire)
+		w.expireMs = leaseExpiry(d.Expire)
 	}
 }
 
 // concKey checks that a key holds a concurrency limiter's state, or
 // nothing: a sorted set whose oldest and newest members are ids of 1 to
 // 128 bytes scored with whole Unix microseconds from 2015 to 2^53, in a key
-// expiring with its latest lease, as every write leaves it (an application's
-// sorted set of timestamps rarely expires at its newest score to the
-// millisecond). On anything else it sets the error in o.
+// expiring with its latest lease (leaseExpiry), as every write leaves it:
+// an application's sorted set of timestamps rarely expires exactly there.
+// On anything else it sets the error in o.
 func concKey(st *keyState, o *outcome) bool {
 	if !checkKey(st, o, keyZSet, concState) {
 		return false
@@ -189,12 +189,21 @@ func concKey(st *keyState, o *outcome) bool {
 		return true
 	case !holderEntry(st.oldest) || !holderEntry(st.newest):
 		o.fail(otherData(concState, "its members are not holder ids of 1 to 128 bytes scored with a lease's end"))
-	case checked.CeilDiv(int64(st.newest.score), 1000) != st.expireMs:
+	case leaseExpiry(int64(st.newest.score)*1000) != st.expireMs:
 		o.fail(otherData(concState, "the key does not expire with its latest lease"))
 	default:
 		return true
 	}
 	return false
+}
+
+// leaseExpiry is the key's expiry for a latest lease ending at ns: the
+// whole second at or after it, in Unix ms. Rounded to the second, the
+// expiry moves (a SetAbsExpire, a replicated PEXPIREAT) once a second on a
+// busy key rather than on every acquire; the key outlives its last lease by
+// under a second, holding only lapsed leases.
+func leaseExpiry(ns int64) int64 {
+	return checked.CeilDiv(ns, int64(time.Second)) * 1000
 }
 
 // holderEntry reports an entry a concurrency write could have made.

@@ -31,7 +31,7 @@ func (l fakeLeases) describe(st *keyState) {
 		first = false
 	}
 	if st.expireMs == 0 && len(l) > 0 {
-		st.expireMs = ceilMs(int64(st.newest.score) * 1000)
+		st.expireMs = leaseExpiry(int64(st.newest.score) * 1000)
 	}
 }
 
@@ -116,7 +116,7 @@ func (l fakeLeases) apply(t *testing.T, args []string, w keyWrite, now int64) {
 		for _, end := range l {
 			newest = max(newest, end)
 		}
-		if w.expireMs != ceilMs(newest) || w.expireMs*1e6 <= now {
+		if w.expireMs != leaseExpiry(newest) || w.expireMs*1e6 <= now {
 			t.Fatalf("expiry %d ms, newest lease %d", w.expireMs, newest)
 		}
 	default:
@@ -259,12 +259,13 @@ func TestConcForeignState(t *testing.T) {
 		{"a leaderboard with a TTL", entry(100, "alice"), entry(200, "bob"), t0/1e6 + 60_000},
 		{"timestamps without an expiry", entry(live, "a"), entry(live, "b"), 0},
 		{"timestamps expiring later than the newest", entry(live, "a"), entry(live, "b"), t0/1e6 + 60_000},
-		{"a fractional score", entry(live+0.5, "a"), entry(live+0.5, "b"), ceilMs(int64(live) * 1000)},
-		{"an empty member", entry(live, ""), entry(live, "b"), ceilMs(int64(live) * 1000)},
-		{"a long member", entry(live, strings.Repeat("m", 129)), entry(live, "b"), ceilMs(int64(live) * 1000)},
+		{"timestamps expiring at the newest, to the millisecond", entry(live, "a"), entry(live+123_000, "b"), ceilMs(int64(live+123_000) * 1000)},
+		{"a fractional score", entry(live+0.5, "a"), entry(live+0.5, "b"), leaseExpiry(int64(live) * 1000)},
+		{"an empty member", entry(live, ""), entry(live, "b"), leaseExpiry(int64(live) * 1000)},
+		{"a long member", entry(live, strings.Repeat("m", 129)), entry(live, "b"), leaseExpiry(int64(live) * 1000)},
 		{"scores of 1e300", entry(1e300, "a"), entry(1e300, "b"), math.MaxInt64 / int64(time.Millisecond)},
 		{"a sliding log", entry(live-60e6, strconv.FormatInt(int64(live-60e6), 10)+"-0"),
-			entry(live, strconv.FormatInt(int64(live), 10)+"-1"), ceilMs(int64(live)*1000 + 60e9)},
+			entry(live, strconv.FormatInt(int64(live), 10)+"-1"), leaseExpiry(int64(live)*1000 + 60e9)},
 	} {
 		for _, c := range []struct {
 			op   int

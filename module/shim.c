@@ -260,6 +260,7 @@ static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name,
     k->name = name;
     k->key = key;
     k->id = NULL;
+    k->conc_swept = -1;
     k->val = NULL;
     k->val_len = 0;
     k->z_len = 0;
@@ -347,6 +348,8 @@ long long rl_conc_count(rl_key *k, long long after_us) {
         more = there;
         RM_ZsetRangeStop(key);
     }
+    k->conc_swept = more ? -1 : gone;
+    k->conc_swept_at = after_us;
     if (!more) return k->z_len - gone;
     /* More lapsed holders than a write sweeps: the server's own ZCOUNT
      * counts them in O(log N), where stepping over them would be O(N). */
@@ -374,21 +377,30 @@ rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len) {
     rl_holder h = {-INFINITY, -INFINITY};
     if (k->kind != RL_KEY_ZSET) return h;
     if (k->id == NULL) k->id = RM_CreateString(ctx, id, len); /* kept for the write */
-    if (RM_ZsetScore(key, (RedisModuleString *)k->id, &h.own) != REDISMODULE_OK) h.own = -INFINITY;
-    /* The newest member, read with the key, unless it is id: then the one
-     * before it. (The copy is cut at RL_MEMBER_MAX - 1 bytes: a longer id
-     * that matches it is looked up.) */
-    size_t cut = len < RL_MEMBER_MAX - 1 ? len : RL_MEMBER_MAX - 1;
-    if (k->z_newest_len != len || memcmp(k->z_newest_member, id, cut) != 0) {
-        h.latest = k->z_newest;
-        return h;
+    /* Is id the newest member, read with the key? Its copy is cut at
+     * RL_MEMBER_MAX - 1 bytes: a longer id that matches it is looked up. */
+    int newest = k->z_newest_len == len && len < RL_MEMBER_MAX && memcmp(k->z_newest_member, id, len) == 0;
+    if (!newest) {
+        /* The common case: id is elsewhere or absent, the newest is another's. */
+        if (RM_ZsetScore(key, (RedisModuleString *)k->id, &h.own) != REDISMODULE_OK) h.own = -INFINITY;
+        size_t cut = len < RL_MEMBER_MAX - 1 ? len : RL_MEMBER_MAX - 1;
+        if (k->z_newest_len != len || memcmp(k->z_newest_member, id, cut) != 0) {
+            h.latest = k->z_newest;
+            return h;
+        }
     }
+    /* id is the newest (a release soon after its acquire, a renewal): its
+     * score is the newest's, found without a lookup (a compact set's lookup
+     * scans every entry), and the latest other is the one before it. */
     if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) != REDISMODULE_OK) return h;
     int there = !RM_ZsetRangeEndReached(key);
     double score = -INFINITY;
     if (there && rl_member_is(ctx, RM_ZsetRangeCurrentElement(key, &score), id, len)) {
+        h.own = score;
         there = RM_ZsetRangePrev(key);
         if (there) RM_FreeString(ctx, RM_ZsetRangeCurrentElement(key, &score));
+    } else if (newest && RM_ZsetScore(key, (RedisModuleString *)k->id, &h.own) != REDISMODULE_OK) {
+        h.own = -INFINITY; /* never: the newest was id when the key was read */
     }
     if (there) h.latest = score;
     RM_ZsetRangeStop(key);
@@ -525,7 +537,9 @@ static void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
     long long expires = k->expire_at_ms;
     RedisModuleString *gone[RL_CONC_SWEEP + 1];
     int n = 0;
-    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET &&
+    /* (The count at this cutoff, when it ran and found none, spares the look.) */
+    int none = k->conc_swept == 0 && k->conc_swept_at == k->z_cutoff_us;
+    if (!none && RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET &&
         RM_ZsetFirstInScoreRange(key, -INFINITY, (double)k->z_cutoff_us, 0, 0) == REDISMODULE_OK) {
         while (!RM_ZsetRangeEndReached(key) && n < RL_CONC_SWEEP) {
             RedisModuleString *m = RM_ZsetRangeCurrentElement(key, NULL);

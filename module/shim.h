@@ -114,7 +114,8 @@ typedef struct rl_key {
     void *ctx;
     void *name;
     void *key;
-    void *id; /* the holder id rl_conc_holder made, for the write; freed with the key */
+    void *id;             /* the holder id rl_conc_holder made, for the write; freed with the key */
+    long long conc_swept, conc_swept_at; /* rl_conc_count's find at or below its bound (-1: not counted) */
 } rl_key;
 
 typedef struct rl_call {
