@@ -117,6 +117,9 @@ func main() {
 	}
 
 	allocs := goAllocs()
+	for k, v := range clientAllocs() {
+		allocs[k] = v
+	}
 	cpu, cores := machine()
 	report(*out, *chart, works, conc, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
 	log.Printf("bench: wrote %s and %s", *out, *chart)
@@ -420,7 +423,27 @@ func memory(ctx context.Context, rdb *redis.Client, works []*workload) int64 {
 	return base
 }
 
-var allocRE = regexp.MustCompile(`BenchmarkCommands/(\S+?)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
+var (
+	allocRE       = regexp.MustCompile(`BenchmarkCommands/(\S+?)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
+	clientAllocRE = regexp.MustCompile(`Benchmark(Take|GoRedisDo)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
+)
+
+// clientAllocs runs the Go client's benchmark (a call through go-redis to a
+// fake server, no network) beside go-redis's own Do of the same command,
+// and returns ns/op and allocs/op for "client" and "go-redis".
+func clientAllocs() map[string][2]float64 {
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^(BenchmarkTake|BenchmarkGoRedisDo)$", "-benchmem", "./client/").CombinedOutput()
+	if err != nil {
+		log.Fatalf("bench: go test -bench ./client: %v\n%s", err, out)
+	}
+	res := map[string][2]float64{}
+	for _, m := range clientAllocRE.FindAllSubmatch(out, -1) {
+		ns, _ := strconv.ParseFloat(string(m[2]), 64)
+		a, _ := strconv.ParseFloat(string(m[3]), 64)
+		res[map[string]string{"Take": "client", "GoRedisDo": "go-redis"}[string(m[1])]] = [2]float64{ns, a}
+	}
+	return res
+}
 
 // goAllocs runs the Go benchmark of the handler logic and returns ns/op and
 // allocs/op per command.

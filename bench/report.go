@@ -136,6 +136,12 @@ func report(out, chart string, works []*workload, conc []*concRow, others []serv
 			maxAllocs = max(maxAllocs, a[1])
 		}
 	}
+	if c, g := allocs["client"], allocs["go-redis"]; c[1] > 0 || g[1] > 0 {
+		fmt.Fprintf(&b, "\nThe Go client (`go test -run '^$' -bench . -benchmem ./client/`): one `Take` of a GCRA limit through\n")
+		fmt.Fprintf(&b, "go-redis to a fake server (a hook, no network), beside go-redis's own `Do` of the same command:\n\n")
+		fmt.Fprintf(&b, "| call | ns/op | allocs/op |\n|---|---|---|\n| client.Take | %.0f | %.0f |\n| go-redis Do | %.0f | %.0f |\n",
+			c[0], c[1], g[0], g[1])
+	}
 
 	slowest := 1e9
 	slowestName := ""

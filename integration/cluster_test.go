@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"ratelimit/client"
 )
 
 // startCluster builds a cluster of 3 primaries and 3 replicas, all with the
@@ -153,6 +155,27 @@ func TestCluster(t *testing.T) {
 			}
 			_, err := n.rdb.Do(ctx, "RL.ALL", 2, "rl:{user:42}:rpm", "rl:{user:42}:tpm", "GCRA", 4, 1, slow, 1, "GCRA", 4, 1, slow, 1).Result()
 			assertErr(t, "RL.ALL on a node that does not own its keys", err, "MOVED")
+		}
+
+		// The Go client over the cluster client: single-key calls on keys of
+		// every slot, RL.ALL routed by its first key, a concurrency slot.
+		rc := client.New(cc)
+		for i := range 200 {
+			if r, err := rc.Take(ctx, fmt.Sprintf("rl:client:%d", i), client.SlidingWindow(3, time.Hour), 1); err != nil || r.Remaining != 2 {
+				t.Fatalf("client Take on key %d: %+v %v", i, r, err)
+			}
+		}
+		if r, err := rc.All(ctx, []client.Keyed{
+			{Key: "rl:{user:7}:rpm", Limit: client.GCRA(4, 1, time.Hour), Cost: 1},
+			{Key: "rl:{user:7}:day", Limit: client.FixedWindow(100, time.Hour), Cost: 1},
+		}); err != nil || r.Limited || r.Policy != 0 || r.Remaining != 4 {
+			t.Fatalf("client All over one slot: %+v %v", r, err)
+		}
+		if r, err := rc.Acquire(ctx, "rl:client:conc", client.Concurrency{Limit: 1, Lease: time.Minute}, "a"); err != nil || r.Limited {
+			t.Fatalf("client Acquire: %+v %v", r, err)
+		}
+		if held, err := rc.Release(ctx, "rl:client:conc", "a"); err != nil || !held {
+			t.Fatalf("client Release: %v %v", held, err)
 		}
 
 		// Failover under load: 4 clients pipeline calls on 5000 fresh GCRA

@@ -1,0 +1,370 @@
+// Package client calls the ratelimit module's commands from Go, over any
+// go-redis v9 client (single node, Cluster, failover, Ring), and turns
+// their five-integer replies into a Result with durations.
+//
+//	c := client.New(rdb)
+//	res, err := c.Take(ctx, "rl:api:key:abc", client.GCRA(9, 10, time.Minute), 1)
+//	// 10 requests at once, then 10 per minute: res.Remaining 9, res.RetryAfter -1
+//
+// Every call asks the module for milliseconds (its MS option), so RetryAfter
+// and ResetAfter are exact to the millisecond, rounded up.
+//
+// # Retries
+//
+// A limiter call is never retried: go-redis retries a command whose reply
+// was lost (a timeout, a dropped connection) three times by default, and a
+// limiter call whose reply is lost has already been counted, so a retry
+// would charge twice (or take a second slot). Each call here is marked so
+// that go-redis sends it once, whatever the client's MaxRetries; a lost
+// reply is an error, and the caller's failure policy decides. Redirects in
+// a cluster (MOVED, ASK) are still followed: the command did not run.
+//
+// # Errors
+//
+// A server without the module answers "unknown command": the error wraps
+// ErrNoModule. Bad arguments come back as the module's own ERR reply, which
+// names the argument and its range.
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Never is the RetryAfter of an admitted call, and of a refusal that no
+// wait can admit (a cost above the limit).
+const Never time.Duration = -1
+
+// ErrNoModule means the server does not have the ratelimit module loaded.
+var ErrNoModule = errors.New("ratelimit: the server does not have the ratelimit module loaded " +
+	"(redis-server --loadmodule /path/to/ratelimit.so)")
+
+// Result is a limiter's answer.
+type Result struct {
+	// Limited reports a refusal: nothing was taken.
+	Limited bool
+	// Limit is what the limiter admits at once when full: GCRA's Burst+1,
+	// the capacity, the window's limit, the concurrency limit.
+	Limit int64
+	// Remaining is what would still be admitted now, after this call.
+	Remaining int64
+	// RetryAfter is Never when admitted; when refused, how long until the
+	// same call would be admitted (for a concurrency limit, an upper bound:
+	// a holder may release sooner), or Never if it never can be.
+	RetryAfter time.Duration
+	// ResetAfter is how long until the limiter is full again (every lease
+	// lapsed, for a concurrency limit).
+	ResetAfter time.Duration
+	// Policy is, for All and PeekAll, the position of the deciding limit in
+	// the call's list; 0 otherwise.
+	Policy int
+}
+
+// Limit is one rate limiter and its parameters, made by GCRA, TokenBucket,
+// Shaper, SlidingWindow, FixedWindow or SlidingLog. The zero Limit is not
+// valid.
+type Limit struct {
+	algo   algo
+	n, m   int64 // the positional integers before the period
+	period time.Duration
+}
+
+type algo uint8
+
+const (
+	algoNone algo = iota
+	algoGCRA
+	algoTB
+	algoLB
+	algoSW
+	algoFW
+	algoSL
+)
+
+var algos = [...]struct{ take, peek, family, n, m, period string }{
+	algoNone: {"", "", "", "", "", ""},
+	algoGCRA: {"GCRA.THROTTLE", "GCRA.PEEK", "GCRA", "burst", "rate", "period"},
+	algoTB:   {"TB.TAKE", "TB.PEEK", "TB", "capacity", "refill", "period"},
+	algoLB:   {"LB.ENQUEUE", "LB.PEEK", "", "capacity", "leak", "period"},
+	algoSW:   {"SW.HIT", "SW.PEEK", "SW", "limit", "", "window"},
+	algoFW:   {"FW.HIT", "FW.PEEK", "FW", "limit", "", "window"},
+	algoSL:   {"SL.HIT", "SL.PEEK", "SL", "limit", "", "window"},
+}
+
+// GCRA is GCRA.THROTTLE's limit (redis-cell's CL.THROTTLE): burst+1
+// requests at once, then rate per period. GCRA(9, 10, time.Minute) admits
+// 10 at once and one more every 6 s.
+func GCRA(burst, rate int64, period time.Duration) Limit {
+	return Limit{algo: algoGCRA, n: burst, m: rate, period: period}
+}
+
+// TokenBucket is TB.TAKE's limit: a bucket of capacity tokens, starting
+// full, refilled continuously with refill tokens per period.
+func TokenBucket(capacity, refill int64, period time.Duration) Limit {
+	return Limit{algo: algoTB, n: capacity, m: refill, period: period}
+}
+
+// Shaper is LB.ENQUEUE's limit, a leaky bucket used as a shaper: capacity
+// requests may wait, leak leave per period. Its ResetAfter is the delay
+// before this request may go. It cannot be part of All.
+func Shaper(capacity, leak int64, period time.Duration) Limit {
+	return Limit{algo: algoLB, n: capacity, m: leak, period: period}
+}
+
+// SlidingWindow is SW.HIT's limit: limit per trailing window, estimated from
+// two fixed windows' counts.
+func SlidingWindow(limit int64, window time.Duration) Limit {
+	return Limit{algo: algoSW, n: limit, period: window}
+}
+
+// FixedWindow is FW.HIT's limit: limit per window aligned to the Unix epoch
+// (up to twice the limit across a boundary).
+func FixedWindow(limit int64, window time.Duration) Limit {
+	return Limit{algo: algoFW, n: limit, period: window}
+}
+
+// SlidingLog is SL.HIT's limit: exactly limit (at most 100000) per trailing
+// window, one sorted-set entry per admitted unit.
+func SlidingLog(limit int64, window time.Duration) Limit {
+	return Limit{algo: algoSL, n: limit, period: window}
+}
+
+// String describes the limit: "GCRA(burst 9, rate 10, period 1m0s)".
+func (l Limit) String() string {
+	a := algos[l.algo]
+	if l.algo == algoNone {
+		return "Limit(none)"
+	}
+	name := a.take[:strings.IndexByte(a.take, '.')]
+	if a.m == "" {
+		return fmt.Sprintf("%s(%s %d, %s %v)", name, a.n, l.n, a.period, l.period)
+	}
+	return fmt.Sprintf("%s(%s %d, %s %d, %s %v)", name, a.n, l.n, a.m, l.m, a.period, l.period)
+}
+
+// appendArgs appends the arguments between the key and the cost.
+func (l Limit) appendArgs(args []any) ([]any, error) {
+	a := algos[l.algo]
+	if l.algo == algoNone {
+		return args, errors.New("ratelimit: the zero Limit: make one with GCRA, TokenBucket, ... ")
+	}
+	args = append(args, l.n)
+	if a.m != "" {
+		args = append(args, l.m)
+	}
+	return appendPeriod(args, a.period, l.period)
+}
+
+// appendPeriod appends d in whole seconds; the module takes nothing finer,
+// and rounding would change the limit silently.
+func appendPeriod(a []any, name string, d time.Duration) ([]any, error) {
+	if d <= 0 || d%time.Second != 0 {
+		return a, fmt.Errorf("ratelimit: %s must be a positive whole number of seconds, not %v", name, d)
+	}
+	return append(a, int64(d/time.Second)), nil
+}
+
+// Option changes one call.
+type Option struct{ reserve int64 }
+
+// Reserve admits the call only if n units (slots, for a concurrency limit)
+// remain after it: non-critical traffic passes a reserve, critical traffic
+// does not, so the last units stay for it (the module's RESERVE n). Not for
+// a Shaper.
+func Reserve(n int64) Option { return Option{reserve: n} }
+
+func appendOptions(a []any, opts []Option) []any {
+	a = append(a, "MS")
+	for _, o := range opts {
+		if o.reserve != 0 {
+			a = append(a, "RESERVE", o.reserve)
+		}
+	}
+	return a
+}
+
+// Client calls the module's commands through a go-redis client. It is safe
+// for concurrent use, as the go-redis client is.
+type Client struct {
+	rdb redis.UniversalClient
+}
+
+// New returns a client over rdb. rdb's retry settings do not apply to
+// limiter calls (see Retries).
+func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
+
+// takeName and peekName hold each command's name as an interface value,
+// made once: boxing a string on every call would allocate.
+var takeName, peekName = func() (take, peek [len(algos)]any) {
+	for i, a := range algos {
+		take[i], peek[i] = a.take, a.peek
+	}
+	return take, peek
+}()
+
+// Take asks the limiter at key to admit cost units (0 reports, a negative
+// cost gives back where the family allows it): GCRA.THROTTLE, TB.TAKE,
+// LB.ENQUEUE, SW.HIT, FW.HIT or SL.HIT.
+func (c *Client) Take(ctx context.Context, key string, l Limit, cost int64, opts ...Option) (Result, error) {
+	return c.one(ctx, takeName[l.algo], key, l, cost, opts)
+}
+
+// Peek reports what Take would, changing nothing; it runs on read-only
+// replicas.
+func (c *Client) Peek(ctx context.Context, key string, l Limit, cost int64, opts ...Option) (Result, error) {
+	return c.one(ctx, peekName[l.algo], key, l, cost, opts)
+}
+
+func (c *Client) one(ctx context.Context, name any, key string, l Limit, cost int64, opts []Option) (Result, error) {
+	args := make([]any, 0, 10)
+	args = append(args, name, key)
+	args, err := l.appendArgs(args)
+	if err != nil {
+		return Result{}, err
+	}
+	args = appendOptions(append(args, cost), opts)
+	return c.run(ctx, args, 1)
+}
+
+// Keyed is one limit of an All call: its key, its limit and the cost to
+// take from it.
+type Keyed struct {
+	Key   string
+	Limit Limit
+	Cost  int64
+}
+
+// All decides every limit in one atomic call (RL.ALL): all admit, or
+// nothing is taken from any. Result is the deciding limit's, Policy its
+// position in limits: when refused, the limit with the longest RetryAfter;
+// when admitted, the one with the fewest Remaining. In a cluster the keys
+// must share a slot: give them a hash tag, "{user:42}:rpm",
+// "{user:42}:tpm". 1 to 16 limits; a Shaper cannot be one.
+func (c *Client) All(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
+	return c.all(ctx, "RL.ALL", limits, opts)
+}
+
+// PeekAll reports what All would, changing nothing (RL.PEEK).
+func (c *Client) PeekAll(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
+	return c.all(ctx, "RL.PEEK", limits, opts)
+}
+
+func (c *Client) all(ctx context.Context, name string, limits []Keyed, opts []Option) (Result, error) {
+	args := make([]any, 0, 2+len(limits)*6+3)
+	args = append(args, name, int64(len(limits)))
+	for _, k := range limits {
+		args = append(args, k.Key)
+	}
+	for i, k := range limits {
+		f := algos[k.Limit.algo].family
+		if f == "" {
+			return Result{}, fmt.Errorf("ratelimit: limit %d: %v cannot be part of All", i, k.Limit)
+		}
+		var err error
+		if args, err = k.Limit.appendArgs(append(args, f)); err != nil {
+			return Result{}, fmt.Errorf("limit %d: %w", i, err)
+		}
+		args = append(args, k.Cost)
+	}
+	return c.run(ctx, appendOptions(args, opts), 2)
+}
+
+// Concurrency is a concurrency limit: at most Limit holders at once (1 to
+// 100000), each slot lapsing Lease after its holder's last Acquire unless
+// released, so a crashed worker holds it for one lease at most.
+type Concurrency struct {
+	Limit int64
+	Lease time.Duration // whole seconds
+}
+
+// Acquire takes a slot at key for the holder id (1 to 128 bytes, e.g. the
+// request id): CONC.ACQUIRE. An id that holds a slot renews its lease and
+// takes no new one, so acquiring again is idempotent. Release the slot when
+// the work ends.
+func (c *Client) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
+	args := make([]any, 0, 9)
+	args = append(args, "CONC.ACQUIRE", key, l.Limit)
+	args, err := appendPeriod(args, "Lease", l.Lease)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.run(ctx, appendOptions(append(args, id), opts), 1)
+}
+
+// Release frees id's slot at key at once (CONC.RELEASE), and reports
+// whether id held one (false when it had lapsed or was released already).
+func (c *Client) Release(ctx context.Context, key, id string) (bool, error) {
+	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, "CONC.RELEASE", key, id)}
+	if err := c.rdb.Process(ctx, cmd); err != nil {
+		return false, wrap(err)
+	}
+	n, err := cmd.Int64()
+	return n == 1, wrap(err)
+}
+
+// PeekConcurrency reports what Acquire by a new holder would, changing
+// nothing (CONC.PEEK).
+func (c *Client) PeekConcurrency(ctx context.Context, key string, limit int64, opts ...Option) (Result, error) {
+	args := make([]any, 0, 6)
+	args = append(args, "CONC.PEEK", key, limit)
+	return c.run(ctx, appendOptions(args, opts), 1)
+}
+
+// onceCmd is a command go-redis sends once: it is never retried after a
+// failure that may have reached the server. (A Cmd holds no lock: the copy
+// NewCmd's result is made into is a fresh command.)
+type onceCmd struct{ redis.Cmd }
+
+// NoRetry tells go-redis not to send the command again.
+func (*onceCmd) NoRetry() bool { return true }
+
+// run sends a limiter command whose first key is at position keyPos and
+// reads its five integers (six for RL.ALL and RL.PEEK).
+func (c *Client) run(ctx context.Context, args []any, keyPos int8) (Result, error) {
+	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
+	cmd.SetFirstKeyPos(keyPos)
+	if err := c.rdb.Process(ctx, cmd); err != nil {
+		return Result{}, wrap(err)
+	}
+	reply, _ := cmd.Val().([]any)
+	var v [6]int64
+	for i, x := range reply {
+		n, ok := x.(int64)
+		if !ok || i >= len(v) {
+			return Result{}, fmt.Errorf("ratelimit: %v replied %v, not five or six integers", args[0], reply)
+		}
+		v[i] = n
+	}
+	if len(reply) != 5 && len(reply) != 6 {
+		return Result{}, fmt.Errorf("ratelimit: %v replied %d integers, want 5 or 6", args[0], len(reply))
+	}
+	return Result{
+		Limited:    v[0] == 1,
+		Limit:      v[1],
+		Remaining:  v[2],
+		RetryAfter: millis(v[3]),
+		ResetAfter: millis(v[4]),
+		Policy:     int(v[5]),
+	}, nil
+}
+
+// millis converts a reply time in ms; -1 is Never.
+func millis(ms int64) time.Duration {
+	if ms < 0 {
+		return Never
+	}
+	return time.Duration(ms) * time.Millisecond
+}
+
+// wrap marks a server that lacks the module.
+func wrap(err error) error {
+	if err != nil && strings.HasPrefix(err.Error(), "ERR unknown command") {
+		return fmt.Errorf("%w: %v", ErrNoModule, err)
+	}
+	return err
+}

@@ -1,0 +1,198 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"net"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fakeServer answers every command without a network: it records the
+// arguments and replies reply (or fails with err).
+type fakeServer struct {
+	args  [][]any
+	reply any
+	err   error
+}
+
+func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
+	return func(ctx context.Context, network, addr string) (net.Conn, error) {
+		return nil, errors.New("fakeServer: no network")
+	}
+}
+
+func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		f.args = append(f.args, cmd.Args())
+		if f.err != nil {
+			cmd.SetErr(f.err)
+			return f.err
+		}
+		cmd.(interface{ SetVal(any) }).SetVal(f.reply)
+		return nil
+	}
+}
+
+func (f *fakeServer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
+}
+
+func newFake(reply ...int64) (*Client, *fakeServer) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	f := &fakeServer{}
+	vals := make([]any, len(reply))
+	for i, v := range reply {
+		vals[i] = v
+	}
+	f.reply = vals
+	rdb.AddHook(f)
+	return New(rdb), f
+}
+
+var ctx = context.Background()
+
+func TestArguments(t *testing.T) {
+	for _, c := range []struct {
+		l    Limit
+		peek bool
+		cost int64
+		opts []Option
+		want string
+	}{
+		{GCRA(9, 10, time.Minute), false, 1, nil, "[GCRA.THROTTLE k 9 10 60 1 MS]"},
+		{GCRA(9, 10, time.Minute), true, 0, nil, "[GCRA.PEEK k 9 10 60 0 MS]"},
+		{TokenBucket(100, 10, time.Second), false, 5, []Option{Reserve(20)}, "[TB.TAKE k 100 10 1 5 MS RESERVE 20]"},
+		{Shaper(3, 1, 2*time.Second), false, 1, nil, "[LB.ENQUEUE k 3 1 2 1 MS]"},
+		{SlidingWindow(50, time.Minute), false, 1, nil, "[SW.HIT k 50 60 1 MS]"},
+		{FixedWindow(1000, time.Hour), true, 1, nil, "[FW.PEEK k 1000 3600 1 MS]"},
+		{SlidingLog(5, 15*time.Minute), false, 1, []Option{Reserve(0)}, "[SL.HIT k 5 900 1 MS]"},
+	} {
+		c2, f := newFake(0, 1, 0, -1, 0)
+		var err error
+		if c.peek {
+			_, err = c2.Peek(ctx, "k", c.l, c.cost, c.opts...)
+		} else {
+			_, err = c2.Take(ctx, "k", c.l, c.cost, c.opts...)
+		}
+		if err != nil || len(f.args) != 1 || fmt.Sprint(f.args[0]) != c.want {
+			t.Errorf("%v: sent %v (%v), want %s", c.l, f.args, err, c.want)
+		}
+	}
+}
+
+// A period that is not whole seconds is an error, and nothing is sent: the
+// module takes seconds, and rounding would change the limit silently.
+func TestWholeSeconds(t *testing.T) {
+	c, f := newFake(0, 1, 0, -1, 0)
+	for _, l := range []Limit{
+		GCRA(1, 1, 1500*time.Millisecond),
+		SlidingWindow(1, 0),
+		FixedWindow(1, -time.Second),
+	} {
+		if _, err := c.Take(ctx, "k", l, 1); err == nil {
+			t.Errorf("%+v: no error", l)
+		}
+	}
+	if _, err := c.Acquire(ctx, "k", Concurrency{Limit: 1, Lease: time.Millisecond}, "id"); err == nil {
+		t.Error("a lease of 1 ms: no error")
+	}
+	if len(f.args) != 0 {
+		t.Fatalf("sent %v", f.args)
+	}
+}
+
+func TestResult(t *testing.T) {
+	c, _ := newFake(1, 10, 0, 1500, 60000)
+	r, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
+	want := Result{Limited: true, Limit: 10, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Minute}
+	if err != nil || r != want {
+		t.Fatalf("%+v %v, want %+v", r, err, want)
+	}
+	c, _ = newFake(0, 10, 9, -1, 6000)
+	if r, _ := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); r.Limited || r.RetryAfter != Never {
+		t.Fatalf("admitted: %+v", r)
+	}
+	c, _ = newFake(0, 1, 2, 3)
+	if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err == nil {
+		t.Fatal("a four-integer reply was taken")
+	}
+}
+
+func TestAll(t *testing.T) {
+	c, f := newFake(1, 100, 0, 2000, 30000, 1)
+	r, err := c.All(ctx, []Keyed{
+		{Key: "{u}:rpm", Limit: GCRA(59, 60, time.Minute), Cost: 1},
+		{Key: "{u}:tpm", Limit: TokenBucket(40000, 40000, time.Minute), Cost: 1200},
+	}, Reserve(5))
+	want := "[RL.ALL 2 {u}:rpm {u}:tpm GCRA 59 60 60 1 TB 40000 40000 60 1200 MS RESERVE 5]"
+	if err != nil || fmt.Sprint(f.args[0]) != want || r.Policy != 1 || !r.Limited || r.RetryAfter != 2*time.Second {
+		t.Fatalf("sent %v, got %+v %v", f.args, r, err)
+	}
+	if _, err := c.PeekAll(ctx, []Keyed{{Key: "k", Limit: Shaper(1, 1, time.Second)}}); err == nil {
+		t.Fatal("a shaper in All: no error")
+	}
+	if len(f.args) != 1 {
+		t.Fatalf("sent %v", f.args)
+	}
+}
+
+func TestConcurrency(t *testing.T) {
+	c, f := newFake(0, 4, 3, -1, 120000)
+	r, err := c.Acquire(ctx, "rl:conc:export", Concurrency{Limit: 4, Lease: 2 * time.Minute}, "req-1", Reserve(1))
+	if err != nil || r.Remaining != 3 || r.ResetAfter != 2*time.Minute ||
+		fmt.Sprint(f.args[0]) != "[CONC.ACQUIRE rl:conc:export 4 120 req-1 MS RESERVE 1]" {
+		t.Fatalf("%+v %v, sent %v", r, err, f.args)
+	}
+	if _, err := c.PeekConcurrency(ctx, "rl:conc:export", 4); err != nil || fmt.Sprint(f.args[1]) != "[CONC.PEEK rl:conc:export 4 MS]" {
+		t.Fatalf("peek: %v, sent %v", err, f.args)
+	}
+	f.reply = int64(1)
+	if held, err := c.Release(ctx, "rl:conc:export", "req-1"); !held || err != nil || fmt.Sprint(f.args[2]) != "[CONC.RELEASE rl:conc:export req-1]" {
+		t.Fatalf("release: %v %v, sent %v", held, err, f.args)
+	}
+}
+
+func TestNoModule(t *testing.T) {
+	c, f := newFake()
+	f.err = errors.New("ERR unknown command 'GCRA.THROTTLE', with args beginning with: 'k' '9' ")
+	_, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
+	if !errors.Is(err, ErrNoModule) {
+		t.Fatalf("%v does not wrap ErrNoModule", err)
+	}
+	f.err = errors.New("ERR max_burst must be an integer from 0 to 9223372036854775806")
+	if _, err := c.Take(ctx, "k", GCRA(-1, 10, time.Minute), 1); errors.Is(err, ErrNoModule) || err == nil {
+		t.Fatalf("an argument error became %v", err)
+	}
+	if _, err := c.Release(ctx, "k", "id"); !errors.Is(err, ErrNoModule) && !errors.Is(err, f.err) {
+		t.Fatalf("release: %v", err)
+	}
+}
+
+// BenchmarkTake measures the client's own work per call, go-redis's
+// included, without a network (make bench reports its allocations).
+func BenchmarkTake(b *testing.B) {
+	c, _ := newFake(0, 10, 9, -1, 6000)
+	l := GCRA(9, 10, time.Minute)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.Take(ctx, "rl:api:key:abc", l, 1); err != nil {
+			b.Fatal(err)
+		}
+	}
+}
+
+// BenchmarkGoRedisDo is the reference for BenchmarkTake: go-redis's own
+// rdb.Do of the same command, with the same fake server.
+func BenchmarkGoRedisDo(b *testing.B) {
+	c, _ := newFake(0, 10, 9, -1, 6000)
+	b.ReportAllocs()
+	for b.Loop() {
+		if _, err := c.rdb.Do(ctx, "GCRA.THROTTLE", "rl:api:key:abc", int64(9), int64(10), int64(60), int64(1), "MS").Int64Slice(); err != nil {
+			b.Fatal(err)
+		}
+	}
+}

@@ -1,0 +1,66 @@
+package client_test
+
+import (
+	"context"
+	"fmt"
+	"net/http"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"ratelimit/client"
+)
+
+// 10 requests at once per API key, then 10 a minute; a refused one is told
+// when to come back. (Needs a server with the module on 127.0.0.1:6379:
+// make run.)
+func ExampleClient_Take() {
+	ctx := context.Background()
+	c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}))
+	res, err := c.Take(ctx, "rl:api:key:abc", client.GCRA(9, 10, time.Minute), 1)
+	if err != nil {
+		fmt.Println("limiter unavailable:", err) // decide: serve, or refuse
+		return
+	}
+	if res.Limited {
+		fmt.Printf("refused: retry in %v\n", res.RetryAfter)
+		return
+	}
+	fmt.Printf("admitted, %d left\n", res.Remaining)
+}
+
+// Requests and tokens per minute for one user, decided together: either
+// both admit, or nothing is taken from either. The hash tag keeps both keys
+// in one cluster slot.
+func ExampleClient_All() {
+	ctx := context.Background()
+	c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}))
+	res, err := c.All(ctx, []client.Keyed{
+		{Key: "rl:{user:42}:rpm", Limit: client.GCRA(59, 60, time.Minute), Cost: 1},
+		{Key: "rl:{user:42}:tpm", Limit: client.TokenBucket(40000, 40000, time.Minute), Cost: 1200},
+	})
+	if err != nil {
+		fmt.Println(err)
+		return
+	}
+	policy := []string{"requests per minute", "tokens per minute"}[res.Policy]
+	fmt.Printf("limited %v by %s, %d left\n", res.Limited, policy, res.Remaining)
+}
+
+// At most 4 exports at once; a worker that crashes holds its slot for two
+// minutes at most. A refused request is shed with 503.
+func ExampleClient_Acquire() {
+	c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}))
+	export := func(w http.ResponseWriter, r *http.Request) { w.Write([]byte("report")) }
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		res, err := c.Acquire(r.Context(), "rl:conc:export", client.Concurrency{Limit: 4, Lease: 2 * time.Minute}, id)
+		if err != nil || res.Limited {
+			http.Error(w, "too many exports running", http.StatusServiceUnavailable)
+			return
+		}
+		defer c.Release(context.WithoutCancel(r.Context()), "rl:conc:export", id)
+		export(w, r)
+	}
+	_ = handler
+}

@@ -1,0 +1,235 @@
+package integration
+
+import (
+	"bytes"
+	"errors"
+	"io"
+	"net"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"ratelimit/client"
+)
+
+// The client's Result is the module's reply, with times as durations: a
+// sequence on each family, compared with the raw command's MS reply read
+// right after on a twin key fed the same calls.
+func TestClientFamilies(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		c := client.New(s.rdb)
+		for _, f := range []struct {
+			limit client.Limit
+			raw   []any // the raw command's arguments after the key, cost excluded
+		}{
+			{client.GCRA(2, 1, time.Hour), []any{"GCRA.THROTTLE", 2, 1, 3600}},
+			{client.TokenBucket(3, 1, time.Hour), []any{"TB.TAKE", 3, 1, 3600}},
+			{client.Shaper(2, 1, time.Hour), []any{"LB.ENQUEUE", 2, 1, 3600}},
+			{client.SlidingWindow(3, time.Hour), []any{"SW.HIT", 3, 3600}},
+			{client.FixedWindow(3, time.Hour), []any{"FW.HIT", 3, 3600}},
+			{client.SlidingLog(3, time.Hour), []any{"SL.HIT", 3, 3600}},
+		} {
+			k, twin := key(t, "client"), key(t, "raw")
+			for i := range 5 {
+				got, err := c.Take(ctx, k, f.limit, 1)
+				if err != nil {
+					t.Fatalf("%v: %v", f.limit, err)
+				}
+				raw := mustCall(t, s.rdb, f.raw[0].(string), append(append([]any{twin}, f.raw[1:]...), 1, "MS")...)
+				want := client.Result{Limited: raw[0] == 1, Limit: raw[1], Remaining: raw[2],
+					RetryAfter: ms(raw[3]), ResetAfter: ms(raw[4])}
+				if got.Limited != want.Limited || got.Limit != want.Limit || got.Remaining != want.Remaining ||
+					!near(got.RetryAfter, want.RetryAfter) || !near(got.ResetAfter, want.ResetAfter) {
+					t.Fatalf("%v, call %d: client %+v, raw %+v", f.limit, i+1, got, want)
+				}
+			}
+			before := snap(t, s.rdb, k)
+			peeked, err := c.Peek(ctx, k, f.limit, 1)
+			if err != nil || snap(t, s.rdb, k) != before || !peeked.Limited {
+				t.Fatalf("%v: peek %+v %v changed the key or admitted", f.limit, peeked, err)
+			}
+		}
+	})
+}
+
+func ms(v int64) time.Duration {
+	if v < 0 {
+		return client.Never
+	}
+	return time.Duration(v) * time.Millisecond
+}
+
+// near compares times read a moment apart.
+func near(a, b time.Duration) bool {
+	if a < 0 || b < 0 {
+		return a == b
+	}
+	return (a - b).Abs() <= 50*time.Millisecond
+}
+
+func TestClientAllAndConcurrency(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		c := client.New(s.rdb)
+		rpm, tpm := key(t, "rpm"), key(t, "tpm")
+		limits := []client.Keyed{
+			{Key: rpm, Limit: client.GCRA(9, 10, time.Minute), Cost: 1},
+			{Key: tpm, Limit: client.TokenBucket(1000, 1000, time.Minute), Cost: 995},
+		}
+		r, err := c.All(ctx, limits)
+		if err != nil || r.Limited || r.Policy != 1 || r.Remaining != 5 {
+			t.Fatalf("first call: %+v %v (want admitted, decided by the tokens: 5 left, fewer than 9)", r, err)
+		}
+		r, err = c.All(ctx, limits)
+		if err != nil || !r.Limited || r.Policy != 1 || r.RetryAfter < 59*time.Second || r.RetryAfter > 60*time.Second {
+			t.Fatalf("second call: %+v %v (want refused by the tokens, 990 short at 1000 a minute: 59.4 s)", r, err)
+		}
+		if p, _ := c.Peek(ctx, rpm, client.GCRA(9, 10, time.Minute), 0); p.Remaining != 9 {
+			t.Fatalf("the refused call took from the request limit: %+v", p)
+		}
+
+		k := key(t, "conc")
+		conc := client.Concurrency{Limit: 1, Lease: time.Minute}
+		if r, err := c.Acquire(ctx, k, conc, "a"); err != nil || r.Limited || r.ResetAfter != time.Minute {
+			t.Fatalf("acquire: %+v %v", r, err)
+		}
+		if r, err := c.Acquire(ctx, k, conc, "b"); err != nil || !r.Limited || !near(r.RetryAfter, time.Minute) {
+			t.Fatalf("second holder: %+v %v", r, err)
+		}
+		if r, err := c.PeekConcurrency(ctx, k, 1); err != nil || !r.Limited {
+			t.Fatalf("peek: %+v %v", r, err)
+		}
+		for i, want := range []bool{true, false} {
+			if held, err := c.Release(ctx, k, "a"); err != nil || held != want {
+				t.Fatalf("release %d: %v %v", i+1, held, err)
+			}
+		}
+		if r, err := c.Acquire(ctx, k, conc, "b"); err != nil || r.Limited {
+			t.Fatalf("after the release: %+v %v", r, err)
+		}
+		if _, err := c.Take(ctx, k, client.GCRA(1, 1, time.Minute), 1); err == nil {
+			t.Fatal("GCRA on a concurrency key: no error")
+		}
+	})
+}
+
+// A server without the module: the error says so.
+func TestClientNoModule(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		s := startFor(t, f, opts{})
+		c := client.New(s.rdb)
+		_, err := c.Take(ctx, "k", client.GCRA(1, 1, time.Minute), 1)
+		if !errors.Is(err, client.ErrNoModule) {
+			t.Fatalf("Take: %v", err)
+		}
+		if _, err := c.Release(ctx, "k", "id"); !errors.Is(err, client.ErrNoModule) {
+			t.Fatalf("Release: %v", err)
+		}
+	})
+}
+
+// dropProxy forwards connections to a server, but once drops the reply to
+// the first command that contains marker and closes that connection: the
+// command ran, its reply was lost.
+type dropProxy struct {
+	ln      net.Listener
+	target  string
+	marker  []byte
+	dropped atomic.Bool
+	wg      sync.WaitGroup
+}
+
+func startDropProxy(t *testing.T, target, marker string) *dropProxy {
+	t.Helper()
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	p := &dropProxy{ln: ln, target: target, marker: []byte(marker)}
+	p.wg.Go(func() {
+		for {
+			down, err := ln.Accept()
+			if err != nil {
+				return
+			}
+			up, err := net.Dial("tcp", target)
+			if err != nil {
+				down.Close()
+				continue
+			}
+			var armed atomic.Bool
+			p.wg.Go(func() { // client to server, watching for the marker
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := down.Read(buf)
+					if n > 0 {
+						if !p.dropped.Load() && bytes.Contains(buf[:n], p.marker) {
+							armed.Store(true)
+						}
+						if _, werr := up.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						up.Close()
+						return
+					}
+				}
+			})
+			p.wg.Go(func() { // server to client, dropping the armed reply
+				buf := make([]byte, 64<<10)
+				for {
+					n, err := up.Read(buf)
+					if n > 0 && armed.Load() && p.dropped.CompareAndSwap(false, true) {
+						down.Close()
+						up.Close()
+						return
+					}
+					if n > 0 {
+						if _, werr := down.Write(buf[:n]); werr != nil {
+							return
+						}
+					}
+					if err != nil {
+						down.Close()
+						return
+					}
+				}
+			})
+		}
+	})
+	t.Cleanup(func() { ln.Close() })
+	return p
+}
+
+// A lost reply is an error, never a second charge: through a proxy that
+// loses the reply to the first GCRA.THROTTLE, go-redis's own Do (3 retries
+// by default) charges twice; the client charges once and reports the error.
+func TestClientNeverRetries(t *testing.T) {
+	s := shared[0]
+	for _, viaClient := range []bool{false, true} {
+		k := key(t, "retry")
+		p := startDropProxy(t, s.addr(), "GCRA.THROTTLE")
+		rdb := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String(), Protocol: 2}) // default MaxRetries: 3
+		var err error
+		if viaClient {
+			_, err = client.New(rdb).Take(ctx, k, client.GCRA(9, 10, time.Hour), 1)
+		} else {
+			err = rdb.Do(ctx, "GCRA.THROTTLE", k, 9, 10, 3600, 1).Err()
+		}
+		rdb.Close()
+		if !p.dropped.Load() {
+			t.Fatal("the proxy dropped nothing")
+		}
+		taken := 10 - mustCall(t, s.rdb, "GCRA.PEEK", k, 9, 10, 3600, 0)[2]
+		switch {
+		case viaClient && (!errors.Is(err, io.EOF) || taken != 1):
+			t.Fatalf("client: error %v, %d taken; want EOF and 1 taken", err, taken)
+		case !viaClient && (err != nil || taken != 2):
+			t.Fatalf("go-redis Do: error %v, %d taken; this test expects its retry to charge twice", err, taken)
+		}
+		t.Logf("via the client %v: error %v, %d taken", viaClient, err, taken)
+	}
+}
