@@ -30,6 +30,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"strings"
 	"time"
 
@@ -146,6 +147,41 @@ func (l Limit) String() string {
 	}
 	return fmt.Sprintf("%s(%s %d, %s %d, %s %v)", name, a.n, l.n, a.m, l.m, a.period, l.period)
 }
+
+// Quota is what the limit admits and over how long, as the IETF RateLimit
+// fields state a policy (q and w): GCRA(9, 10, time.Minute) is 10 per 60 s;
+// a token bucket of 100 refilled 10 a second is 100 per 10 s (the time to
+// refill it), rounded up to the second; a window's limit per its window. A
+// Shaper's quota is its queue, capacity+1, per the time to drain it.
+func (l Limit) Quota() (q int64, w time.Duration) {
+	switch l.algo {
+	case algoGCRA, algoLB:
+		q = l.n + 1
+		return q, drain(l.period, q, l.m)
+	case algoTB:
+		return l.n, drain(l.period, l.n, l.m)
+	case algoSW, algoFW, algoSL:
+		return l.n, l.period
+	}
+	return 0, 0
+}
+
+// drain is the time to admit q at rate per period, rounded up to the
+// second (saturating).
+func drain(period time.Duration, q, rate int64) time.Duration {
+	if rate <= 0 || q <= 0 || period <= 0 {
+		return 0
+	}
+	secs := float64(period/time.Second) * float64(q) / float64(rate)
+	if secs >= float64(math.MaxInt64/int64(time.Second)) {
+		return time.Duration(math.MaxInt64 / int64(time.Second) * int64(time.Second))
+	}
+	return time.Duration(math.Ceil(secs)) * time.Second
+}
+
+// Refundable reports whether the limit takes a negative cost back (GCRA and
+// the token bucket do; the windows and the shaper do not).
+func (l Limit) Refundable() bool { return l.algo == algoGCRA || l.algo == algoTB }
 
 // appendArgs appends the arguments between the key and the cost.
 func (l Limit) appendArgs(args []any) ([]any, error) {

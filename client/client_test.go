@@ -196,3 +196,27 @@ func BenchmarkGoRedisDo(b *testing.B) {
 		}
 	}
 }
+
+func TestQuota(t *testing.T) {
+	for _, c := range []struct {
+		l Limit
+		q int64
+		w time.Duration
+	}{
+		{GCRA(9, 10, time.Minute), 10, time.Minute},
+		{GCRA(0, 3, 10*time.Second), 1, 4 * time.Second}, // 3.33 s rounded up
+		{TokenBucket(100, 10, time.Second), 100, 10 * time.Second},
+		{Shaper(4, 1, time.Second), 5, 5 * time.Second},
+		{SlidingWindow(50, time.Minute), 50, time.Minute},
+		{FixedWindow(1000, time.Hour), 1000, time.Hour},
+		{SlidingLog(5, 15*time.Minute), 5, 15 * time.Minute},
+		{Limit{}, 0, 0},
+	} {
+		if q, w := c.l.Quota(); q != c.q || w != c.w {
+			t.Errorf("%v: %d per %v, want %d per %v", c.l, q, w, c.q, c.w)
+		}
+	}
+	if !GCRA(1, 1, time.Second).Refundable() || SlidingWindow(1, time.Second).Refundable() {
+		t.Error("Refundable")
+	}
+}

@@ -1,0 +1,83 @@
+package httplimit
+
+import (
+	"sync"
+	"time"
+)
+
+// breaker stops calling Redis after `failures` failures in a row, for
+// `cooldown`; then one request probes it: a success closes the breaker, a
+// failure opens it again.
+type breaker struct {
+	failures int
+	cooldown time.Duration
+	event    func(Event)
+
+	mu        sync.Mutex
+	state     breakerState
+	fails     int
+	openUntil time.Time
+}
+
+type breakerState int
+
+const (
+	closed breakerState = iota
+	open
+	halfOpen // one probe in flight
+)
+
+// allow reports whether this call may go to Redis.
+func (b *breaker) allow() bool {
+	b.mu.Lock()
+	var e *Event
+	ok := true
+	switch b.state {
+	case open:
+		if time.Now().Before(b.openUntil) {
+			ok = false
+		} else {
+			b.state = halfOpen
+			e = &Event{Kind: BreakerHalfOpen}
+		}
+	case halfOpen:
+		ok = false // the probe decides
+	}
+	b.mu.Unlock()
+	if e != nil {
+		b.event(*e)
+	}
+	return ok
+}
+
+func (b *breaker) success() {
+	b.mu.Lock()
+	was := b.state
+	b.state, b.fails = closed, 0
+	b.mu.Unlock()
+	if was != closed {
+		b.event(Event{Kind: BreakerClosed})
+	}
+}
+
+func (b *breaker) failure(err error) {
+	b.mu.Lock()
+	b.fails++
+	opened := false
+	if b.state == halfOpen || (b.state == closed && b.fails >= b.failures) {
+		b.state, b.openUntil, opened = open, time.Now().Add(b.cooldown), true
+	}
+	b.mu.Unlock()
+	b.event(Event{Kind: Failure, Err: err})
+	if opened {
+		b.event(Event{Kind: BreakerOpen, Err: err})
+	}
+}
+
+// retryAfter is how long until Redis is asked again: the rest of the
+// cooldown, at least a second.
+func (b *breaker) retryAfter() time.Duration {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return max(time.Until(b.openUntil), time.Second)
+}

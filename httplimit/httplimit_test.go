@@ -1,0 +1,141 @@
+package httplimit
+
+import (
+	"errors"
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"ratelimit/client"
+)
+
+func TestNewValidates(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	ip := ClientIP(IPOptions{})
+	for _, c := range []struct {
+		what     string
+		policies []Policy
+	}{
+		{"no policy", nil},
+		{"a bad name", []Policy{{Name: "per ip", Limit: client.FixedWindow(1, time.Second), Key: ip}}},
+		{"a name twice", []Policy{{Name: "a", Limit: client.FixedWindow(1, time.Second), Key: ip}, {Name: "a", Limit: client.FixedWindow(1, time.Second), Key: ip}}},
+		{"no key", []Policy{{Name: "a", Limit: client.FixedWindow(1, time.Second)}}},
+		{"no limit", []Policy{{Name: "a", Key: ip}}},
+		{"both", []Policy{{Name: "a", Limit: client.FixedWindow(1, time.Second), Concurrency: client.Concurrency{Limit: 1, Lease: time.Second}, Key: ip}}},
+		{"a shaper", []Policy{{Name: "a", Limit: client.Shaper(1, 1, time.Second), Key: ip}}},
+	} {
+		if _, err := New(rdb, Options{}, c.policies...); err == nil {
+			t.Errorf("%s: no error", c.what)
+		}
+	}
+	l, err := New(rdb, Options{},
+		Policy{Name: "per-ip", Limit: client.GCRA(9, 10, time.Minute), Key: ip},
+		Policy{Name: "exports", Concurrency: client.Concurrency{Limit: 4, Lease: time.Minute}, Key: Route()})
+	if err != nil || l.header != `"per-ip";q=10;w=60, "exports";q=4;qu="concurrent-requests"` {
+		t.Fatalf("%v: RateLimit-Policy %q", err, l.header)
+	}
+}
+
+func TestBreaker(t *testing.T) {
+	var kinds []string
+	b := breaker{failures: 3, cooldown: 50 * time.Millisecond, event: func(e Event) { kinds = append(kinds, e.Kind.String()) }}
+	fail := errors.New("down")
+	for range 2 {
+		if !b.allow() {
+			t.Fatal("closed, refused a call")
+		}
+		b.failure(fail)
+	}
+	b.success() // a success resets the count
+	for range 3 {
+		b.allow()
+		b.failure(fail)
+	}
+	if b.allow() {
+		t.Fatal("open, allowed a call")
+	}
+	time.Sleep(60 * time.Millisecond)
+	if !b.allow() || b.allow() {
+		t.Fatal("half-open: want exactly one probe")
+	}
+	b.failure(fail) // the probe fails: open again
+	if b.allow() {
+		t.Fatal("reopened, allowed a call")
+	}
+	time.Sleep(60 * time.Millisecond)
+	b.allow()
+	b.success()
+	if !b.allow() || !b.allow() {
+		t.Fatal("closed again, refused")
+	}
+	want := "failure failure failure failure failure breaker-open breaker-half-open failure breaker-open breaker-half-open breaker-closed"
+	if got := strings.Join(kinds, " "); got != want {
+		t.Fatalf("events:\n got %s\nwant %s", got, want)
+	}
+}
+
+func TestLocalLimiter(t *testing.T) {
+	ll := newLocal(2)
+	p := &Policy{Name: "p", Limit: client.FixedWindow(3, time.Minute)}
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+	var codes []bool
+	for range 5 {
+		rate := []applied{{p: p, key: "a", cost: 1}}
+		ll.decide(rate, now)
+		codes = append(codes, rate[0].res.Limited)
+	}
+	if fmt.Sprint(codes) != "[false false false true true]" {
+		t.Fatalf("3 per minute locally: limited %v", codes)
+	}
+	for _, k := range []string{"b", "c", "d"} { // the bound: 2 keys
+		ll.decide([]applied{{p: p, key: k, cost: 1}}, now)
+	}
+	if len(ll.tats) > 2 {
+		t.Fatalf("%d keys kept, bound 2", len(ll.tats))
+	}
+	if !ll.acquire("x", 1) || ll.acquire("x", 1) {
+		t.Fatal("one slot")
+	}
+	ll.release("x")
+	if !ll.acquire("x", 1) {
+		t.Fatal("a released slot")
+	}
+}
+
+// Retry-After is the wait rounded up plus up to a tenth of it (at least a
+// second) at random, so refused clients spread out.
+func TestRetryAfterSpread(t *testing.T) {
+	l := &Limiter{}
+	seen := map[int64]bool{}
+	for range 500 {
+		w := httptest.NewRecorder()
+		l.refuse(w, httptest.NewRequest("GET", "/", nil), Decision{Status: http.StatusTooManyRequests, Policy: "p", RetryAfter: 19500 * time.Millisecond})
+		v, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
+		if err != nil || v < 20 || v > 22 || w.Code != 429 || !strings.Contains(w.Body.String(), `"status":429`) {
+			t.Fatalf("Retry-After %q, status %d, body %s", w.Header().Get("Retry-After"), w.Code, w.Body)
+		}
+		seen[v] = true
+	}
+	if len(seen) != 3 {
+		t.Fatalf("Retry-After took %v over 500 refusals, want 20, 21 and 22", seen)
+	}
+}
+
+func TestShedThresholds(t *testing.T) {
+	l := &Limiter{opt: Options{MaxInFlight: 10, ShedLow: 0.7, ShedDefault: 0.9}}
+	for _, c := range []struct {
+		p    Priority
+		n    int64
+		shed bool
+	}{{Low, 7, false}, {Low, 8, true}, {Default, 9, false}, {Default, 10, true}, {Critical, 1000, false}} {
+		if got := l.shed(c.p, c.n); got != c.shed {
+			t.Errorf("%v at %d in flight: shed %v", c.p, c.n, got)
+		}
+	}
+}

@@ -1,0 +1,371 @@
+package integration
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"net/http"
+	"net/http/httptest"
+	"net/netip"
+	"regexp"
+	"strconv"
+	"sync"
+	"testing"
+	"time"
+
+	"ratelimit/client"
+	"ratelimit/httplimit"
+)
+
+var hello = http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { io.WriteString(w, "hello") })
+
+// get sends one request as a real HTTP client would, with extra headers.
+func get(t *testing.T, url string, header ...string) *http.Response {
+	t.Helper()
+	req, err := http.NewRequest("GET", url, nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for i := 0; i+1 < len(header); i += 2 {
+		req.Header.Add(header[i], header[i+1])
+	}
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		t.Fatal(err)
+	}
+	io.Copy(io.Discard, resp.Body)
+	resp.Body.Close()
+	return resp
+}
+
+var rateLimitRE = regexp.MustCompile(`^"([^"]+)";r=(\d+);t=(\d+)$`)
+
+// rateLimit reads a RateLimit field of one item.
+func rateLimit(t *testing.T, resp *http.Response) (name string, r, tt int64) {
+	t.Helper()
+	m := rateLimitRE.FindStringSubmatch(resp.Header.Get("RateLimit"))
+	if m == nil {
+		t.Fatalf("RateLimit %q", resp.Header.Get("RateLimit"))
+	}
+	r, _ = strconv.ParseInt(m[2], 10, 64)
+	tt, _ = strconv.ParseInt(m[3], 10, 64)
+	return m[1], r, tt
+}
+
+// The example's policy over a run of requests, seen by a real HTTP client:
+// ten 200s counting down, then 429 with Retry-After and a problem body.
+func TestHTTPHeadersAndStatus(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		lim, err := httplimit.New(s.rdb, httplimit.Options{Prefix: key(t, "")}, httplimit.Policy{
+			Name: "per-ip", Limit: client.FixedWindow(10, time.Minute), Key: httplimit.ClientIP(httplimit.IPOptions{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(lim.Handler(hello))
+		defer srv.Close()
+		for i := range 10 {
+			resp := get(t, srv.URL)
+			name, r, tt := rateLimit(t, resp)
+			if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") != `"per-ip";q=10;w=60` ||
+				name != "per-ip" || r != int64(9-i) || tt < 1 || tt > 60 {
+				t.Fatalf("request %d: %d %v", i+1, resp.StatusCode, resp.Header)
+			}
+		}
+		resp := get(t, srv.URL)
+		_, r, tt := rateLimit(t, resp)
+		ra, err := strconv.ParseInt(resp.Header.Get("Retry-After"), 10, 64)
+		if resp.StatusCode != 429 || r != 0 || err != nil || ra < tt || ra > tt+max(1, tt/10) ||
+			resp.Header.Get("Content-Type") != "application/problem+json" {
+			t.Fatalf("the 11th: %d %v", resp.StatusCode, resp.Header)
+		}
+	})
+}
+
+// Two policies keyed alike are one RL.ALL call; keyed apart, one call
+// each, and a refusal by the second gives back what the first took.
+func TestHTTPSeveralPolicies(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		prefix := key(t, "")
+		ip := httplimit.ClientIP(httplimit.IPOptions{})
+		lim, err := httplimit.New(s.rdb, httplimit.Options{Prefix: prefix},
+			httplimit.Policy{Name: "burst", Limit: client.GCRA(9, 10, time.Minute), Key: ip},
+			httplimit.Policy{Name: "hourly", Limit: client.SlidingWindow(100, time.Hour), Key: ip},
+			httplimit.Policy{Name: "per-key", Limit: client.FixedWindow(3, time.Hour), Key: httplimit.APIKey("X-API-Key")},
+		)
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(lim.Handler(hello))
+		defer srv.Close()
+
+		before := counters(t, s.rdb, "rl_all")
+		for i := range 3 {
+			resp := get(t, srv.URL) // no API key: two policies, one key, one call
+			if resp.StatusCode != 200 || resp.Header.Get("RateLimit-Policy") !=
+				`"burst";q=10;w=60, "hourly";q=100;w=3600, "per-key";q=3;w=3600` {
+				t.Fatalf("request %d: %d %v", i+1, resp.StatusCode, resp.Header)
+			}
+			if name, r, _ := rateLimit(t, resp); name != "burst" || r != int64(9-i) {
+				t.Fatalf("request %d: RateLimit %q (want the tighter policy, burst)", i+1, resp.Header.Get("RateLimit"))
+			}
+		}
+		if n := counters(t, s.rdb, "rl_all")["calls"] - before["calls"]; n != 3 {
+			t.Fatalf("%d RL.ALL calls for 3 requests", n)
+		}
+
+		// With an API key: the key's own policy too (another slot): taken one
+		// by one. The fourth keyed request is refused by per-key, and the
+		// burst it took is given back.
+		for i := range 3 {
+			if resp := get(t, srv.URL, "X-API-Key", "k1"); resp.StatusCode != 200 {
+				t.Fatalf("keyed request %d: %d", i+1, resp.StatusCode)
+			}
+		}
+		burst := func() int64 {
+			return mustCall(t, s.rdb, "GCRA.PEEK", prefix+"{127.0.0.1}:burst", 9, 10, 60, 0)[2]
+		}
+		left := burst()
+		resp := get(t, srv.URL, "X-API-Key", "k1")
+		if name, r, _ := rateLimit(t, resp); resp.StatusCode != 429 || name != "per-key" || r != 0 {
+			t.Fatalf("the 4th keyed request: %d %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+		}
+		if got := burst(); got < left {
+			t.Fatalf("the refused request kept its burst unit: %d left before, %d after", left, got)
+		}
+	})
+}
+
+// X-Forwarded-For written by a client that is not a trusted proxy gains
+// nothing; behind a trusted proxy, IPv6 clients are keyed by their /64.
+func TestHTTPClientAddresses(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		policy := func(o httplimit.IPOptions) *httptest.Server {
+			lim, err := httplimit.New(s.rdb, httplimit.Options{Prefix: key(t, "")},
+				httplimit.Policy{Name: "per-ip", Limit: client.FixedWindow(2, time.Hour), Key: httplimit.ClientIP(o)})
+			if err != nil {
+				t.Fatal(err)
+			}
+			srv := httptest.NewServer(lim.Handler(hello))
+			t.Cleanup(srv.Close)
+			return srv
+		}
+		untrusting := policy(httplimit.IPOptions{})
+		codes := ""
+		for i := range 5 {
+			codes += fmt.Sprint(get(t, untrusting.URL, "X-Forwarded-For", fmt.Sprintf("198.51.100.%d", i)).StatusCode, " ")
+		}
+		if codes != "200 200 429 429 429 " {
+			t.Fatalf("spoofed X-Forwarded-For: %s", codes)
+		}
+
+		proxied := policy(httplimit.IPOptions{TrustedProxies: []netip.Prefix{netip.MustParsePrefix("127.0.0.1/32")}})
+		codes = ""
+		for _, a := range []string{"2001:db8:1:2::1", "2001:db8:1:2::ffff", "2001:db8:1:2:aaaa::9", "2001:db8:1:3::1", "::ffff:203.0.113.9", "203.0.113.9", "203.0.113.9"} {
+			codes += fmt.Sprint(get(t, proxied.URL, "X-Forwarded-For", "6.6.6.6, "+a).StatusCode, " ")
+		}
+		// one /64 three times (the third refused), another /64, then one IPv4 client three times
+		if codes != "200 200 429 200 200 200 429 " {
+			t.Fatalf("behind a trusted proxy: %s", codes)
+		}
+	})
+}
+
+// A shadow policy counts and reports, and never refuses.
+func TestHTTPShadow(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		var mu sync.Mutex
+		var refused int
+		lim, err := httplimit.New(s.rdb, httplimit.Options{Prefix: key(t, ""), Event: func(e httplimit.Event) {
+			if e.Kind == httplimit.ShadowRefused && e.Policy == "trial" {
+				mu.Lock()
+				refused++
+				mu.Unlock()
+			}
+		}}, httplimit.Policy{Name: "trial", Limit: client.FixedWindow(2, time.Hour), Key: httplimit.ClientIP(httplimit.IPOptions{}), Shadow: true})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(lim.Handler(hello))
+		defer srv.Close()
+		for i := range 5 {
+			resp := get(t, srv.URL)
+			if _, r, _ := rateLimit(t, resp); resp.StatusCode != 200 || r != max(0, int64(1-i)) {
+				t.Fatalf("request %d: %d %q", i+1, resp.StatusCode, resp.Header.Get("RateLimit"))
+			}
+		}
+		if refused != 3 {
+			t.Fatalf("%d shadow refusals reported, want 3", refused)
+		}
+	})
+}
+
+// The server stopped mid-run: open serves at once, closed answers 503 at
+// once, local goes on limiting; once the server is back the breaker closes
+// and Redis decides again.
+func TestHTTPRedisOutage(t *testing.T) {
+	s := startFor(t, flavors[1], opts{module: true})
+	type mode struct {
+		name   string
+		srv    *httptest.Server
+		events chan httplimit.Event
+	}
+	var modes []*mode
+	for _, m := range []httplimit.OnError{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailLocal} {
+		md := &mode{name: []string{"open", "closed", "local"}[m], events: make(chan httplimit.Event, 1000)}
+		lim, err := httplimit.New(s.rdb, httplimit.Options{
+			Prefix: key(t, md.name), OnError: m, Timeout: 50 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond,
+			Event: func(e httplimit.Event) {
+				select {
+				case md.events <- e:
+				default:
+				}
+			},
+		}, httplimit.Policy{Name: "per-ip", Limit: client.FixedWindow(3, time.Hour), Key: httplimit.ClientIP(httplimit.IPOptions{})})
+		if err != nil {
+			t.Fatal(err)
+		}
+		md.srv = httptest.NewServer(lim.Handler(hello))
+		defer md.srv.Close()
+		modes = append(modes, md)
+		if resp := get(t, md.srv.URL); resp.StatusCode != 200 || resp.Header.Get("RateLimit") == "" {
+			t.Fatalf("%s, Redis up: %d %v", md.name, resp.StatusCode, resp.Header)
+		}
+	}
+
+	timeout := 10 * time.Second
+	if err := s.c.Stop(context.Background(), &timeout); err != nil {
+		t.Fatal(err)
+	}
+	for _, md := range modes {
+		var codes string
+		var slowest time.Duration
+		for range 8 {
+			start := time.Now()
+			resp := get(t, md.srv.URL)
+			slowest = max(slowest, time.Since(start))
+			codes += fmt.Sprint(resp.StatusCode, " ")
+			if resp.StatusCode == 503 && resp.Header.Get("Retry-After") == "" {
+				t.Fatalf("%s: 503 without Retry-After", md.name)
+			}
+		}
+		want := map[string]string{
+			"open":   "200 200 200 200 200 200 200 200 ",
+			"closed": "503 503 503 503 503 503 503 503 ",
+			"local":  "200 200 200 429 429 429 429 429 ", // this process's own count of 3
+		}[md.name]
+		t.Logf("Redis down, %s: %s(slowest %v)", md.name, codes, slowest)
+		if codes != want || slowest > 500*time.Millisecond {
+			t.Fatalf("Redis down, %s: %s(slowest %v), want %s", md.name, codes, slowest, want)
+		}
+	}
+
+	if err := s.c.Start(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	if err := s.waitReady(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	for _, md := range modes {
+		deadline := time.Now().Add(10 * time.Second)
+		for {
+			resp := get(t, md.srv.URL)
+			if resp.Header.Get("RateLimit") != "" && resp.StatusCode == 200 { // local mode had refused: Redis decides this
+				if name, r, _ := rateLimit(t, resp); name != "per-ip" || r != 2 { // a fresh key: Redis restarted empty
+					t.Fatalf("%s after the outage: %d %q", md.name, resp.StatusCode, resp.Header.Get("RateLimit"))
+				}
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("%s: Redis never decided again", md.name)
+			}
+			time.Sleep(100 * time.Millisecond)
+		}
+		kinds := map[httplimit.EventKind]bool{}
+		for len(md.events) > 0 {
+			kinds[(<-md.events).Kind] = true
+		}
+		for _, k := range []httplimit.EventKind{httplimit.Failure, httplimit.BreakerOpen, httplimit.BreakerHalfOpen, httplimit.BreakerClosed} {
+			if !kinds[k] {
+				t.Fatalf("%s: no %v event (got %v)", md.name, k, kinds)
+			}
+		}
+	}
+}
+
+// A concurrency policy: a second request while one runs is shed with 503;
+// a handler that panics still gives its slot back.
+func TestHTTPConcurrency(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		prefix := key(t, "")
+		lim, err := httplimit.New(s.rdb, httplimit.Options{Prefix: prefix}, httplimit.Policy{
+			Name: "exports", Concurrency: client.Concurrency{Limit: 1, Lease: time.Minute}, Key: httplimit.Route()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		running, finish := make(chan struct{}), make(chan struct{})
+		h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+			switch r.URL.Query().Get("do") {
+			case "wait":
+				close(running)
+				<-finish
+			case "panic":
+				panic(http.ErrAbortHandler) // the server recovers it quietly
+			}
+		})
+		srv := httptest.NewServer(lim.Handler(h))
+		defer srv.Close()
+		done := make(chan int)
+		go func() { done <- get(t, srv.URL+"/export?do=wait").StatusCode }()
+		<-running
+		resp := get(t, srv.URL+"/export")
+		if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" ||
+			resp.Header.Get("RateLimit-Policy") != `"exports";q=1;qu="concurrent-requests"` {
+			t.Fatalf("while one runs: %d %v", resp.StatusCode, resp.Header)
+		}
+		close(finish)
+		if code := <-done; code != 200 {
+			t.Fatalf("the running one: %d", code)
+		}
+		if _, err := http.Get(srv.URL + "/export?do=panic"); err == nil {
+			t.Fatal("the panicking handler answered")
+		}
+		if resp := get(t, srv.URL+"/export"); resp.StatusCode != 200 {
+			t.Fatalf("after a panic: %d (the slot was not given back)", resp.StatusCode)
+		}
+		if n := s.rdb.Exists(ctx, prefix+"{/export}:exports").Val(); n != 0 {
+			t.Fatalf("a slot is still held: %v", s.rdb.ZRange(ctx, prefix+"{/export}:exports", 0, -1).Val())
+		}
+	})
+}
+
+// Priorities: a policy's reserve stops low-priority requests first, with
+// 503; default ones take the rest, then get 429.
+func TestHTTPPriorityReserve(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		lim, err := httplimit.New(s.rdb, httplimit.Options{
+			Prefix: key(t, ""),
+			Priority: func(r *http.Request) httplimit.Priority {
+				if r.Header.Get("X-Priority") == "low" {
+					return httplimit.Low
+				}
+				return httplimit.Default
+			},
+		}, httplimit.Policy{Name: "api", Limit: client.FixedWindow(5, time.Hour), Key: httplimit.ClientIP(httplimit.IPOptions{}),
+			Reserve: map[httplimit.Priority]int64{httplimit.Low: 2}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(lim.Handler(hello))
+		defer srv.Close()
+		codes := ""
+		for range 4 {
+			codes += fmt.Sprint(get(t, srv.URL, "X-Priority", "low").StatusCode, " ")
+		}
+		for range 3 {
+			codes += fmt.Sprint(get(t, srv.URL).StatusCode, " ")
+		}
+		if codes != "200 200 200 503 200 200 429 " {
+			t.Fatalf("low ×4 then default ×3: %s", codes)
+		}
+	})
+}
