@@ -103,6 +103,7 @@ func main() {
 	works := workloads()
 	measure(ctx, host, works, *rounds, *n16, *n1)
 	conc := measureConc(ctx, host, *rounds, *n16)
+	httpRows := measureHTTP(ctx, host, *rounds, *n16/10)
 	host.rdb.FlushAll(ctx)
 	baseline := memory(ctx, host.rdb, works)
 	host.stop()
@@ -121,7 +122,7 @@ func main() {
 		allocs[k] = v
 	}
 	cpu, cores := machine()
-	report(*out, *chart, works, conc, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
+	report(*out, *chart, works, conc, httpRows, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
 	log.Printf("bench: wrote %s and %s", *out, *chart)
 }
 

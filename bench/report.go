@@ -15,7 +15,7 @@ type target struct {
 	cref         string // the C reference's figure, where the target applies to it
 }
 
-func report(out, chart string, works []*workload, conc []*concRow, others []serverRun, baseline int64, allocs map[string][2]float64,
+func report(out, chart string, works []*workload, conc []*concRow, httpRows []*httpRow, others []serverRun, baseline int64, allocs map[string][2]float64,
 	serverVersion, cpu string, cores, rounds, n16, n1 int) {
 	byName := map[string]*workload{}
 	lua := map[string]*workload{}
@@ -95,6 +95,7 @@ func report(out, chart string, works []*workload, conc []*concRow, others []serv
 	fmt.Fprintf(&b, "| the C reference's server calls on 3 keys (CREF.KEYS) | %.2f | %.2f (× CREF.GCRA: %.2f) | |\n", c3, c3/gUs, c3/cUs)
 
 	concSlowest := concSection(&b, conc)
+	httpSection(&b, httpRows)
 
 	if len(others) > 0 {
 		fmt.Fprintf(&b, "\n## Other servers\n\nThe same measurement, -P 16 only, on the local images `make images` builds (Debian's packages), run\n")
@@ -265,4 +266,19 @@ func concSection(b *strings.Builder, rows []*concRow) slowestConc {
 		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.1f× | %s | %s |\n", r.name, mu, lu, lu/mu, perS, r.what)
 	}
 	return slowest
+}
+
+// httpSection writes the middleware's cost per request.
+func httpSection(b *strings.Builder, rows []*httpRow) {
+	fmt.Fprintf(b, "\n## The HTTP middleware\n\n")
+	fmt.Fprintf(b, "A handler that writes \"ok\", served on loopback bare and behind `httplimit` (Redis on loopback, the\n")
+	fmt.Fprintf(b, "same server), driven by 32 keep-alive Go clients (`measureHTTP` in bench/http.go), alternating, medians.\n")
+	fmt.Fprintf(b, "Server, clients and Redis share the machine's cores, so the µs added per request include the\n")
+	fmt.Fprintf(b, "Redis round trip's CPU on both ends.\n\n")
+	fmt.Fprintf(b, "| policies | bare req/s | with the middleware (or the GET) req/s | × | µs added per request |\n|---|---|---|---|---|\n")
+	w := workload{}
+	for _, r := range rows {
+		bare, with := w.median(r.bare), w.median(r.with)
+		fmt.Fprintf(b, "| %s | %.0f | %.0f | %.2f | %.1f |\n", r.name, bare, with, with/bare, 1e6/with-1e6/bare)
+	}
 }
