@@ -81,8 +81,9 @@ func TestHTTPHeadersAndStatus(t *testing.T) {
 	})
 }
 
-// Two policies keyed alike are one RL.ALL call; keyed apart, one call
-// each, and a refusal by the second gives back what the first took.
+// On one node every request's policies are one RL.ALL call (the refunds
+// of policies that span cluster slots are TestCluster's): a refusal by one
+// takes nothing from the others.
 func TestHTTPSeveralPolicies(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
 		prefix := key(t, "")
@@ -113,9 +114,8 @@ func TestHTTPSeveralPolicies(t *testing.T) {
 			t.Fatalf("%d RL.ALL calls for 3 requests", n)
 		}
 
-		// With an API key: the key's own policy too (another slot): taken one
-		// by one. The fourth keyed request is refused by per-key, and the
-		// burst it took is given back.
+		// With an API key: the key's own policy too, still one call. The
+		// fourth keyed request is refused by per-key and takes no burst.
 		for i := range 3 {
 			if resp := get(t, srv.URL, "X-API-Key", "k1"); resp.StatusCode != 200 {
 				t.Fatalf("keyed request %d: %d", i+1, resp.StatusCode)
