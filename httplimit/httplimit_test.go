@@ -61,7 +61,7 @@ func TestBreaker(t *testing.T) {
 		t.Fatal("open, allowed a call")
 	}
 	time.Sleep(60 * time.Millisecond)
-	if !b.allow() || b.allow() {
+	if probe, another := b.allow(), b.allow(); !probe || another {
 		t.Fatal("half-open: want exactly one probe")
 	}
 	b.failure(fail) // the probe fails: open again
@@ -71,7 +71,7 @@ func TestBreaker(t *testing.T) {
 	time.Sleep(60 * time.Millisecond)
 	b.allow()
 	b.success()
-	if !b.allow() || !b.allow() {
+	if first, second := b.allow(), b.allow(); !first || !second {
 		t.Fatal("closed again, refused")
 	}
 	want := "failure failure failure failure failure breaker-open breaker-half-open failure breaker-open breaker-half-open breaker-closed"

@@ -2,8 +2,8 @@ package integration
 
 import (
 	"fmt"
-	"net/http/httptest"
 	"math/rand/v2"
+	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
