@@ -352,8 +352,9 @@ func (c *Client) PeekConcurrency(ctx context.Context, key string, limit int64, o
 }
 
 // onceCmd is a command go-redis sends once: it is never retried after a
-// failure that may have reached the server. (A Cmd holds no lock: the copy
-// NewCmd's result is made into is a fresh command.)
+// failure that may have reached the server. It is made by copying the
+// command NewCmd returns, before anything else refers to it (a command in
+// use must never be copied).
 type onceCmd struct{ redis.Cmd }
 
 // NoRetry tells go-redis not to send the command again.

@@ -231,23 +231,20 @@ func (l *Limiter) refund(ctx context.Context, rate []applied, idx []int) {
 // verdict sets the RateLimit field and returns the refusing enforcing
 // policy (nil when admitted). Shadow refusals are reported, not enforced.
 func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
-	var refused, tightest *applied
+	var refused *applied
 	var items []string
 	for i := range rate {
 		a := &rate[i]
 		if !a.known {
 			continue
 		}
-		if a.res.Limited && a.p.Shadow {
-			l.event(Event{Kind: ShadowRefused, Policy: a.p.Name})
-		}
 		switch {
-		case a.res.Limited && !a.p.Shadow:
+		case a.res.Limited && a.p.Shadow:
+			l.event(Event{Kind: ShadowRefused, Policy: a.p.Name})
+		case a.res.Limited: // the refusal with the longest wait decides (-1, never, longest of all)
 			if refused == nil || a.res.RetryAfter < 0 || (refused.res.RetryAfter >= 0 && a.res.RetryAfter > refused.res.RetryAfter) {
 				refused = a
 			}
-		case !a.res.Limited && (tightest == nil || a.res.Remaining < tightest.res.Remaining):
-			tightest = a
 		}
 		items = append(items, field(a))
 	}
