@@ -139,3 +139,56 @@ func TestShedThresholds(t *testing.T) {
 		}
 	}
 }
+
+// The in-flight shedder on a real handler: a maximum of 2, low priority shed
+// from half of it; with 2 default requests running, a low one is shed with
+// 503 and a critical one still served. (The policy never applies, so Redis
+// is never asked.)
+func TestInFlightShedder(t *testing.T) {
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
+	var shed int
+	l, err := New(rdb, Options{MaxInFlight: 2, ShedLow: 0.5, ShedDefault: 1,
+		Priority: func(r *http.Request) Priority {
+			return map[string]Priority{"low": Low, "critical": Critical}[r.Header.Get("X-Priority")]
+		},
+		Event: func(e Event) {
+			if e.Kind == Shed {
+				shed++
+			}
+		}},
+		Policy{Name: "never", Limit: client.FixedWindow(1, time.Second), Key: Header("X-None")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	release := make(chan struct{})
+	started := make(chan struct{}, 2)
+	h := l.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.Header.Get("X-Priority") == "" {
+			started <- struct{}{}
+			<-release
+		}
+	}))
+	done := make(chan int, 2)
+	for range 2 {
+		go func() {
+			w := httptest.NewRecorder()
+			h.ServeHTTP(w, httptest.NewRequest("GET", "/", nil))
+			done <- w.Code
+		}()
+	}
+	<-started
+	<-started
+	for p, want := range map[string]int{"low": 503, "critical": 200} {
+		w := httptest.NewRecorder()
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-Priority", p)
+		h.ServeHTTP(w, r)
+		if w.Code != want || (want == 503 && w.Header().Get("Retry-After") == "") {
+			t.Errorf("%s with 2 in flight: %d %v", p, w.Code, w.Header())
+		}
+	}
+	close(release)
+	if a, b := <-done, <-done; a != 200 || b != 200 || shed != 1 {
+		t.Fatalf("the running ones: %d %d; %d shed", a, b, shed)
+	}
+}
