@@ -62,12 +62,13 @@ func ms(v int64) time.Duration {
 	return time.Duration(v) * time.Millisecond
 }
 
-// near compares times read a moment apart.
+// near compares times read a moment apart (a second apart at most, on a
+// loaded machine; a unit mix-up would be off by a factor of 1000).
 func near(a, b time.Duration) bool {
 	if a < 0 || b < 0 {
 		return a == b
 	}
-	return (a - b).Abs() <= 50*time.Millisecond
+	return (a - b).Abs() <= time.Second
 }
 
 func TestClientAllAndConcurrency(t *testing.T) {
