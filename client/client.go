@@ -290,7 +290,43 @@ func (c *Client) PeekAll(ctx context.Context, limits []Keyed, opts ...Option) (R
 	return c.all(ctx, "RL.PEEK", limits, opts)
 }
 
+// AllEach is All that also fills each[i] with limits[i]'s own result (the
+// module's EACH): when admitted, what each limit replies; when refused, the
+// refusing limits' refusals and the others' state as it stands, untouched.
+// each must hold at least len(limits) results.
+func (c *Client) AllEach(ctx context.Context, limits []Keyed, each []Result, opts ...Option) (Result, error) {
+	if len(each) < len(limits) {
+		return Result{}, fmt.Errorf("ratelimit: AllEach: %d results for %d limits", len(each), len(limits))
+	}
+	args, err := allArgs("RL.ALL", limits, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	vals, err := c.send(ctx, append(args, "EACH"), 2)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(vals) != 6+5*len(limits) {
+		return Result{}, fmt.Errorf("ratelimit: RL.ALL EACH replied %d integers for %d limits", len(vals), len(limits))
+	}
+	for i := range limits {
+		each[i] = result(vals[6+5*i : 11+5*i])
+	}
+	r := result(vals[:5])
+	r.Policy = int(vals[5])
+	return r, nil
+}
+
 func (c *Client) all(ctx context.Context, name string, limits []Keyed, opts []Option) (Result, error) {
+	args, err := allArgs(name, limits, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.run(ctx, args, 2)
+}
+
+// allArgs is RL.ALL's or RL.PEEK's arguments.
+func allArgs(name string, limits []Keyed, opts []Option) ([]any, error) {
 	args := make([]any, 0, 2+len(limits)*6+3)
 	args = append(args, name, int64(len(limits)))
 	for _, k := range limits {
@@ -299,15 +335,15 @@ func (c *Client) all(ctx context.Context, name string, limits []Keyed, opts []Op
 	for i, k := range limits {
 		f := algos[k.Limit.algo].family
 		if f == "" {
-			return Result{}, fmt.Errorf("ratelimit: limit %d: %v cannot be part of All", i, k.Limit)
+			return nil, fmt.Errorf("ratelimit: limit %d: %v cannot be part of All", i, k.Limit)
 		}
 		var err error
 		if args, err = k.Limit.appendArgs(append(args, f)); err != nil {
-			return Result{}, fmt.Errorf("limit %d: %w", i, err)
+			return nil, fmt.Errorf("limit %d: %w", i, err)
 		}
 		args = append(args, k.Cost)
 	}
-	return c.run(ctx, appendOptions(args, opts), 2)
+	return appendOptions(args, opts), nil
 }
 
 // Concurrency is a concurrency limit: at most Limit holders at once (1 to
@@ -355,7 +391,10 @@ func (c *Client) PeekConcurrency(ctx context.Context, key string, limit int64, o
 // failure that may have reached the server. It is made by copying the
 // command NewCmd returns, before anything else refers to it (a command in
 // use must never be copied).
-type onceCmd struct{ redis.Cmd }
+type onceCmd struct {
+	redis.Cmd
+	ints [6]int64 // the reply's integers, when there are six at most
+}
 
 // NoRetry tells go-redis not to send the command again.
 func (*onceCmd) NoRetry() bool { return true }
@@ -363,31 +402,46 @@ func (*onceCmd) NoRetry() bool { return true }
 // run sends a limiter command whose first key is at position keyPos and
 // reads its five integers (six for RL.ALL and RL.PEEK).
 func (c *Client) run(ctx context.Context, args []any, keyPos int8) (Result, error) {
+	vals, err := c.send(ctx, args, keyPos)
+	if err != nil {
+		return Result{}, err
+	}
+	if len(vals) != 5 && len(vals) != 6 {
+		return Result{}, fmt.Errorf("ratelimit: %v replied %d integers, want 5 or 6", args[0], len(vals))
+	}
+	r := result(vals[:5])
+	if len(vals) == 6 {
+		r.Policy = int(vals[5])
+	}
+	return r, nil
+}
+
+// send sends a command once and reads its array of integers (in the
+// command itself when there are six at most: no allocation).
+func (c *Client) send(ctx context.Context, args []any, keyPos int8) ([]int64, error) {
 	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
 	cmd.SetFirstKeyPos(keyPos)
 	if err := c.rdb.Process(ctx, cmd); err != nil {
-		return Result{}, wrap(err)
+		return nil, wrap(err)
 	}
 	reply, _ := cmd.Val().([]any)
-	var v [6]int64
-	for i, x := range reply {
+	ints := cmd.ints[:0]
+	if len(reply) > len(cmd.ints) {
+		ints = make([]int64, 0, len(reply))
+	}
+	for _, x := range reply {
 		n, ok := x.(int64)
-		if !ok || i >= len(v) {
-			return Result{}, fmt.Errorf("ratelimit: %v replied %v, not five or six integers", args[0], reply)
+		if !ok {
+			return nil, fmt.Errorf("ratelimit: %v replied %v, not integers", args[0], reply)
 		}
-		v[i] = n
+		ints = append(ints, n)
 	}
-	if len(reply) != 5 && len(reply) != 6 {
-		return Result{}, fmt.Errorf("ratelimit: %v replied %d integers, want 5 or 6", args[0], len(reply))
-	}
-	return Result{
-		Limited:    v[0] == 1,
-		Limit:      v[1],
-		Remaining:  v[2],
-		RetryAfter: millis(v[3]),
-		ResetAfter: millis(v[4]),
-		Policy:     int(v[5]),
-	}, nil
+	return ints, nil
+}
+
+// result reads five integers.
+func result(v []int64) Result {
+	return Result{Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: millis(v[3]), ResetAfter: millis(v[4])}
 }
 
 // millis converts a reply time in ms; -1 is Never.

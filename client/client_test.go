@@ -220,3 +220,24 @@ func TestQuota(t *testing.T) {
 		t.Error("Refundable")
 	}
 }
+
+func TestAllEach(t *testing.T) {
+	c, f := newFake(1, 10, 0, 6000, 60000, 0, 1, 10, 0, 6000, 60000, 0, 100, 40, -1, 3000)
+	each := make([]Result, 2)
+	r, err := c.AllEach(ctx, []Keyed{
+		{Key: "{u}:a", Limit: GCRA(9, 10, time.Minute), Cost: 1},
+		{Key: "{u}:b", Limit: SlidingWindow(100, time.Hour), Cost: 1},
+	}, each)
+	want := "[RL.ALL 2 {u}:a {u}:b GCRA 9 10 60 1 SW 100 3600 1 MS EACH]"
+	if err != nil || fmt.Sprint(f.args[0]) != want || !r.Limited || r.Policy != 0 ||
+		!each[0].Limited || each[1].Limited || each[1].Remaining != 40 || each[1].ResetAfter != 3*time.Second {
+		t.Fatalf("sent %v, got %+v %+v %v", f.args, r, each, err)
+	}
+	if _, err := c.AllEach(ctx, []Keyed{{Key: "a", Limit: GCRA(1, 1, time.Second)}}, nil); err == nil {
+		t.Fatal("no room for the results: no error")
+	}
+	c, _ = newFake(0, 10, 9, -1, 6000, 0) // six integers: the server ignored EACH
+	if _, err := c.AllEach(ctx, []Keyed{{Key: "a", Limit: GCRA(9, 10, time.Minute), Cost: 1}}, make([]Result, 1)); err == nil {
+		t.Fatal("a reply without the limits' own figures: no error")
+	}
+}

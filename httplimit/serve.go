@@ -163,17 +163,13 @@ func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
 		for j, i := range enforcing {
 			keyed[j] = client.Keyed{Key: rate[i].key, Limit: rate[i].p.Limit, Cost: rate[i].cost}
 		}
-		res, err := l.c.All(ctx, keyed, client.Reserve(rate[enforcing[0]].reserve))
+		each := make([]client.Result, len(enforcing))
+		res, err := l.c.AllEach(ctx, keyed, each, client.Reserve(rate[enforcing[0]].reserve))
 		if err != nil {
 			return err
 		}
-		if res.Policy < 0 || res.Policy >= len(enforcing) {
-			return fmt.Errorf("httplimit: RL.ALL named limit %d of %d", res.Policy, len(enforcing))
-		}
-		a := &rate[enforcing[res.Policy]]
-		a.res, a.known = res, true
-		for _, i := range enforcing {
-			rate[i].taken = !res.Limited
+		for j, i := range enforcing {
+			rate[i].res, rate[i].known, rate[i].taken = each[j], true, !res.Limited
 		}
 	} else {
 		for _, i := range enforcing {

@@ -385,3 +385,33 @@ func TestAllACL(t *testing.T) {
 		assertErr(t, "RL.PEEK with a key outside rl:*", err, "NOPERM")
 	})
 }
+
+// EACH: after the six integers, every limit's own five, as its family's
+// peek then reports them (admitted); refused, the others untouched.
+func TestAllEach(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		a, b := key(t, "a"), key(t, "b")
+		keys := []string{a, b}
+		r := mustAll(t, s.rdb, "RL.ALL", keys, "GCRA", 4, 1, slow, 2, "SW", 3, slow, 1, "EACH")
+		if len(r) != 16 || r[0] != 0 || r[5] != 1 {
+			t.Fatalf("admitted: %v", r)
+		}
+		ga := mustCall(t, s.rdb, "GCRA.PEEK", a, 4, 1, slow, 0)
+		sb := mustCall(t, s.rdb, "SW.PEEK", b, 3, slow, 0)
+		if r[6+2] != ga[2] || r[11+2] != sb[2] || r[7] != 5 || r[12] != 3 {
+			t.Fatalf("admitted: each %v, peeks %v %v", r[6:], ga, sb)
+		}
+		pattern := "rl:{" + strings.ReplaceAll(t.Name(), "/", ".") + "*"
+		before := snapAll(t, s.rdb, pattern)
+		if len(before) != 2 {
+			t.Fatalf("%d keys match %s", len(before), pattern)
+		}
+		r = mustAll(t, s.rdb, "RL.ALL", keys, "GCRA", 4, 1, slow, 1, "SW", 3, slow, 3, "EACH")
+		if len(r) != 16 || r[0] != 1 || r[5] != 1 || r[6] != 0 || r[8] != ga[2] || r[11] != 1 {
+			t.Fatalf("refused by the window: %v (GCRA untouched at %d)", r, ga[2])
+		}
+		if after := snapAll(t, s.rdb, pattern); fmt.Sprint(after) != fmt.Sprint(before) {
+			t.Fatal("a refused RL.ALL EACH wrote")
+		}
+	})
+}

@@ -9,6 +9,7 @@ import (
 	"net/netip"
 	"regexp"
 	"strconv"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -39,6 +40,22 @@ func get(t *testing.T, url string, header ...string) *http.Response {
 }
 
 var rateLimitRE = regexp.MustCompile(`^"([^"]+)";r=(\d+);t=(\d+)$`)
+
+// rateLimits reads every item of a RateLimit field: name → r, t.
+func rateLimits(t *testing.T, resp *http.Response) map[string][2]int64 {
+	t.Helper()
+	m := map[string][2]int64{}
+	for _, item := range strings.Split(resp.Header.Get("RateLimit"), ", ") {
+		f := rateLimitRE.FindStringSubmatch(item)
+		if f == nil {
+			t.Fatalf("RateLimit %q", resp.Header.Get("RateLimit"))
+		}
+		r, _ := strconv.ParseInt(f[2], 10, 64)
+		tt, _ := strconv.ParseInt(f[3], 10, 64)
+		m[f[1]] = [2]int64{r, tt}
+	}
+	return m
+}
 
 // rateLimit reads a RateLimit field of one item.
 func rateLimit(t *testing.T, resp *http.Response) (name string, r, tt int64) {
@@ -106,8 +123,8 @@ func TestHTTPSeveralPolicies(t *testing.T) {
 				`"burst";q=10;w=60, "hourly";q=100;w=3600, "per-key";q=3;w=3600` {
 				t.Fatalf("request %d: %d %v", i+1, resp.StatusCode, resp.Header)
 			}
-			if name, r, _ := rateLimit(t, resp); name != "burst" || r != int64(9-i) {
-				t.Fatalf("request %d: RateLimit %q (want the tighter policy, burst)", i+1, resp.Header.Get("RateLimit"))
+			if rl := rateLimits(t, resp); len(rl) != 2 || rl["burst"][0] != int64(9-i) || rl["hourly"][0] != int64(99-i) {
+				t.Fatalf("request %d: RateLimit %q (want both policies' own figures)", i+1, resp.Header.Get("RateLimit"))
 			}
 		}
 		if n := counters(t, s.rdb, "rl_all")["calls"] - before["calls"]; n != 3 {
@@ -126,8 +143,9 @@ func TestHTTPSeveralPolicies(t *testing.T) {
 		}
 		left := burst()
 		resp := get(t, srv.URL, "X-API-Key", "k1")
-		if name, r, _ := rateLimit(t, resp); resp.StatusCode != 429 || name != "per-key" || r != 0 {
-			t.Fatalf("the 4th keyed request: %d %q", resp.StatusCode, resp.Header.Get("RateLimit"))
+		if rl := rateLimits(t, resp); resp.StatusCode != 429 || len(rl) != 3 || rl["per-key"][0] != 0 || rl["burst"][0] != left {
+			t.Fatalf("the 4th keyed request: %d %q (want every policy, per-key at 0, burst untouched at %d)",
+				resp.StatusCode, resp.Header.Get("RateLimit"), left)
 		}
 		if got := burst(); got < left {
 			t.Fatalf("the refused request kept its burst unit: %d left before, %d after", left, got)

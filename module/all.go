@@ -5,19 +5,21 @@ import (
 	"strings"
 )
 
-// RL.ALL / RL.PEEK numkeys key [key ...] limiter [limiter ...] [MS] [RESERVE n]
+// RL.ALL / RL.PEEK numkeys key [key ...] limiter [limiter ...] [MS] [RESERVE n] [EACH]
 //
 // One limiter per key, in order, each a family's name and its arguments
 // after the key with the cost written out: GCRA max_burst count period
 // quantity, TB capacity refill_tokens refill_period tokens, SW / FW / SL
 // limit window cost. Every limit must admit, or nothing is written; the
-// reply is the deciding limit's five integers and its position.
+// reply is the deciding limit's five integers and its position, and with
+// EACH every limit's own five after them: as the call leaves it (a limit
+// that would have admitted a refused call reports its state untouched).
 
 // executeAll runs RL.ALL (or, with peek, RL.PEEK).
 func executeAll(args []string, r reader, o *outcome, peek bool) {
 	var lims [maxKeys]limit
-	var ms bool
-	n, ok := parseAll(args, &lims, &ms, o)
+	var ms, each bool
+	n, ok := parseAll(args, &lims, &ms, &each, o)
 	if !ok {
 		return
 	}
@@ -53,8 +55,7 @@ func executeAll(args []string, r reader, o *outcome, peek bool) {
 				l := lims[i]
 				*l.cost(), l.reserve = 0, 0
 				st := r.key(i)
-				var rep [5]int64
-				if !l.run(&st, r, i, ms, o, &rep, &o.writes[i]) {
+				if !l.run(&st, r, i, ms, o, &reps[i], &o.writes[i]) { // nothing taken: its state as it stands
 					nameLimiter(o, i, &lims[i], args[2+i])
 					return
 				}
@@ -72,6 +73,12 @@ func executeAll(args []string, r reader, o *outcome, peek bool) {
 	o.replyLen = 6
 	copy(o.reply[:5], reps[deciding][:])
 	o.reply[5] = int64(deciding)
+	if each {
+		for i := range n {
+			copy(o.reply[6+5*i:], reps[i][:])
+		}
+		o.replyLen = 6 + 5*n
+	}
 	if peek {
 		for i := range n {
 			o.writes[i] = keyWrite{}
@@ -92,7 +99,7 @@ func later(a, b int64) bool {
 // parseAll reads RL.ALL's arguments into lims and ms and returns how many
 // keys and limiters there are. On bad input it sets the error in o, naming
 // the problem, and returns false.
-func parseAll(args []string, lims *[maxKeys]limit, ms *bool, o *outcome) (int, bool) {
+func parseAll(args []string, lims *[maxKeys]limit, ms, each *bool, o *outcome) (int, bool) {
 	if len(args) < 2 || len(args) > maxArgs {
 		o.action = actArity
 		return 0, false
@@ -154,7 +161,7 @@ func parseAll(args []string, lims *[maxKeys]limit, ms *bool, o *outcome) (int, b
 		return 0, false
 	}
 	reserveAt := 0
-	if !parseOptions(args, i, true, "MS and RESERVE n", ms, &reserveAt, o) {
+	if !parseOptions(args, i, true, "MS, RESERVE n and EACH", ms, &reserveAt, each, o) {
 		return 0, false
 	}
 	if reserveAt > 0 {

@@ -1,6 +1,7 @@
 package main
 
 import (
+	"fmt"
 	"strconv"
 	"strings"
 	"testing"
@@ -66,6 +67,32 @@ func TestAllOfOneIsTheFamilyCommand(t *testing.T) {
 	}
 }
 
+// EACH appends every limit's own five integers: admitted, each as its
+// family command replies; refused, the refusers' refusals and the others'
+// state untouched (nothing was taken from them).
+func TestAllEach(t *testing.T) {
+	keys := fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
+	o := runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "EACH")
+	want := []int64{0, 5, 2, -1, 36, 0, 0, 5, 2, -1, 36, 0, 10, 8, -1, 2}
+	if o.action != actReply || o.replyLen != 16 || fmt.Sprint(o.reply[:16]) != fmt.Sprint(want) {
+		t.Fatalf("admitted: %v (len %d), want %v", o.reply[:o.replyLen], o.replyLen, want)
+	}
+	// Refused by the GCRA (full): the token bucket reports its 9 tokens, untaken.
+	keys = fakeKeys{instantKey(60 * time.Second), instantKey(time.Second)}
+	o = runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "each", "MS")
+	want = []int64{1, 5, 0, 12000, 60000, 0, 1, 5, 0, 12000, 60000, 0, 10, 9, -1, 1000}
+	if fmt.Sprint(o.reply[:o.replyLen]) != fmt.Sprint(want) || o.writes[1].action != writeNone {
+		t.Fatalf("refused: %v, want %v", o.reply[:o.replyLen], want)
+	}
+	// RL.PEEK takes it too; without it the reply stays six integers.
+	if p := runAll(true, fresh(2), "SW", "5", "60", "1", "FW", "3", "60", "1", "EACH"); p.replyLen != 16 || p.reply[5] != 1 {
+		t.Fatalf("peek: %v", p.reply[:p.replyLen])
+	}
+	if p := runAll(true, fresh(2), "SW", "5", "60", "1", "FW", "3", "60", "1"); p.replyLen != 6 {
+		t.Fatalf("without EACH: %d integers", p.replyLen)
+	}
+}
+
 // Every limit must admit. Admitted: the reply is the limit with the fewest
 // remaining (the first on a tie), and every key is written. Refused: the
 // refusing limit with the latest retry (never counting as latest), and no
@@ -74,7 +101,7 @@ func TestAllDecides(t *testing.T) {
 	// A GCRA of 5 per 60 s with 2 used, a token bucket of 10 with 9 left.
 	keys := fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
 	o := runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1")
-	if o.action != actReply || o.reply != [6]int64{0, 5, 2, -1, 36, 0} || o.writes[0].action != writeSet || o.writes[1].action != writeSet {
+	if o.action != actReply || [6]int64(o.reply[:6]) != [6]int64{0, 5, 2, -1, 36, 0} || o.writes[0].action != writeSet || o.writes[1].action != writeSet {
 		t.Fatalf("admitted: %+v", o)
 	}
 	// A tie on remaining: the first.
@@ -85,7 +112,7 @@ func TestAllDecides(t *testing.T) {
 	// Two refuse: the one whose retry is later decides, nothing is written.
 	keys = fakeKeys{instantKey(60 * time.Second), instantKey(10 * time.Second), instantKey(0)}
 	o = runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "GCRA", "0", "1", "1", "1")
-	if o.action != actReply || o.reply != [6]int64{1, 5, 0, 12, 60, 0} {
+	if o.action != actReply || [6]int64(o.reply[:6]) != [6]int64{1, 5, 0, 12, 60, 0} {
 		t.Fatalf("refused: %+v", o.reply)
 	}
 	for i := range 3 {
@@ -95,7 +122,7 @@ func TestAllDecides(t *testing.T) {
 	}
 	// A cost that can never pass (-1) decides over any finite retry.
 	o = runAll(false, fresh(2), "GCRA", "0", "1", "60", "1", "SW", "5", "60", "6")
-	if o.reply != [6]int64{1, 5, 5, -1, 0, 1} {
+	if [6]int64(o.reply[:6]) != [6]int64{1, 5, 5, -1, 0, 1} {
 		t.Fatalf("never: %v", o.reply)
 	}
 	o = runAll(false, fresh(2), "SW", "5", "60", "6", "GCRA", "0", "1", "60", "2")
@@ -105,7 +132,7 @@ func TestAllDecides(t *testing.T) {
 	// RL.PEEK replies what RL.ALL would and writes nothing.
 	keys = fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
 	p := runAll(true, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1")
-	if p.reply != [6]int64{0, 5, 2, -1, 36, 0} || p.writes[0].action != writeNone || p.writes[1].action != writeNone {
+	if [6]int64(p.reply[:6]) != [6]int64{0, 5, 2, -1, 36, 0} || p.writes[0].action != writeNone || p.writes[1].action != writeNone {
 		t.Fatalf("peek: %+v", p)
 	}
 }
@@ -140,7 +167,7 @@ func TestAllRefusedStoresClampedState(t *testing.T) {
 // only the cost is taken, and n must fit every limit.
 func TestAllReserve(t *testing.T) {
 	o := runAll(false, fresh(2), "GCRA", "5", "1", "60", "4", "SW", "10", "60", "4", "RESERVE", "2")
-	if o.reply != [6]int64{0, 6, 2, -1, 240, 0} {
+	if [6]int64(o.reply[:6]) != [6]int64{0, 6, 2, -1, 240, 0} {
 		t.Fatalf("4 of 6 with 2 in reserve: %v", o.reply)
 	}
 	o = runAll(false, fresh(2), "GCRA", "5", "1", "60", "5", "SW", "10", "60", "4", "RESERVE", "2")
@@ -177,7 +204,7 @@ func TestAllErrors(t *testing.T) {
 		{"1", []string{"a"}, []string{"GCRA", "5", "0", "60", "1"}, "ERR limiter 1 (GCRA): count must be an integer from 1 to 9223372036854775807"},
 		{"1", []string{"a"}, []string{"SL", "100001", "60", "1"}, "ERR limiter 1 (SL): limit must be an integer from 1 to 100000"},
 		{"1", []string{"a"}, []string{"FW", "5", "60", "-1"}, "ERR limiter 1 (FW): cost must be an integer from 0 to 9223372036854775807"},
-		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS and RESERVE n`},
+		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS, RESERVE n and EACH`},
 		{"1", []string{"a"}, []string{"GCRA", "1", "2000000000", "1", "1"}, "ERR limiter 1 (GCRA, key \"a\"): count must be at most period x 1000000000"},
 	}
 	for _, c := range cases {
@@ -212,6 +239,7 @@ func FuzzAll(f *testing.F) {
 	f.Add(true, "2 a b TB 5 1 60 6 FW 3 60 1 RESERVE 1", "", "2")
 	f.Add(false, "3 a b c SL 5 60 1 GCRA 0 1 1 1 FW 5 60 5", "", "")
 	f.Add(false, "1 a gcra 1 1 1 -5", "1700000000000000001", "")
+	f.Add(false, "2 a b GCRA 5 1 60 9 TB 5 1 60 1 EACH MS", "1700000010000000000", "1700000000500000000")
 	f.Fuzz(func(t *testing.T, peek bool, line, v0, v1 string) {
 		args := append([]string{"rl.all"}, strings.Split(line, " ")...)
 		n := 0
@@ -241,8 +269,11 @@ func FuzzAll(f *testing.F) {
 			t.Fatalf("action %d", o.action)
 		}
 		r := o.reply
-		if o.replyLen != 6 || r[5] < 0 || int(r[5]) >= n || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
+		if (o.replyLen != 6 && o.replyLen != 6+5*n) || r[5] < 0 || int(r[5]) >= n || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 			t.Fatalf("reply %v over %d keys", r, n)
+		}
+		if d := r[5]; o.replyLen > 6 && [5]int64(r[6+5*d:11+5*d]) != [5]int64(r[:5]) {
+			t.Fatalf("EACH: the deciding limit's own five %v differ from the reply's %v", r[6+5*d:11+5*d], r[:5])
 		}
 		for i := range n {
 			w := o.writes[i]

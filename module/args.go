@@ -73,7 +73,7 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, o *outcome) bool {
 		i++
 	}
 	reserveAt := 0
-	if !parseOptions(args, i, s.reserve, s.options(), ms, &reserveAt, o) {
+	if !parseOptions(args, i, s.reserve, s.options(), ms, &reserveAt, nil, o) {
 		return false
 	}
 	return reserveAt == 0 || l.setReserve(args[reserveAt], o, -1)
@@ -102,13 +102,16 @@ func (l *limit) prefix(n int) string {
 	return fmt.Sprintf("limiter %d (%s): ", n+1, families[l.family].name)
 }
 
-// parseOptions reads the options from args[i:]: MS, and RESERVE n when
-// allowed. reserveAt is set to the index of n (0 when RESERVE is absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, o *outcome) bool {
+// parseOptions reads the options from args[i:]: MS, RESERVE n when
+// allowed, and EACH when each is not nil. reserveAt is set to the index of
+// n (0 when RESERVE is absent).
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, o *outcome) bool {
 	for ; i < len(args); i++ {
 		switch {
 		case isOption(args[i]):
 			*ms = true
+		case each != nil && equalFold(args[i], "EACH"):
+			*each = true
 		case allowed && isReserve(args[i]):
 			if i+1 >= len(args) {
 				o.fail("ERR RESERVE needs a number: RESERVE n, n from 0 to the limit")

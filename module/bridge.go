@@ -113,8 +113,8 @@ func (o *outcome) store(c *C.rl_call) {
 		return
 	}
 	c.reply_len = C.int(o.replyLen)
-	for i, v := range o.reply {
-		c.reply[i] = C.longlong(v)
+	for i := range min(o.replyLen, len(o.reply)) {
+		c.reply[i] = C.longlong(o.reply[i])
 	}
 	for i := range min(int(c.nkeys), len(o.writes)) {
 		w, k := &o.writes[i], &c.keys[i]
@@ -183,6 +183,7 @@ func numbering() []string {
 	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(keyOther))
 	check("RL_MAX_ARGS", C.RL_MAX_ARGS, maxArgs)
 	check("RL_MAX_KEYS", C.RL_MAX_KEYS, maxKeys)
+	check("RL_MAX_REPLY", C.RL_MAX_REPLY, maxReply)
 	check("RL_MEMBER_MAX", C.RL_MEMBER_MAX-1, maxMember)
 	check("set_val", C.int(len(rlKey{}.set_val)), len(keyWrite{}.value))
 	return bad

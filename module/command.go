@@ -54,6 +54,10 @@ const maxArgs = 128
 // maxKeys is RL_MAX_KEYS: the most keys one command names.
 const maxKeys = 16
 
+// maxReply is RL_MAX_REPLY: RL.ALL ... EACH's six integers and five per
+// limit.
+const maxReply = 6 + 5*maxKeys
+
 // keyKind is what a key holds, numbered as enum rl_keykind.
 type keyKind int
 
@@ -121,8 +125,8 @@ type keyWrite struct {
 // outcome is what a command decided: the reply, and each key's write.
 type outcome struct {
 	action   int
-	reply    [6]int64
-	replyLen int // 5, or 6 for RL.ALL and RL.PEEK
+	reply    [maxReply]int64
+	replyLen int // 5, 6 for RL.ALL and RL.PEEK (6 + 5 per limit with EACH), 1 for CONC.RELEASE
 	err      string
 	writes   [maxKeys]keyWrite
 }
@@ -131,7 +135,7 @@ type outcome struct {
 // would be, without clearing the writes no key uses.
 func (o *outcome) reset(n int) {
 	o.action, o.replyLen, o.err = actError, 0, ""
-	o.reply = [6]int64{}
+	o.reply[0], o.reply[1], o.reply[2], o.reply[3], o.reply[4], o.reply[5] = 0, 0, 0, 0, 0, 0
 	for i := range min(n, maxKeys) {
 		o.writes[i] = keyWrite{}
 	}

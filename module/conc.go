@@ -92,7 +92,7 @@ func parseConc(op int, args []string, c *concCall, o *outcome) bool {
 		}
 	}
 	reserveAt := 0
-	if !parseOptions(args, i, true, "MS and RESERVE n", &c.ms, &reserveAt, o) {
+	if !parseOptions(args, i, true, "MS and RESERVE n", &c.ms, &reserveAt, nil, o) {
 		return false
 	}
 	if reserveAt > 0 {

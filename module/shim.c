@@ -119,6 +119,8 @@ static RedisModuleCommandArg rl_all_args[] = {
      .flags = REDISMODULE_CMD_ARG_MULTIPLE},
     RL_MS_ARG,
     RL_RESERVE_ARG,
+    {.name = "each", .type = REDISMODULE_ARG_TYPE_PURE_TOKEN, .key_spec_index = -1, .token = "EACH",
+     .summary = "after the six integers, every limit's own five, in order", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     {0}};
 
 static RedisModuleCommandArg rl_conc_acquire_args[] = {
@@ -668,7 +670,7 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, const rl_command_def *def
     }
     if (c->reply[0]) n->refused++;
     else n->admitted++;
-    int len = c->reply_len == 6 ? 6 : 5;
+    int len = c->reply_len >= 5 && c->reply_len <= RL_MAX_REPLY ? c->reply_len : 5;
     RM_ReplyWithArray(ctx, len);
     for (int i = 0; i < len; i++) RM_ReplyWithLongLong(ctx, c->reply[i]);
 }

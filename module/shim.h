@@ -46,6 +46,9 @@ enum rl_op {
 /* The most keys one command names (RL.ALL's numkeys). */
 #define RL_MAX_KEYS 16
 
+/* The longest reply: RL.ALL ... EACH, six integers and five per limit. */
+#define RL_MAX_REPLY (6 + 5 * RL_MAX_KEYS)
+
 /* What a key holds, as C reads it. */
 enum rl_keykind {
     RL_KEY_EMPTY,
@@ -130,7 +133,7 @@ typedef struct rl_call {
     /* Set by Go. */
     int action; /* enum rl_action */
     int reply_len;
-    long long reply[6];
+    long long reply[RL_MAX_REPLY];
     char err[240]; /* NUL-terminated, starts with ERR (or OOM, WRONGTYPE) */
 
     /* Private to C. */
