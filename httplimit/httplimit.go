@@ -108,7 +108,8 @@ type Options struct {
 	// Prefix starts every Redis key ("rl:http:" by default). A key is
 	// Prefix + "{" + the policy's key + "}:" + the policy's name, so the
 	// policies of one request keyed alike share a cluster slot and are
-	// decided in one RL.ALL call.
+	// decided in one RL.ALL call. In a cluster or a Ring the prefix must
+	// hold no braces: the policy's key must be the key's first hash tag.
 	Prefix string
 	// OnError is the failure policy.
 	OnError OnError

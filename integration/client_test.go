@@ -3,8 +3,10 @@ package integration
 import (
 	"bytes"
 	"errors"
+	"fmt"
 	"io"
 	"net"
+	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -13,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"ratelimit/client"
+	"ratelimit/httplimit"
 )
 
 // The client's Result is the module's reply, with times as durations: a
@@ -232,5 +235,46 @@ func TestClientNeverRetries(t *testing.T) {
 			t.Fatalf("go-redis Do: error %v, %d taken; this test expects its retry to charge twice", err, taken)
 		}
 		t.Logf("via the client %v: error %v, %d taken", viaClient, err, taken)
+	}
+}
+
+// A Ring of two servers: the client's calls go to each key's shard, and
+// the middleware takes policies of two hash tags one by one (refunding),
+// since a Ring, like a cluster, may put them on different shards.
+func TestClientRing(t *testing.T) {
+	ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"a": shared[1].addr(), "b": shared[2].addr()}, Protocol: 2})
+	defer ring.Close()
+	c := client.New(ring)
+	spread := fmt.Sprintf("rl:ring:%d:", time.Now().UnixNano()) // no hash tag: keys spread over the shards
+	for i := range 50 {
+		if r, err := c.Take(ctx, fmt.Sprintf("%s%d", spread, i), client.FixedWindow(2, time.Hour), 1); err != nil || r.Remaining != 1 {
+			t.Fatalf("key %d: %+v %v", i, r, err)
+		}
+	}
+	var onA, onB int64
+	for i := range 50 {
+		k := fmt.Sprintf("%s%d", spread, i)
+		onA += shared[1].rdb.Exists(ctx, k).Val()
+		onB += shared[2].rdb.Exists(ctx, k).Val()
+	}
+	if onA+onB != 50 || onA == 0 || onB == 0 {
+		t.Fatalf("50 keys: %d on one shard, %d on the other", onA, onB)
+	}
+
+	lim, err := httplimit.New(ring, httplimit.Options{Prefix: spread + "http:"},
+		httplimit.Policy{Name: "burst", Limit: client.GCRA(9, 10, time.Hour), Key: httplimit.ClientIP(httplimit.IPOptions{})},
+		httplimit.Policy{Name: "per-key", Limit: client.FixedWindow(2, time.Hour), Key: httplimit.APIKey("X-API-Key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(hello))
+	defer srv.Close()
+	codes := ""
+	for range 4 {
+		codes += fmt.Sprint(get(t, srv.URL, "X-API-Key", "k-1").StatusCode, " ")
+	}
+	left, err := c.Peek(ctx, spread+"http:{127.0.0.1}:burst", client.GCRA(9, 10, time.Hour), 0)
+	if codes != "200 200 429 429 " || err != nil || left.Remaining != 8 {
+		t.Fatalf("two tags on a Ring: %s, burst %+v %v (want 8 left: the refused requests refunded)", codes, left, err)
 	}
 }
