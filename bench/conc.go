@@ -8,7 +8,6 @@ import (
 	"math/rand/v2"
 	"net"
 	"strconv"
-	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -268,24 +267,9 @@ func readReply(rd *bufio.Reader) []int64 {
 
 // usecTotal sums the server's µs over the commands named.
 func usecTotal(ctx context.Context, rdb *redis.Client, stats ...string) float64 {
-	info := rdb.Info(ctx, "commandstats").Val()
 	total := 0.0
 	for _, stat := range stats {
-		found := false
-		for _, line := range strings.Split(info, "\r\n") {
-			if rest, ok := strings.CutPrefix(line, "cmdstat_"+stat+":"); ok {
-				for _, f := range strings.Split(rest, ",") {
-					if v, ok := strings.CutPrefix(f, "usec="); ok {
-						x, _ := strconv.ParseFloat(v, 64)
-						total += x
-						found = true
-					}
-				}
-			}
-		}
-		if !found {
-			log.Fatalf("bench: no commandstats for %s", stat)
-		}
+		total += commandStat(ctx, rdb, stat, "usec")
 	}
 	return total
 }

@@ -118,9 +118,6 @@ func main() {
 	}
 
 	allocs := goAllocs()
-	for k, v := range clientAllocs() {
-		allocs[k] = v
-	}
 	cpu, cores := machine()
 	report(*out, *chart, works, conc, httpRows, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
 	log.Printf("bench: wrote %s and %s", *out, *chart)
@@ -382,18 +379,24 @@ func multiBenchmark(ctx context.Context, port, pipeline, n, keys int, args []str
 
 // usecPerCall reads one command's µs per call from INFO commandstats.
 func usecPerCall(ctx context.Context, rdb *redis.Client, stat string) float64 {
+	return commandStat(ctx, rdb, stat, "usec_per_call")
+}
+
+// commandStat reads one field ("usec", "usec_per_call") of one command's
+// INFO commandstats line.
+func commandStat(ctx context.Context, rdb *redis.Client, stat, field string) float64 {
 	info := rdb.Info(ctx, "commandstats").Val()
 	for _, line := range strings.Split(info, "\r\n") {
 		if rest, ok := strings.CutPrefix(line, "cmdstat_"+stat+":"); ok {
 			for _, f := range strings.Split(rest, ",") {
-				if v, ok := strings.CutPrefix(f, "usec_per_call="); ok {
+				if v, ok := strings.CutPrefix(f, field+"="); ok {
 					x, _ := strconv.ParseFloat(v, 64)
 					return x
 				}
 			}
 		}
 	}
-	log.Fatalf("bench: no commandstats for %s", stat)
+	log.Fatalf("bench: no commandstats %s for %s", field, stat)
 	return 0
 }
 
@@ -424,41 +427,36 @@ func memory(ctx context.Context, rdb *redis.Client, works []*workload) int64 {
 	return base
 }
 
-var (
-	allocRE       = regexp.MustCompile(`BenchmarkCommands/(\S+?)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
-	clientAllocRE = regexp.MustCompile(`Benchmark(Take|GoRedisDo)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
-)
+// benchRE reads one benchmark's name, ns/op and allocs/op from go test -bench -benchmem.
+var benchRE = regexp.MustCompile(`Benchmark(\S+?)-\d+\s+\d+\s+([0-9.]+) ns/op\s+\d+ B/op\s+(\d+) allocs/op`)
 
-// clientAllocs runs the Go client's benchmark (a call through go-redis to a
-// fake server, no network) beside go-redis's own Do of the same command,
-// and returns ns/op and allocs/op for "client" and "go-redis".
-func clientAllocs() map[string][2]float64 {
-	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^(BenchmarkTake|BenchmarkGoRedisDo)$", "-benchmem", "./client/").CombinedOutput()
+// goBench runs the benchmarks of pkg that match pattern and returns ns/op
+// and allocs/op by the name after "Benchmark" ("Commands/gcra.throttle").
+func goBench(pkg, pattern string) map[string][2]float64 {
+	out, err := exec.Command("go", "test", "-run", "^$", "-bench", pattern, "-benchmem", pkg).CombinedOutput()
 	if err != nil {
-		log.Fatalf("bench: go test -bench ./client: %v\n%s", err, out)
+		log.Fatalf("bench: go test -bench %s: %v\n%s", pkg, err, out)
 	}
 	res := map[string][2]float64{}
-	for _, m := range clientAllocRE.FindAllSubmatch(out, -1) {
-		ns, _ := strconv.ParseFloat(string(m[2]), 64)
-		a, _ := strconv.ParseFloat(string(m[3]), 64)
-		res[map[string]string{"Take": "client", "GoRedisDo": "go-redis"}[string(m[1])]] = [2]float64{ns, a}
-	}
-	return res
-}
-
-// goAllocs runs the Go benchmark of the handler logic and returns ns/op and
-// allocs/op per command.
-func goAllocs() map[string][2]float64 {
-	out, err := exec.Command("go", "test", "-run", "^$", "-bench", "^BenchmarkCommands$", "-benchmem", "./module/").CombinedOutput()
-	if err != nil {
-		log.Fatalf("bench: go test -bench: %v\n%s", err, out)
-	}
-	res := map[string][2]float64{}
-	for _, m := range allocRE.FindAllSubmatch(out, -1) {
+	for _, m := range benchRE.FindAllSubmatch(out, -1) {
 		ns, _ := strconv.ParseFloat(string(m[2]), 64)
 		a, _ := strconv.ParseFloat(string(m[3]), 64)
 		res[string(m[1])] = [2]float64{ns, a}
 	}
+	return res
+}
+
+// goAllocs runs the Go benchmark of the handler logic (per command, by its
+// name in lower case) and the Go client's (a call through go-redis to a
+// fake server, "client", beside go-redis's own Do of the same command,
+// "go-redis"), and returns ns/op and allocs/op for each.
+func goAllocs() map[string][2]float64 {
+	res := map[string][2]float64{}
+	for name, v := range goBench("./module/", "^BenchmarkCommands$") {
+		res[strings.TrimPrefix(name, "Commands/")] = v
+	}
+	c := goBench("./client/", "^(BenchmarkTake|BenchmarkGoRedisDo)$")
+	res["client"], res["go-redis"] = c["Take"], c["GoRedisDo"]
 	return res
 }
 

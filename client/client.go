@@ -35,6 +35,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"ratelimit/internal/checked"
 )
 
 // Never is the RetryAfter of an admitted call, and of a refusal that no
@@ -167,16 +169,17 @@ func (l Limit) Quota() (q int64, w time.Duration) {
 }
 
 // drain is the time to admit q at rate per period, rounded up to the
-// second (saturating).
+// second (exact, saturating).
 func drain(period time.Duration, q, rate int64) time.Duration {
 	if rate <= 0 || q <= 0 || period <= 0 {
 		return 0
 	}
-	secs := float64(period/time.Second) * float64(q) / float64(rate)
-	if secs >= float64(math.MaxInt64/int64(time.Second)) {
-		return time.Duration(math.MaxInt64 / int64(time.Second) * int64(time.Second))
+	const most = math.MaxInt64 / int64(time.Second)
+	secs, ok := checked.MulDivCeil(int64(period/time.Second), q, rate)
+	if !ok || secs > most {
+		secs = most
 	}
-	return time.Duration(math.Ceil(secs)) * time.Second
+	return time.Duration(secs) * time.Second
 }
 
 // Refundable reports whether the limit takes a negative cost back (GCRA and

@@ -98,19 +98,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	w.Header().Set("RateLimit-Policy", l.header)
 
 	// Rate policies: in Redis, or as OnError says.
-	remote := len(rate) == 0 || l.breaker.allow()
-	if remote && len(rate) > 0 {
-		ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout)
-		err := l.decideRemote(ctx, rate)
-		cancel()
-		if err != nil {
-			l.breaker.failure(err)
-			remote = false
-		} else {
-			l.breaker.success()
-		}
-	}
-	if !remote {
+	if len(rate) > 0 && !l.remote(r, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
 		switch l.opt.OnError {
 		case FailClosed:
 			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breaker.retryAfter()})
@@ -145,6 +133,24 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	next.ServeHTTP(w, r)
 }
 
+// remote runs call against Redis, unless the breaker is open, within the
+// call timeout, and tells the breaker how it went; false means Redis did
+// not decide and OnError applies.
+func (l *Limiter) remote(r *http.Request, call func(ctx context.Context) error) bool {
+	if !l.breaker.allow() {
+		return false
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout)
+	err := call(ctx)
+	cancel()
+	if err != nil {
+		l.breaker.failure(err)
+		return false
+	}
+	l.breaker.success()
+	return true
+}
+
 // decideRemote decides the rate policies in Redis: the enforcing ones in
 // one RL.ALL call when they share a slot and a reserve, else one by one,
 // refunding what was taken when a later one refuses; shadow ones each on
@@ -159,11 +165,12 @@ func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
 		}
 	}
 	if len(enforcing) > 1 && l.oneCall(rate, enforcing) {
-		keyed := make([]client.Keyed, len(enforcing))
+		var kbuf [maxAll]client.Keyed
+		var ebuf [maxAll]client.Result
+		keyed, each := kbuf[:len(enforcing)], ebuf[:len(enforcing)]
 		for j, i := range enforcing {
 			keyed[j] = client.Keyed{Key: rate[i].key, Limit: rate[i].p.Limit, Cost: rate[i].cost}
 		}
-		each := make([]client.Result, len(enforcing))
 		res, err := l.c.AllEach(ctx, keyed, each, client.Reserve(rate[enforcing[0]].reserve))
 		if err != nil {
 			return err
@@ -197,9 +204,16 @@ func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
 	return nil
 }
 
+// maxAll is the most limits one RL.ALL call decides (its numkeys).
+const maxAll = 16
+
 // oneCall reports whether the enforcing policies can be one RL.ALL call:
-// one reserve, and one slot (always, on a single node).
+// at most maxAll of them, one reserve, and one slot (always, on a single
+// node).
 func (l *Limiter) oneCall(rate []applied, idx []int) bool {
+	if len(idx) > maxAll {
+		return false
+	}
 	first := rate[idx[0]]
 	_, single := l.rdb.(*redis.Client)
 	for _, i := range idx[1:] {
@@ -295,27 +309,21 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 	for i := range conc {
 		a := &conc[i]
 		a.id = id
-		remote := l.breaker.allow()
-		if remote {
-			ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout)
-			res, err := l.c.Acquire(ctx, a.key, a.p.Concurrency, id, client.Reserve(a.reserve))
-			cancel()
-			if err != nil {
-				l.breaker.failure(err)
-				remote = false
-			} else {
-				l.breaker.success()
-				if !res.Limited {
-					held = append(held, a)
-					continue
-				}
-				if a.p.Shadow {
-					l.event(Event{Kind: ShadowRefused, Policy: a.p.Name})
-					continue
-				}
-				l.event(Event{Kind: Shed, Policy: a.p.Name})
-				return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: max(res.RetryAfter, time.Second)}, false
+		var res client.Result
+		if l.remote(r, func(ctx context.Context) (err error) {
+			res, err = l.c.Acquire(ctx, a.key, a.p.Concurrency, id, client.Reserve(a.reserve))
+			return err
+		}) {
+			if !res.Limited {
+				held = append(held, a)
+				continue
 			}
+			if a.p.Shadow {
+				l.event(Event{Kind: ShadowRefused, Policy: a.p.Name})
+				continue
+			}
+			l.event(Event{Kind: Shed, Policy: a.p.Name})
+			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: max(res.RetryAfter, time.Second)}, false
 		}
 		switch l.opt.OnError {
 		case FailClosed:

@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"io"
 	"net"
-	"net/http/httptest"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -15,7 +14,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"ratelimit/client"
-	"ratelimit/httplimit"
 )
 
 // The client's Result is the module's reply, with times as durations: a
@@ -261,20 +259,5 @@ func TestClientRing(t *testing.T) {
 		t.Fatalf("50 keys: %d on one shard, %d on the other", onA, onB)
 	}
 
-	lim, err := httplimit.New(ring, httplimit.Options{Prefix: spread + "http:"},
-		httplimit.Policy{Name: "burst", Limit: client.GCRA(9, 10, time.Hour), Key: httplimit.ClientIP(httplimit.IPOptions{})},
-		httplimit.Policy{Name: "per-key", Limit: client.FixedWindow(2, time.Hour), Key: httplimit.APIKey("X-API-Key")})
-	if err != nil {
-		t.Fatal(err)
-	}
-	srv := httptest.NewServer(lim.Handler(hello))
-	defer srv.Close()
-	codes := ""
-	for range 4 {
-		codes += fmt.Sprint(get(t, srv.URL, "X-API-Key", "k-1").StatusCode, " ")
-	}
-	left, err := c.Peek(ctx, spread+"http:{127.0.0.1}:burst", client.GCRA(9, 10, time.Hour), 0)
-	if codes != "200 200 429 429 " || err != nil || left.Remaining != 8 {
-		t.Fatalf("two tags on a Ring: %s, burst %+v %v (want 8 left: the refused requests refunded)", codes, left, err)
-	}
+	refundAcrossTags(t, ring, spread+"http:")
 }

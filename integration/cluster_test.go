@@ -3,7 +3,6 @@ package integration
 import (
 	"fmt"
 	"math/rand/v2"
-	"net/http/httptest"
 	"strings"
 	"sync"
 	"testing"
@@ -12,7 +11,6 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"ratelimit/client"
-	"ratelimit/httplimit"
 )
 
 // startCluster builds a cluster of 3 primaries and 3 replicas, all with the
@@ -180,25 +178,8 @@ func TestCluster(t *testing.T) {
 			t.Fatalf("client Release: %v %v", held, err)
 		}
 
-		// The middleware on the cluster: policies keyed apart live in two
-		// slots, so they are taken one by one; when the second refuses, the
-		// first gives back what it took.
-		lim, err := httplimit.New(cc, httplimit.Options{Prefix: "rl:http:"},
-			httplimit.Policy{Name: "burst", Limit: client.GCRA(9, 10, time.Hour), Key: httplimit.ClientIP(httplimit.IPOptions{})},
-			httplimit.Policy{Name: "per-key", Limit: client.FixedWindow(2, time.Hour), Key: httplimit.APIKey("X-API-Key")})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(lim.Handler(hello))
-		defer srv.Close()
-		codes := ""
-		for range 4 {
-			codes += fmt.Sprint(get(t, srv.URL, "X-API-Key", "k-1").StatusCode, " ")
-		}
-		burst, err := cc.Do(ctx, "GCRA.PEEK", "rl:http:{127.0.0.1}:burst", 9, 10, 3600, 0).Int64Slice()
-		if codes != "200 200 429 429 " || err != nil || burst[2] != 8 {
-			t.Fatalf("two slots: %s, burst left %v %v (want 8: the refused requests refunded)", codes, burst, err)
-		}
+		// The middleware on the cluster: policies keyed apart, in two slots.
+		refundAcrossTags(t, cc, "rl:http:")
 
 		// Failover under load: 4 clients pipeline calls on 5000 fresh GCRA
 		// keys of limit 5 while primary 0 is killed; they go on through the

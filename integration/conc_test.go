@@ -434,18 +434,7 @@ func TestConcHostileInput(t *testing.T) {
 		seed := uint64(time.Now().UnixNano())
 		t.Logf("seed %d", seed)
 		rng := rand.New(rand.NewPCG(seed, 13))
-		prefix := key(t, "")
-		var pool []string
-		for typ, setup := range otherTypes(s.rdb) {
-			k := prefix + "foreign:" + typ
-			if err := setup(k); err != nil {
-				t.Fatal(err)
-			}
-			pool = append(pool, k)
-		}
-		for i := range 4 {
-			pool = append(pool, fmt.Sprintf("%slive:%d", prefix, i))
-		}
+		pool := keyPool(t, key(t, ""), otherTypes(s.rdb), 4)
 		cmds := []string{"CONC.ACQUIRE", "CONC.RELEASE", "CONC.PEEK"}
 		for n := range 1500 {
 			k := pool[rng.IntN(len(pool))]

@@ -14,6 +14,8 @@ import (
 	"testing"
 	"time"
 
+	"github.com/redis/go-redis/v9"
+
 	"ratelimit/client"
 	"ratelimit/httplimit"
 )
@@ -37,6 +39,38 @@ func get(t *testing.T, url string, header ...string) *http.Response {
 	io.Copy(io.Discard, resp.Body)
 	resp.Body.Close()
 	return resp
+}
+
+// statuses sends n requests with the headers and lists their statuses:
+// "200 200 429 ".
+func statuses(t *testing.T, url string, n int, header ...string) string {
+	t.Helper()
+	var b strings.Builder
+	for range n {
+		fmt.Fprint(&b, get(t, url, header...).StatusCode, " ")
+	}
+	return b.String()
+}
+
+// refundAcrossTags runs the middleware over rdb (a cluster or a Ring) with
+// two policies keyed apart, so in two slots or shards: they are taken one
+// by one, and when the second refuses, the first gives back what it took.
+func refundAcrossTags(t *testing.T, rdb redis.UniversalClient, prefix string) {
+	t.Helper()
+	burst := client.GCRA(9, 10, time.Hour)
+	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: prefix},
+		httplimit.Policy{Name: "burst", Limit: burst, Key: httplimit.ClientIP(httplimit.IPOptions{})},
+		httplimit.Policy{Name: "per-key", Limit: client.FixedWindow(2, time.Hour), Key: httplimit.APIKey("X-API-Key")})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(hello))
+	defer srv.Close()
+	codes := statuses(t, srv.URL, 4, "X-API-Key", "k-1")
+	left, err := client.New(rdb).Peek(ctx, prefix+"{127.0.0.1}:burst", burst, 0)
+	if codes != "200 200 429 429 " || err != nil || left.Remaining != 8 {
+		t.Fatalf("two tags: %s, burst %+v %v (want 8 left: the refused requests refunded)", codes, left, err)
+	}
 }
 
 var rateLimitRE = regexp.MustCompile(`^"([^"]+)";r=(\d+);t=(\d+)$`)
@@ -375,13 +409,7 @@ func TestHTTPPriorityReserve(t *testing.T) {
 		}
 		srv := httptest.NewServer(lim.Handler(hello))
 		defer srv.Close()
-		codes := ""
-		for range 4 {
-			codes += fmt.Sprint(get(t, srv.URL, "X-Priority", "low").StatusCode, " ")
-		}
-		for range 3 {
-			codes += fmt.Sprint(get(t, srv.URL).StatusCode, " ")
-		}
+		codes := statuses(t, srv.URL, 4, "X-Priority", "low") + statuses(t, srv.URL, 3)
 		if codes != "200 200 200 503 200 200 429 " {
 			t.Fatalf("low ×4 then default ×3: %s", codes)
 		}

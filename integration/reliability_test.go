@@ -111,6 +111,24 @@ func expired(t *testing.T, c *redis.Client, before, after snapshot) bool {
 	return after.Type == "none" && before.Expire >= 0 && before.Expire <= tm.UnixMilli()
 }
 
+// keyPool makes a key of each foreign kind (setup writes it), and names
+// `live` more for the limiters to create: the keys random vectors run on.
+func keyPool(t *testing.T, prefix string, foreign map[string]func(k string) error, live int) []string {
+	t.Helper()
+	var pool []string
+	for typ, setup := range foreign {
+		k := prefix + "foreign:" + typ
+		if err := setup(k); err != nil {
+			t.Fatal(err)
+		}
+		pool = append(pool, k)
+	}
+	for i := range live {
+		pool = append(pool, fmt.Sprintf("%slive:%d", prefix, i))
+	}
+	return pool
+}
+
 // The black-box fuzzer: random argument lists against every command, on
 // fresh keys, live limiter keys and keys of every other type. The server
 // stays up, every failure is an ERR or WRONGTYPE reply, an error changes no
@@ -131,17 +149,7 @@ func TestHostileInput(t *testing.T) {
 		foreign := otherTypes(s.rdb)
 		foreign["garbage"] = func(k string) error { return s.rdb.Set(ctx, k, "not a limiter", 0).Err() }
 		foreign["digits"] = func(k string) error { return s.rdb.Set(ctx, k, "12", 0).Err() }
-		var pool []string
-		for typ, setup := range foreign {
-			k := prefix + "foreign:" + typ
-			if err := setup(k); err != nil {
-				t.Fatal(err)
-			}
-			pool = append(pool, k)
-		}
-		for i := range 8 {
-			pool = append(pool, fmt.Sprintf("%slive:%d", prefix, i))
-		}
+		pool := keyPool(t, prefix, foreign, 8)
 		var errs, oks int
 		for n := range vectors {
 			k := pool[rng.IntN(len(pool))]

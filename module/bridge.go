@@ -119,26 +119,22 @@ func (o *outcome) store(c *C.rl_call) {
 	for i := range min(int(c.nkeys), len(o.writes)) {
 		w, k := &o.writes[i], &c.keys[i]
 		k.write = C.int(w.action)
+		if w.action == writeNone || w.action == writeDel {
+			continue
+		}
+		// Every other write has an expiry; the sorted sets' share the cutoff
+		// and the score.
+		k.expire_ms = C.longlong(w.expireMs)
+		k.z_cutoff_us, k.z_score_us = C.longlong(w.zCutoff), C.longlong(w.zScore)
 		switch w.action {
 		case writeSet:
 			n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&k.set_val[0])), len(k.set_val)), w.value[:w.valueLen])
 			k.set_len = C.size_t(n)
-			k.expire_ms = C.longlong(w.expireMs)
 		case writeZLog:
-			k.z_redate = 0
-			if w.zRedate {
-				k.z_redate = 1
-			}
-			k.z_cutoff_us = C.longlong(w.zCutoff)
-			k.z_add = C.longlong(w.zAdd)
-			k.z_score_us = C.longlong(w.zScore)
-			k.expire_ms = C.longlong(w.expireMs)
+			k.z_redate, k.z_add = cBool(w.zRedate), C.longlong(w.zAdd)
 		case writeConc:
 			k.conc_id_arg = C.int(w.concID)
 			k.conc_add, k.conc_remove = cBool(w.concAdd), cBool(w.concRemove)
-			k.z_cutoff_us = C.longlong(w.zCutoff)
-			k.z_score_us = C.longlong(w.zScore)
-			k.expire_ms = C.longlong(w.expireMs)
 		}
 	}
 }

@@ -2,7 +2,6 @@ package main
 
 import (
 	"fmt"
-	"math"
 	"time"
 
 	"ratelimit/conc"
@@ -208,6 +207,5 @@ func leaseExpiry(ns int64) int64 {
 
 // holderEntry reports an entry a concurrency write could have made.
 func holderEntry(e zEntry) bool {
-	return e.length >= 1 && e.length <= maxID && e.score >= float64(minState/1000) && e.score < maxScoreUs &&
-		e.score == math.Trunc(e.score)
+	return e.length >= 1 && e.length <= maxID && stateScore(e.score)
 }

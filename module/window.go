@@ -183,7 +183,7 @@ func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome,
 // member's digits are read and compared with the score, not the score
 // formatted and compared with them: this runs twice on every log call.
 func logEntry(e zEntry) bool {
-	if e.length > maxMember || !(e.score >= float64(minState/1000) && e.score < maxScoreUs) || e.score != math.Trunc(e.score) {
+	if e.length > maxMember || !stateScore(e.score) {
 		return false
 	}
 	score, n, ok := strings.Cut(e.member, "-")
@@ -196,6 +196,12 @@ func logEntry(e zEntry) bool {
 	}
 	_, ok = parseInstant(n)
 	return ok
+}
+
+// stateScore reports a score a limiter's sorted set can hold: a whole
+// number of Unix microseconds from 2015 (minState) to maxScoreUs.
+func stateScore(us float64) bool {
+	return us >= float64(minState/1000) && us < maxScoreUs && us == math.Trunc(us)
 }
 
 // floorDiv is ⌊a/b⌋ for b > 0.
