@@ -163,7 +163,7 @@ func TestNoModule(t *testing.T) {
 	if !errors.Is(err, ErrNoModule) {
 		t.Fatalf("%v does not wrap ErrNoModule", err)
 	}
-	f.err = errors.New("ERR max_burst must be an integer from 0 to 9223372036854775806")
+	f.err = errors.New("ERR max_burst must be an integer from 0 to 9007199254740990")
 	if _, err := c.Take(ctx, "k", GCRA(-1, 10, time.Minute), 1); errors.Is(err, ErrNoModule) || err == nil {
 		t.Fatalf("an argument error became %v", err)
 	}

@@ -1,9 +1,6 @@
 package main
 
-import (
-	"fmt"
-	"strconv"
-)
+import "fmt"
 
 // arg is one integer argument and its accepted range.
 type arg struct {
@@ -203,11 +200,28 @@ func equalFold(s, word string) bool {
 	return true
 }
 
-// quote shows untrusted input in an error: at most 32 bytes, escaped so
-// that no control character or invalid UTF-8 reaches the reply.
+// quote shows untrusted input in an error: at most 32 bytes between double
+// quotes, printable ASCII as it is (with " and \\ escaped by a backslash),
+// every other byte as \\xNN, so that no control character or invalid UTF-8
+// reaches the reply, and the Lua engine, which sees bytes, quotes alike.
 func quote(s string) string {
+	more := ""
 	if len(s) > 32 {
-		return strconv.Quote(s[:32]) + "..."
+		s, more = s[:32], "..."
 	}
-	return strconv.Quote(s)
+	b := make([]byte, 0, len(s)+8)
+	b = append(b, '"')
+	for i := 0; i < len(s); i++ {
+		switch c := s[i]; {
+		case c == '"' || c == '\\':
+			b = append(b, '\\', c)
+		case c < ' ' || c > '~':
+			b = append(b, '\\', 'x', hexDigits[c>>4], hexDigits[c&15])
+		default:
+			b = append(b, c)
+		}
+	}
+	return string(append(b, '"')) + more
 }
+
+const hexDigits = "0123456789abcdef"

@@ -9,7 +9,7 @@ import (
 // TB.TAKE / TB.PEEK key capacity refill_tokens refill_period [tokens] [MS] [RESERVE n]
 var tbSyntax = syntax{
 	positional: []arg{
-		{name: "capacity", min: 1, max: math.MaxInt64},
+		{name: "capacity", min: 1, max: maxLimit},
 		{name: "refill_tokens", min: 1, max: math.MaxInt64},
 		{name: "refill_period", min: 1, max: bucket.MaxPeriod, seconds: true},
 	},
@@ -21,7 +21,7 @@ var tbSyntax = syntax{
 // LB.ENQUEUE / LB.PEEK key capacity leak_count leak_period [quantity] [MS]
 var lbSyntax = syntax{
 	positional: []arg{
-		{name: "capacity", min: 0, max: math.MaxInt64 - 1},
+		{name: "capacity", min: 0, max: maxLimit},
 		{name: "leak_count", min: 1, max: math.MaxInt64},
 		{name: "leak_period", min: 1, max: bucket.MaxPeriod, seconds: true},
 	},

@@ -216,15 +216,15 @@ func TestParse(t *testing.T) {
 		want string
 	}{
 		{[]string{"15", "30"}, ""}, // arity
-		{[]string{"-1", "30", "60"}, "ERR max_burst must be an integer from 0 to 9223372036854775806"},
-		{[]string{"1.5", "30", "60"}, "ERR max_burst must be an integer from 0 to 9223372036854775806"},
+		{[]string{"-1", "30", "60"}, "ERR max_burst must be an integer from 0 to 9007199254740990"},
+		{[]string{"1.5", "30", "60"}, "ERR max_burst must be an integer from 0 to 9007199254740990"},
 		{[]string{"15", "0", "60"}, "ERR count must be an integer from 1 to 9223372036854775807"},
 		{[]string{"15", "30", "0"}, "ERR period must be whole seconds from 1 to 9223372036"},
 		{[]string{"15", "30", "9223372037"}, "ERR period must be whole seconds from 1 to 9223372036"},
 		{[]string{"15", "30", "60", "1e3"}, "ERR quantity must be an integer from -9223372036854775808 to 9223372036854775807"},
 		{[]string{"15", "30", "60", "1", "XX"}, `ERR unknown option "XX": the options are MS and RESERVE n`},
 		{[]string{"15", "30", "60", "MS", "1"}, `ERR unknown option "1": the options are MS and RESERVE n`},
-		{[]string{"15", "30", "60", "1", "\xff\r\n"}, `ERR unknown option "\xff\r\n": the options are MS and RESERVE n`},
+		{[]string{"15", "30", "60", "1", "\xff\r\n"}, `ERR unknown option "\xff\x0d\x0a": the options are MS and RESERVE n`},
 		{[]string{"15", "30", "60", "RESERVE"}, "ERR RESERVE needs a number: RESERVE n, n from 0 to the limit"},
 		{[]string{"15", "30", "60", "RESERVE", "17"}, "ERR RESERVE must be an integer from 0 to 16 (the limit)"},
 		{[]string{"15", "30", "60", "RESERVE", "-1"}, "ERR RESERVE must be an integer from 0 to 16 (the limit)"},

@@ -9,7 +9,7 @@ import (
 // GCRA.THROTTLE / CL.THROTTLE / GCRA.PEEK key max_burst count period [quantity] [MS] [RESERVE n]
 var gcraSyntax = syntax{
 	positional: []arg{
-		{name: "max_burst", min: 0, max: math.MaxInt64 - 1},
+		{name: "max_burst", min: 0, max: maxLimit - 1},
 		{name: "count", min: 1, max: math.MaxInt64},
 		{name: "period", min: 1, max: gcra.MaxPeriod, seconds: true},
 	},

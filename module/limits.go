@@ -1,5 +1,10 @@
 package main
 
+// maxLimit bounds what a limiter admits at once (GCRA's max_burst + 1, a
+// bucket's capacity, a window's limit): 2^53 - 1, so that every integer of
+// a reply is exact as a double, as the Lua engine's replies must be.
+const maxLimit = 1<<53 - 1
+
 // The limiter families, as RL.ALL names them (LB is not part of RL.ALL).
 const (
 	famGCRA = iota
@@ -48,7 +53,7 @@ type limit struct {
 // of RESERVE: max_burst + 1 for GCRA, the capacity or the limit otherwise.
 func (l *limit) limit() int64 {
 	if l.family == famGCRA {
-		return l.v[0] + 1 // max_burst < math.MaxInt64
+		return l.v[0] + 1 // max_burst < maxLimit
 	}
 	return l.v[0]
 }

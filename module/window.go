@@ -11,7 +11,7 @@ import (
 // SW.HIT / SW.PEEK / FW.HIT / FW.PEEK key limit window [cost] [MS]
 var windowSyntax = syntax{
 	positional: []arg{
-		{name: "limit", min: 1, max: math.MaxInt64},
+		{name: "limit", min: 1, max: maxLimit},
 		{name: "window", min: 1, max: window.MaxWindow, seconds: true},
 	},
 	optional: arg{name: "cost", min: 0, max: math.MaxInt64},
