@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean
+.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean lua
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -85,6 +85,9 @@ build/cref.so: bench/cref/cref.c module/rmapi.h
 
 soak: build ## ten million calls per server, RSS and the Go runtime's share sampled (not part of make test)
 	SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' ./integration/ | grep -E 'soak_test|^(---|ok|FAIL)'
+
+lua: ## write lua/*.lua from lua/src (unit tests check they match)
+	$(GO) test -count=1 ./lua -run TestScriptsUpToDate -update
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@for p in $$($(GO) list ./... | grep -v /integration); do \

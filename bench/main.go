@@ -36,6 +36,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"ratelimit/lua"
 )
 
 //go:embed lua/*.lua
@@ -44,11 +46,14 @@ var scripts embed.FS
 // workload is one command as redis-benchmark sends it.
 type workload struct {
 	name string // row label
-	kind string // "native", "module", "all" (RL.ALL), "multi" (MULTI/EXEC), "cref" (the C reference) or "lua"
+	kind string // "native", "module", "all" (RL.ALL), "multi" (MULTI/EXEC), "cref" (the C reference), "lua" (a recipe) or "engine" (the Lua engine)
 	algo string // pairs a module command with its Lua script
 	stat string // its INFO commandstats name
 	args []string
 	lua  string // script file, for kind "lua"
+	// engine: for kind "engine", the command whose script of the Lua
+	// engine (package lua) runs.
+	engine string
 	// keys: for kind "multi", the GCRA.THROTTLE calls (on keys of their
 	// own) inside one MULTI/EXEC; for RL.ALL, its numkeys.
 	keys int
@@ -200,10 +205,17 @@ func ready(ctx context.Context, port int, stop func()) *server {
 // the server's µs per call) and, when n1 > 0, at -P 1.
 func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 int) {
 	for _, w := range works {
-		if w.kind != "lua" {
+		if w.kind != "lua" && w.kind != "engine" {
 			continue
 		}
 		src, err := scripts.ReadFile("lua/" + w.lua)
+		if w.kind == "engine" {
+			s, ok := lua.Get(w.engine)
+			src, err = []byte(s.Source), nil
+			if !ok {
+				err = fmt.Errorf("no script for %s", w.engine)
+			}
+		}
 		if err != nil {
 			log.Fatal(err)
 		}
@@ -303,6 +315,9 @@ func workloads() []*workload {
 		{name: "Lua sliding window", kind: "lua", algo: "sw", stat: "evalsha", lua: "sw.lua", args: []string{k("lsw"), "16", "60"}},
 		{name: "Lua fixed window", kind: "lua", algo: "fw", stat: "evalsha", lua: "fw.lua", args: []string{k("lfw"), "16", "60"}},
 		{name: "Lua sliding log", kind: "lua", algo: "sl", stat: "evalsha", lua: "sl.lua", args: []string{k("lsl"), "16", "60"}},
+		{name: "engine: GCRA.THROTTLE", kind: "engine", algo: "gcra", stat: "evalsha", engine: "gcra.throttle", args: []string{k("egcra"), "15", "30", "60"}},
+		{name: "engine: TB.TAKE", kind: "engine", algo: "tb", stat: "evalsha", engine: "tb.take", args: []string{k("etb"), "16", "30", "60"}},
+		{name: "engine: LB.ENQUEUE", kind: "engine", algo: "lb", stat: "evalsha", engine: "lb.enqueue", args: []string{k("elb"), "15", "30", "60"}},
 	}
 }
 

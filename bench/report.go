@@ -19,10 +19,14 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	serverVersion, cpu string, cores, rounds, n16, n1 int) {
 	byName := map[string]*workload{}
 	lua := map[string]*workload{}
+	engine := map[string]*workload{}
 	for _, w := range works {
 		byName[w.name] = w
-		if w.kind == "lua" {
+		switch w.kind {
+		case "lua":
 			lua[w.algo] = w
+		case "engine":
+			engine[w.algo] = w
 		}
 	}
 	incr := byName["INCR"]
@@ -45,7 +49,7 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	fmt.Fprintf(&b, "| command | µs/call | × INCR | ops/s -P 1 | ops/s -P 16 | × INCR at -P 16 | Lua µs/call | faster than Lua |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, w := range works {
-		if w.kind == "lua" {
+		if w.kind == "lua" || w.kind == "engine" {
 			continue
 		}
 		us := w.median(w.usec)
@@ -63,6 +67,8 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 			fmt.Fprintf(&b, "| %s | %.2f | %.0f | %.0f |\n", w.name, w.median(w.usec), w.median(w.p1), w.median(w.p16))
 		}
 	}
+
+	engineSection(&b, works, lua, engine)
 
 	g := byName["GCRA.THROTTLE"]
 	gUs := g.median(g.usec)
@@ -221,7 +227,7 @@ func svg(works []*workload) []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+70, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-weight="bold">µs per call on the server (INFO commandstats), median</text>`+"\n", left)
-	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "all": "#2f6fb3", "multi": "#8a8a8a", "cref": "#3a9a5b", "lua": "#e08a2c"}
+	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "all": "#2f6fb3", "multi": "#8a8a8a", "cref": "#3a9a5b", "lua": "#e08a2c", "engine": "#b0413e"}
 	for i, w := range works {
 		y := 30 + i*rowH
 		us := w.median(w.usec)
@@ -280,5 +286,23 @@ func httpSection(b *strings.Builder, rows []*httpRow) {
 	for _, r := range rows {
 		bare, with := w.median(r.bare), w.median(r.with)
 		fmt.Fprintf(b, "| %s | %.0f | %.0f | %.2f | %.1f |\n", r.name, bare, with, with/bare, 1e6/with-1e6/bare)
+	}
+}
+
+// engineSection compares the Lua engine's scripts with the module's
+// commands and with the recipes, from the same run.
+func engineSection(b *strings.Builder, works []*workload, lua, engine map[string]*workload) {
+	fmt.Fprintf(b, "\n## The Lua engine\n\n`lua/*.lua`, the scripts for servers without the module (the module's replies, errors and\n")
+	fmt.Fprintf(b, "state, byte for byte, on exact integers), run with EVALSHA in the same run, beside the module's command and\n")
+	fmt.Fprintf(b, "the recipe of the same algorithm above (which is not exact and does not check its input):\n\n")
+	fmt.Fprintf(b, "| command | module µs/call | engine µs/call | engine ÷ module | recipe µs/call | module ops/s ÷ engine's, -P 16 |\n|---|---|---|---|---|---|\n")
+	for _, w := range works {
+		e := engine[w.algo]
+		if w.kind != "module" || e == nil {
+			continue
+		}
+		us, eus := w.median(w.usec), e.median(e.usec)
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.1f× | %.2f | %.1f× |\n", w.name, us, eus, eus/us,
+			lua[w.algo].median(lua[w.algo].usec), w.median(w.p16)/e.median(e.p16))
 	}
 }

@@ -57,7 +57,8 @@ type opts struct {
 	args       []string // more server arguments (later ones win)
 	dataDir    string   // host directory mounted as the server's /data
 	// clockDir, a host directory, holds the file "ns" whose signed number
-	// of nanoseconds shifts the server's wall clock (see shiftClock).
+	// of nanoseconds shifts the server's wall clock (see shiftClock), or
+	// the file "at" that stops it at an instant (see stopClock).
 	clockDir string
 }
 
@@ -178,7 +179,9 @@ func start(ctx context.Context, f flavor, o opts) (*server, error) {
 			testcontainers.WithFiles(testcontainers.ContainerFile{
 				HostFilePath: clockshiftPath, ContainerFilePath: clockshiftInContainer, FileMode: 0o755,
 			}),
-			testcontainers.WithEnv(map[string]string{"LD_PRELOAD": clockshiftInContainer, "CLOCKSHIFT_FILE": "/clock/ns"}),
+			testcontainers.WithEnv(map[string]string{
+				"LD_PRELOAD": clockshiftInContainer, "CLOCKSHIFT_FILE": "/clock/ns", "CLOCKSHIFT_AT_FILE": "/clock/at",
+			}),
 			testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 				hc.Binds = append(hc.Binds, o.clockDir+":/clock")
 			}),

@@ -6,6 +6,14 @@
  * is read again at most every 20 ms, so a test steps the clock by writing
  * it. Monotonic clocks are left alone, as an NTP step leaves them.
  *
+ * It also stops the clock: when CLOCKSHIFT_AT_FILE names a file that holds
+ * a positive decimal, the wall clock reads exactly that many nanoseconds
+ * since the epoch (the shift is then ignored). That file is mapped into
+ * memory, so a write to it takes effect at once: a test sets the instant,
+ * then sends a command, and every clock the server reads (its cached
+ * command time, TIME, a script's TIME) is that instant. The test writes it
+ * in place and never shortens it (a mapped file cut short faults).
+ *
  * It allocates nothing and calls no stdio, so it is safe inside malloc
  * (jemalloc) and signal handlers.
  */
@@ -13,6 +21,7 @@
 #include <dlfcn.h>
 #include <fcntl.h>
 #include <stdlib.h>
+#include <sys/mman.h>
 #include <sys/time.h>
 #include <time.h>
 #include <unistd.h>
@@ -47,7 +56,36 @@ static long long shift_ns(void) {
     return shift = neg ? -v : v;
 }
 
+/* The stopped clock's instant in nanoseconds, or 0 when it runs. */
+static long long stopped_at(void) {
+    static const volatile char *map;
+    static int tried;
+    if (!tried) {
+        tried = 1;
+        const char *path = getenv("CLOCKSHIFT_AT_FILE");
+        int fd = path ? open(path, O_RDONLY | O_CLOEXEC) : -1;
+        if (fd >= 0) {
+            void *p = mmap(NULL, 32, PROT_READ, MAP_SHARED, fd, 0);
+            close(fd);
+            if (p != MAP_FAILED) map = p;
+        }
+    }
+    if (map == NULL) return 0;
+    for (;;) { /* read until two reads agree: never a half-written value */
+        long long a = 0, b = 0;
+        for (int i = 0; i < 24 && map[i] >= '0' && map[i] <= '9'; i++) a = a * 10 + (map[i] - '0');
+        for (int i = 0; i < 24 && map[i] >= '0' && map[i] <= '9'; i++) b = b * 10 + (map[i] - '0');
+        if (a == b) return a;
+    }
+}
+
 static void shifted(struct timespec *ts) {
+    long long at = stopped_at();
+    if (at > 0) {
+        ts->tv_sec = at / 1000000000LL;
+        ts->tv_nsec = at % 1000000000LL;
+        return;
+    }
     long long ns = (long long)ts->tv_sec * 1000000000LL + ts->tv_nsec + shift_ns();
     ts->tv_sec = ns / 1000000000LL;
     ts->tv_nsec = ns % 1000000000LL;

@@ -1,0 +1,426 @@
+package integration
+
+import (
+	"fmt"
+	"math"
+	"math/big"
+	"math/rand/v2"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"ratelimit/lua"
+)
+
+// The Lua engine is proven against the module by differential tests: the
+// same random call sequences through both, on one server whose wall clock
+// the test stops and moves (build/clockshift.so), so the module's cached
+// command time and the scripts' TIME read the same instant. Neither engine
+// has a test-only path: the scripts run as shipped, and every reply, error
+// and stored value must be the same, byte for byte.
+
+// stopClock stops the clock of servers started with clockDir dir at the
+// instant start, and returns the function that moves it.
+func stopClock(t *testing.T, dir string, start int64) func(ns int64) {
+	t.Helper()
+	f, err := os.Create(filepath.Join(dir, "at"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() { f.Close() })
+	set := func(ns int64) {
+		// Fixed width, written in place: the server maps this file.
+		if _, err := f.WriteAt(fmt.Appendf(nil, "%020d", ns), 0); err != nil {
+			t.Fatal(err)
+		}
+	}
+	set(start)
+	if _, err := f.WriteAt([]byte("            \n"), 20); err != nil {
+		t.Fatal(err)
+	}
+	return set
+}
+
+// engines calls a command through the module or through its script.
+type engines struct {
+	c    *redis.Client
+	shas map[string]string // command, lower case -> SHA1
+}
+
+func loadScripts(t *testing.T, c *redis.Client) engines {
+	t.Helper()
+	e := engines{c: c, shas: map[string]string{}}
+	for _, name := range lua.Commands() {
+		s, _ := lua.Get(name)
+		sha, err := c.ScriptLoad(ctx, s.Source).Result()
+		if err != nil {
+			t.Fatalf("SCRIPT LOAD %s: %v", name, err)
+		}
+		if sha != s.SHA1 {
+			t.Fatalf("%s: server SHA1 %s, package %s", name, sha, s.SHA1)
+		}
+		e.shas[strings.ToLower(name)] = sha
+	}
+	return e
+}
+
+// module calls the command (in lower case, as the scripts name themselves
+// in arity errors) and returns its reply or error as text.
+func (e engines) module(cmd, key string, args []string) string {
+	a := append([]any{cmd, key}, anys(args)...)
+	return replyText(e.c.Do(ctx, a...).Result())
+}
+
+// script calls the command's script with EVALSHA, or EVALSHA_RO for a peek.
+func (e engines) script(cmd, key string, args []string) string {
+	sha, ok := e.shas[cmd]
+	if !ok {
+		return "no script for " + cmd
+	}
+	s, _ := lua.Get(cmd)
+	if s.ReadOnly {
+		return replyText(e.c.EvalShaRO(ctx, sha, []string{key}, anys(args)...).Result())
+	}
+	return replyText(e.c.EvalSha(ctx, sha, []string{key}, anys(args)...).Result())
+}
+
+func anys(args []string) []any {
+	a := make([]any, len(args))
+	for i, s := range args {
+		a[i] = s
+	}
+	return a
+}
+
+func replyText(v any, err error) string {
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	return fmt.Sprint(v)
+}
+
+// state is a key's type, value and absolute expiry, in one round trip.
+func (e engines) state(key string) string {
+	p := e.c.Pipeline()
+	typ := p.Type(ctx, key)
+	get := p.Do(ctx, "GET", key)
+	exp := p.Do(ctx, "PEXPIRETIME", key)
+	_, _ = p.Exec(ctx)
+	v, err := get.Result()
+	if err != nil && err != redis.Nil && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
+		return "error: " + err.Error()
+	}
+	return fmt.Sprintf("%s %v %d", typ.Val(), v, exp.Val())
+}
+
+// instantCase makes one random command of an instant family: GCRA (under
+// both names), the token bucket or the shaper, consuming or peeking,
+// with their arguments fixed per sequence and a random cost and options.
+type instantCase struct {
+	cmd, peek string
+	params    []string
+	limit     int64
+	refunds   bool // the cost may be negative
+	reserve   bool
+}
+
+func randomInstantCase(r *rand.Rand) instantCase {
+	pick := func(v ...int64) string { return fmt.Sprint(v[r.IntN(len(v))]) }
+	periods := []int64{1, 2, 60, 3600, 86400, 365 * 86400, 9223372036}
+	var c instantCase
+	switch r.IntN(4) {
+	case 0, 1:
+		c = instantCase{cmd: "gcra.throttle", peek: "gcra.peek", refunds: true, reserve: true}
+		if r.IntN(2) == 0 {
+			c.cmd = "cl.throttle"
+		}
+		c.params = []string{pick(0, 1, 2, 5, 15, 99, 5999, 1<<40, 1<<53-2), pick(1, 3, 7, 30, 1000, 6000, 1e9, 1<<62, math.MaxInt64), pick(periods...)}
+	case 2:
+		c = instantCase{cmd: "tb.take", peek: "tb.peek", refunds: true, reserve: true}
+		c.params = []string{pick(1, 2, 5, 10, 100, 6000, 1<<50, 1<<53-1), pick(1, 3, 7, 30, 6000, 1e9, 1<<62), pick(periods...)}
+	default:
+		c = instantCase{cmd: "lb.enqueue", peek: "lb.peek"}
+		c.params = []string{pick(0, 1, 2, 5, 10, 100, 1<<53-1), pick(1, 3, 7, 30, 6000, 1e9), pick(periods...)}
+	}
+	fmt.Sscan(c.params[0], &c.limit)
+	if c.cmd != "lb.enqueue" && c.cmd != "tb.take" {
+		c.limit++
+	}
+	return c
+}
+
+// args makes one call's arguments: sometimes a bad one.
+func (c instantCase) args(r *rand.Rand) (cmd string, args []string) {
+	cmd = c.cmd
+	if r.IntN(5) == 0 {
+		cmd = c.peek
+	}
+	args = append([]string(nil), c.params...)
+	costs := []int64{1, 1, 1, 0, 2, 3, c.limit, c.limit + 1, math.MaxInt64}
+	if c.refunds {
+		costs = append(costs, -1, -3, -c.limit, math.MinInt64)
+	}
+	if r.IntN(4) > 0 {
+		args = append(args, fmt.Sprint(costs[r.IntN(len(costs))]))
+	}
+	if r.IntN(2) == 0 {
+		args = append(args, []string{"MS", "ms", "Ms"}[r.IntN(3)])
+	}
+	if c.reserve && r.IntN(4) == 0 {
+		args = append(args, "RESERVE", fmt.Sprint([]int64{0, 1, 2, c.limit, c.limit + 1}[r.IntN(5)]))
+	}
+	if r.IntN(12) == 0 { // bad input
+		bad := []string{"", "x", "1.5", "1e3", " 1", "0x10", "-1", "0", "9223372036854775808", "-9223372036854775809",
+			"9007199254740991", "9007199254740992", "9223372036", "9223372037", "RESERVE", "reserve", "MS", "EACH", "\xff\"\\", strings.Repeat("a", 40)}
+		switch r.IntN(4) {
+		case 0:
+			args = args[:r.IntN(len(args))]
+		case 1:
+			for len(args) < 15 {
+				args = append(args, "MS")
+			}
+		default:
+			args[r.IntN(len(args))] = bad[r.IntN(len(bad))]
+		}
+	}
+	return cmd, args
+}
+
+// foreignValues are what a key may hold before a sequence: nothing, or
+// data of another kind that both engines must refuse alike.
+var foreignValues = []func(c *redis.Client, key string, now time.Time) error{
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "42", time.Minute).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "hello", time.Minute).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "+1795448790000000000", time.Minute).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprint(now.Add(2*time.Second).UnixNano()), 0).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprint(now.Add(100*24*time.Hour).UnixNano()), time.Minute).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprint(now.Add(time.Second).UnixNano()), time.Minute).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error { return c.HSet(ctx, key, "a", 1).Err() },
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "9223372036854775807", time.Hour).Err()
+	},
+}
+
+// A random clock step: mostly small and forward, sometimes long, sometimes
+// back (a clock that steps back costs at most one refill in both engines).
+func clockStep(r *rand.Rand, res int64) int64 {
+	var d int64
+	switch r.IntN(10) {
+	case 0:
+		d = 0
+	case 1, 2, 3:
+		d = r.Int64N(int64(time.Second))
+	case 4, 5:
+		d = r.Int64N(int64(time.Minute))
+	case 6:
+		d = r.Int64N(int64(48 * time.Hour))
+	case 7:
+		d = -r.Int64N(int64(time.Hour))
+	default:
+		d = r.Int64N(int64(10 * time.Millisecond))
+	}
+	return d / res * res
+}
+
+// TestLuaMatchesModule: random sequences of GCRA.THROTTLE, CL.THROTTLE,
+// TB.TAKE, LB.ENQUEUE and their peeks, with costs, refunds, MS, RESERVE,
+// bad arguments, foreign data and clock steps, through the module on one
+// key, the scripts on a second, and a random engine per call on a third:
+// every reply and every stored state must be the same at every step.
+func TestLuaMatchesModule(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		dir := t.TempDir()
+		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+		setClock := stopClock(t, dir, now)
+		s := startFor(t, f, opts{module: true, clockDir: dir})
+		e := loadScripts(t, s.rdb)
+		// Redis 7.0's module clock is in ms: instants there are whole ms.
+		res := int64(time.Microsecond)
+		if !f.cachedClock {
+			res = int64(time.Millisecond)
+		}
+		seed := uint64(time.Now().UnixNano())
+		r := rand.New(rand.NewPCG(seed, 15))
+		calls, refused, errs, foreign := 0, 0, 0, 0
+		for seq := range 250 {
+			// Most sequences run on arguments the arithmetic takes; one in
+			// eight keeps arguments it refuses (overflow, rate, range).
+			c := randomInstantCase(r)
+			for try := 0; try < 8 && r.IntN(8) > 0 && strings.HasPrefix(e.module(c.peek, "{lua}:probe", c.params), "error"); try++ {
+				c = randomInstantCase(r)
+			}
+			keys := [3]string{fmt.Sprintf("{lua%d}:m", seq), fmt.Sprintf("{lua%d}:s", seq), fmt.Sprintf("{lua%d}:x", seq)}
+			if r.IntN(8) == 0 {
+				put := foreignValues[r.IntN(len(foreignValues))]
+				for _, k := range keys {
+					if err := put(s.rdb, k, time.Unix(0, now)); err != nil {
+						t.Fatal(err)
+					}
+				}
+				foreign++
+			}
+			for step := range 30 {
+				now += clockStep(r, res)
+				setClock(now)
+				cmd, args := c.args(r)
+				viaM := e.module(cmd, keys[0], args)
+				viaS := e.script(cmd, keys[1], args)
+				var viaX string
+				if r.IntN(2) == 0 {
+					viaX = e.module(cmd, keys[2], args)
+				} else {
+					viaX = e.script(cmd, keys[2], args)
+				}
+				what := fmt.Sprintf("seed %d, sequence %d step %d at %d: %s %s", seed, seq, step, now, cmd, strings.Join(args, " "))
+				if viaS != viaM || viaX != viaM {
+					t.Fatalf("%s\nmodule  %s\nscript  %s\neither  %s", what, viaM, viaS, viaX)
+				}
+				stM, stS, stX := e.state(keys[0]), e.state(keys[1]), e.state(keys[2])
+				if stS != stM || stX != stM {
+					t.Fatalf("%s: reply %s\nstate after the module  %s\nafter the script  %s\nafter either  %s", what, viaM, stM, stS, stX)
+				}
+				calls++
+				switch {
+				case strings.HasPrefix(viaM, "error"):
+					errs++
+				case strings.HasPrefix(viaM, "[1 "):
+					refused++
+				}
+			}
+		}
+		t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data)", seed, calls, refused, errs, foreign)
+		if refused < calls/20 || errs < calls/50 {
+			t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls", refused, errs, calls)
+		}
+	})
+}
+
+// The scripts run on a server that has no module, and reply there what the
+// module replies on another server at the same stopped instant.
+func TestLuaWithoutModule(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		dir := t.TempDir()
+		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+		setClock := stopClock(t, dir, now)
+		plain := startFor(t, f, opts{clockDir: dir})
+		withModule := startFor(t, f, opts{module: true, clockDir: dir})
+		if err := plain.rdb.Do(ctx, "GCRA.THROTTLE", "k", 1, 1, 1).Err(); err == nil || !strings.Contains(err.Error(), "unknown command") {
+			t.Fatalf("the plain server knows GCRA.THROTTLE: %v", err)
+		}
+		e, m := loadScripts(t, plain.rdb), engines{c: withModule.rdb}
+		for i, step := range []int64{0, 1e8, 3e8, 2e9, 0, 5e8} {
+			now += step
+			setClock(now)
+			for _, cmd := range []string{"gcra.throttle", "tb.take", "lb.enqueue", "gcra.peek"} {
+				args := []string{"2", "1", "1", "1", "MS"}
+				got, want := e.script(cmd, "{p}:"+cmd, args), m.module(cmd, "{p}:"+cmd, args)
+				if got != want {
+					t.Fatalf("step %d, %s: script without the module %s, module %s", i, cmd, got, want)
+				}
+				if gs, ms := e.state("{p}:"+cmd), m.state("{p}:"+cmd); gs != ms {
+					t.Fatalf("step %d, %s: state %s, module's %s", i, cmd, gs, ms)
+				}
+			}
+		}
+	})
+}
+
+// The scripts' exact integers (lua/src/int.lua), in the server's own Lua,
+// against math/big: sums, differences, products, quotients and remainders
+// of random integers of every size up to 2^126, with the 2^53 and 2^63
+// edges, and parsing and printing of 64-bit decimals.
+func TestLuaIntegers(t *testing.T) {
+	lib, err := os.ReadFile("../lua/src/int.lua")
+	if err != nil {
+		t.Fatal(err)
+	}
+	const harness = `
+local out = {}
+for i = 1, #ARGV, 2 do
+  local a, b = parse(ARGV[i]), parse(ARGV[i + 1])
+  local row = {fmt(add(a, b)), fmt(sub(a, b)), fmt(mul(a, b)), tostring(cmp(a, b)), fits(mul(a, b)) and '1' or '0'}
+  if cmp(b, 0) ~= 0 then
+    local q, r = quorem(mul(a, b), b)
+    row[#row + 1] = fmt(q) .. '/' .. fmt(r)
+    q, r = quorem(a, b)
+    row[#row + 1] = fmt(q) .. '/' .. fmt(r)
+  end
+  row[#row + 1] = string.format('%.17g', float(a))
+  out[#out + 1] = table.concat(row, ' ')
+end
+return out`
+	src := string(lib) + harness
+	each(t, func(t *testing.T, s *server) {
+		r := rand.New(rand.NewPCG(uint64(time.Now().UnixNano()), 53))
+		edges := []int64{0, 1, -1, 2, 1e7 - 1, 1e7, 1 << 26, 9e15, 9e15 - 1, 1<<53 - 1, 1 << 53, 1<<53 + 1, -(1 << 53),
+			1e9, 1795448790123456789, math.MaxInt64, math.MinInt64, math.MaxInt64 - 1, math.MinInt64 + 1, 3037000499, 3037000500}
+		randInt := func() int64 {
+			switch r.IntN(4) {
+			case 0:
+				return edges[r.IntN(len(edges))]
+			case 1:
+				return r.Int64N(1<<20) - 1<<19
+			default:
+				v := int64(r.Uint64() >> r.IntN(64))
+				if r.IntN(2) == 0 {
+					v = -v
+				}
+				return v
+			}
+		}
+		for range 20 {
+			var args []any
+			var pairs [][2]int64
+			for range 250 {
+				a, b := randInt(), randInt()
+				pairs = append(pairs, [2]int64{a, b})
+				args = append(args, fmt.Sprint(a), fmt.Sprint(b))
+			}
+			got, err := s.rdb.Eval(ctx, src, nil, args...).StringSlice()
+			if err != nil {
+				t.Fatal(err)
+			}
+			for i, p := range pairs {
+				if want := bigRow(p[0], p[1]); got[i] != want {
+					t.Fatalf("%d, %d:\n got  %s\n want %s", p[0], p[1], got[i], want)
+				}
+			}
+		}
+	})
+}
+
+// bigRow is what the harness must print for a and b, from math/big.
+func bigRow(a, b int64) string {
+	A, B := big.NewInt(a), big.NewInt(b)
+	P := new(big.Int).Mul(A, B)
+	fits := "0"
+	if P.IsInt64() {
+		fits = "1"
+	}
+	row := []string{new(big.Int).Add(A, B).String(), new(big.Int).Sub(A, B).String(), P.String(), fmt.Sprint(A.Cmp(B)), fits}
+	if b != 0 {
+		for _, x := range []*big.Int{P, A} {
+			q, m := new(big.Int).QuoRem(x, B, new(big.Int)) // truncated, as Go's / and %
+			row = append(row, q.String()+"/"+m.String())
+		}
+	}
+	row = append(row, strconv.FormatFloat(float64(a), 'g', 17, 64))
+	return strings.Join(row, " ")
+}

@@ -1,0 +1,63 @@
+package lua
+
+import (
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+)
+
+// The scripts are assembled from src/: each is its flags line, the shared
+// parts and its family's part, then the call that runs its command. A
+// script must hold everything it uses, since EVAL loads no libraries.
+// `make lua` writes them; TestScriptsUpToDate checks the files match.
+
+// recipe is how one script is made.
+type recipe struct {
+	file  string   // the script's file name
+	peek  bool     // flagged no-writes
+	parts []string // files of src/, in order
+	call  string   // the last line
+}
+
+var common = []string{"int.lua", "common.lua"}
+
+func instantRecipe(kind, command string, peek bool) recipe {
+	return recipe{
+		file:  strings.ReplaceAll(command, ".", "_") + ".lua",
+		peek:  peek,
+		parts: append(common[:len(common):len(common)], "instant.lua"),
+		call:  fmt.Sprintf("return instant_command(%q, %q, %v)", kind, command, peek),
+	}
+}
+
+var recipes = []recipe{
+	instantRecipe("gcra", "gcra.throttle", false),
+	instantRecipe("gcra", "cl.throttle", false),
+	instantRecipe("gcra", "gcra.peek", true),
+	instantRecipe("tb", "tb.take", false),
+	instantRecipe("tb", "tb.peek", true),
+	instantRecipe("lb", "lb.enqueue", false),
+	instantRecipe("lb", "lb.peek", true),
+}
+
+// assemble builds one script from the sources in dir.
+func assemble(dir string, r recipe) ([]byte, error) {
+	var b strings.Builder
+	if r.peek {
+		b.WriteString("#!lua flags=no-writes\n")
+	} else {
+		b.WriteString("#!lua\n")
+	}
+	fmt.Fprintf(&b, "-- %s: generated from lua/src by `make lua`; edit the sources, not this file.\n", r.file)
+	for _, p := range r.parts {
+		src, err := os.ReadFile(filepath.Join(dir, p))
+		if err != nil {
+			return nil, err
+		}
+		b.WriteString("\n")
+		b.Write(src)
+	}
+	b.WriteString("\n" + r.call + "\n")
+	return []byte(b.String()), nil
+}

@@ -1,0 +1,226 @@
+-- What every command shares with the module: argument syntax and its
+-- errors, the clock, instants, replies, and reading a key.
+
+local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
+local SECOND = 1000000000
+
+local function fail(msg) return {err = msg} end
+
+local function arity(name)
+  return fail("ERR wrong number of arguments for '" .. name .. "' command")
+end
+
+-- quote shows untrusted input in an error as the module does: at most 32
+-- bytes, printable ASCII as it is, every other byte as \xNN.
+local function quote(s)
+  local more = ''
+  if #s > 32 then s = string.sub(s, 1, 32); more = '...' end
+  s = string.gsub(s, '.', function(c)
+    local b = string.byte(c)
+    if c == '"' or c == '\\' then return '\\' .. c end
+    if b < 32 or b > 126 then return string.format('\\x%02x', b) end
+  end)
+  return '"' .. s .. '"' .. more
+end
+
+local function isword(s, word) return string.upper(s) == word end
+
+-- A syntax is {positional args, optional arg, default, reserve allowed};
+-- an arg is {name, min, max, seconds} with min and max exact integers.
+local function range_error(a, prefix)
+  if a.seconds then
+    return fail('ERR ' .. prefix .. a.name .. ' must be whole seconds from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
+  end
+  return fail('ERR ' .. prefix .. a.name .. ' must be an integer from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
+end
+
+local function parse_arg(a, s)
+  local v = parse(s)
+  if v == nil or lt(v, a.min) or lt(a.max, v) then return nil end
+  return v
+end
+
+-- parse_reserve reads RESERVE's n, 0 to the limit.
+local function parse_reserve(s, limit, prefix)
+  local n = parse(s)
+  if n == nil or lt(n, 0) or lt(limit, n) then
+    return nil, fail('ERR ' .. prefix .. 'RESERVE must be an integer from 0 to ' .. fmt(limit) .. ' (the limit)')
+  end
+  return n
+end
+
+-- parse_options reads MS, RESERVE n (when allowed) and EACH (when each)
+-- from args[i..]: ms, the index of RESERVE's n (0 if none), EACH, or an error.
+local function parse_options(args, i, allowed, names, each)
+  local ms, reserve_at, each_seen = false, 0, false
+  while i <= #args do
+    local a = args[i]
+    if isword(a, 'MS') then
+      ms = true
+    elseif each and isword(a, 'EACH') then
+      each_seen = true
+    elseif allowed and isword(a, 'RESERVE') then
+      if i + 1 > #args then
+        return nil, nil, nil, fail('ERR RESERVE needs a number: RESERVE n, n from 0 to the limit')
+      end
+      i = i + 1
+      reserve_at = i
+    else
+      return nil, nil, nil, fail('ERR unknown option ' .. quote(a) .. ': the options are ' .. names)
+    end
+    i = i + 1
+  end
+  return ms, reserve_at, each_seen
+end
+
+-- parse_one reads a command of one key: args are ARGV (after the key).
+-- It returns the values (positional, then the cost), ms and the reserve,
+-- or an error reply.
+local function parse_one(syn, args, name)
+  local np = #syn.positional
+  if #args < np or #args + 2 > 16 then return nil, nil, nil, arity(name) end
+  local v = {}
+  for j, a in ipairs(syn.positional) do
+    v[j] = parse_arg(a, args[j])
+    if v[j] == nil then return nil, nil, nil, range_error(a, '') end
+  end
+  local i = np + 1
+  v[np + 1] = syn.def
+  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') then
+    v[np + 1] = parse_arg(syn.optional, args[i])
+    if v[np + 1] == nil then return nil, nil, nil, range_error(syn.optional, '') end
+    i = i + 1
+  end
+  local names = syn.reserve and 'MS and RESERVE n' or 'MS'
+  local ms, reserve_at, _, err = parse_options(args, i, syn.reserve, names, false)
+  if err then return nil, nil, nil, err end
+  local reserve = 0
+  if reserve_at > 0 then
+    reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '')
+    if err then return nil, nil, nil, err end
+  end
+  return v, ms, reserve
+end
+
+-- The clock: the server's TIME, as an instant {s, ns}.
+local function clock()
+  local t = redis.call('TIME')
+  return {tonumber(t[1]), tonumber(t[2]) * 1000}
+end
+
+-- Instants are {seconds, nanoseconds} since the Unix epoch: a nanosecond
+-- time does not fit a double, its two parts do.
+local function since(a, b) -- a - b, an exact integer of nanoseconds
+  return add(mul(a[1] - b[1], SECOND), a[2] - b[2])
+end
+
+local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
+  local q, r = quorem(d, SECOND)
+  local s, ns = a[1] + float(q), a[2] + r
+  if ns >= SECOND then s, ns = s + 1, ns - SECOND end
+  if s > 9223372036 or (s == 9223372036 and ns > 854775807) then return nil end
+  return {s, ns}
+end
+
+local function after(a, b) -- a > b
+  return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2])
+end
+
+local function instant_string(a) return string.format('%d%09d', a[1], a[2]) end
+
+-- ceil_ms is an instant in Unix ms, rounded up.
+local function ceil_ms(a) return a[1] * 1000 + math.ceil(a[2] / 1000000) end
+
+-- reply_time rounds a time of nanoseconds for the reply: milliseconds
+-- rounded up with MS, else whole seconds plus one when the remainder has
+-- a non-zero millisecond part (redis-cell's rounding); -1 stays -1.
+local function reply_time(d, ms)
+  if lt(d, 0) then return -1 end
+  if ms then
+    local q, r = quorem(d, 1000000)
+    if lt(0, r) then q = add(q, 1) end
+    return float(q)
+  end
+  local q, r = quorem(d, SECOND)
+  if r >= 1000000 then q = add(q, 1) end
+  return float(q)
+end
+
+local function five(limited, limit, remaining, retry, reset, ms)
+  return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
+end
+
+-- read_key returns what the module reads of a key: its type ('none',
+-- 'string', 'zset' or another), its absolute expiry in Unix ms (-1: none).
+local function read_key(key)
+  local t = redis.call('TYPE', key).ok
+  if t == 'none' then return t, -1 end
+  return t, redis.call('PEXPIRETIME', key)
+end
+
+local function other_data(state, why)
+  return fail('ERR the key holds other data, not ' .. state .. ': ' .. why ..
+    '; the limiter changed nothing (use a key prefix per limiter)')
+end
+
+-- check_key refuses a key of another type, and one without an expiry.
+local function check_key(kind, expire, want, state)
+  if kind ~= 'none' and kind ~= want then return fail(WRONGTYPE) end
+  if kind == want and expire < 0 then
+    return other_data(state, 'it has no expiry, and limiter keys always expire')
+  end
+end
+
+local MIN_STATE = 1420070400 -- 2015-01-01, in seconds
+
+-- load_instant reads an instant state: nil for an empty key, the instant,
+-- or an error reply.
+local function load_instant(key, now, state, tolerance)
+  local kind, expire = read_key(key)
+  local err = check_key(kind, expire, 'string', state)
+  if err then return nil, err end
+  if kind == 'none' then return nil end
+  local s = redis.call('GET', key)
+  local v = nil
+  if string.match(s, '^%d') then v = parse(s) end
+  if v == nil then return nil, other_data(state, 'not a decimal integer') end
+  local q, r = quorem(v, SECOND)
+  local at = {float(q), r}
+  if at[1] < MIN_STATE then return nil, other_data(state, 'an instant before 2015') end
+  -- An instant further ahead than the state can be, more than a second
+  -- after the key's own expiry, was not written by a limiter.
+  if after(at, now) and lt(tolerance, since(at, now)) then
+    local e = {math.floor(expire / 1000), math.fmod(expire, 1000) * 1000000}
+    if after({at[1] - 1, at[2]}, e) then
+      return nil, other_data(state, 'an instant far past the key\'s own expiry')
+    end
+  end
+  return at
+end
+
+-- store_instant writes an instant state when write is set: SET with an
+-- expiry at the instant, or DEL when it has come (the limiter has no work
+-- left).
+local function store_instant(key, existed, now, at, write)
+  if not write then return end
+  if after(at, now) then
+    redis.call('SET', key, instant_string(at), 'PXAT', string.format('%d', ceil_ms(at)))
+  elseif existed then
+    redis.call('DEL', key)
+  end
+end
+
+-- ahead is how far state runs ahead of now, at most limit, and whether it
+-- had to be cut to limit (a clock that stepped back).
+local function ahead_of(state, now, limit)
+  if state == nil or not after(state, now) then return 0, false end
+  local d = since(state, now)
+  if lt(limit, d) then return limit, true end
+  return d, false
+end
+
+local function sat_add(a, b)
+  local c = add(a, b)
+  if lt(MAXI, c) then return MAXI end
+  return c
+end

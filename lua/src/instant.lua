@@ -1,0 +1,159 @@
+-- GCRA, the token bucket and the shaper: one instant of state each (see
+-- the gcra and bucket packages, which this follows step for step).
+
+local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
+local MAX_PERIOD = 9223372036
+local MIN_INT = MINI
+
+local gcra_syntax = {
+  positional = {
+    {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
+    {name = 'count', min = 1, max = MAXI},
+    {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
+  },
+  optional = {name = 'quantity', min = MIN_INT, max = MAXI},
+  def = 1, reserve = true,
+  limit = function(v) return add(v[1], 1) end,
+}
+
+local tb_syntax = {
+  positional = {
+    {name = 'capacity', min = 1, max = MAX_LIMIT},
+    {name = 'refill_tokens', min = 1, max = MAXI},
+    {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
+  },
+  optional = {name = 'tokens', min = MIN_INT, max = MAXI},
+  def = 1, reserve = true,
+  limit = function(v) return v[1] end,
+}
+
+local lb_syntax = {
+  positional = {
+    {name = 'capacity', min = 0, max = MAX_LIMIT},
+    {name = 'leak_count', min = 1, max = MAXI},
+    {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
+  },
+  optional = {name = 'quantity', min = 0, max = MAXI},
+  def = 1, reserve = false,
+  limit = function(v) return v[1] end,
+}
+
+local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
+local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
+local SHAPER_STATE = 'shaper state (a Unix time in nanoseconds)'
+
+local GCRA_RATE = 'ERR count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)'
+local GCRA_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter\'s state would lie beyond the year 2262)'
+local BUCKET_RATE = 'ERR the rate is above one per nanosecond: the count must be at most period x 1000000000'
+local BUCKET_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)'
+
+-- A schedule spaces units interval ns apart and lets the state run up to
+-- tolerance = interval x slots ahead of now. GCRA's interval is
+-- period / count as a double truncated (redis-cell's), the buckets' is
+-- rounded up.
+local function schedule(kind, limit, slots, count, period)
+  local interval
+  if kind == 'gcra' then
+    interval = math.floor(period * SECOND / float(count))
+    if interval < 1 then return nil, fail(GCRA_RATE) end
+    if interval >= 9007199254740992 then interval = big(interval) end
+  else
+    local period_ns = mul(period, SECOND)
+    if lt(period_ns, count) then return nil, fail(BUCKET_RATE) end
+    local q, r = quorem(period_ns, count)
+    if lt(0, r) then q = add(q, 1) end
+    interval = q
+  end
+  local tolerance = mul(interval, slots)
+  if not fits(tolerance) then
+    return nil, fail(kind == 'gcra' and GCRA_OVERFLOW or BUCKET_OVERFLOW)
+  end
+  return {kind = kind, limit = limit, slots = slots, interval = interval, tolerance = tolerance}
+end
+
+-- apply takes units (a cost, or a refund below 0) at now from state (an
+-- instant or nil): the decision {limited, retry, at, write}, how far the
+-- state was ahead, how far it is ahead after, or an error.
+local function apply(s, state, now, units)
+  local ahead, clamped = ahead_of(state, now, s.tolerance)
+  local d = {limited = false, retry = -1, write = clamped}
+  if lt(s.slots, units) then
+    d.limited, d.at = true, later(now, ahead)
+    return d, ahead, ahead
+  end
+  units = imax(units, neg(s.slots))
+  local cost = mul(s.interval, units)
+  local nxt = add(ahead, cost)
+  if lt(s.tolerance, nxt) then
+    d.retry = sub(ahead, sub(s.tolerance, cost))
+    d.limited, d.at = true, later(now, ahead)
+    return d, ahead, ahead
+  end
+  nxt = imax(nxt, 0)
+  d.at = later(now, nxt)
+  if d.at == nil then
+    return nil, nil, nil, fail(s.kind == 'gcra' and GCRA_OVERFLOW or BUCKET_OVERFLOW)
+  end
+  d.write = d.write or lt(0, units) or (lt(units, 0) and lt(0, ahead))
+  return d, ahead, nxt
+end
+
+-- decide is one limit's decision with its five integers' parts.
+local function decide(kind, s, state, now, units, reserve)
+  if lt(0, reserve) and le(0, units) then
+    local d, ahead, nxt, err = decide(kind, s, state, now, sat_add(units, reserve), 0)
+    if err or d.limited then return d, ahead, nxt, err end
+  end
+  local d, ahead, nxt, err = apply(s, state, now, units)
+  if err then return nil, nil, nil, err end
+  d.reset = nxt
+  if kind == 'gcra' then
+    d.remaining = quo(sub(s.tolerance, nxt), s.interval)
+  else
+    d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)
+  end
+  if kind == 'lb' then
+    d.reset = d.limited and 0 or ahead -- the shaper's field 5: its delay
+  end
+  return d, ahead, nxt
+end
+
+local INSTANT = {
+  gcra = {syntax = gcra_syntax, state = GCRA_STATE},
+  tb = {syntax = tb_syntax, state = BUCKET_STATE},
+  lb = {syntax = lb_syntax, state = SHAPER_STATE},
+}
+
+-- new_schedule makes a family's schedule from its parsed arguments.
+local function new_schedule(kind, v)
+  if kind == 'gcra' then return schedule(kind, add(v[1], 1), add(v[1], 1), v[2], v[3]) end
+  if kind == 'tb' then return schedule(kind, v[1], v[1], v[2], v[3]) end
+  return schedule(kind, v[1], add(v[1], 1), v[2], v[3])
+end
+
+-- instant_limit runs one limit of an instant family on its key: the five
+-- integers and the write to make, or an error.
+local function instant_limit(kind, key, v, reserve, now, ms)
+  local s, err = new_schedule(kind, v)
+  if err then return nil, nil, err end
+  local state
+  state, err = load_instant(key, now, INSTANT[kind].state, s.tolerance)
+  if err then return nil, nil, err end
+  local d, _, _, derr = decide(kind, s, state, now, v[4], reserve)
+  if derr then return nil, nil, derr end
+  local reply = five(d.limited, s.limit, d.remaining, d.retry, d.reset, ms)
+  return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write}
+end
+
+-- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
+local function instant_command(kind, name, peek)
+  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local v, ms, reserve, err = parse_one(INSTANT[kind].syntax, ARGV, name)
+  if err then return err end
+  local now = clock()
+  local reply, w
+  reply, w, err = instant_limit(kind, KEYS[1], v, reserve, now, ms)
+  if err then return err end
+  if not peek then store_instant(w.key, w.existed, now, w.at, w.write) end
+  return reply
+end
