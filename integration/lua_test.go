@@ -118,10 +118,11 @@ func (e engines) state(key string) string {
 	return fmt.Sprintf("%s %v %d", typ.Val(), v, exp.Val())
 }
 
-// instantCase makes one random command of an instant family: GCRA (under
-// both names), the token bucket or the shaper, consuming or peeking,
+// diffCase makes one random command: GCRA (under both names), the token
+// bucket, the shaper, the sliding window counter or the fixed window,
+// consuming or peeking,
 // with their arguments fixed per sequence and a random cost and options.
-type instantCase struct {
+type diffCase struct {
 	cmd, peek string
 	params    []string
 	limit     int64
@@ -129,33 +130,41 @@ type instantCase struct {
 	reserve   bool
 }
 
-func randomInstantCase(r *rand.Rand) instantCase {
+func randomCase(r *rand.Rand) diffCase {
 	pick := func(v ...int64) string { return fmt.Sprint(v[r.IntN(len(v))]) }
 	periods := []int64{1, 2, 60, 3600, 86400, 365 * 86400, 9223372036}
-	var c instantCase
-	switch r.IntN(4) {
+	var c diffCase
+	switch r.IntN(7) {
+	case 4, 5:
+		c = diffCase{cmd: "sw.hit", peek: "sw.peek", reserve: true}
+		if r.IntN(2) == 0 {
+			c = diffCase{cmd: "fw.hit", peek: "fw.peek", reserve: true}
+		}
+		c.params = []string{pick(1, 2, 5, 16, 100, 6000, 1<<40, 1<<53-1), pick(1, 2, 10, 60, 3600, 86400, 1e9, 9223372036)}
+		c.limit, _ = strconv.ParseInt(c.params[0], 10, 64)
+		return c
 	case 0, 1:
-		c = instantCase{cmd: "gcra.throttle", peek: "gcra.peek", refunds: true, reserve: true}
+		c = diffCase{cmd: "gcra.throttle", peek: "gcra.peek", refunds: true, reserve: true}
 		if r.IntN(2) == 0 {
 			c.cmd = "cl.throttle"
 		}
 		c.params = []string{pick(0, 1, 2, 5, 15, 99, 5999, 1<<40, 1<<53-2), pick(1, 3, 7, 30, 1000, 6000, 1e9, 1<<62, math.MaxInt64), pick(periods...)}
 	case 2:
-		c = instantCase{cmd: "tb.take", peek: "tb.peek", refunds: true, reserve: true}
+		c = diffCase{cmd: "tb.take", peek: "tb.peek", refunds: true, reserve: true}
 		c.params = []string{pick(1, 2, 5, 10, 100, 6000, 1<<50, 1<<53-1), pick(1, 3, 7, 30, 6000, 1e9, 1<<62), pick(periods...)}
 	default:
-		c = instantCase{cmd: "lb.enqueue", peek: "lb.peek"}
+		c = diffCase{cmd: "lb.enqueue", peek: "lb.peek"}
 		c.params = []string{pick(0, 1, 2, 5, 10, 100, 1<<53-1), pick(1, 3, 7, 30, 6000, 1e9), pick(periods...)}
 	}
-	fmt.Sscan(c.params[0], &c.limit)
-	if c.cmd != "lb.enqueue" && c.cmd != "tb.take" {
+	c.limit, _ = strconv.ParseInt(c.params[0], 10, 64)
+	if c.cmd == "gcra.throttle" || c.cmd == "cl.throttle" {
 		c.limit++
 	}
 	return c
 }
 
 // args makes one call's arguments: sometimes a bad one.
-func (c instantCase) args(r *rand.Rand) (cmd string, args []string) {
+func (c diffCase) args(r *rand.Rand) (cmd string, args []string) {
 	cmd = c.cmd
 	if r.IntN(5) == 0 {
 		cmd = c.peek
@@ -216,6 +225,25 @@ var foreignValues = []func(c *redis.Client, key string, now time.Time) error{
 	func(c *redis.Client, key string, now time.Time) error {
 		return c.Set(ctx, key, "9223372036854775807", time.Hour).Err()
 	},
+	// Window states: a count that outlives its window, counters from a
+	// window ahead (a clock that stepped back), huge counts, and shapes
+	// that are not the counter's.
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "3", 48*time.Hour).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprintf("%d:4:9", now.Unix()/60+5), time.Hour).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprintf("%d:%d:%d", now.Unix()/60, int64(math.MaxInt64), int64(math.MaxInt64)), time.Hour).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprintf("%d:0:%d", now.Unix()/60-1, int64(1)<<60), time.Hour).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error { return c.Set(ctx, key, "1:2", time.Hour).Err() },
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "1:2:3:4", time.Hour).Err()
+	},
 }
 
 // A random clock step: mostly small and forward, sometimes long, sometimes
@@ -240,7 +268,7 @@ func clockStep(r *rand.Rand, res int64) int64 {
 }
 
 // TestLuaMatchesModule: random sequences of GCRA.THROTTLE, CL.THROTTLE,
-// TB.TAKE, LB.ENQUEUE and their peeks, with costs, refunds, MS, RESERVE,
+// TB.TAKE, LB.ENQUEUE, SW.HIT, FW.HIT and their peeks, with costs, refunds, MS, RESERVE,
 // bad arguments, foreign data and clock steps, through the module on one
 // key, the scripts on a second, and a random engine per call on a third:
 // every reply and every stored state must be the same at every step.
@@ -262,9 +290,9 @@ func TestLuaMatchesModule(t *testing.T) {
 		for seq := range 250 {
 			// Most sequences run on arguments the arithmetic takes; one in
 			// eight keeps arguments it refuses (overflow, rate, range).
-			c := randomInstantCase(r)
+			c := randomCase(r)
 			for try := 0; try < 8 && r.IntN(8) > 0 && strings.HasPrefix(e.module(c.peek, "{lua}:probe", c.params), "error"); try++ {
-				c = randomInstantCase(r)
+				c = randomCase(r)
 			}
 			keys := [3]string{fmt.Sprintf("{lua%d}:m", seq), fmt.Sprintf("{lua%d}:s", seq), fmt.Sprintf("{lua%d}:x", seq)}
 			if r.IntN(8) == 0 {
@@ -328,8 +356,11 @@ func TestLuaWithoutModule(t *testing.T) {
 		for i, step := range []int64{0, 1e8, 3e8, 2e9, 0, 5e8} {
 			now += step
 			setClock(now)
-			for _, cmd := range []string{"gcra.throttle", "tb.take", "lb.enqueue", "gcra.peek"} {
+			for _, cmd := range []string{"gcra.throttle", "tb.take", "lb.enqueue", "gcra.peek", "sw.hit", "fw.hit"} {
 				args := []string{"2", "1", "1", "1", "MS"}
+				if strings.HasSuffix(cmd, ".hit") {
+					args = []string{"2", "1", "1", "MS"}
+				}
 				got, want := e.script(cmd, "{p}:"+cmd, args), m.module(cmd, "{p}:"+cmd, args)
 				if got != want {
 					t.Fatalf("step %d, %s: script without the module %s, module %s", i, cmd, got, want)

@@ -22,13 +22,23 @@ type recipe struct {
 
 var common = []string{"int.lua", "common.lua"}
 
-func instantRecipe(kind, command string, peek bool) recipe {
+// oneKey is the recipe of a command of one key: its family's part of src/
+// and the function that runs it.
+func oneKey(part, run, kind, command string, peek bool) recipe {
 	return recipe{
 		file:  strings.ReplaceAll(command, ".", "_") + ".lua",
 		peek:  peek,
-		parts: append(common[:len(common):len(common)], "instant.lua"),
-		call:  fmt.Sprintf("return instant_command(%q, %q, %v)", kind, command, peek),
+		parts: append(common[:len(common):len(common)], part),
+		call:  fmt.Sprintf("return %s(%q, %q, %v)", run, kind, command, peek),
 	}
+}
+
+func instantRecipe(kind, command string, peek bool) recipe {
+	return oneKey("instant.lua", "instant_command", kind, command, peek)
+}
+
+func windowRecipe(kind, command string, peek bool) recipe {
+	return oneKey("window.lua", "window_command", kind, command, peek)
 }
 
 var recipes = []recipe{
@@ -39,6 +49,10 @@ var recipes = []recipe{
 	instantRecipe("tb", "tb.peek", true),
 	instantRecipe("lb", "lb.enqueue", false),
 	instantRecipe("lb", "lb.peek", true),
+	windowRecipe("sw", "sw.hit", false),
+	windowRecipe("sw", "sw.peek", true),
+	windowRecipe("fw", "fw.hit", false),
+	windowRecipe("fw", "fw.peek", true),
 }
 
 // assemble builds one script from the sources in dir.

@@ -4,132 +4,169 @@
 -- Exact integers. Lua numbers are doubles, exact only below 2^53, and the
 -- module computes on 64-bit nanoseconds. An integer here is a Lua number
 -- while its magnitude is below 2^53, else a table of base-10^7 limbs,
--- least significant first, with its sign in field s (1 or -1). Every
--- operation is exact at any size; the common case stays a number.
+-- least significant first, with its sign in field s (1 or -1): a table is
+-- always further from zero than any number. Every operation is exact at
+-- any size; the common case stays a number, and the limb code is only
+-- built (Redis's Lua builds a script's functions again on every call) when
+-- a call meets a number that needs it.
 local TWO53 = 9007199254740992
 local B = 10000000
 
--- big returns the limbs of n (a number holding an integer of any size).
-local function big(n)
-  if type(n) == 'table' then return n end
-  local t = {s = 1}
-  if n < 0 then t.s = -1; n = -n end
-  if n >= TWO53 then
-    -- Split exactly: n = hi * 2^26 + lo, both parts exact doubles.
-    local hi = math.floor(n / 67108864)
-    local lo = n - hi * 67108864
-    local h, l = big(hi), big(lo)
-    local r = {s = t.s}
-    local carry = 0
-    for i = 1, math.max(#h + 2, #l) do
-      local v = (h[i] or 0) * 67108864 + (l[i] or 0) + carry
-      local d = math.fmod(v, B)
-      r[i] = d
-      carry = (v - d) / B
+local limbs_made
+local function limbs()
+  if limbs_made then return limbs_made end
+  local M = {}
+
+  -- big returns the limbs of n (a number holding an integer of any size).
+  local function big(n)
+    if type(n) == 'table' then return n end
+    local t = {s = 1}
+    if n < 0 then t.s = -1; n = -n end
+    if n >= TWO53 then
+      -- Split exactly: n = hi * 2^26 + lo, both parts exact doubles.
+      local hi = math.floor(n / 67108864)
+      local lo = n - hi * 67108864
+      local h, l = big(hi), big(lo)
+      local carry = 0
+      for i = 1, math.max(#h + 2, #l) do
+        local v = (h[i] or 0) * 67108864 + (l[i] or 0) + carry
+        local d = math.fmod(v, B)
+        t[i] = d
+        carry = (v - d) / B
+      end
+      while #t > 0 and t[#t] == 0 do t[#t] = nil end
+      return t
+    end
+    local i = 1
+    while n > 0 do
+      local d = math.fmod(n, B)
+      t[i] = d
+      n = (n - d) / B
+      i = i + 1
+    end
+    return t
+  end
+
+  -- small turns limbs back into a number when it is below 2^53. With at
+  -- most three limbs each step is exact until the sum reaches 2^53, and a
+  -- sum at or above 2^53 cannot round below it.
+  local function small(t)
+    local n = #t
+    if n == 0 then return 0 end
+    if n > 3 then return t end
+    local v = 0
+    for i = n, 1, -1 do v = v * B + t[i] end
+    if v >= TWO53 then return t end
+    return t.s * v
+  end
+
+  -- cmpmag compares magnitudes: -1, 0 or 1.
+  local function cmpmag(a, b)
+    if #a ~= #b then return #a < #b and -1 or 1 end
+    for i = #a, 1, -1 do
+      if a[i] ~= b[i] then return a[i] < b[i] and -1 or 1 end
+    end
+    return 0
+  end
+
+  local function addmag(a, b, s)
+    local r, carry = {s = s}, 0
+    for i = 1, math.max(#a, #b) do
+      local v = (a[i] or 0) + (b[i] or 0) + carry
+      if v >= B then r[i] = v - B; carry = 1 else r[i] = v; carry = 0 end
+    end
+    if carry > 0 then r[#r + 1] = carry end
+    return r
+  end
+
+  -- submag is |a| - |b| for |a| >= |b|.
+  local function submag(a, b, s)
+    local r, borrow = {s = s}, 0
+    for i = 1, #a do
+      local v = a[i] - (b[i] or 0) - borrow
+      if v < 0 then r[i] = v + B; borrow = 1 else r[i] = v; borrow = 0 end
     end
     while #r > 0 and r[#r] == 0 do r[#r] = nil end
     return r
   end
-  local i = 1
-  while n > 0 do
-    local d = math.fmod(n, B)
-    t[i] = d
-    n = (n - d) / B
-    i = i + 1
-  end
-  return t
-end
 
--- small turns limbs back into a number when it is below 2^53, so that a
--- table is always larger in magnitude than any number. With at most three
--- limbs each step is exact until the sum reaches 2^53, and a sum at or
--- above 2^53 cannot round below it.
-local function small(t)
-  local n = #t
-  if n == 0 then return 0 end
-  if n > 3 then return t end
-  local v = 0
-  for i = n, 1, -1 do v = v * B + t[i] end
-  if v >= TWO53 then return t end
-  return t.s * v
-end
-
--- cmpmag compares magnitudes: -1, 0 or 1.
-local function cmpmag(a, b)
-  if #a ~= #b then return #a < #b and -1 or 1 end
-  for i = #a, 1, -1 do
-    if a[i] ~= b[i] then return a[i] < b[i] and -1 or 1 end
-  end
-  return 0
-end
-
-local function addmag(a, b, s)
-  local r, carry = {s = s}, 0
-  for i = 1, math.max(#a, #b) do
-    local v = (a[i] or 0) + (b[i] or 0) + carry
-    if v >= B then r[i] = v - B; carry = 1 else r[i] = v; carry = 0 end
-  end
-  if carry > 0 then r[#r + 1] = carry end
-  return r
-end
-
--- submag is |a| - |b| for |a| >= |b|.
-local function submag(a, b, s)
-  local r, borrow = {s = s}, 0
-  for i = 1, #a do
-    local v = a[i] - (b[i] or 0) - borrow
-    if v < 0 then r[i] = v + B; borrow = 1 else r[i] = v; borrow = 0 end
-  end
-  while #r > 0 and r[#r] == 0 do r[#r] = nil end
-  return r
-end
-
-local function mulmag(a, b, s)
-  local r = {s = s}
-  for i = 1, #a + #b do r[i] = 0 end
-  for i = 1, #a do
-    local carry, ai = 0, a[i]
-    for j = 1, #b do
-      local v = r[i + j - 1] + ai * b[j] + carry -- < 1e14 + 1e14 + 1e8
-      local d = math.fmod(v, B)
-      r[i + j - 1] = d
-      carry = (v - d) / B
+  local function mulmag(a, b, s)
+    local r = {s = s}
+    for i = 1, #a + #b do r[i] = 0 end
+    for i = 1, #a do
+      local carry, ai = 0, a[i]
+      for j = 1, #b do
+        local v = r[i + j - 1] + ai * b[j] + carry -- < 1e14 + 1e14 + 1e8
+        local d = math.fmod(v, B)
+        r[i + j - 1] = d
+        carry = (v - d) / B
+      end
+      local k = i + #b
+      while carry > 0 do
+        local v = r[k] + carry
+        local d = math.fmod(v, B)
+        r[k] = d
+        carry = (v - d) / B
+        k = k + 1
+      end
     end
-    local k = i + #b
-    while carry > 0 do
-      local v = r[k] + carry
-      local d = math.fmod(v, B)
-      r[k] = d
-      carry = (v - d) / B
-      k = k + 1
+    while #r > 0 and r[#r] == 0 do r[#r] = nil end
+    return r
+  end
+
+  -- approx is a limb number as a double, within a few units in the last place.
+  local function approx(t)
+    local v = 0
+    for i = #t, 1, -1 do v = v * B + t[i] end
+    return v
+  end
+
+  -- divmag is |a| / |b| truncated and the remainder, b not zero: estimates
+  -- from doubles, made a little low so that they never overshoot, then
+  -- corrected exactly; each round gains about 40 bits.
+  local function divmag(a, b)
+    local q, r = {s = 1}, {s = 1}
+    for i = 1, #a do r[i] = a[i] end
+    local bd = approx(b)
+    while cmpmag(r, b) >= 0 do
+      local e = math.floor(approx(r) / bd * (1 - 2 ^ -40))
+      if e < 1 then e = 1 end
+      local eb = big(e)
+      q = addmag(q, eb, 1)
+      r = submag(r, mulmag(eb, b, 1), 1)
     end
+    return q, r
   end
-  while #r > 0 and r[#r] == 0 do r[#r] = nil end
-  return r
-end
 
--- approx is a limb number as a double, within a few units in the last place.
-local function approx(t)
-  local v = 0
-  for i = #t, 1, -1 do v = v * B + t[i] end
-  return v
-end
-
--- divmag is |a| / |b| truncated and the remainder, b not zero: estimates
--- from doubles, made a little low so that they never overshoot, then
--- corrected exactly; each round gains about 40 bits.
-local function divmag(a, b)
-  local q, r = {s = 1}, {s = 1}
-  for i = 1, #a do r[i] = a[i] end
-  local bd = approx(b)
-  while cmpmag(r, b) >= 0 do
-    local e = math.floor(approx(r) / bd * (1 - 2 ^ -40))
-    if e < 1 then e = 1 end
-    local eb = big(e)
-    q = addmag(q, eb, 1)
-    r = submag(r, mulmag(eb, b, 1), 1)
+  function M.add(a, b)
+    a, b = big(a), big(b)
+    if a.s == b.s then return small(addmag(a, b, a.s)) end
+    if cmpmag(a, b) >= 0 then return small(submag(a, b, a.s)) end
+    return small(submag(b, a, b.s))
   end
-  return q, r
+
+  function M.mul(a, b)
+    a, b = big(a), big(b)
+    return small(mulmag(a, b, a.s * b.s))
+  end
+
+  function M.quorem(a, b)
+    a, b = big(a), big(b)
+    local q, r = divmag(a, b)
+    q.s, r.s = a.s * b.s, a.s
+    return small(q), small(r)
+  end
+
+  M.big, M.cmpmag, M.small = big, cmpmag, small
+
+  function M.fmt(a)
+    local parts = {a.s < 0 and '-' or '', string.format('%d', a[#a])}
+    for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format('%07d', a[i]) end
+    return table.concat(parts)
+  end
+
+  limbs_made = M
+  return M
 end
 
 local function add(a, b)
@@ -137,10 +174,7 @@ local function add(a, b)
     local c = a + b
     if c < TWO53 and c > -TWO53 then return c end
   end
-  a, b = big(a), big(b)
-  if a.s == b.s then return small(addmag(a, b, a.s)) end
-  if cmpmag(a, b) >= 0 then return small(submag(a, b, a.s)) end
-  return small(submag(b, a, b.s))
+  return limbs().add(a, b)
 end
 
 local function neg(a)
@@ -157,21 +191,17 @@ local function mul(a, b)
     local c = a * b
     if c < TWO53 and c > -TWO53 then return c end
   end
-  a, b = big(a), big(b)
-  return small(mulmag(a, b, a.s * b.s))
+  return limbs().mul(a, b)
 end
 
--- quo is a / b truncated toward zero, and rem the remainder, with the
--- sign of a: Go's / and %. b is not zero.
+-- quorem is a / b truncated toward zero and the remainder, with the sign
+-- of a: Go's / and %. b is not zero.
 local function quorem(a, b)
   if type(a) == 'number' and type(b) == 'number' then
     local r = math.fmod(a, b) -- exact
     return (a - r) / b, r
   end
-  a, b = big(a), big(b)
-  local q, r = divmag(a, b)
-  q.s, r.s = a.s * b.s, a.s
-  return small(q), small(r)
+  return limbs().quorem(a, b)
 end
 
 local function quo(a, b) return (quorem(a, b)) end
@@ -186,12 +216,10 @@ local function cmp(a, b)
   -- A table is further from zero than any number.
   if ta then return -b.s end
   if tb then return a.s end
-  if #a == 0 and #b == 0 then return 0 end
-  local as, bs = #a == 0 and 1 or a.s, #b == 0 and 1 or b.s
-  if as ~= bs then return as < bs and -1 or 1 end
-  local c = cmpmag(a, b)
+  if a.s ~= b.s then return a.s < b.s and -1 or 1 end
+  local c = limbs().cmpmag(a, b)
   if c == 0 then return 0 end
-  return as * c
+  return a.s * c
 end
 
 local function lt(a, b) return cmp(a, b) < 0 end
@@ -202,10 +230,7 @@ local function imin(a, b) if cmp(a, b) <= 0 then return a end return b end
 -- fmt writes an integer in decimal, as the module does.
 local function fmt(a)
   if type(a) == 'number' then return string.format('%d', a) end
-  if #a == 0 then return '0' end
-  local parts = {a.s < 0 and '-' or '', string.format('%d', a[#a])}
-  for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format('%07d', a[i]) end
-  return table.concat(parts)
+  return limbs().fmt(a)
 end
 
 -- The 64-bit range the module computes in: 2^63 - 1 and -2^63.
@@ -215,22 +240,20 @@ local MINI = {s = -1, 4775808, 7203685, 92233}
 -- parse reads a base-10 signed 64-bit integer as the module accepts it: an
 -- optional sign, then digits, within the 64-bit range. nil otherwise.
 local function parse(s)
-  local sign, digits = string.match(s, '^([+-]?)(%d+)$')
-  if not digits then return nil end
-  digits = string.match(digits, '^0*(%d-)$')
-  if digits == '' then return 0 end
-  if #digits > 19 then return nil end
-  local v
+  local sign, digits = string.match(s, '^([+-]?)0*(%d-)$')
+  if not digits or (digits == '' and not string.match(s, '0$')) then return nil end
   if #digits <= 15 then
-    v = tonumber(digits)
-  else
-    local t, i = {s = 1}, 1
-    for e = #digits, 1, -7 do
-      t[i] = tonumber(string.sub(digits, math.max(1, e - 6), e))
-      i = i + 1
-    end
-    v = small(t)
+    local v = tonumber(digits) or 0
+    if sign == '-' then return -v end
+    return v
   end
+  if #digits > 19 then return nil end
+  local t, i = {s = 1}, 1
+  for e = #digits, 1, -7 do
+    t[i] = tonumber(string.sub(digits, math.max(1, e - 6), e))
+    i = i + 1
+  end
+  local v = limbs().small(t)
   if sign == '-' then v = neg(v) end
   if lt(MAXI, v) or lt(v, MINI) then return nil end
   return v
@@ -238,6 +261,13 @@ end
 
 -- fits reports whether an integer is within the 64-bit range.
 local function fits(a) return le(MINI, a) and le(a, MAXI) end
+
+-- whole is an integer held in a double of any size (a product or quotient
+-- of doubles, floored) as an exact integer.
+local function whole(n)
+  if n < TWO53 and n > -TWO53 then return n end
+  return limbs().big(n)
+end
 
 -- float is an integer as the nearest double, as Go's float64(int64) is.
 local function float(a)
@@ -397,12 +427,14 @@ local function five(limited, limit, remaining, retry, reset, ms)
   return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
 end
 
--- read_key returns what the module reads of a key: its type ('none',
--- 'string', 'zset' or another), its absolute expiry in Unix ms (-1: none).
-local function read_key(key)
-  local t = redis.call('TYPE', key).ok
-  if t == 'none' then return t, -1 end
-  return t, redis.call('PEXPIRETIME', key)
+-- read_string returns what the module reads of a key whose state is a
+-- string: its type ('none', 'string' or 'other'), its absolute expiry in
+-- Unix ms (-1: none) and its value. One GET tells all three types apart.
+local function read_string(key)
+  local v = redis.pcall('GET', key)
+  if not v then return 'none', -1 end
+  if type(v) == 'table' then return 'other', -1 end
+  return 'string', redis.call('PEXPIRETIME', key), v
 end
 
 local function other_data(state, why)
@@ -423,11 +455,10 @@ local MIN_STATE = 1420070400 -- 2015-01-01, in seconds
 -- load_instant reads an instant state: nil for an empty key, the instant,
 -- or an error reply.
 local function load_instant(key, now, state, tolerance)
-  local kind, expire = read_key(key)
+  local kind, expire, s = read_string(key)
   local err = check_key(kind, expire, 'string', state)
   if err then return nil, err end
   if kind == 'none' then return nil end
-  local s = redis.call('GET', key)
   local v = nil
   if string.match(s, '^%d') then v = parse(s) end
   if v == nil then return nil, other_data(state, 'not a decimal integer') end
@@ -479,38 +510,42 @@ local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 local MAX_PERIOD = 9223372036
 local MIN_INT = MINI
 
-local gcra_syntax = {
-  positional = {
-    {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
-    {name = 'count', min = 1, max = MAXI},
-    {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
-  },
-  optional = {name = 'quantity', min = MIN_INT, max = MAXI},
-  def = 1, reserve = true,
-  limit = function(v) return add(v[1], 1) end,
-}
-
-local tb_syntax = {
-  positional = {
-    {name = 'capacity', min = 1, max = MAX_LIMIT},
-    {name = 'refill_tokens', min = 1, max = MAXI},
-    {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
-  },
-  optional = {name = 'tokens', min = MIN_INT, max = MAXI},
-  def = 1, reserve = true,
-  limit = function(v) return v[1] end,
-}
-
-local lb_syntax = {
-  positional = {
-    {name = 'capacity', min = 0, max = MAX_LIMIT},
-    {name = 'leak_count', min = 1, max = MAXI},
-    {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
-  },
-  optional = {name = 'quantity', min = 0, max = MAXI},
-  def = 1, reserve = false,
-  limit = function(v) return v[1] end,
-}
+-- instant_syntax is a family's arguments (built for the one family a
+-- script runs: every table costs on every call).
+local function instant_syntax(kind)
+  if kind == 'gcra' then
+    return {
+      positional = {
+        {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
+        {name = 'count', min = 1, max = MAXI},
+        {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
+      },
+      optional = {name = 'quantity', min = MIN_INT, max = MAXI},
+      def = 1, reserve = true,
+      limit = function(v) return add(v[1], 1) end,
+    }
+  elseif kind == 'tb' then
+    return {
+      positional = {
+        {name = 'capacity', min = 1, max = MAX_LIMIT},
+        {name = 'refill_tokens', min = 1, max = MAXI},
+        {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
+      },
+      optional = {name = 'tokens', min = MIN_INT, max = MAXI},
+      def = 1, reserve = true,
+      limit = function(v) return v[1] end,
+    }
+  end
+  return {
+    positional = {
+      {name = 'capacity', min = 0, max = MAX_LIMIT},
+      {name = 'leak_count', min = 1, max = MAXI},
+      {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
+    },
+    optional = {name = 'quantity', min = 0, max = MAXI},
+    def = 1, reserve = false,
+  }
+end
 
 local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
 local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
@@ -530,7 +565,7 @@ local function schedule(kind, limit, slots, count, period)
   if kind == 'gcra' then
     interval = math.floor(period * SECOND / float(count))
     if interval < 1 then return nil, fail(GCRA_RATE) end
-    if interval >= 9007199254740992 then interval = big(interval) end
+    interval = whole(interval)
   else
     local period_ns = mul(period, SECOND)
     if lt(period_ns, count) then return nil, fail(BUCKET_RATE) end
@@ -592,11 +627,7 @@ local function decide(kind, s, state, now, units, reserve)
   return d, ahead, nxt
 end
 
-local INSTANT = {
-  gcra = {syntax = gcra_syntax, state = GCRA_STATE},
-  tb = {syntax = tb_syntax, state = BUCKET_STATE},
-  lb = {syntax = lb_syntax, state = SHAPER_STATE},
-}
+local INSTANT_STATE = {gcra = GCRA_STATE, tb = BUCKET_STATE, lb = SHAPER_STATE}
 
 -- new_schedule makes a family's schedule from its parsed arguments.
 local function new_schedule(kind, v)
@@ -611,7 +642,7 @@ local function instant_limit(kind, key, v, reserve, now, ms)
   local s, err = new_schedule(kind, v)
   if err then return nil, nil, err end
   local state
-  state, err = load_instant(key, now, INSTANT[kind].state, s.tolerance)
+  state, err = load_instant(key, now, INSTANT_STATE[kind], s.tolerance)
   if err then return nil, nil, err end
   local d, _, _, derr = decide(kind, s, state, now, v[4], reserve)
   if derr then return nil, nil, derr end
@@ -622,7 +653,7 @@ end
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek)
   if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(INSTANT[kind].syntax, ARGV, name)
+  local v, ms, reserve, err = parse_one(instant_syntax(kind), ARGV, name)
   if err then return err end
   local now = clock()
   local reply, w

@@ -275,7 +275,7 @@ func (s SlidingWindow) retry(c Counts, e, cost int64) int64 {
 	// Within this window the previous count's weight falls as time passes:
 	// with r' left, it fits once ⌊previous × r' / W⌋ ≤ L − current − cost,
 	// that is r' < (L − current − cost + 1) × W / previous.
-	if room := L - c.Current - cost; room >= 0 && c.Previous > 0 {
+	if room := L - cost - c.Current; room >= 0 && c.Previous > 0 { // L − cost ≥ 0: no overflow
 		q, ok := checked.MulDivCeil(room+1, W, c.Previous)
 		if ok && q-1 < r {
 			return r - (q - 1)

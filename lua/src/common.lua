@@ -150,12 +150,14 @@ local function five(limited, limit, remaining, retry, reset, ms)
   return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
 end
 
--- read_key returns what the module reads of a key: its type ('none',
--- 'string', 'zset' or another), its absolute expiry in Unix ms (-1: none).
-local function read_key(key)
-  local t = redis.call('TYPE', key).ok
-  if t == 'none' then return t, -1 end
-  return t, redis.call('PEXPIRETIME', key)
+-- read_string returns what the module reads of a key whose state is a
+-- string: its type ('none', 'string' or 'other'), its absolute expiry in
+-- Unix ms (-1: none) and its value. One GET tells all three types apart.
+local function read_string(key)
+  local v = redis.pcall('GET', key)
+  if not v then return 'none', -1 end
+  if type(v) == 'table' then return 'other', -1 end
+  return 'string', redis.call('PEXPIRETIME', key), v
 end
 
 local function other_data(state, why)
@@ -176,11 +178,10 @@ local MIN_STATE = 1420070400 -- 2015-01-01, in seconds
 -- load_instant reads an instant state: nil for an empty key, the instant,
 -- or an error reply.
 local function load_instant(key, now, state, tolerance)
-  local kind, expire = read_key(key)
+  local kind, expire, s = read_string(key)
   local err = check_key(kind, expire, 'string', state)
   if err then return nil, err end
   if kind == 'none' then return nil end
-  local s = redis.call('GET', key)
   local v = nil
   if string.match(s, '^%d') then v = parse(s) end
   if v == nil then return nil, other_data(state, 'not a decimal integer') end

@@ -5,38 +5,42 @@ local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 local MAX_PERIOD = 9223372036
 local MIN_INT = MINI
 
-local gcra_syntax = {
-  positional = {
-    {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
-    {name = 'count', min = 1, max = MAXI},
-    {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
-  },
-  optional = {name = 'quantity', min = MIN_INT, max = MAXI},
-  def = 1, reserve = true,
-  limit = function(v) return add(v[1], 1) end,
-}
-
-local tb_syntax = {
-  positional = {
-    {name = 'capacity', min = 1, max = MAX_LIMIT},
-    {name = 'refill_tokens', min = 1, max = MAXI},
-    {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
-  },
-  optional = {name = 'tokens', min = MIN_INT, max = MAXI},
-  def = 1, reserve = true,
-  limit = function(v) return v[1] end,
-}
-
-local lb_syntax = {
-  positional = {
-    {name = 'capacity', min = 0, max = MAX_LIMIT},
-    {name = 'leak_count', min = 1, max = MAXI},
-    {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
-  },
-  optional = {name = 'quantity', min = 0, max = MAXI},
-  def = 1, reserve = false,
-  limit = function(v) return v[1] end,
-}
+-- instant_syntax is a family's arguments (built for the one family a
+-- script runs: every table costs on every call).
+local function instant_syntax(kind)
+  if kind == 'gcra' then
+    return {
+      positional = {
+        {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
+        {name = 'count', min = 1, max = MAXI},
+        {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
+      },
+      optional = {name = 'quantity', min = MIN_INT, max = MAXI},
+      def = 1, reserve = true,
+      limit = function(v) return add(v[1], 1) end,
+    }
+  elseif kind == 'tb' then
+    return {
+      positional = {
+        {name = 'capacity', min = 1, max = MAX_LIMIT},
+        {name = 'refill_tokens', min = 1, max = MAXI},
+        {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
+      },
+      optional = {name = 'tokens', min = MIN_INT, max = MAXI},
+      def = 1, reserve = true,
+      limit = function(v) return v[1] end,
+    }
+  end
+  return {
+    positional = {
+      {name = 'capacity', min = 0, max = MAX_LIMIT},
+      {name = 'leak_count', min = 1, max = MAXI},
+      {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
+    },
+    optional = {name = 'quantity', min = 0, max = MAXI},
+    def = 1, reserve = false,
+  }
+end
 
 local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
 local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
@@ -56,7 +60,7 @@ local function schedule(kind, limit, slots, count, period)
   if kind == 'gcra' then
     interval = math.floor(period * SECOND / float(count))
     if interval < 1 then return nil, fail(GCRA_RATE) end
-    if interval >= 9007199254740992 then interval = big(interval) end
+    interval = whole(interval)
   else
     local period_ns = mul(period, SECOND)
     if lt(period_ns, count) then return nil, fail(BUCKET_RATE) end
@@ -118,11 +122,7 @@ local function decide(kind, s, state, now, units, reserve)
   return d, ahead, nxt
 end
 
-local INSTANT = {
-  gcra = {syntax = gcra_syntax, state = GCRA_STATE},
-  tb = {syntax = tb_syntax, state = BUCKET_STATE},
-  lb = {syntax = lb_syntax, state = SHAPER_STATE},
-}
+local INSTANT_STATE = {gcra = GCRA_STATE, tb = BUCKET_STATE, lb = SHAPER_STATE}
 
 -- new_schedule makes a family's schedule from its parsed arguments.
 local function new_schedule(kind, v)
@@ -137,7 +137,7 @@ local function instant_limit(kind, key, v, reserve, now, ms)
   local s, err = new_schedule(kind, v)
   if err then return nil, nil, err end
   local state
-  state, err = load_instant(key, now, INSTANT[kind].state, s.tolerance)
+  state, err = load_instant(key, now, INSTANT_STATE[kind], s.tolerance)
   if err then return nil, nil, err end
   local d, _, _, derr = decide(kind, s, state, now, v[4], reserve)
   if derr then return nil, nil, derr end
@@ -148,7 +148,7 @@ end
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek)
   if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(INSTANT[kind].syntax, ARGV, name)
+  local v, ms, reserve, err = parse_one(instant_syntax(kind), ARGV, name)
   if err then return err end
   local now = clock()
   local reply, w

@@ -1,0 +1,198 @@
+-- The sliding window counter and the fixed window: a string state each
+-- (see the window package, which this follows step for step).
+
+local MAX_WINDOW = 9223372036
+
+local window_syntax = {
+  positional = {
+    {name = 'limit', min = 1, max = 9007199254740991},
+    {name = 'window', min = 1, max = MAX_WINDOW, seconds = true},
+  },
+  optional = {name = 'cost', min = 0, max = MAXI},
+  def = 1, reserve = true,
+  limit = function(v) return v[1] end,
+}
+
+local COUNTER_STATE = 'sliding window state (index:current:previous)'
+local FIXED_STATE = 'fixed window state (a count)'
+local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
+
+-- parse_count reads a decimal count as the module reads an instant:
+-- digits only, within 64 bits.
+local function parse_count(s)
+  if not string.match(s, '^%d') then return nil end
+  return parse(s)
+end
+
+-- muldiv is floor(a x b / c) and whether the ceiling fits 64 bits, for
+-- a, b >= 0 and c > 0: the exact product, as the module's 128-bit one.
+local function muldiv_ceil(a, b, c)
+  local q, r = quorem(mul(a, b), c)
+  if lt(0, r) then q = add(q, 1) end
+  return q, fits(q)
+end
+
+-- The window holding now: its start (whole seconds, since the window is)
+-- and its end, or nil past the 64-bit range.
+local function window_at(now, window)
+  local start = now[1] - math.fmod(now[1], window)
+  return start, start + window
+end
+
+local function in_range(s) -- an instant of whole second s fits 64-bit ns
+  return s <= 9223372036
+end
+
+-- fixed_hit is the fixed window's decision on count (stored, expiring at
+-- expire ms) at now: decision, the count to store, the window's end.
+local function fixed_hit(L, window, count, expire, now, cost)
+  local d = {limited = false, retry = -1, write = false, reset = 0}
+  local start, stop = window_at(now, window)
+  if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
+  if lt(0, count) and expire <= start * 1000 then count = 0 end
+  d.write = lt(0, count) and expire > stop * 1000
+  local left = since({stop, 0}, now)
+  local n = add(count, cost)
+  if lt(L, cost) or not fits(n) or lt(L, n) then
+    d.limited = true
+    if le(cost, L) then d.retry = left end
+    n = count
+  else
+    d.write = d.write or lt(0, cost)
+  end
+  d.remaining = imax(sub(L, n), 0)
+  if lt(0, n) then d.reset = left end
+  return d, n, stop
+end
+
+-- sliding_hit is the sliding window counter's decision on counts c at now:
+-- decision, the counts to store, when the key's work ends.
+local function sliding_hit(L, window, c, now, cost)
+  local W = mul(window, SECOND)
+  local d = {limited = false, retry = -1, write = false}
+  local start, stop = window_at(now, window)
+  local idx = start / window -- exact: start is a multiple of window
+  if cmp(c.index, idx) == 0 then
+  elseif cmp(c.index, idx - 1) == 0 then
+    c = {index = idx, current = 0, previous = c.current}
+  elseif lt(c.index, idx) then
+    c = {index = idx, current = 0, previous = 0}
+  else -- a future window: the clock stepped back
+    d.write = lt(0, c.current) or lt(0, c.previous)
+    c = {index = idx, current = c.current, previous = c.previous}
+  end
+  if not in_range(stop) or not in_range(stop + window) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
+  local e = since(now, {start, 0}) -- elapsed in the current window
+  local weight = quo(mul(c.previous, sub(W, e)), W)
+  local nxt = {index = c.index, current = c.current, previous = c.previous}
+  local est = add(c.current, weight)
+  local total = add(est, cost)
+  if lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
+    d.limited = true
+    if le(cost, L) then
+      -- retry: when the estimate first admits cost
+      local r = sub(W, e)
+      local room = sub(sub(L, cost), c.current)
+      local done = false
+      if le(0, room) and lt(0, c.previous) then
+        local q, ok = muldiv_ceil(add(room, 1), W, c.previous)
+        if ok and lt(sub(q, 1), r) then d.retry, done = sub(r, sub(q, 1)), true end
+      end
+      if not done then
+        if cmp(c.current, 0) == 0 then
+          d.retry = r
+        else
+          local m, ok = muldiv_ceil(add(sub(L, cost), 1), W, c.current)
+          if not ok or lt(W, m) then d.retry = r else d.retry = sub(add(add(r, W), 1), m) end
+        end
+      end
+    end
+  elseif lt(0, cost) then
+    nxt.current = add(nxt.current, cost)
+    d.write = true
+  end
+  local used = add(nxt.current, weight)
+  d.remaining = imin(imax(sub(L, used), 0), L)
+  local expire
+  if lt(0, nxt.current) then
+    expire = {stop + window, 0}
+  elseif lt(0, nxt.previous) then
+    expire = {stop, 0}
+  else
+    expire = now
+  end
+  d.reset = since(expire, now)
+  return d, nxt, expire
+end
+
+-- window_limit runs one limit of a window family on its key: the five
+-- integers and the write to make ({key, set = value, at = instant} or
+-- {key, del = true}), or an error.
+local function window_limit(kind, key, v, reserve, now, ms)
+  local L, window, cost = v[1], v[2], v[3]
+  local kindof, expire, raw = read_string(key)
+  local state = kind == 'sw' and COUNTER_STATE or FIXED_STATE
+  local err = check_key(kindof, expire, 'string', state)
+  if err then return nil, nil, err end
+  local d, n, at
+  if kind == 'fw' then
+    local count = 0
+    if raw then
+      count = parse_count(raw)
+      if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
+    end
+    if lt(0, reserve) then
+      d, n, at, err = fixed_hit(L, window, count, expire, now, sat_add(cost, reserve))
+      if err then return nil, nil, err end
+    end
+    if not d or not d.limited then
+      d, n, at, err = fixed_hit(L, window, count, expire, now, cost)
+      if err then return nil, nil, err end
+    end
+    local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
+    if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
+    return reply, {key = key}
+  end
+  local c = {index = 0, current = 0, previous = 0}
+  if raw then
+    local a, b, r = string.match(raw, '^([^:]*):([^:]*):(.*)$')
+    if a then c = {index = parse_count(a), current = parse_count(b), previous = parse_count(r)} end
+    if not a or not c.index or not c.current or not c.previous then
+      return nil, nil, other_data(state, 'not three decimal integers')
+    end
+  end
+  if lt(0, reserve) then
+    d, n, at, err = sliding_hit(L, window, c, now, sat_add(cost, reserve))
+    if err then return nil, nil, err end
+  end
+  if not d or not d.limited then
+    d, n, at, err = sliding_hit(L, window, c, now, cost)
+    if err then return nil, nil, err end
+  end
+  local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
+  if not d.write then return reply, {key = key} end
+  if not after(at, now) then return reply, {key = key, del = raw ~= nil} end
+  return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
+end
+
+-- store applies one key's write.
+local function store(w)
+  if w.set then
+    redis.call('SET', w.key, w.set, 'PXAT', string.format('%d', ceil_ms(w.at)))
+  elseif w.del then
+    redis.call('DEL', w.key)
+  end
+end
+
+-- window_command is SW.HIT, FW.HIT and their peeks.
+local function window_command(kind, name, peek)
+  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local v, ms, reserve, err = parse_one(window_syntax, ARGV, name)
+  if err then return err end
+  local now = clock()
+  local reply, w
+  reply, w, err = window_limit(kind, KEYS[1], v, reserve, now, ms)
+  if err then return err end
+  if not peek then store(w) end
+  return reply
+end
