@@ -104,22 +104,25 @@ func replyText(v any, err error) string {
 	return fmt.Sprint(v)
 }
 
-// state is a key's type, value and absolute expiry, in one round trip.
+// state is a key's type, value (a sorted set's members and scores) and
+// absolute expiry, in one round trip.
 func (e engines) state(key string) string {
 	p := e.c.Pipeline()
 	typ := p.Type(ctx, key)
 	get := p.Do(ctx, "GET", key)
+	z := p.ZRangeWithScores(ctx, key, 0, -1)
 	exp := p.Do(ctx, "PEXPIRETIME", key)
 	_, _ = p.Exec(ctx)
 	v, err := get.Result()
 	if err != nil && err != redis.Nil && !strings.HasPrefix(err.Error(), "WRONGTYPE") {
 		return "error: " + err.Error()
 	}
-	return fmt.Sprintf("%s %v %d", typ.Val(), v, exp.Val())
+	return fmt.Sprintf("%s %v %v %d", typ.Val(), v, z.Val(), exp.Val())
 }
 
 // diffCase makes one random command: GCRA (under both names), the token
-// bucket, the shaper, the sliding window counter or the fixed window,
+// bucket, the shaper, the sliding window counter, the fixed window or the
+// sliding log,
 // consuming or peeking,
 // with their arguments fixed per sequence and a random cost and options.
 type diffCase struct {
@@ -134,7 +137,12 @@ func randomCase(r *rand.Rand) diffCase {
 	pick := func(v ...int64) string { return fmt.Sprint(v[r.IntN(len(v))]) }
 	periods := []int64{1, 2, 60, 3600, 86400, 365 * 86400, 9223372036}
 	var c diffCase
-	switch r.IntN(7) {
+	switch r.IntN(8) {
+	case 6:
+		c = diffCase{cmd: "sl.hit", peek: "sl.peek", reserve: true}
+		c.params = []string{pick(1, 2, 5, 16, 100, 1000, 100000), pick(1, 2, 10, 60, 3600, 1e9, 9223372036)}
+		c.limit, _ = strconv.ParseInt(c.params[0], 10, 64)
+		return c
 	case 4, 5:
 		c = diffCase{cmd: "sw.hit", peek: "sw.peek", reserve: true}
 		if r.IntN(2) == 0 {
@@ -244,6 +252,38 @@ var foreignValues = []func(c *redis.Client, key string, now time.Time) error{
 	func(c *redis.Client, key string, now time.Time) error {
 		return c.Set(ctx, key, "1:2:3:4", time.Hour).Err()
 	},
+	// Sorted sets: a log's own entries (one dated ahead of now, as a clock
+	// that stepped back leaves), and sets that are not logs.
+	func(c *redis.Client, key string, now time.Time) error {
+		return zset(c, key, time.Minute, now.UnixMicro()-2e6, now.UnixMicro()-1e6, now.UnixMicro())
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return zset(c, key, time.Hour, now.UnixMicro()-3e6, now.UnixMicro()+30e6)
+	},
+	func(c *redis.Client, key string, now time.Time) error { return zset(c, key, 0, now.UnixMicro()) },
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.ZAdd(ctx, key, redis.Z{Score: 1e300, Member: "x"}).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		if err := zset(c, key, time.Hour, now.UnixMicro()-1e6, now.UnixMicro()); err != nil {
+			return err
+		}
+		return c.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMicro() - 5e5), Member: "not-the-log's"}).Err()
+	},
+}
+
+// zset writes a sliding log's entries at the given Unix µs, expiring after
+// ttl (none when 0).
+func zset(c *redis.Client, key string, ttl time.Duration, us ...int64) error {
+	for i, u := range us {
+		if err := c.ZAdd(ctx, key, redis.Z{Score: float64(u), Member: fmt.Sprintf("%d-%d", u, i)}).Err(); err != nil {
+			return err
+		}
+	}
+	if ttl > 0 {
+		return c.Expire(ctx, key, ttl).Err()
+	}
+	return nil
 }
 
 // A random clock step: mostly small and forward, sometimes long, sometimes
@@ -268,7 +308,7 @@ func clockStep(r *rand.Rand, res int64) int64 {
 }
 
 // TestLuaMatchesModule: random sequences of GCRA.THROTTLE, CL.THROTTLE,
-// TB.TAKE, LB.ENQUEUE, SW.HIT, FW.HIT and their peeks, with costs, refunds, MS, RESERVE,
+// TB.TAKE, LB.ENQUEUE, SW.HIT, FW.HIT, SL.HIT and their peeks, with costs, refunds, MS, RESERVE,
 // bad arguments, foreign data and clock steps, through the module on one
 // key, the scripts on a second, and a random engine per call on a third:
 // every reply and every stored state must be the same at every step.
@@ -356,7 +396,7 @@ func TestLuaWithoutModule(t *testing.T) {
 		for i, step := range []int64{0, 1e8, 3e8, 2e9, 0, 5e8} {
 			now += step
 			setClock(now)
-			for _, cmd := range []string{"gcra.throttle", "tb.take", "lb.enqueue", "gcra.peek", "sw.hit", "fw.hit"} {
+			for _, cmd := range []string{"gcra.throttle", "tb.take", "lb.enqueue", "gcra.peek", "sw.hit", "fw.hit", "sl.hit"} {
 				args := []string{"2", "1", "1", "1", "MS"}
 				if strings.HasSuffix(cmd, ".hit") {
 					args = []string{"2", "1", "1", "MS"}

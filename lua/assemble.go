@@ -53,6 +53,8 @@ var recipes = []recipe{
 	windowRecipe("sw", "sw.peek", true),
 	windowRecipe("fw", "fw.hit", false),
 	windowRecipe("fw", "fw.peek", true),
+	oneKey("log.lua", "log_command", "sl", "sl.hit", false),
+	oneKey("log.lua", "log_command", "sl", "sl.peek", true),
 }
 
 // assemble builds one script from the sources in dir.

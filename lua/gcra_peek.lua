@@ -503,6 +503,15 @@ local function sat_add(a, b)
   return c
 end
 
+local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
+
+-- parse_count reads a decimal count as the module reads an instant:
+-- digits only, within 64 bits.
+local function parse_count(s)
+  if not string.match(s, '^%d') then return nil end
+  return parse(s)
+end
+
 -- GCRA, the token bucket and the shaper: one instant of state each (see
 -- the gcra and bucket packages, which this follows step for step).
 

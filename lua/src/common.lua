@@ -225,3 +225,12 @@ local function sat_add(a, b)
   if lt(MAXI, c) then return MAXI end
   return c
 end
+
+local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
+
+-- parse_count reads a decimal count as the module reads an instant:
+-- digits only, within 64 bits.
+local function parse_count(s)
+  if not string.match(s, '^%d') then return nil end
+  return parse(s)
+end

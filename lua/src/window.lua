@@ -15,14 +15,6 @@ local window_syntax = {
 
 local COUNTER_STATE = 'sliding window state (index:current:previous)'
 local FIXED_STATE = 'fixed window state (a count)'
-local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
-
--- parse_count reads a decimal count as the module reads an instant:
--- digits only, within 64 bits.
-local function parse_count(s)
-  if not string.match(s, '^%d') then return nil end
-  return parse(s)
-end
 
 -- muldiv is floor(a x b / c) and whether the ceiling fits 64 bits, for
 -- a, b >= 0 and c > 0: the exact product, as the module's 128-bit one.

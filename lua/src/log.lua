@@ -1,0 +1,168 @@
+-- The sliding log: a sorted set, one entry per admitted unit, member
+-- "<score>-<n>", scored with its time in Unix microseconds (see the window
+-- package's SlidingLog and the module's runSlidingLog).
+
+local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
+local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
+
+local function log_syntax()
+  return {
+    positional = {
+      {name = 'limit', min = 1, max = 100000},
+      {name = 'window', min = 1, max = 9223372036, seconds = true},
+    },
+    optional = {name = 'cost', min = 0, max = MAXI},
+    def = 1, reserve = true,
+    limit = function(v) return v[1] end,
+  }
+end
+
+-- read_zset returns what the module reads of a key whose state is a sorted
+-- set: its type ('none', 'zset' or 'other'), expiry (Unix ms, -1: none)
+-- and size.
+local function read_zset(key)
+  local n = redis.pcall('ZCARD', key)
+  if type(n) == 'table' then return 'other', -1, 0 end
+  if n == 0 then return 'none', -1, 0 end
+  return 'zset', redis.call('PEXPIRETIME', key), n
+end
+
+-- state_score: a whole number of Unix µs from 2015 to 2^53.
+local function state_score(us)
+  return us >= MIN_STATE * 1000000 and us < MAX_SCORE and us == math.floor(us)
+end
+
+-- log_entry reports an entry the log wrote: "<score>-<n>", at most 63
+-- bytes, its score digits (no leading zero) equal to its score.
+local function log_entry(member, score)
+  if #member > 63 or not state_score(score) then return false end
+  local a, b = string.match(member, '^([^-]*)%-(.*)$')
+  if not a or a == '' or string.sub(a, 1, 1) == '0' then return false end
+  local us = parse_count(a)
+  return us ~= nil and cmp(us, score) == 0 and parse_count(b) ~= nil
+end
+
+-- score_ns is a score (µs, a double) in ns, as the module converts it:
+-- saturated at 2^53 µs, and nil (none) at or below -2^53 or for NaN.
+local function score_ns(us)
+  if us ~= us or us <= -MAX_SCORE then return nil end
+  if us >= MAX_SCORE then us = MAX_SCORE end
+  if us < 0 then us = math.ceil(us) else us = math.floor(us) end
+  return mul(us, 1000)
+end
+
+local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
+
+-- log_hit is the log's decision at now: {limited, retry, remaining, reset,
+-- write, redate, expire (ns), add (entries)} or an error.
+local function log_hit(key, size, L, window, now, cost, cutoff_us)
+  local W = mul(window, SECOND)
+  local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
+  local n = now_ns(now)
+  local d = {limited = false, retry = -1, write = false, redate = false, add = 0}
+  local live = 0
+  if size > 0 then live = redis.call('ZCOUNT', key, '(' .. fmt(cutoff_us), '+inf') end
+  local newest = nil
+  if size > 0 then
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    newest = score_ns(tonumber(last[2]))
+  end
+  if newest ~= nil and lt(n, newest) then
+    newest, d.redate, d.write = n, true, true
+  end
+  local total = add(live, cost)
+  if lt(L, cost) or lt(L, total) then
+    d.limited = true
+    if le(cost, L) then
+      local k = sub(total, L)
+      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), 1, 'WITHSCORES')
+      local nth = r[2] and score_ns(tonumber(r[2])) or nil
+      if nth == nil or lt(n, nth) then nth = n end
+      d.retry = sub(add(nth, W), n)
+    end
+    total = live
+  elseif lt(0, cost) then
+    d.write, newest, d.add = true, n, cost
+  end
+  d.remaining = imin(imax(sub(L, total), 0), L)
+  d.reset = 0
+  if lt(0, total) then
+    d.expire = add(newest, W)
+    if not fits(d.expire) then return nil, fail(WINDOW_OVERFLOW) end
+    d.reset = sub(d.expire, n)
+  else
+    d.expire = n
+  end
+  return d
+end
+
+-- log_limit runs a sliding log on its key: the five integers and the write
+-- to make, or an error.
+local function log_limit(key, v, reserve, now, ms)
+  local L, window, cost = v[1], v[2], v[3]
+  local kind, expire, size = read_zset(key)
+  local err = check_key(kind, expire, 'zset', LOG_STATE)
+  if err then return nil, nil, err end
+  if kind == 'zset' then
+    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    if not log_entry(first[1], tonumber(first[2])) or not log_entry(last[1], tonumber(last[2])) then
+      return nil, nil, other_data(LOG_STATE, 'its members are not the log\'s own')
+    end
+  end
+  -- cutoff = now - window, in µs rounded down (the window is whole seconds)
+  local cutoff_us = sub(now[1] * 1000000 + math.floor(now[2] / 1000), mul(window, 1000000))
+  local d
+  if lt(0, reserve) then
+    d, err = log_hit(key, size, L, window, now, sat_add(cost, reserve), cutoff_us)
+    if err then return nil, nil, err end
+  end
+  if not d or not d.limited then
+    d, err = log_hit(key, size, L, window, now, cost, cutoff_us)
+    if err then return nil, nil, err end
+  end
+  local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
+  if not d.write then return reply, {key = key} end
+  return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add,
+    score = now[1] * 1000000 + math.floor(now[2] / 1000), expire = d.expire}
+end
+
+-- store_log writes the log as the module does: remove the entries that
+-- left the window, move those dated after now to now (a clock that stepped
+-- back), add the new entries "<score>-<n>" numbered from the set's size,
+-- skipping members that exist, and expire the key at its newest entry's
+-- end, rounded up to the ms.
+local function store_log(w)
+  redis.call('ZREMRANGEBYSCORE', w.key, '-inf', fmt(w.cutoff))
+  local moved = 0
+  local score = string.format('%d', w.score)
+  if w.redate then moved = redis.call('ZREMRANGEBYSCORE', w.key, '(' .. score, '+inf') end
+  local want = add(w.add, moved)
+  local seq = redis.call('ZCARD', w.key)
+  while lt(0, want) do
+    local batch = {w.key, 'NX'}
+    local k = float(imin(want, 64))
+    for i = 0, k - 1 do
+      batch[#batch + 1] = score
+      batch[#batch + 1] = score .. '-' .. string.format('%d', seq + i)
+    end
+    seq = seq + k
+    want = sub(want, redis.call('ZADD', unpack(batch)))
+  end
+  local q, r = quorem(w.expire, 1000000)
+  if lt(0, r) then q = add(q, 1) end
+  redis.call('PEXPIREAT', w.key, fmt(q))
+end
+
+-- log_command is SL.HIT and SL.PEEK.
+local function log_command(_, name, peek)
+  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local v, ms, reserve, err = parse_one(log_syntax(), ARGV, name)
+  if err then return err end
+  local now = clock()
+  local reply, w
+  reply, w, err = log_limit(KEYS[1], v, reserve, now, ms)
+  if err then return err end
+  if not peek and w.log then store_log(w) end
+  return reply
+end
