@@ -48,13 +48,12 @@ func stopClock(t *testing.T, dir string, start int64) func(ns int64) {
 
 // engines calls a command through the module or through its script.
 type engines struct {
-	c    *redis.Client
 	shas map[string]string // command, lower case -> SHA1
 }
 
 func loadScripts(t *testing.T, c *redis.Client) engines {
 	t.Helper()
-	e := engines{c: c, shas: map[string]string{}}
+	e := engines{shas: map[string]string{}}
 	for _, name := range lua.Commands() {
 		s, _ := lua.Get(name)
 		sha, err := c.ScriptLoad(ctx, s.Source).Result()
@@ -70,23 +69,28 @@ func loadScripts(t *testing.T, c *redis.Client) engines {
 }
 
 // module calls the command (in lower case, as the scripts name themselves
-// in arity errors) and returns its reply or error as text.
-func (e engines) module(cmd, key string, args []string) string {
-	a := append([]any{cmd, key}, anys(args)...)
-	return replyText(e.c.Do(ctx, a...).Result())
+// in arity errors) and returns its reply or error as text. RL.ALL and
+// RL.PEEK take numkeys and their keys; the others their one key.
+func (e engines) module(c *redis.Client, cmd string, keys, args []string) string {
+	a := []any{cmd}
+	if strings.HasPrefix(cmd, "rl.") {
+		a = append(a, len(keys))
+	}
+	a = append(append(a, anys(keys)...), anys(args)...)
+	return replyText(c.Do(ctx, a...).Result())
 }
 
 // script calls the command's script with EVALSHA, or EVALSHA_RO for a peek.
-func (e engines) script(cmd, key string, args []string) string {
+func (e engines) script(c *redis.Client, cmd string, keys, args []string) string {
 	sha, ok := e.shas[cmd]
 	if !ok {
 		return "no script for " + cmd
 	}
 	s, _ := lua.Get(cmd)
 	if s.ReadOnly {
-		return replyText(e.c.EvalShaRO(ctx, sha, []string{key}, anys(args)...).Result())
+		return replyText(c.EvalShaRO(ctx, sha, keys, anys(args)...).Result())
 	}
-	return replyText(e.c.EvalSha(ctx, sha, []string{key}, anys(args)...).Result())
+	return replyText(c.EvalSha(ctx, sha, keys, anys(args)...).Result())
 }
 
 func anys(args []string) []any {
@@ -106,8 +110,8 @@ func replyText(v any, err error) string {
 
 // state is a key's type, value (a sorted set's members and scores) and
 // absolute expiry, in one round trip.
-func (e engines) state(key string) string {
-	p := e.c.Pipeline()
+func state(c *redis.Client, key string) string {
+	p := c.Pipeline()
 	typ := p.Type(ctx, key)
 	get := p.Do(ctx, "GET", key)
 	z := p.ZRangeWithScores(ctx, key, 0, -1)
@@ -307,76 +311,181 @@ func clockStep(r *rand.Rand, res int64) int64 {
 	return d / res * res
 }
 
-// TestLuaMatchesModule: random sequences of GCRA.THROTTLE, CL.THROTTLE,
-// TB.TAKE, LB.ENQUEUE, SW.HIT, FW.HIT, SL.HIT and their peeks, with costs, refunds, MS, RESERVE,
-// bad arguments, foreign data and clock steps, through the module on one
-// key, the scripts on a second, and a random engine per call on a third:
-// every reply and every stored state must be the same at every step.
-func TestLuaMatchesModule(t *testing.T) {
-	eachFlavor(t, func(t *testing.T, f flavor) {
-		dir := t.TempDir()
-		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
-		setClock := stopClock(t, dir, now)
-		s := startFor(t, f, opts{module: true, clockDir: dir})
-		e := loadScripts(t, s.rdb)
-		// Redis 7.0's module clock is in ms: instants there are whole ms.
-		res := int64(time.Microsecond)
-		if !f.cachedClock {
-			res = int64(time.Millisecond)
-		}
-		seed := uint64(time.Now().UnixNano())
-		r := rand.New(rand.NewPCG(seed, 15))
-		calls, refused, errs, foreign := 0, 0, 0, 0
-		for seq := range 250 {
-			// Most sequences run on arguments the arithmetic takes; one in
-			// eight keeps arguments it refuses (overflow, rate, range).
-			c := randomCase(r)
-			for try := 0; try < 8 && r.IntN(8) > 0 && strings.HasPrefix(e.module(c.peek, "{lua}:probe", c.params), "error"); try++ {
-				c = randomCase(r)
-			}
-			keys := [3]string{fmt.Sprintf("{lua%d}:m", seq), fmt.Sprintf("{lua%d}:s", seq), fmt.Sprintf("{lua%d}:x", seq)}
-			if r.IntN(8) == 0 {
-				put := foreignValues[r.IntN(len(foreignValues))]
-				for _, k := range keys {
-					if err := put(s.rdb, k, time.Unix(0, now)); err != nil {
+// sequence is one run of calls against fixed keys: next makes each call.
+type sequence struct {
+	keys []string // every key the calls touch, for their states
+	next func(r *rand.Rand) (cmd string, keys, args []string)
+}
+
+// differential runs random sequences through the module on database 0, the
+// scripts on database 1, and a random engine per call on database 2 (so
+// that key names, which errors quote, are the same), at instants the test
+// sets, and fails at the first reply or stored state that differs.
+func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence) {
+	dir := t.TempDir()
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+	setClock := stopClock(t, dir, now)
+	s := startFor(t, f, opts{module: true, clockDir: dir})
+	e := loadScripts(t, s.rdb)
+	var dbs [3]*redis.Client
+	for i := range dbs {
+		dbs[i] = redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
+		t.Cleanup(func() { dbs[i].Close() })
+	}
+	probe := redis.NewClient(&redis.Options{Addr: s.addr(), DB: 3, Protocol: 2})
+	t.Cleanup(func() { probe.Close() })
+	// Redis 7.0's module clock is in ms: instants there are whole ms.
+	res := int64(time.Microsecond)
+	if !f.cachedClock {
+		res = int64(time.Millisecond)
+	}
+	seed := uint64(time.Now().UnixNano())
+	r := rand.New(rand.NewPCG(seed, 15))
+	calls, refused, errs, foreign := 0, 0, 0, 0
+	for n := range seqs {
+		sq := newSeq(r, e, probe, n)
+		if r.IntN(8) == 0 {
+			put := foreignValues[r.IntN(len(foreignValues))]
+			for _, c := range dbs {
+				for _, k := range sq.keys {
+					if err := put(c, k, time.Unix(0, now)); err != nil {
 						t.Fatal(err)
 					}
 				}
-				foreign++
 			}
-			for step := range 30 {
-				now += clockStep(r, res)
-				setClock(now)
-				cmd, args := c.args(r)
-				viaM := e.module(cmd, keys[0], args)
-				viaS := e.script(cmd, keys[1], args)
-				var viaX string
-				if r.IntN(2) == 0 {
-					viaX = e.module(cmd, keys[2], args)
-				} else {
-					viaX = e.script(cmd, keys[2], args)
-				}
-				what := fmt.Sprintf("seed %d, sequence %d step %d at %d: %s %s", seed, seq, step, now, cmd, strings.Join(args, " "))
-				if viaS != viaM || viaX != viaM {
-					t.Fatalf("%s\nmodule  %s\nscript  %s\neither  %s", what, viaM, viaS, viaX)
-				}
-				stM, stS, stX := e.state(keys[0]), e.state(keys[1]), e.state(keys[2])
+			foreign++
+		}
+		for step := range 30 {
+			now += clockStep(r, res)
+			setClock(now)
+			cmd, keys, args := sq.next(r)
+			viaM := e.module(dbs[0], cmd, keys, args)
+			viaS := e.script(dbs[1], cmd, keys, args)
+			via := e.script
+			if r.IntN(2) == 0 {
+				via = e.module
+			}
+			viaX := via(dbs[2], cmd, keys, args)
+			what := fmt.Sprintf("seed %d, sequence %d step %d at %d: %s %s %s", seed, n, step, now, cmd, strings.Join(keys, " "), strings.Join(args, " "))
+			if viaS != viaM || viaX != viaM {
+				t.Fatalf("%s\nmodule  %s\nscript  %s\neither  %s", what, viaM, viaS, viaX)
+			}
+			for _, k := range sq.keys {
+				stM, stS, stX := state(dbs[0], k), state(dbs[1], k), state(dbs[2], k)
 				if stS != stM || stX != stM {
-					t.Fatalf("%s: reply %s\nstate after the module  %s\nafter the script  %s\nafter either  %s", what, viaM, stM, stS, stX)
-				}
-				calls++
-				switch {
-				case strings.HasPrefix(viaM, "error"):
-					errs++
-				case strings.HasPrefix(viaM, "[1 "):
-					refused++
+					t.Fatalf("%s: reply %s\n%s after the module  %s\nafter the script  %s\nafter either  %s", what, viaM, k, stM, stS, stX)
 				}
 			}
+			calls++
+			switch {
+			case strings.HasPrefix(viaM, "error"):
+				errs++
+			case strings.HasPrefix(viaM, "[1 "):
+				refused++
+			}
 		}
-		t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data)", seed, calls, refused, errs, foreign)
-		if refused < calls/20 || errs < calls/50 {
-			t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls", refused, errs, calls)
-		}
+	}
+	t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data)", seed, calls, refused, errs, foreign)
+	if refused < calls/20 || errs < calls/50 {
+		t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls", refused, errs, calls)
+	}
+}
+
+// TestLuaMatchesModule: random sequences of GCRA.THROTTLE, CL.THROTTLE,
+// TB.TAKE, LB.ENQUEUE, SW.HIT, FW.HIT, SL.HIT and their peeks, with costs,
+// refunds, MS, RESERVE, bad arguments, foreign data and clock steps: every
+// reply and every stored state must be the same at every step.
+func TestLuaMatchesModule(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		differential(t, f, 250, func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence {
+			// Most sequences run on arguments the arithmetic takes; one in
+			// eight keeps arguments it refuses (overflow, rate, range).
+			c := randomCase(r)
+			for try := 0; try < 8 && r.IntN(8) > 0 && strings.HasPrefix(e.module(probe, c.peek, []string{"probe"}, c.params), "error"); try++ {
+				c = randomCase(r)
+			}
+			key := fmt.Sprintf("{lua%d}", n)
+			return sequence{keys: []string{key}, next: func(r *rand.Rand) (string, []string, []string) {
+				cmd, args := c.args(r)
+				return cmd, []string{key}, args
+			}}
+		})
+	})
+}
+
+// TestLuaMatchesModuleAll: RL.ALL and RL.PEEK over one to four limits of
+// every family it takes, with EACH, RESERVE, refusals by any limit, and
+// bad input of every kind it names (unknown limiters, LB, missing words,
+// too few or too many limiters, a key named twice).
+func TestLuaMatchesModuleAll(t *testing.T) {
+	families := map[string]string{"gcra.throttle": "GCRA", "cl.throttle": "GCRA", "tb.take": "TB", "sw.hit": "SW", "fw.hit": "FW", "sl.hit": "SL"}
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		differential(t, f, 150, func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence {
+			lims := make([]diffCase, 1+r.IntN(4))
+			keys := make([]string, len(lims))
+			for i := range lims {
+				for try := 0; ; try++ {
+					lims[i] = randomCase(r)
+					if families[lims[i].cmd] == "" {
+						continue
+					}
+					if try > 8 || r.IntN(12) == 0 || !strings.HasPrefix(e.module(probe, lims[i].peek, []string{"probe"}, lims[i].params), "error") {
+						break
+					}
+				}
+				keys[i] = fmt.Sprintf("{all%d}:k%d", n, i)
+			}
+			return sequence{keys: keys, next: func(r *rand.Rand) (string, []string, []string) {
+				cmd := "rl.all"
+				if r.IntN(5) == 0 {
+					cmd = "rl.peek"
+				}
+				var args []string
+				for _, l := range lims {
+					name := families[l.cmd]
+					if r.IntN(4) == 0 {
+						name = strings.ToLower(name)
+					}
+					costs := []int64{1, 1, 0, 2, l.limit, l.limit + 1, math.MaxInt64}
+					if l.refunds {
+						costs = append(costs, -1, -l.limit)
+					}
+					args = append(append(append(args, name), l.params...), fmt.Sprint(costs[r.IntN(len(costs))]))
+				}
+				if r.IntN(2) == 0 {
+					args = append(args, "MS")
+				}
+				if r.IntN(2) == 0 {
+					args = append(args, "EACH")
+				}
+				if r.IntN(4) == 0 {
+					l := lims[r.IntN(len(lims))]
+					args = append(args, "RESERVE", fmt.Sprint([]int64{0, 1, l.limit, l.limit + 1}[r.IntN(4)]))
+				}
+				ks := keys
+				if r.IntN(10) == 0 { // bad input
+					switch r.IntN(7) {
+					case 0:
+						args[0] = []string{"LB", "lb", "XX", "", "RESERVE", "MS"}[r.IntN(6)]
+					case 1:
+						args = args[:len(args)-1-r.IntN(min(len(args)-1, 3))]
+					case 2:
+						args = append(args, "FW", "1", "1", "1")
+					case 3:
+						if len(ks) > 1 {
+							ks = append([]string{ks[0]}, ks[:len(ks)-1]...)
+						}
+					case 4:
+						args[1+r.IntN(len(args)-1)] = []string{"x", "-1", "0", "1.5", "9223372036854775808", "9007199254740992"}[r.IntN(6)]
+					case 5:
+						args = append(args, "EVERY")
+					default:
+						ks = append(ks[:len(ks):len(ks)], fmt.Sprintf("{all%d}:extra", n))
+					}
+				}
+				return cmd, ks, args
+			}}
+		})
 	})
 }
 
@@ -392,7 +501,7 @@ func TestLuaWithoutModule(t *testing.T) {
 		if err := plain.rdb.Do(ctx, "GCRA.THROTTLE", "k", 1, 1, 1).Err(); err == nil || !strings.Contains(err.Error(), "unknown command") {
 			t.Fatalf("the plain server knows GCRA.THROTTLE: %v", err)
 		}
-		e, m := loadScripts(t, plain.rdb), engines{c: withModule.rdb}
+		e := loadScripts(t, plain.rdb)
 		for i, step := range []int64{0, 1e8, 3e8, 2e9, 0, 5e8} {
 			now += step
 			setClock(now)
@@ -401,11 +510,12 @@ func TestLuaWithoutModule(t *testing.T) {
 				if strings.HasSuffix(cmd, ".hit") {
 					args = []string{"2", "1", "1", "MS"}
 				}
-				got, want := e.script(cmd, "{p}:"+cmd, args), m.module(cmd, "{p}:"+cmd, args)
+				keys := []string{"{p}:" + cmd}
+				got, want := e.script(plain.rdb, cmd, keys, args), e.module(withModule.rdb, cmd, keys, args)
 				if got != want {
 					t.Fatalf("step %d, %s: script without the module %s, module %s", i, cmd, got, want)
 				}
-				if gs, ms := e.state("{p}:"+cmd), m.state("{p}:"+cmd); gs != ms {
+				if gs, ms := state(plain.rdb, keys[0]), state(withModule.rdb, keys[0]); gs != ms {
 					t.Fatalf("step %d, %s: state %s, module's %s", i, cmd, gs, ms)
 				}
 			}

@@ -55,6 +55,16 @@ var recipes = []recipe{
 	windowRecipe("fw", "fw.peek", true),
 	oneKey("log.lua", "log_command", "sl", "sl.hit", false),
 	oneKey("log.lua", "log_command", "sl", "sl.peek", true),
+	allRecipe("rl.all", false),
+	allRecipe("rl.peek", true),
+}
+
+// allRecipe is RL.ALL's or RL.PEEK's: every family it takes, then its own
+// part.
+func allRecipe(command string, peek bool) recipe {
+	r := oneKey("all.lua", "all_command", "all", command, peek)
+	r.parts = append(common[:len(common):len(common)], "instant.lua", "window.lua", "log.lua", "all.lua")
+	return r
 }
 
 // assemble builds one script from the sources in dir.

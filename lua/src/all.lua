@@ -1,0 +1,161 @@
+-- RL.ALL and RL.PEEK: several limits in one decision (see the module's
+-- all.go, which this follows step for step). Every limit must admit or
+-- nothing is taken; the reply is the deciding limit's five integers and
+-- its position, and with EACH every limit's own five after them.
+
+local FAMILIES = {'GCRA', 'TB', 'LB', 'SW', 'FW', 'SL'}
+
+local function family_named(s)
+  local u = string.upper(s)
+  for _, f in ipairs(FAMILIES) do
+    if u == f then return string.lower(f) end
+  end
+end
+
+local function family_syntax(f)
+  if f == 'gcra' or f == 'tb' then return instant_syntax(f) end
+  if f == 'sl' then return log_syntax() end
+  return window_syntax
+end
+
+local function arg_names(syn)
+  local names = {}
+  for _, a in ipairs(syn.positional) do names[#names + 1] = a.name end
+  names[#names + 1] = syn.optional.name
+  return table.concat(names, ' ')
+end
+
+-- parse_all reads the limiters after the keys, and the options: the
+-- limits ({family, v}), ms, each, or an error, in the module's order.
+local function parse_all(name)
+  local n = #KEYS
+  if 2 + n + #ARGV < 7 or 2 + n + #ARGV > 128 then return nil, nil, nil, arity(name) end
+  if n < 1 or n > 16 then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to 16') end
+  for a = 1, n do
+    for b = a + 1, n do
+      if KEYS[a] == KEYS[b] then
+        return nil, nil, nil, fail('ERR key ' .. quote(KEYS[a]) .. ' is named twice: each limiter needs a key of its own')
+      end
+    end
+  end
+  local lims, i = {}, 1
+  for j = 1, n do
+    local w = ARGV[i]
+    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') then
+      return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but ' .. (j - 1) .. ' limiters follow the keys')
+    end
+    local f = family_named(w)
+    if f == nil then
+      return nil, nil, nil, fail('ERR unknown limiter ' .. quote(w) .. ' for key ' .. j .. ': the limiters are GCRA, TB, SW, FW and SL')
+    elseif f == 'lb' then
+      return nil, nil, nil, fail('ERR limiter ' .. j .. ': LB is a shaper (it answers with a delay) and is not part of RL.ALL')
+    end
+    local syn = family_syntax(f)
+    local words = #syn.positional + 1
+    if i + words > #ARGV then
+      return nil, nil, nil, fail('ERR limiter ' .. j .. ' (' .. string.upper(f) .. ') takes ' .. words .. ' arguments: ' .. arg_names(syn))
+    end
+    local prefix = 'limiter ' .. j .. ' (' .. string.upper(f) .. '): '
+    local v = {}
+    for k, a in ipairs(syn.positional) do
+      v[k] = parse_arg(a, ARGV[i + k])
+      if v[k] == nil then return nil, nil, nil, range_error(a, prefix) end
+    end
+    v[words] = parse_arg(syn.optional, ARGV[i + words])
+    if v[words] == nil then return nil, nil, nil, range_error(syn.optional, prefix) end
+    lims[j] = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}
+    i = i + 1 + words
+  end
+  if i <= #ARGV and family_named(ARGV[i]) then
+    return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but more limiters follow')
+  end
+  local ms, reserve_at, each, err = parse_options(ARGV, i, true, 'MS, RESERVE n and EACH', true)
+  if err then return nil, nil, nil, err end
+  if reserve_at > 0 then
+    for _, l in ipairs(lims) do
+      l.reserve, err = parse_reserve(ARGV[reserve_at], l.syn.limit(l.v), l.prefix)
+      if err then return nil, nil, nil, err end
+    end
+  end
+  return lims, ms, each
+end
+
+-- run_limit runs one limit on its key: five integers and a write, or an
+-- error naming the limiter and its key.
+local function run_limit(j, l, key, v, reserve, now, ms)
+  local reply, w, err
+  if l.family == 'gcra' or l.family == 'tb' then
+    reply, w, err = instant_limit(l.family, key, v, reserve, now, ms)
+    if w then w.instant = true end
+  elseif l.family == 'sl' then
+    reply, w, err = log_limit(key, v, reserve, now, ms)
+  else
+    reply, w, err = window_limit(l.family, key, v, reserve, now, ms)
+  end
+  if err then
+    local where = 'limiter ' .. j .. ' (' .. string.upper(l.family) .. ', key ' .. quote(key) .. ')'
+    if err.err == WRONGTYPE then
+      err = fail('WRONGTYPE ' .. where .. ': the key holds the wrong kind of value')
+    elseif string.sub(err.err, 1, 4) == 'ERR ' then
+      err = fail('ERR ' .. where .. ': ' .. string.sub(err.err, 5))
+    end
+  end
+  return reply, w, err
+end
+
+-- later reports whether retry a is later than b: -1 (never) is the latest.
+local function later_retry(a, b)
+  if b == -1 then return false end
+  return a == -1 or a > b
+end
+
+local function all_command(_, name, peek)
+  local lims, ms, each, err = parse_all(name)
+  if err then return err end
+  local now = clock()
+  local reps, writes = {}, {}
+  for j, l in ipairs(lims) do
+    reps[j], writes[j], err = run_limit(j, l, KEYS[j], l.v, l.reserve, now, ms)
+    if err then return err end
+  end
+  local deciding = nil
+  for j = 1, #lims do
+    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
+  end
+  if deciding then
+    -- Nothing is taken; a limit that admitted still stores a state a
+    -- stepped-back clock left too far ahead: run it at cost 0.
+    for j, l in ipairs(lims) do
+      if reps[j][1] == 0 then
+        local v = {}
+        for k = 1, #l.v do v[k] = l.v[k] end
+        v[#v] = 0
+        reps[j], writes[j], err = run_limit(j, l, KEYS[j], v, 0, now, ms)
+        if err then return err end
+      end
+    end
+  else
+    deciding = 1
+    for j = 2, #lims do
+      if reps[j][3] < reps[deciding][3] then deciding = j end
+    end
+  end
+  local reply = {reps[deciding][1], reps[deciding][2], reps[deciding][3], reps[deciding][4], reps[deciding][5], deciding - 1}
+  if each then
+    for j = 1, #lims do
+      for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
+    end
+  end
+  if not peek then
+    for _, w in ipairs(writes) do
+      if w.instant then
+        store_instant(w.key, w.existed, now, w.at, w.write)
+      elseif w.log then
+        store_log(w)
+      else
+        store(w)
+      end
+    end
+  end
+  return reply
+end
