@@ -274,6 +274,29 @@ var foreignValues = []func(c *redis.Client, key string, now time.Time) error{
 		}
 		return c.ZAdd(ctx, key, redis.Z{Score: float64(now.UnixMicro() - 5e5), Member: "not-the-log's"}).Err()
 	},
+	// A concurrency state: two leases, the key expiring at the second
+	// after the latest, as the limiter leaves it.
+	func(c *redis.Client, key string, now time.Time) error {
+		end := now.Add(3500 * time.Millisecond)
+		if err := c.ZAdd(ctx, key, redis.Z{Score: float64(now.Add(time.Second).UnixMicro()), Member: "r1"},
+			redis.Z{Score: float64(end.UnixMicro()), Member: "r9"}).Err(); err != nil {
+			return err
+		}
+		return c.PExpireAt(ctx, key, end.Truncate(time.Second).Add(time.Second)).Err()
+	},
+	// 100 holders whose leases lapse within a second: more than one write
+	// sweeps (64).
+	func(c *redis.Client, key string, now time.Time) error {
+		zs := make([]redis.Z, 100)
+		for i := range zs {
+			zs[i] = redis.Z{Score: float64(now.Add(time.Duration(i) * 5 * time.Millisecond).UnixMicro()), Member: fmt.Sprintf("h%03d", i)}
+		}
+		if err := c.ZAdd(ctx, key, zs...).Err(); err != nil {
+			return err
+		}
+		last := now.Add(495 * time.Millisecond)
+		return c.PExpireAt(ctx, key, last.Truncate(time.Second).Add(time.Second)).Err()
+	},
 }
 
 // zset writes a sliding log's entries at the given Unix µs, expiring after
@@ -486,6 +509,93 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 				return cmd, ks, args
 			}}
 		})
+	})
+}
+
+// TestLuaMatchesModuleConc: CONC.ACQUIRE, CONC.RELEASE and CONC.PEEK from
+// a pool of holders, with renewals, releases of held and lapsed slots,
+// RESERVE, leases that lapse as the clock moves, and bad input.
+func TestLuaMatchesModuleConc(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		differential(t, f, 150, func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence {
+			limit := []int64{1, 2, 3, 5, 100000}[r.IntN(5)]
+			lease := []string{"1", "2", "5", "30", "3600", "9223372036"}[r.IntN(6)]
+			if r.IntN(8) > 0 && lease == "9223372036" {
+				lease = "5"
+			}
+			ids := []string{"r1", "r2", "r3", "r4", "r5", strings.Repeat("h", 128)}
+			key := fmt.Sprintf("{conc%d}", n)
+			return sequence{keys: []string{key}, next: func(r *rand.Rand) (string, []string, []string) {
+				id := ids[r.IntN(len(ids))]
+				if r.IntN(25) == 0 {
+					id = []string{"", strings.Repeat("h", 129)}[r.IntN(2)]
+				}
+				var cmd string
+				var args []string
+				switch x := r.IntN(20); {
+				case x < 11:
+					cmd, args = "conc.acquire", []string{fmt.Sprint(limit), lease, id}
+				case x < 16:
+					return "conc.release", []string{key}, []string{id}
+				default:
+					cmd, args = "conc.peek", []string{fmt.Sprint(limit)}
+				}
+				if r.IntN(2) == 0 {
+					args = append(args, "MS")
+				}
+				if r.IntN(4) == 0 {
+					args = append(args, "RESERVE", fmt.Sprint([]int64{0, 1, limit, limit + 1}[r.IntN(4)]))
+				}
+				if r.IntN(12) == 0 { // bad input
+					switch r.IntN(4) {
+					case 0:
+						args = args[:r.IntN(len(args))]
+					case 1:
+						args[0] = []string{"0", "100001", "x", "-1"}[r.IntN(4)]
+					case 2:
+						args = append(args, "EACH")
+					default:
+						args = append(args, "RESERVE")
+					}
+				}
+				return cmd, []string{key}, args
+			}}
+		})
+	})
+}
+
+// A concurrency key holding 100 lapsed holders: each engine's acquire
+// removes the same 64 (the sweep bound), and the next the other 36.
+func TestLuaConcSweep(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		dir := t.TempDir()
+		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+		setClock := stopClock(t, dir, now.UnixNano())
+		s := startFor(t, f, opts{module: true, clockDir: dir})
+		e := loadScripts(t, s.rdb)
+		var dbs [2]*redis.Client
+		for i := range dbs {
+			dbs[i] = redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
+			t.Cleanup(func() { dbs[i].Close() })
+			if err := foreignValues[len(foreignValues)-1](dbs[i], "{c}", now); err != nil {
+				t.Fatal(err)
+			}
+		}
+		setClock(now.Add(600 * time.Millisecond).UnixNano())
+		for i, id := range []string{"new1", "new2"} {
+			args := []string{"5", "10", id}
+			m, sc := e.module(dbs[0], "conc.acquire", []string{"{c}"}, args), e.script(dbs[1], "conc.acquire", []string{"{c}"}, args)
+			if m != sc {
+				t.Fatalf("acquire %d: module %s, script %s", i, m, sc)
+			}
+			n := dbs[0].ZCard(ctx, "{c}").Val()
+			if want := []int64{100 - 64 + 1, 2}[i]; n != want {
+				t.Fatalf("after acquire %d the module's key holds %d, want %d", i, n, want)
+			}
+			if sm, ss := state(dbs[0], "{c}"), state(dbs[1], "{c}"); sm != ss {
+				t.Fatalf("after acquire %d:\nmodule %s\nscript %s", i, sm, ss)
+			}
+		}
 	})
 }
 

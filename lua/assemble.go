@@ -57,6 +57,17 @@ var recipes = []recipe{
 	oneKey("log.lua", "log_command", "sl", "sl.peek", true),
 	allRecipe("rl.all", false),
 	allRecipe("rl.peek", true),
+	concRecipe("acquire", "conc.acquire", false),
+	concRecipe("peek", "conc.peek", true),
+	concRecipe("release", "conc.release", false),
+}
+
+// concRecipe is a concurrency command's: the sorted-set reading it shares
+// with the sliding log, then its own part.
+func concRecipe(op, command string, peek bool) recipe {
+	r := oneKey("conc.lua", "conc_command", op, command, peek)
+	r.parts = append(common[:len(common):len(common)], "log.lua", "conc.lua")
+	return r
 }
 
 // allRecipe is RL.ALL's or RL.PEEK's: every family it takes, then its own
