@@ -19,11 +19,23 @@
 // reply is an error, and the caller's failure policy decides. Redirects in
 // a cluster (MOVED, ASK) are still followed: the command did not run.
 //
+// # Engines
+//
+// A server without the module (a managed Redis or Valkey service) runs the
+// same commands as Lua scripts (package lua), with the module's replies,
+// errors and stored state: New asks each server once whether it has the
+// module (COMMAND INFO, per node in a Cluster or Ring) and uses the scripts
+// where it does not, so a key moves between engines without a change. On
+// Redis 7.0 the module reads the clock in whole milliseconds and the
+// scripts in microseconds: a key one engine wrote may look up to 1 ms
+// further along to the other. NewEngine forces either engine.
+//
 // # Errors
 //
-// A server without the module answers "unknown command": the error wraps
-// ErrNoModule. Bad arguments come back as the module's own ERR reply, which
-// names the argument and its range.
+// With the Module engine, a server without the module answers "unknown
+// command": the error wraps ErrNoModule. Bad arguments come back as the
+// module's own ERR reply (the scripts' are the same), which names the
+// argument and its range.
 package client
 
 import (
@@ -230,12 +242,22 @@ func appendOptions(a []any, opts []Option) []any {
 // Client calls the module's commands through a go-redis client. It is safe
 // for concurrent use, as the go-redis client is.
 type Client struct {
-	rdb redis.UniversalClient
+	rdb    redis.UniversalClient
+	engine Engine
+	single node  // the one server of a single-node or failover client
+	nodes  nodes // a Cluster's or a Ring's servers, by address
 }
 
-// New returns a client over rdb. rdb's retry settings do not apply to
-// limiter calls (see Retries).
+// New returns a client over rdb that runs the module's commands where a
+// server has the module and the Lua scripts elsewhere (Auto). rdb's retry
+// settings do not apply to limiter calls (see Retries).
 func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
+
+// NewEngine returns a client over rdb that runs the limiter commands with
+// engine: Auto (as New), Module or Scripts.
+func NewEngine(rdb redis.UniversalClient, engine Engine) *Client {
+	return &Client{rdb: rdb, engine: engine}
+}
 
 // takeName and peekName hold each command's name as an interface value,
 // made once: boxing a string on every call would allocate.
@@ -374,9 +396,9 @@ func (c *Client) Acquire(ctx context.Context, key string, l Concurrency, id stri
 // Release frees id's slot at key at once (CONC.RELEASE), and reports
 // whether id held one (false when it had lapsed or was released already).
 func (c *Client) Release(ctx context.Context, key, id string) (bool, error) {
-	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, "CONC.RELEASE", key, id)}
-	if err := c.rdb.Process(ctx, cmd); err != nil {
-		return false, wrap(err)
+	cmd, err := c.process(ctx, []any{"CONC.RELEASE", key, id}, 1)
+	if err != nil {
+		return false, err
 	}
 	n, err := cmd.Int64()
 	return n == 1, wrap(err)
@@ -422,10 +444,9 @@ func (c *Client) run(ctx context.Context, args []any, keyPos int8) (Result, erro
 // send sends a command once and reads its array of integers (in the
 // command itself when there are six at most: no allocation).
 func (c *Client) send(ctx context.Context, args []any, keyPos int8) ([]int64, error) {
-	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
-	cmd.SetFirstKeyPos(keyPos)
-	if err := c.rdb.Process(ctx, cmd); err != nil {
-		return nil, wrap(err)
+	cmd, err := c.process(ctx, args, keyPos)
+	if err != nil {
+		return nil, err
 	}
 	reply, _ := cmd.Val().([]any)
 	ints := cmd.ints[:0]

@@ -5,10 +5,13 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"strings"
 	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"ratelimit/lua"
 )
 
 // fakeServer answers every command without a network: it records the
@@ -17,6 +20,9 @@ type fakeServer struct {
 	args  [][]any
 	reply any
 	err   error
+	// noModule: COMMAND INFO knows no GCRA.THROTTLE; noScript: EVALSHA
+	// answers NOSCRIPT.
+	noModule, noScript bool
 }
 
 func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
@@ -27,7 +33,21 @@ func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
 
 func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		first, _ := cmd.Args()[0].(string)
+		if first == "COMMAND" { // the client asking whether the module is there
+			info := []any{[]any{"gcra.throttle"}}
+			if f.noModule {
+				info = []any{nil}
+			}
+			cmd.(interface{ SetVal(any) }).SetVal(info)
+			return nil
+		}
 		f.args = append(f.args, cmd.Args())
+		if f.noScript && strings.HasPrefix(first, "evalsha") {
+			err := errors.New("NOSCRIPT No matching script. Please use EVAL.")
+			cmd.SetErr(err)
+			return err
+		}
 		if f.err != nil {
 			cmd.SetErr(f.err)
 			return f.err
@@ -156,8 +176,10 @@ func TestConcurrency(t *testing.T) {
 	}
 }
 
+// With the Module engine, a server without the module is ErrNoModule.
 func TestNoModule(t *testing.T) {
 	c, f := newFake()
+	c.engine = Module
 	f.err = errors.New("ERR unknown command 'GCRA.THROTTLE', with args beginning with: 'k' '9' ")
 	_, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
 	if !errors.Is(err, ErrNoModule) {
@@ -169,6 +191,53 @@ func TestNoModule(t *testing.T) {
 	}
 	if _, err := c.Release(ctx, "k", "id"); !errors.Is(err, ErrNoModule) && !errors.Is(err, f.err) {
 		t.Fatalf("release: %v", err)
+	}
+}
+
+// A server without the module: the client asks once, then runs the
+// scripts, loading one with EVAL when the server answers NOSCRIPT.
+func TestAutoEngine(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	f.noModule, f.noScript = true, true
+	if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
+		t.Fatal(err)
+	}
+	s, _ := lua.Get("GCRA.THROTTLE")
+	want := fmt.Sprint([][]any{
+		{"evalsha", s.SHA1, int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"},
+		{"eval", s.Source, int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"},
+	})
+	if got := fmt.Sprint(f.args); got != want {
+		t.Fatalf("sent %.300s...", got)
+	}
+	f.args, f.noScript = nil, false
+	p, _ := lua.Get("GCRA.PEEK")
+	if _, err := c.Peek(ctx, "k", GCRA(9, 10, time.Minute), 0); err != nil {
+		t.Fatal(err)
+	}
+	if len(f.args) != 1 || f.args[0][0] != "evalsha_ro" || f.args[0][1] != p.SHA1 {
+		t.Fatalf("a peek sent %v", f.args)
+	}
+	f.args = nil
+	if _, err := c.All(ctx, []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if a, _ := lua.Get("RL.ALL"); fmt.Sprint(f.args[0][:5]) != fmt.Sprint([]any{"evalsha", a.SHA1, int64(2), "{u}:a", "{u}:b"}) {
+		t.Fatalf("All sent %v", f.args)
+	}
+
+	// Forced engines: the module's command whatever COMMAND INFO says, and
+	// the scripts on a server that has the module.
+	m, fm := newFake(0, 10, 9, -1, 6000)
+	fm.noModule = true
+	m.engine = Module
+	if _, err := m.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fm.args[0][0] != "GCRA.THROTTLE" {
+		t.Fatalf("Module sent %v (%v)", fm.args, err)
+	}
+	sc, fs := newFake(0, 10, 9, -1, 6000)
+	sc.engine = Scripts
+	if _, err := sc.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fs.args[0][0] != "evalsha" {
+		t.Fatalf("Scripts sent %v (%v)", fs.args, err)
 	}
 }
 

@@ -14,6 +14,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"ratelimit/client"
+	"ratelimit/lua"
 )
 
 // The client's Result is the module's reply, with times as durations: a
@@ -117,11 +118,12 @@ func TestClientAllAndConcurrency(t *testing.T) {
 	})
 }
 
-// A server without the module: the error says so.
+// A server without the module, and a client told to use the module: the
+// error says so.
 func TestClientNoModule(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
 		s := startFor(t, f, opts{})
-		c := client.New(s.rdb)
+		c := client.NewEngine(s.rdb, client.Module)
 		_, err := c.Take(ctx, "k", client.GCRA(1, 1, time.Minute), 1)
 		if !errors.Is(err, client.ErrNoModule) {
 			t.Fatalf("Take: %v", err)
@@ -217,7 +219,7 @@ func TestClientNeverRetries(t *testing.T) {
 		rdb := redis.NewClient(&redis.Options{Addr: p.ln.Addr().String(), Protocol: 2}) // default MaxRetries: 3
 		var err error
 		if viaClient {
-			_, err = client.New(rdb).Take(ctx, k, client.GCRA(9, 10, time.Hour), 1)
+			_, err = client.NewEngine(rdb, client.Module).Take(ctx, k, client.GCRA(9, 10, time.Hour), 1)
 		} else {
 			err = rdb.Do(ctx, "GCRA.THROTTLE", k, 9, 10, 3600, 1).Err()
 		}
@@ -260,4 +262,98 @@ func TestClientRing(t *testing.T) {
 	}
 
 	refundAcrossTags(t, ring, spread+"http:")
+}
+
+// The client's engines on real servers: Auto runs the scripts on a server
+// without the module (loading them on NOSCRIPT) and the module's commands
+// on one with it, per shard of a Ring; Scripts runs the scripts even where
+// the module is; and a key either engine wrote, the other continues.
+func TestClientEngines(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		plain := startFor(t, f, opts{})
+		mod := startFor(t, f, opts{module: true})
+		calls := func(s *server, stat string) int64 {
+			v := infoField(t, s.rdb, "commandstats", "cmdstat_"+stat)
+			var n int64
+			fmt.Sscanf(v, "calls=%d", &n)
+			return n
+		}
+		gcra := client.GCRA(1, 1, time.Minute) // 2 at once, then 1 a minute
+		exercise := func(c *client.Client, p string) {
+			t.Helper()
+			for i, want := range []bool{false, false, true} {
+				r, err := c.Take(ctx, p+"g", gcra, 1)
+				if err != nil || r.Limited != want || r.Limit != 2 {
+					t.Fatalf("%s take %d: %+v, %v", p, i, r, err)
+				}
+			}
+			if r, err := c.Peek(ctx, p+"g", gcra, 1); err != nil || !r.Limited || r.RetryAfter <= 0 {
+				t.Fatalf("%s peek: %+v, %v", p, r, err)
+			}
+			r, err := c.All(ctx, []client.Keyed{{Key: "{" + p + "}a", Limit: gcra, Cost: 1}, {Key: "{" + p + "}b", Limit: client.FixedWindow(1, time.Minute), Cost: 1}})
+			if err != nil || r.Limited || r.Policy != 1 || r.Remaining != 0 {
+				t.Fatalf("%s all: %+v, %v", p, r, err)
+			}
+			conc := client.Concurrency{Limit: 1, Lease: time.Minute}
+			if r, err := c.Acquire(ctx, p+"c", conc, "a"); err != nil || r.Limited {
+				t.Fatalf("%s acquire: %+v, %v", p, r, err)
+			}
+			if r, err := c.Acquire(ctx, p+"c", conc, "b"); err != nil || !r.Limited {
+				t.Fatalf("%s second acquire: %+v, %v", p, r, err)
+			}
+			if held, err := c.Release(ctx, p+"c", "a"); err != nil || !held {
+				t.Fatalf("%s release: %v, %v", p, held, err)
+			}
+			if r, err := c.PeekConcurrency(ctx, p+"c", 1); err != nil || r.Limited || r.Remaining != 0 { // what an acquire would leave
+				t.Fatalf("%s peek concurrency: %+v, %v", p, r, err)
+			}
+		}
+
+		exercise(client.New(plain.rdb), "auto:")
+		if n := calls(plain, "eval") + calls(plain, "evalsha") + calls(plain, "evalsha_ro"); n < 8 {
+			t.Fatalf("the server without the module ran %d scripts", n)
+		}
+		sha := plain.rdb.ScriptExists(ctx, lua.Must("GCRA.THROTTLE").SHA1).Val()
+		if len(sha) != 1 || !sha[0] {
+			t.Fatal("the client did not load GCRA.THROTTLE's script")
+		}
+
+		exercise(client.New(mod.rdb), "auto:")
+		if calls(mod, "gcra.throttle") != 3 || calls(mod, "evalsha")+calls(mod, "eval") != 0 {
+			t.Fatalf("with the module: %d GCRA.THROTTLE, %d scripts", calls(mod, "gcra.throttle"), calls(mod, "evalsha")+calls(mod, "eval"))
+		}
+		exercise(client.NewEngine(mod.rdb, client.Scripts), "scripts:")
+		if calls(mod, "gcra.throttle") != 3 {
+			t.Fatal("the Scripts engine ran GCRA.THROTTLE")
+		}
+
+		// A key the scripts wrote, the module continues, and back (3 at
+		// once: 1, 1, then 2 is refused; the costs keep clear of the edge,
+		// since Redis 7.0's module reads the clock in whole ms, the
+		// scripts' TIME in µs).
+		viaScripts, viaModule := client.NewEngine(mod.rdb, client.Scripts), client.NewEngine(mod.rdb, client.Module)
+		three := client.GCRA(2, 1, time.Minute)
+		for i, c := range []*client.Client{viaScripts, viaModule, viaScripts} {
+			r, err := c.Take(ctx, "both", three, int64(1+i/2))
+			if err != nil || r.Limited != (i == 2) {
+				t.Fatalf("take %d on a key both engines write: %+v, %v", i, r, err)
+			}
+		}
+
+		// A Ring of a server with the module and one without: each shard
+		// gets its own engine.
+		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"m": mod.addr(), "p": plain.addr()}, Protocol: 2})
+		defer ring.Close()
+		c := client.New(ring)
+		beforeM, beforeP := calls(mod, "gcra.throttle"), calls(plain, "evalsha")
+		for i := range 40 {
+			if _, err := c.Take(ctx, fmt.Sprintf("ring:%d", i), gcra, 1); err != nil {
+				t.Fatalf("ring take %d: %v", i, err)
+			}
+		}
+		gotM, gotP := calls(mod, "gcra.throttle")-beforeM, calls(plain, "evalsha")-beforeP
+		if gotM == 0 || gotP == 0 || gotM+gotP != 40 {
+			t.Fatalf("over the Ring: %d GCRA.THROTTLE on the module's shard, %d scripts on the other", gotM, gotP)
+		}
+	})
 }

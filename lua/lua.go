@@ -76,6 +76,16 @@ func Get(command string) (Script, bool) {
 	return s, ok
 }
 
+// Must returns the script of a command that has one, and panics
+// otherwise: for commands named in code.
+func Must(command string) Script {
+	s, ok := Get(command)
+	if !ok {
+		panic("lua: no script for " + command)
+	}
+	return s
+}
+
 // Commands lists the commands that have a script, sorted.
 func Commands() []string {
 	names := make([]string, 0, len(scripts))
