@@ -318,6 +318,9 @@ func workloads() []*workload {
 		{name: "engine: GCRA.THROTTLE", kind: "engine", algo: "gcra", stat: "evalsha", engine: "gcra.throttle", args: []string{k("egcra"), "15", "30", "60"}},
 		{name: "engine: TB.TAKE", kind: "engine", algo: "tb", stat: "evalsha", engine: "tb.take", args: []string{k("etb"), "16", "30", "60"}},
 		{name: "engine: LB.ENQUEUE", kind: "engine", algo: "lb", stat: "evalsha", engine: "lb.enqueue", args: []string{k("elb"), "15", "30", "60"}},
+		{name: "engine: SW.HIT", kind: "engine", algo: "sw", stat: "evalsha", engine: "sw.hit", args: []string{k("esw"), "16", "60"}},
+		{name: "engine: FW.HIT", kind: "engine", algo: "fw", stat: "evalsha", engine: "fw.hit", args: []string{k("efw"), "16", "60"}},
+		{name: "engine: SL.HIT", kind: "engine", algo: "sl", stat: "evalsha", engine: "sl.hit", args: []string{k("esl"), "16", "60"}},
 	}
 }
 

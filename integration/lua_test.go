@@ -363,6 +363,9 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 		res = int64(time.Millisecond)
 	}
 	seed := uint64(time.Now().UnixNano())
+	if v := os.Getenv("LUA_SEED"); v != "" { // to replay a failure: its seed
+		seed, _ = strconv.ParseUint(v, 10, 64)
+	}
 	r := rand.New(rand.NewPCG(seed, 15))
 	calls, refused, errs, foreign := 0, 0, 0, 0
 	for n := range seqs {

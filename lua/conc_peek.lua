@@ -578,7 +578,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   if size > 0 then live = redis.call('ZCOUNT', key, '(' .. fmt(cutoff_us), '+inf') end
   local newest = nil
   if size > 0 then
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     newest = score_ns(tonumber(last[2]))
   end
   if newest ~= nil and lt(n, newest) then
@@ -589,7 +589,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
     d.limited = true
     if le(cost, L) then
       local k = sub(total, L)
-      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), 1, 'WITHSCORES')
+      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), '1', 'WITHSCORES')
       local nth = r[2] and score_ns(tonumber(r[2])) or nil
       if nth == nil or lt(n, nth) then nth = n end
       d.retry = sub(add(nth, W), n)
@@ -618,8 +618,8 @@ local function log_limit(key, v, reserve, now, ms)
   local err = check_key(kind, expire, 'zset', LOG_STATE)
   if err then return nil, nil, err end
   if kind == 'zset' then
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     if not log_entry(first[1], tonumber(first[2])) or not log_entry(last[1], tonumber(last[2])) then
       return nil, nil, other_data(LOG_STATE, 'its members are not the log\'s own')
     end
@@ -744,8 +744,8 @@ local function read_conc(key)
   if err then return nil, err end
   local k = {kind = kind, expire = expire, size = size}
   if kind ~= 'zset' then return k end
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local fs, ls = tonumber(first[2]), tonumber(last[2])
   if #first[1] < 1 or #first[1] > 128 or not state_score(fs) or #last[1] < 1 or #last[1] > 128 or not state_score(ls) then
     return nil, other_data(CONC_STATE, 'its members are not holder ids of 1 to 128 bytes scored with a lease\'s end')
@@ -762,7 +762,7 @@ end
 local function holder(key, k, id)
   if k.kind ~= 'zset' then return 0, 0 end
   if k.newest[1] == id then
-    local prev = redis.call('ZRANGE', key, -2, -2, 'WITHSCORES')
+    local prev = redis.call('ZRANGE', key, '-2', '-2', 'WITHSCORES')
     return lease_ns(k.newest[2]), lease_ns(tonumber(prev[2]))
   end
   local own = redis.call('ZSCORE', key, id)
@@ -784,7 +784,7 @@ local function conc_decide(key, k, L, held, now, n, reserve)
     d.limited, d.remaining = true, L - live
     local kth = live + 1 + reserve - L
     if kth <= live then
-      local r = redis.call('ZRANGE', key, '(' .. string.format('%d', now_us), '+inf', 'BYSCORE', 'LIMIT', kth - 1, 1, 'WITHSCORES')
+      local r = redis.call('ZRANGE', key, '(' .. string.format('%d', now_us), '+inf', 'BYSCORE', 'LIMIT', string.format('%d', kth - 1), '1', 'WITHSCORES')
       local t = r[2] and score_ns(tonumber(r[2])) or nil
       if t ~= nil and lt(n, t) then d.retry = sub(t, n) end
     end
@@ -797,7 +797,7 @@ end
 -- the caller, then the caller when remove is set: how many it removed.
 local function sweep(key, id, now_us, remove)
   local gone = {}
-  local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', 0, CONC_SWEEP + 1)
+  local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1))
   for _, m in ipairs(lapsed) do
     if #gone == CONC_SWEEP then break end
     if m ~= id then gone[#gone + 1] = m end

@@ -929,7 +929,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   if size > 0 then live = redis.call('ZCOUNT', key, '(' .. fmt(cutoff_us), '+inf') end
   local newest = nil
   if size > 0 then
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     newest = score_ns(tonumber(last[2]))
   end
   if newest ~= nil and lt(n, newest) then
@@ -940,7 +940,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
     d.limited = true
     if le(cost, L) then
       local k = sub(total, L)
-      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), 1, 'WITHSCORES')
+      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), '1', 'WITHSCORES')
       local nth = r[2] and score_ns(tonumber(r[2])) or nil
       if nth == nil or lt(n, nth) then nth = n end
       d.retry = sub(add(nth, W), n)
@@ -969,8 +969,8 @@ local function log_limit(key, v, reserve, now, ms)
   local err = check_key(kind, expire, 'zset', LOG_STATE)
   if err then return nil, nil, err end
   if kind == 'zset' then
-    local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-    local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
     if not log_entry(first[1], tonumber(first[2])) or not log_entry(last[1], tonumber(last[2])) then
       return nil, nil, other_data(LOG_STATE, 'its members are not the log\'s own')
     end

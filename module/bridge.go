@@ -146,6 +146,9 @@ func cBool(b bool) C.int {
 	return 0
 }
 
+// errCapacity is the longest error C holds, with its NUL.
+var errCapacity = len(C.rl_call{}.err)
+
 func setErr(c *C.rl_call, msg string) {
 	buf := unsafe.Slice((*byte)(unsafe.Pointer(&c.err[0])), len(c.err))
 	n := copy(buf[:len(buf)-1], msg)

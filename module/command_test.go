@@ -803,3 +803,31 @@ func FuzzParseInt(f *testing.F) {
 		}
 	})
 }
+
+// The longest error a command can reply, RL.ALL's naming its sixteenth
+// limiter and its key (32 bytes shown, each escaped as \xNN) around the
+// sliding log's "other data" error, fits C's buffer whole: a cut error
+// would also differ from the Lua engine's.
+func TestErrorsFit(t *testing.T) {
+	args := []string{"rl.all", "16"}
+	keys := make(fakeKeys, 16)
+	for i := range keys {
+		args = append(args, strings.Repeat("\xff", 39)+string(rune('a'+i)))
+		keys[i] = &fakeKey{st: keyState{now: t0}}
+	}
+	keys[15] = &fakeKey{st: keyState{now: t0, kind: keyZSet, zLen: 1,
+		oldest: zEntry{score: 1, member: "x", length: 1}, newest: zEntry{score: 1, member: "x", length: 1}}, rawZSet: true}
+	for range 15 {
+		args = append(args, "FW", "1", "1", "1")
+	}
+	args = append(args, "SL", "1", "1", "1")
+	var o outcome
+	execute(opRLAll, args, keys, &o)
+	if !strings.Contains(o.err, "limiter 16 (SL") || !strings.HasSuffix(o.err, "(use a key prefix per limiter)") {
+		t.Fatalf("got %q", o.err)
+	}
+	if len(o.err) >= errCapacity {
+		t.Fatalf("the error is %d bytes, C holds %d: %q", len(o.err), errCapacity-1, o.err)
+	}
+	t.Logf("the longest error: %d bytes of %d", len(o.err), errCapacity-1)
+}

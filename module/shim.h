@@ -134,7 +134,7 @@ typedef struct rl_call {
     int action; /* enum rl_action */
     int reply_len;
     long long reply[RL_MAX_REPLY];
-    char err[240]; /* NUL-terminated, starts with ERR (or OOM, WRONGTYPE) */
+    char err[512]; /* NUL-terminated, starts with ERR (or OOM, WRONGTYPE); holds the longest error whole (TestErrorsFit) */
 
     /* Private to C. */
     void *ctx;

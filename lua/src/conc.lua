@@ -61,8 +61,8 @@ local function read_conc(key)
   if err then return nil, err end
   local k = {kind = kind, expire = expire, size = size}
   if kind ~= 'zset' then return k end
-  local first = redis.call('ZRANGE', key, 0, 0, 'WITHSCORES')
-  local last = redis.call('ZRANGE', key, -1, -1, 'WITHSCORES')
+  local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+  local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local fs, ls = tonumber(first[2]), tonumber(last[2])
   if #first[1] < 1 or #first[1] > 128 or not state_score(fs) or #last[1] < 1 or #last[1] > 128 or not state_score(ls) then
     return nil, other_data(CONC_STATE, 'its members are not holder ids of 1 to 128 bytes scored with a lease\'s end')
@@ -79,7 +79,7 @@ end
 local function holder(key, k, id)
   if k.kind ~= 'zset' then return 0, 0 end
   if k.newest[1] == id then
-    local prev = redis.call('ZRANGE', key, -2, -2, 'WITHSCORES')
+    local prev = redis.call('ZRANGE', key, '-2', '-2', 'WITHSCORES')
     return lease_ns(k.newest[2]), lease_ns(tonumber(prev[2]))
   end
   local own = redis.call('ZSCORE', key, id)
@@ -101,7 +101,7 @@ local function conc_decide(key, k, L, held, now, n, reserve)
     d.limited, d.remaining = true, L - live
     local kth = live + 1 + reserve - L
     if kth <= live then
-      local r = redis.call('ZRANGE', key, '(' .. string.format('%d', now_us), '+inf', 'BYSCORE', 'LIMIT', kth - 1, 1, 'WITHSCORES')
+      local r = redis.call('ZRANGE', key, '(' .. string.format('%d', now_us), '+inf', 'BYSCORE', 'LIMIT', string.format('%d', kth - 1), '1', 'WITHSCORES')
       local t = r[2] and score_ns(tonumber(r[2])) or nil
       if t ~= nil and lt(n, t) then d.retry = sub(t, n) end
     end
@@ -114,7 +114,7 @@ end
 -- the caller, then the caller when remove is set: how many it removed.
 local function sweep(key, id, now_us, remove)
   local gone = {}
-  local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', 0, CONC_SWEEP + 1)
+  local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1))
   for _, m in ipairs(lapsed) do
     if #gone == CONC_SWEEP then break end
     if m ~= id then gone[#gone + 1] = m end
