@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean lua
+.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean lua demo charts chromium
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -29,13 +29,26 @@ redis-server:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive RUNLEVEL=1 apt-get install -y -qq redis-server redis-tools >/dev/null; }
 
+# Debian's chromium, for the demo page's browser test; installed when missing.
+chromium:
+	@command -v chromium >/dev/null || { \
+	  echo "installing Debian's chromium (the demo page's browser test)"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+
+demo: build build/clockshift.so redis-server ## serve the simulator page on 127.0.0.1:8080 (DEMO_ADDR overrides) with a redis-server of its own
+	$(GO) run ./demo
+
+charts: build build/clockshift.so redis-server ## write docs/charts/<pattern>.svg: every algorithm under each traffic pattern, from the module
+	$(GO) run ./demo -charts docs/charts
+
 run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in the foreground
 	@echo "serving ratelimit on 127.0.0.1:$(PORT); in another terminal try:"
 	@echo "  redis-cli -p $(PORT) GCRA.THROTTLE user123 15 30 60"
 	redis-server --bind 127.0.0.1 --port $(PORT) --save '' --appendonly no \
 	  --loadmodule $(CURDIR)/build/ratelimit.so
 
-test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, integration on all servers
+test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers
 
 deps: ## download the Go modules (images.sh installs debootstrap itself)
 	$(GO) mod download
@@ -45,7 +58,7 @@ lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference c
 	$(GO) tool staticcheck ./...
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
-unit: ## unit tests, examples and fuzz seeds: the algorithm packages and the module's Go side
+unit: build build/clockshift.so redis-server chromium ## unit tests, examples and fuzz seeds, and the demo's (a redis-server of its own, the page in headless Chromium)
 	$(GO) test -count=1 $$($(GO) list ./... | grep -v /integration)
 
 integration: build build/clockshift.so ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers

@@ -1,0 +1,87 @@
+package main
+
+import (
+	"fmt"
+	"html"
+	"io"
+	"strings"
+)
+
+// The chart: one row per algorithm on one time axis, each bucket's
+// admitted requests as a green bar up and refused ones as a red bar down,
+// the offered traffic as a grey outline, and each row's totals and the
+// most admitted in any window. The page shows it and make charts writes
+// it; the numbers are in data- attributes as well, for the browser test.
+const (
+	chartWidth = 960
+	labelWidth = 190
+	rowHeight  = 84
+	axisHeight = 34
+	headHeight = 40
+)
+
+// WriteSVG draws the result as an SVG document.
+func WriteSVG(w io.Writer, res *Result) error {
+	var b strings.Builder
+	s := res.Scenario
+	plot := chartWidth - labelWidth - 20
+	height := headHeight + rowHeight*len(res.Series) + axisHeight
+	peak := 1
+	for _, n := range res.Offered {
+		peak = max(peak, n)
+	}
+	bw := float64(plot) / float64(res.Buckets)
+	x := func(i int) float64 { return float64(labelWidth) + bw*float64(i) }
+	half := float64(rowHeight-30) / 2
+	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12" role="img" data-requests="%d">`+"\n",
+		chartWidth, height, chartWidth, height, res.Requests)
+	fmt.Fprintf(&b, `<title>%s traffic, %.4g requests/s for %d s, limit %d per %d s</title>`+"\n", s.Pattern, s.Rate, s.Duration, s.Limit, s.Window)
+	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
+	fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s: %d requests over %d s, every algorithm limited to %d per %d s (concurrency: %d at once, each held %.4g s)</text>`+"\n",
+		html.EscapeString(s.Pattern), res.Requests, s.Duration, s.Limit, s.Window, s.Limit, s.Hold)
+	fmt.Fprintf(&b, `<text x="10" y="33" fill="#555">bars per %.4g s: admitted up (green), refused down (red), offered traffic outlined; from the module's replies on a virtual clock</text>`+"\n",
+		float64(res.BucketMs)/1000)
+	for r, se := range res.Series {
+		top := float64(headHeight + r*rowHeight)
+		mid := top + 8 + half
+		fmt.Fprintf(&b, `<g class="algorithm" data-algorithm="%s" data-admitted="%d" data-refused="%d" data-most="%d">`+"\n",
+			html.EscapeString(se.Name), se.Total[0], se.Total[1], se.MostIn)
+		fmt.Fprintf(&b, `<text x="10" y="%.1f" font-weight="bold">%s</text>`+"\n", top+22, html.EscapeString(se.Name))
+		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">admitted %d, refused %d</text>`+"\n", top+38, se.Total[0], se.Total[1])
+		most := fmt.Sprintf("most in any %d s: %d", s.Window, se.MostIn)
+		if se.Bound == 0 {
+			most = "at most " + fmt.Sprint(s.Limit) + " at once"
+		}
+		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">%s</text>`+"\n", top+54, most)
+		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#bbb"/>`+"\n", labelWidth, labelWidth+plot, mid, mid)
+		for i := range res.Buckets {
+			off := half * float64(res.Offered[i]) / float64(peak)
+			up := half * float64(se.Admitted[i]) / float64(peak)
+			down := half * float64(se.Refused[i]) / float64(peak)
+			if res.Offered[i] > 0 {
+				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999" stroke-width="0.6"/>`,
+					x(i), mid-off, bw, off)
+			}
+			if se.Admitted[i] > 0 {
+				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#2e9d57"><title>%d admitted</title></rect>`,
+					x(i), mid-up, max(bw-0.5, 0.5), up, se.Admitted[i])
+			}
+			if se.Refused[i] > 0 {
+				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#d0453f"><title>%d refused</title></rect>`,
+					x(i), mid, max(bw-0.5, 0.5), down, se.Refused[i])
+			}
+		}
+		b.WriteString("\n</g>\n")
+	}
+	axis := float64(headHeight + rowHeight*len(res.Series))
+	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#333"/>`+"\n", labelWidth, labelWidth+plot, axis, axis)
+	step := max(1, s.Duration/10)
+	for t := 0; t <= s.Duration; t += step {
+		px := float64(labelWidth) + float64(plot)*float64(t)/float64(s.Duration)
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#333"/><text x="%.1f" y="%.1f" text-anchor="middle">%ds</text>`+"\n",
+			px, px, axis, axis+5, px, axis+18, t)
+	}
+	b.WriteString("</svg>\n")
+	_, err := io.WriteString(w, b.String())
+	return err
+}

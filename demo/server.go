@@ -1,0 +1,207 @@
+package main
+
+import (
+	"context"
+	"embed"
+	"encoding/json"
+	"fmt"
+	"io/fs"
+	"net/http"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+)
+
+//go:embed page
+var page embed.FS
+
+// Demo is the page's server: its JSON endpoints and the page itself.
+type Demo struct {
+	srv *Server
+	// mu runs one simulation at a time, and keeps live calls out while the
+	// clock is stopped.
+	mu   sync.Mutex
+	runs atomic.Int64
+}
+
+func NewDemo(srv *Server) *Demo { return &Demo{srv: srv} }
+
+// Simulate runs a scenario (see the package Simulate) under keys of its own.
+func (d *Demo) Simulate(ctx context.Context, s Scenario) (*Result, error) {
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	return Simulate(ctx, d.srv.RDB, d.srv.SetClock, fmt.Sprintf("demo:run%d:", d.runs.Add(1)), s)
+}
+
+// SimulateResponse is /api/simulate's reply: the result and its chart.
+type SimulateResponse struct {
+	*Result
+	SVG string `json:"svg"`
+}
+
+// LiveRequest asks for count calls of one algorithm at real time.
+type LiveRequest struct {
+	Command string  `json:"command"`
+	Count   int     `json:"count"`
+	Limit   int64   `json:"limit"`
+	Window  int     `json:"window"`
+	Hold    float64 `json:"hold"`
+}
+
+// Handler serves the page and its endpoints:
+//
+//	GET  /                 the page
+//	GET  /api/defaults     the default scenario, the patterns, the algorithms
+//	POST /api/simulate     a Scenario -> SimulateResponse
+//	GET  /api/chart.svg    the chart of the scenario in the query (pattern, rate, ...)
+//	POST /api/live         a LiveRequest -> the replies, at real time
+//	POST /api/live/reset   forget the live keys
+func (d *Demo) Handler() http.Handler {
+	mux := http.NewServeMux()
+	mux.Handle("GET /", http.FileServerFS(mustSub(page, "page")))
+	mux.HandleFunc("GET /api/defaults", func(w http.ResponseWriter, r *http.Request) {
+		writeJSON(w, http.StatusOK, map[string]any{
+			"scenario": DefaultScenario("steady"), "patterns": Patterns, "algorithms": Algorithms,
+		})
+	})
+	mux.HandleFunc("POST /api/simulate", func(w http.ResponseWriter, r *http.Request) {
+		var s Scenario
+		if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<16)).Decode(&s); err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a scenario in JSON: " + err.Error()})
+			return
+		}
+		d.simulate(w, r, s, false)
+	})
+	mux.HandleFunc("GET /api/chart.svg", func(w http.ResponseWriter, r *http.Request) {
+		s, err := scenarioFromQuery(r)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		d.simulate(w, r, s, true)
+	})
+	mux.HandleFunc("POST /api/live", d.live)
+	mux.HandleFunc("POST /api/live/reset", func(w http.ResponseWriter, r *http.Request) {
+		d.mu.Lock()
+		defer d.mu.Unlock()
+		keys, _ := d.srv.RDB.Keys(r.Context(), "demo:live:*").Result()
+		if len(keys) > 0 {
+			d.srv.RDB.Del(r.Context(), keys...)
+		}
+		writeJSON(w, http.StatusOK, map[string]int{"deleted": len(keys)})
+	})
+	return mux
+}
+
+func (d *Demo) simulate(w http.ResponseWriter, r *http.Request, s Scenario, svg bool) {
+	if err := s.Check(); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	res, err := d.Simulate(r.Context(), s)
+	if err != nil {
+		writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+		return
+	}
+	var b strings.Builder
+	_ = WriteSVG(&b, res)
+	if svg {
+		w.Header().Set("Content-Type", "image/svg+xml")
+		_, _ = w.Write([]byte(b.String()))
+		return
+	}
+	writeJSON(w, http.StatusOK, SimulateResponse{Result: res, SVG: b.String()})
+}
+
+// scenarioFromQuery reads a scenario from a query: the default's values
+// for what it leaves out.
+func scenarioFromQuery(r *http.Request) (Scenario, error) {
+	q := r.URL.Query()
+	s := DefaultScenario(q.Get("pattern"))
+	if s.Pattern == "" {
+		s.Pattern = "steady"
+	}
+	for name, p := range map[string]any{"rate": &s.Rate, "duration": &s.Duration, "limit": &s.Limit,
+		"window": &s.Window, "hold": &s.Hold, "seed": &s.Seed} {
+		if v := q.Get(name); v != "" {
+			if _, err := fmt.Sscan(v, p); err != nil {
+				return s, fmt.Errorf("%s: %q is not a number", name, v)
+			}
+		}
+	}
+	return s, s.Check()
+}
+
+// live sends the request's calls at real time, one after the other, and
+// replies with the module's answers. A concurrency slot is released when
+// its hold ends.
+func (d *Demo) live(w http.ResponseWriter, r *http.Request) {
+	var q LiveRequest
+	if err := json.NewDecoder(http.MaxBytesReader(w, r.Body, 1<<12)).Decode(&q); err != nil {
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a live request in JSON: " + err.Error()})
+		return
+	}
+	s := Scenario{Pattern: "steady", Rate: 1, Duration: 1, Limit: q.Limit, Window: q.Window, Hold: q.Hold}
+	var algo *Algorithm
+	for i := range Algorithms {
+		if Algorithms[i].Command == q.Command {
+			algo = &Algorithms[i]
+		}
+	}
+	switch err := s.Check(); {
+	case algo == nil:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": fmt.Sprintf("command must be one of the algorithms' (%s)", commandNames())})
+		return
+	case q.Count < 1 || q.Count > 100:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "count must be 1 to 100"})
+		return
+	case err != nil:
+		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+		return
+	}
+	// Keys per algorithm and parameters, so that changing them starts afresh.
+	key := fmt.Sprintf("demo:live:%s:%d:%d:%g", algo.Command, s.Limit, s.Window, s.Hold)
+	d.mu.Lock()
+	defer d.mu.Unlock()
+	replies := make([]Reply, 0, q.Count)
+	for range q.Count {
+		id := fmt.Sprint("live", d.runs.Add(1))
+		v, err := d.srv.RDB.Do(r.Context(), s.args(*algo, key, id)...).Int64Slice()
+		if err != nil || len(v) != 5 {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("%s: %v", algo.Command, err)})
+			return
+		}
+		rep := Reply{At: time.Now().UnixMilli(), Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4]}
+		replies = append(replies, rep)
+		if algo.Command == "CONC.ACQUIRE" && !rep.Limited {
+			time.AfterFunc(time.Duration(s.Hold*float64(time.Second)), func() {
+				d.srv.RDB.Do(context.Background(), "CONC.RELEASE", key, id)
+			})
+		}
+	}
+	writeJSON(w, http.StatusOK, map[string]any{"command": algo.Command, "key": key, "replies": replies})
+}
+
+func commandNames() string {
+	var names []string
+	for _, a := range Algorithms {
+		names = append(names, a.Command)
+	}
+	return strings.Join(names, ", ")
+}
+
+func writeJSON(w http.ResponseWriter, status int, v any) {
+	w.Header().Set("Content-Type", "application/json")
+	w.WriteHeader(status)
+	_ = json.NewEncoder(w).Encode(v)
+}
+
+// mustSub is the embedded directory dir.
+func mustSub(f embed.FS, dir string) fs.FS {
+	sub, err := fs.Sub(f, dir)
+	if err != nil {
+		panic(err)
+	}
+	return sub
+}

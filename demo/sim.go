@@ -1,0 +1,298 @@
+package main
+
+import (
+	"context"
+	"fmt"
+	"math"
+	"math/rand/v2"
+	"slices"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Scenario is one simulation: a traffic pattern and the limit every
+// algorithm enforces, Limit requests per Window.
+type Scenario struct {
+	Pattern  string  `json:"pattern"`  // steady, bursts, boundary, ramp or random
+	Rate     float64 `json:"rate"`     // requests per second (a ramp's mean)
+	Duration int     `json:"duration"` // seconds of traffic
+	Limit    int64   `json:"limit"`    // requests per window
+	Window   int     `json:"window"`   // seconds
+	Hold     float64 `json:"hold"`     // seconds each request holds a concurrency slot
+	Seed     uint64  `json:"seed"`     // the random pattern's
+}
+
+// Patterns are the traffic patterns, in the order the page lists them.
+var Patterns = []string{"steady", "bursts", "boundary", "ramp", "random"}
+
+// DefaultScenario is what the page starts with and make charts draws:
+// 10 requests per 10 s against 2 a second for a minute.
+func DefaultScenario(pattern string) Scenario {
+	return Scenario{Pattern: pattern, Rate: 2, Duration: 60, Limit: 10, Window: 10, Hold: 3, Seed: 1}
+}
+
+// Check says what is wrong with a scenario, in words a person can act on.
+func (s Scenario) Check() error {
+	switch {
+	case !slices.Contains(Patterns, s.Pattern):
+		return fmt.Errorf("pattern must be one of %v", Patterns)
+	case !(s.Rate > 0 && s.Rate <= 200):
+		return fmt.Errorf("rate must be above 0 and at most 200 requests per second")
+	case s.Duration < 1 || s.Duration > 600:
+		return fmt.Errorf("duration must be 1 to 600 seconds")
+	case float64(s.Duration)*s.Rate > 20000:
+		return fmt.Errorf("rate × duration must be at most 20000 requests")
+	case s.Limit < 1 || s.Limit > 10000:
+		return fmt.Errorf("limit must be 1 to 10000")
+	case s.Window < 1 || s.Window > 3600:
+		return fmt.Errorf("window must be 1 to 3600 seconds")
+	case !(s.Hold > 0 && s.Hold <= 600):
+		return fmt.Errorf("hold must be above 0 and at most 600 seconds")
+	}
+	return nil
+}
+
+// Arrivals are the scenario's request times, in ns from the start, sorted.
+func (s Scenario) Arrivals() []int64 {
+	d := int64(s.Duration) * int64(time.Second)
+	w := int64(s.Window) * int64(time.Second)
+	var at []int64
+	switch s.Pattern {
+	case "steady":
+		step := float64(time.Second) / s.Rate
+		for t := 0.0; int64(t) < d; t += step {
+			at = append(at, int64(t))
+		}
+	case "bursts": // everything a window brings, at its start
+		per := max(1, int(math.Round(s.Rate*float64(s.Window))))
+		for t := int64(0); t < d; t += w {
+			for range per {
+				at = append(at, t)
+			}
+		}
+	case "boundary": // a limit's worth just before and just after each window's end
+		for end := w; end < d; end += 2 * w {
+			for range s.Limit {
+				at = append(at, end-int64(50*time.Millisecond))
+			}
+			for range s.Limit {
+				at = append(at, end+int64(50*time.Millisecond))
+			}
+		}
+	case "ramp": // from 0 to twice the rate
+		for t := 0.0; int64(t) < d; {
+			rate := max(2*s.Rate*t/float64(d), s.Rate/20)
+			t += float64(time.Second) / rate
+			if int64(t) < d {
+				at = append(at, int64(t))
+			}
+		}
+	case "random": // Poisson arrivals
+		r := rand.New(rand.NewPCG(s.Seed, 16))
+		for t := r.ExpFloat64() / s.Rate * float64(time.Second); int64(t) < d; t += r.ExpFloat64() / s.Rate * float64(time.Second) {
+			at = append(at, int64(t))
+		}
+	}
+	return at
+}
+
+// Algorithm is one of the limiters the simulation runs side by side.
+type Algorithm struct {
+	Name    string // as the page shows it
+	Command string // the command it runs
+}
+
+// Algorithms are the seven limiters, in the order they are shown.
+var Algorithms = []Algorithm{
+	{"GCRA", "GCRA.THROTTLE"}, {"Token bucket", "TB.TAKE"}, {"Leaky bucket (shaper)", "LB.ENQUEUE"},
+	{"Sliding window", "SW.HIT"}, {"Fixed window", "FW.HIT"}, {"Sliding log", "SL.HIT"},
+	{"Concurrency", "CONC.ACQUIRE"},
+}
+
+// args is the command that asks algorithm a about one request at key.
+func (s Scenario) args(a Algorithm, key, id string) []any {
+	L, W := s.Limit, int64(s.Window)
+	switch a.Command {
+	case "GCRA.THROTTLE": // L at once, then L per window
+		return []any{a.Command, key, L - 1, L, W, 1, "MS"}
+	case "TB.TAKE":
+		return []any{a.Command, key, L, L, W, 1, "MS"}
+	case "LB.ENQUEUE": // one goes now, L - 1 wait
+		return []any{a.Command, key, L - 1, L, W, 1, "MS"}
+	case "CONC.ACQUIRE": // L at once, each for Hold seconds
+		return []any{a.Command, key, L, s.lease(), id, "MS"}
+	}
+	return []any{a.Command, key, L, W, 1, "MS"}
+}
+
+// lease is a concurrency slot's lease: the hold, rounded up, and a second.
+func (s Scenario) lease() int64 { return int64(math.Ceil(s.Hold)) + 1 }
+
+// Reply is one command's five integers, times in ms.
+type Reply struct {
+	At         int64 `json:"at"` // ms from the start
+	Limited    bool  `json:"limited"`
+	Limit      int64 `json:"limit"`
+	Remaining  int64 `json:"remaining"`
+	RetryAfter int64 `json:"retry_after"`
+	ResetAfter int64 `json:"reset_after"` // the shaper: its delay
+}
+
+// Series is one algorithm's run.
+type Series struct {
+	Name     string  `json:"name"`
+	Command  string  `json:"command"`
+	Admitted []int   `json:"admitted"` // per bucket
+	Refused  []int   `json:"refused"`
+	Total    [2]int  `json:"total"`    // admitted, refused
+	MostIn   int     `json:"most_in"`  // the most admitted in any window
+	Replies  []Reply `json:"replies"`  // every request's reply
+	Expected string  `json:"expected"` // what the README promises
+	Bound    int64   `json:"bound"`    // that promise as a number (0: none)
+}
+
+// Result is a simulation's outcome.
+type Result struct {
+	Scenario Scenario `json:"scenario"`
+	Buckets  int      `json:"buckets"`
+	BucketMs int64    `json:"bucket_ms"`
+	Offered  []int    `json:"offered"` // requests per bucket
+	Requests int      `json:"requests"`
+	Series   []Series `json:"series"`
+	Start    int64    `json:"start"` // the virtual clock's start, Unix ms
+}
+
+// simStart is where the virtual clock starts: the first multiple of the
+// window (as the fixed window aligns its windows) from 2030-01-01 UTC.
+func (s Scenario) simStart() time.Time {
+	w := int64(s.Window)
+	at := time.Date(2030, 1, 1, 0, 0, 0, 0, time.UTC).Unix()
+	return time.Unix((at+w-1)/w*w, 0).UTC()
+}
+
+// Simulate runs the scenario through the real commands on rdb, at virtual
+// instants set with setClock (Unix ns), under keys starting with prefix,
+// which it deletes afterwards.
+func Simulate(ctx context.Context, rdb *redis.Client, setClock func(int64) error, prefix string, s Scenario) (*Result, error) {
+	if err := s.Check(); err != nil {
+		return nil, err
+	}
+	arrivals := s.Arrivals()
+	start := s.simStart().UnixNano()
+	res := &Result{Scenario: s, Requests: len(arrivals), Start: s.simStart().UnixMilli()}
+	res.Buckets = min(s.Duration, 120)
+	res.BucketMs = int64(s.Duration) * 1000 / int64(res.Buckets)
+	res.Offered = make([]int, res.Buckets)
+	bucket := func(ns int64) int { return min(int(ns/1e6/res.BucketMs), res.Buckets-1) }
+	for _, t := range arrivals {
+		res.Offered[bucket(t)]++
+	}
+	keys := make([]string, len(Algorithms))
+	for i, a := range Algorithms {
+		keys[i] = fmt.Sprintf("%s{%s}:%d", prefix, "sim", i)
+		res.Series = append(res.Series, Series{Name: a.Name, Command: a.Command,
+			Admitted: make([]int, res.Buckets), Refused: make([]int, res.Buckets)})
+	}
+	defer func() {
+		rdb.Del(context.WithoutCancel(ctx), keys...)
+		_ = setClock(0)
+	}()
+
+	// Concurrency slots end Hold after their request: releases are events
+	// too, run before any request at or after their instant.
+	type release struct {
+		at int64
+		id string
+	}
+	var releases []release
+	hold := int64(s.Hold * float64(time.Second))
+	conc := len(Algorithms) - 1
+	for n, t := range arrivals {
+		for len(releases) > 0 && releases[0].at <= t {
+			if err := setClock(start + releases[0].at); err != nil {
+				return nil, err
+			}
+			if err := rdb.Do(ctx, "CONC.RELEASE", keys[conc], releases[0].id).Err(); err != nil {
+				return nil, err
+			}
+			releases = releases[1:]
+		}
+		if err := setClock(start + t); err != nil {
+			return nil, err
+		}
+		id := fmt.Sprint("r", n)
+		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
+			for i, a := range Algorithms {
+				p.Do(ctx, s.args(a, keys[i], id)...)
+			}
+			return nil
+		})
+		if err != nil {
+			return nil, fmt.Errorf("at %v: %w", time.Duration(t), err)
+		}
+		for i, c := range cmds {
+			v, err := c.(*redis.Cmd).Int64Slice()
+			if err != nil || len(v) != 5 {
+				return nil, fmt.Errorf("%s replied %v, %v", Algorithms[i].Command, v, err)
+			}
+			r := Reply{At: t / 1e6, Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4]}
+			se := &res.Series[i]
+			se.Replies = append(se.Replies, r)
+			if r.Limited {
+				se.Refused[bucket(t)]++
+				se.Total[1]++
+			} else {
+				se.Admitted[bucket(t)]++
+				se.Total[0]++
+				if i == conc {
+					end := t + hold
+					at, _ := slices.BinarySearchFunc(releases, end, func(r release, e int64) int { return int(r.at - e) })
+					releases = slices.Insert(releases, at, release{end, id})
+				}
+			}
+		}
+	}
+	for i := range res.Series {
+		se := &res.Series[i]
+		se.MostIn = mostInWindow(se.Replies, int64(s.Window)*1000)
+		se.Expected, se.Bound = promise(Algorithms[i].Command, s)
+	}
+	return res, nil
+}
+
+// mostInWindow is the most admitted requests in any interval of w ms.
+func mostInWindow(replies []Reply, w int64) int {
+	var at []int64
+	for _, r := range replies {
+		if !r.Limited {
+			at = append(at, r.At)
+		}
+	}
+	most, lo := 0, 0
+	for hi := range at {
+		for at[hi]-at[lo] >= w {
+			lo++
+		}
+		most = max(most, hi-lo+1)
+	}
+	return most
+}
+
+// promise is what the README says an algorithm admits at most in any
+// window of the scenario's length (the concurrency limiter bounds holders
+// at once, not requests).
+func promise(command string, s Scenario) (string, int64) {
+	L := s.Limit
+	switch command {
+	case "GCRA.THROTTLE", "TB.TAKE", "LB.ENQUEUE":
+		return "at most limit + rate × W = 2 × limit", 2 * L
+	case "FW.HIT":
+		return "up to 2 × limit across a boundary", 2 * L
+	case "SW.HIT":
+		return "about limit (an estimate; more at a boundary burst)", 2 * L
+	case "SL.HIT":
+		return "exactly limit", L
+	}
+	return "at most limit holders at once", 0
+}
