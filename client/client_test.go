@@ -21,9 +21,16 @@ type fakeServer struct {
 	reply any
 	err   error
 	// noModule: COMMAND INFO knows no GCRA.THROTTLE; noScript: EVALSHA
-	// answers NOSCRIPT.
-	noModule, noScript bool
+	// answers NOSCRIPT; noCommand: COMMAND is refused (an ACL); unknown:
+	// the module's commands are unknown, whatever COMMAND INFO said.
+	noModule, noScript, noCommand, unknown bool
 }
+
+// replyError is an error reply, as go-redis returns one.
+type replyError string
+
+func (e replyError) Error() string { return string(e) }
+func (replyError) RedisError()     {}
 
 func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
 	return func(ctx context.Context, network, addr string) (net.Conn, error) {
@@ -34,6 +41,11 @@ func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
 func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
 		first, _ := cmd.Args()[0].(string)
+		if first == "COMMAND" && f.noCommand {
+			err := replyError("NOPERM User default has no permissions to run the 'command' command")
+			cmd.SetErr(err)
+			return err
+		}
 		if first == "COMMAND" { // the client asking whether the module is there
 			info := []any{[]any{"gcra.throttle"}}
 			if f.noModule {
@@ -43,6 +55,11 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return nil
 		}
 		f.args = append(f.args, cmd.Args())
+		if f.unknown && strings.Contains(first, ".") {
+			err := replyError("ERR unknown command '" + first + "', with args beginning with: ")
+			cmd.SetErr(err)
+			return err
+		}
 		if f.noScript && strings.HasPrefix(first, "evalsha") {
 			err := errors.New("NOSCRIPT No matching script. Please use EVAL.")
 			cmd.SetErr(err)
@@ -238,6 +255,26 @@ func TestAutoEngine(t *testing.T) {
 	sc.engine = Scripts
 	if _, err := sc.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fs.args[0][0] != "evalsha" {
 		t.Fatalf("Scripts sent %v (%v)", fs.args, err)
+	}
+}
+
+// A server that will not answer COMMAND (an ACL), and has no module: the
+// module's command comes back unknown, so it runs as its script, and the
+// next call goes to the script at once.
+func TestEngineWithoutCommand(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	f.noCommand, f.unknown = true, true
+	for range 2 {
+		if r, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || r.Limit != 10 {
+			t.Fatalf("take: %+v, %v", r, err)
+		}
+	}
+	var sent []any
+	for _, a := range f.args {
+		sent = append(sent, a[0])
+	}
+	if fmt.Sprint(sent) != "[GCRA.THROTTLE evalsha evalsha]" {
+		t.Fatalf("sent %v", sent)
 	}
 }
 

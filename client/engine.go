@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"fmt"
 	"strings"
 	"sync"
@@ -80,12 +81,18 @@ func (c *Client) engineFor(ctx context.Context, key string) Engine {
 		return e
 	}
 	info, err := ask.Do(ctx, "COMMAND", "INFO", "GCRA.THROTTLE").Slice()
-	if err != nil {
-		return Module // not known: the command itself decides
-	}
-	e = Module
-	if len(info) != 1 || info[0] == nil {
+	var refused redis.Error
+	switch {
+	case errors.As(err, &refused):
+		// The server will not say (an ACL without COMMAND): take the module,
+		// whose "unknown command" turns the call into its script.
+		e = Module
+	case err != nil:
+		return Module // unreachable now: the call itself will say so; ask again next time
+	case len(info) != 1 || info[0] == nil:
 		e = Scripts
+	default:
+		e = Module
 	}
 	n.asked.Store(time.Now().UnixNano())
 	n.engine.Store(int32(e))

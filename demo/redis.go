@@ -8,6 +8,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -62,6 +63,7 @@ func StartServer(bin, module, shim string) (*Server, error) {
 	s.cmd = exec.Command(bin, "--port", fmt.Sprint(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
 		"--dir", dir, "--loadmodule", module)
 	s.cmd.Env = append(os.Environ(), "LD_PRELOAD="+shim, "CLOCKSHIFT_AT_FILE="+filepath.Join(dir, "at"))
+	s.cmd.SysProcAttr = &syscall.SysProcAttr{Pdeathsig: syscall.SIGKILL} // the server goes with the demo, however it ends
 	if err := s.cmd.Start(); err != nil {
 		s.Stop()
 		return nil, fmt.Errorf("%s: %w (make demo installs Debian's redis-server)", bin, err)
