@@ -88,7 +88,7 @@ func (c *Client) engineFor(ctx context.Context, key string) Engine {
 		// whose "unknown command" turns the call into its script.
 		e = Module
 	case err != nil:
-		return Module // unreachable now: the call itself will say so; ask again next time
+		return Module // no answer (a network error): the call itself will say so; ask again next time
 	case len(info) != 1 || info[0] == nil:
 		e = Scripts
 	default:
@@ -117,7 +117,11 @@ func (c *Client) nodeFor(ctx context.Context, key string) (*node, doer) {
 	if err != nil {
 		return nil, nil
 	}
-	n, _ := c.nodes.LoadOrStore(server.Options().Addr, &node{})
+	addr := server.Options().Addr
+	n, ok := c.nodes.Load(addr)
+	if !ok {
+		n, _ = c.nodes.LoadOrStore(addr, &node{})
+	}
 	return n.(*node), server
 }
 
