@@ -237,6 +237,13 @@ var foreignValues = []func(c *redis.Client, key string, now time.Time) error{
 	func(c *redis.Client, key string, now time.Time) error {
 		return c.Set(ctx, key, "9223372036854775807", time.Hour).Err()
 	},
+	// Instants with leading zeros: one in range, one past 2^63 - 1.
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, fmt.Sprintf("000%d", now.Add(300*time.Millisecond).UnixNano()), time.Hour).Err()
+	},
+	func(c *redis.Client, key string, now time.Time) error {
+		return c.Set(ctx, key, "09223372036854775808", time.Hour).Err()
+	},
 	// Window states: a count that outlives its window, counters from a
 	// window ahead (a clock that stepped back), huge counts, and shapes
 	// that are not the counter's.
@@ -564,6 +571,46 @@ func TestLuaMatchesModuleConc(t *testing.T) {
 				return cmd, []string{key}, args
 			}}
 		})
+	})
+}
+
+// Every kind of foreign data against every command of one key, once each:
+// the same error (or the same continuation) from both engines.
+func TestLuaForeignValues(t *testing.T) {
+	calls := [][]string{
+		{"gcra.throttle", "5", "1", "60", "1"}, {"tb.take", "5", "1", "60", "1"}, {"lb.enqueue", "5", "1", "60", "1"},
+		{"sw.hit", "5", "60", "1"}, {"fw.hit", "5", "60", "1"}, {"sl.hit", "5", "60", "1"},
+		{"conc.acquire", "5", "60", "r1"}, {"conc.release", "r1"}, {"gcra.peek", "5", "1", "60", "0"},
+	}
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		dir := t.TempDir()
+		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+		stopClock(t, dir, now.UnixNano())
+		s := startFor(t, f, opts{module: true, clockDir: dir})
+		e := loadScripts(t, s.rdb)
+		var dbs [2]*redis.Client
+		for i := range dbs {
+			dbs[i] = redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
+			t.Cleanup(func() { dbs[i].Close() })
+		}
+		for v, put := range foreignValues {
+			for _, call := range calls {
+				key := fmt.Sprintf("{f%d}:%s", v, call[0])
+				for _, c := range dbs {
+					if err := put(c, key, now); err != nil {
+						t.Fatal(err)
+					}
+				}
+				m := e.module(dbs[0], call[0], []string{key}, call[1:])
+				sc := e.script(dbs[1], call[0], []string{key}, call[1:])
+				if m != sc {
+					t.Fatalf("foreign value %d, %v: module %s, script %s", v, call, m, sc)
+				}
+				if sm, ss := state(dbs[0], key), state(dbs[1], key); sm != ss {
+					t.Fatalf("foreign value %d, %v: state after the module %s, after the script %s", v, call, sm, ss)
+				}
+			}
+		}
 	})
 }
 

@@ -452,6 +452,17 @@ end
 
 local MIN_STATE = 1420070400 -- 2015-01-01, in seconds
 
+-- split_instant reads a stored instant as the module does (digits only,
+-- leading zeros allowed, at most 2^63 - 1) into {seconds, nanoseconds},
+-- straight from its digits: each part is exact as a double.
+local function split_instant(s)
+  local d = string.match(s, '^0*(%d+)$')
+  if d == nil then return nil end
+  if #d > 19 or (#d == 19 and d > '9223372036854775807') then return nil end
+  if #d <= 9 then return {0, tonumber(d)} end
+  return {tonumber(string.sub(d, 1, -10)), tonumber(string.sub(d, -9))}
+end
+
 -- load_instant reads an instant state: nil for an empty key, the instant,
 -- or an error reply.
 local function load_instant(key, now, state, tolerance)
@@ -459,11 +470,8 @@ local function load_instant(key, now, state, tolerance)
   local err = check_key(kind, expire, 'string', state)
   if err then return nil, err end
   if kind == 'none' then return nil end
-  local v = nil
-  if string.match(s, '^%d') then v = parse(s) end
-  if v == nil then return nil, other_data(state, 'not a decimal integer') end
-  local q, r = quorem(v, SECOND)
-  local at = {float(q), r}
+  local at = split_instant(s)
+  if at == nil then return nil, other_data(state, 'not a decimal integer') end
   if at[1] < MIN_STATE then return nil, other_data(state, 'an instant before 2015') end
   -- An instant further ahead than the state can be, more than a second
   -- after the key's own expiry, was not written by a limiter.
