@@ -44,6 +44,7 @@ import (
 	"fmt"
 	"math"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -244,8 +245,8 @@ func appendOptions(a []any, opts []Option) []any {
 type Client struct {
 	rdb    redis.UniversalClient
 	engine Engine
-	single node  // the one server of a single-node or failover client
-	nodes  nodes // a Cluster's or a Ring's servers, by address
+	single node     // the one server of a single-node or failover client
+	nodes  sync.Map // a Cluster's or a Ring's servers, by address: *node
 }
 
 // New returns a client over rdb that runs the module's commands where a

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"strings"
-	"sync"
 	"sync/atomic"
 	"time"
 
@@ -181,9 +180,6 @@ func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd
 }
 
 func unknownCommand(err error) bool { return strings.HasPrefix(err.Error(), "ERR unknown command") }
-
-// nodes holds, per server address, what the client knows of it.
-type nodes = sync.Map
 
 // doer sends a command to one server.
 type doer interface {

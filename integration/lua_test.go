@@ -341,6 +341,33 @@ func clockStep(r *rand.Rand, res int64) int64 {
 	return d / res * res
 }
 
+// luaStart is when the stopped clocks of the Lua tests start.
+var luaStart = time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
+
+// stoppedServer is a server with the module and the scripts loaded, its
+// clock stopped at luaStart and moved by setClock, and a client on each of
+// its first n databases.
+type stoppedServer struct {
+	*server
+	e        engines
+	dbs      []*redis.Client
+	setClock func(ns int64)
+}
+
+func startStopped(t *testing.T, f flavor, n int) stoppedServer {
+	t.Helper()
+	dir := t.TempDir()
+	setClock := stopClock(t, dir, luaStart.UnixNano())
+	s := startFor(t, f, opts{module: true, clockDir: dir})
+	st := stoppedServer{server: s, e: loadScripts(t, s.rdb), setClock: setClock}
+	for i := range n {
+		c := redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
+		t.Cleanup(func() { c.Close() })
+		st.dbs = append(st.dbs, c)
+	}
+	return st
+}
+
 // sequence is one run of calls against fixed keys: next makes each call.
 type sequence struct {
 	keys []string // every key the calls touch, for their states
@@ -352,18 +379,9 @@ type sequence struct {
 // that key names, which errors quote, are the same), at instants the test
 // sets, and fails at the first reply or stored state that differs.
 func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence) {
-	dir := t.TempDir()
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
-	setClock := stopClock(t, dir, now)
-	s := startFor(t, f, opts{module: true, clockDir: dir})
-	e := loadScripts(t, s.rdb)
-	var dbs [3]*redis.Client
-	for i := range dbs {
-		dbs[i] = redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
-		t.Cleanup(func() { dbs[i].Close() })
-	}
-	probe := redis.NewClient(&redis.Options{Addr: s.addr(), DB: 3, Protocol: 2})
-	t.Cleanup(func() { probe.Close() })
+	st := startStopped(t, f, 4) // database 3 probes arguments
+	e, dbs, probe, setClock := st.e, st.dbs[:3], st.dbs[3], st.setClock
+	now := luaStart.UnixNano()
 	// Redis 7.0's module clock is in ms: instants there are whole ms.
 	res := int64(time.Microsecond)
 	if !f.cachedClock {
@@ -583,16 +601,8 @@ func TestLuaForeignValues(t *testing.T) {
 		{"conc.acquire", "5", "60", "r1"}, {"conc.release", "r1"}, {"gcra.peek", "5", "1", "60", "0"},
 	}
 	eachFlavor(t, func(t *testing.T, f flavor) {
-		dir := t.TempDir()
-		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-		stopClock(t, dir, now.UnixNano())
-		s := startFor(t, f, opts{module: true, clockDir: dir})
-		e := loadScripts(t, s.rdb)
-		var dbs [2]*redis.Client
-		for i := range dbs {
-			dbs[i] = redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
-			t.Cleanup(func() { dbs[i].Close() })
-		}
+		st := startStopped(t, f, 2)
+		e, dbs, now := st.e, st.dbs, luaStart
 		for v, put := range foreignValues {
 			for _, call := range calls {
 				key := fmt.Sprintf("{f%d}:%s", v, call[0])
@@ -618,20 +628,14 @@ func TestLuaForeignValues(t *testing.T) {
 // removes the same 64 (the sweep bound), and the next the other 36.
 func TestLuaConcSweep(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
-		dir := t.TempDir()
-		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC)
-		setClock := stopClock(t, dir, now.UnixNano())
-		s := startFor(t, f, opts{module: true, clockDir: dir})
-		e := loadScripts(t, s.rdb)
-		var dbs [2]*redis.Client
-		for i := range dbs {
-			dbs[i] = redis.NewClient(&redis.Options{Addr: s.addr(), DB: i, Protocol: 2})
-			t.Cleanup(func() { dbs[i].Close() })
-			if err := foreignValues[len(foreignValues)-1](dbs[i], "{c}", now); err != nil {
+		st := startStopped(t, f, 2)
+		e, dbs, now := st.e, st.dbs, luaStart
+		for _, c := range dbs {
+			if err := foreignValues[len(foreignValues)-1](c, "{c}", now); err != nil {
 				t.Fatal(err)
 			}
 		}
-		setClock(now.Add(600 * time.Millisecond).UnixNano())
+		st.setClock(now.Add(600 * time.Millisecond).UnixNano())
 		for i, id := range []string{"new1", "new2"} {
 			args := []string{"5", "10", id}
 			m, sc := e.module(dbs[0], "conc.acquire", []string{"{c}"}, args), e.script(dbs[1], "conc.acquire", []string{"{c}"}, args)
@@ -654,7 +658,7 @@ func TestLuaConcSweep(t *testing.T) {
 func TestLuaWithoutModule(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
 		dir := t.TempDir()
-		now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+		now := luaStart.UnixNano()
 		setClock := stopClock(t, dir, now)
 		plain := startFor(t, f, opts{clockDir: dir})
 		withModule := startFor(t, f, opts{module: true, clockDir: dir})

@@ -181,18 +181,9 @@ func TestHostileInput(t *testing.T) {
 					args = append(args, hostileArg(rng))
 				}
 			}
-			before := snap(t, s.rdb, k)
-			res, err := s.rdb.Do(ctx, args...).Result()
-			after := snap(t, s.rdb, k)
+			res, before, after, err := hostileCall(t, s.rdb, n, k, args)
 			if err != nil {
 				errs++
-				var re redis.Error
-				if !errors.As(err, &re) || !(strings.HasPrefix(err.Error(), "ERR ") || strings.HasPrefix(err.Error(), "WRONGTYPE ")) {
-					t.Fatalf("vector %d %q: %v", n, args, err)
-				}
-				if after != before && !expired(t, s.rdb, before, after) {
-					t.Fatalf("vector %d %q failed (%v) but changed %s: %v -> %v", n, args, err, k, before, after)
-				}
 				continue
 			}
 			oks++
@@ -267,4 +258,24 @@ func TestHostileInput(t *testing.T) {
 		}
 		t.Logf("%s: %d RL.ALL vectors, %d errors, %d replies", s.name, vectors/5, errs, oks)
 	})
+}
+
+// hostileCall sends the n-th hostile vector, whose key is k, and returns
+// its reply, the key before and after it, and its error. An error must be the
+// module's own (ERR or WRONGTYPE) and leave k as it was (or expired).
+func hostileCall(t *testing.T, c *redis.Client, n int, k string, args []any) (res any, before, after snapshot, err error) {
+	t.Helper()
+	before = snap(t, c, k)
+	res, err = c.Do(ctx, args...).Result()
+	after = snap(t, c, k)
+	if err != nil {
+		var re redis.Error
+		if !errors.As(err, &re) || !(strings.HasPrefix(err.Error(), "ERR ") || strings.HasPrefix(err.Error(), "WRONGTYPE ")) {
+			t.Fatalf("vector %d %q: %v", n, args, err)
+		}
+		if after != before && !expired(t, c, before, after) {
+			t.Fatalf("vector %d %q failed (%v) but changed %s: %v -> %v", n, args, err, k, before, after)
+		}
+	}
+	return res, before, after, err
 }

@@ -280,6 +280,8 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
+local MAX_SECONDS = 9223372036 -- the longest period or window: whole seconds of 64-bit ns
+local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 
 local function fail(msg) return {err = msg} end
 
@@ -395,7 +397,7 @@ local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
   if ns >= SECOND then s, ns = s + 1, ns - SECOND end
-  if s > 9223372036 or (s == 9223372036 and ns > 854775807) then return nil end
+  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
   return {s, ns}
 end
 
@@ -523,10 +525,6 @@ end
 -- GCRA, the token bucket and the shaper: one instant of state each (see
 -- the gcra and bucket packages, which this follows step for step).
 
-local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
-local MAX_PERIOD = 9223372036
-local MIN_INT = MINI
-
 -- instant_syntax is a family's arguments (built for the one family a
 -- script runs: every table costs on every call).
 local function instant_syntax(kind)
@@ -535,9 +533,9 @@ local function instant_syntax(kind)
       positional = {
         {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
         {name = 'count', min = 1, max = MAXI},
-        {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
+        {name = 'period', min = 1, max = MAX_SECONDS, seconds = true},
       },
-      optional = {name = 'quantity', min = MIN_INT, max = MAXI},
+      optional = {name = 'quantity', min = MINI, max = MAXI},
       def = 1, reserve = true,
       limit = function(v) return add(v[1], 1) end,
     }
@@ -546,9 +544,9 @@ local function instant_syntax(kind)
       positional = {
         {name = 'capacity', min = 1, max = MAX_LIMIT},
         {name = 'refill_tokens', min = 1, max = MAXI},
-        {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
+        {name = 'refill_period', min = 1, max = MAX_SECONDS, seconds = true},
       },
-      optional = {name = 'tokens', min = MIN_INT, max = MAXI},
+      optional = {name = 'tokens', min = MINI, max = MAXI},
       def = 1, reserve = true,
       limit = function(v) return v[1] end,
     }
@@ -557,7 +555,7 @@ local function instant_syntax(kind)
     positional = {
       {name = 'capacity', min = 0, max = MAX_LIMIT},
       {name = 'leak_count', min = 1, max = MAXI},
-      {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
+      {name = 'leak_period', min = 1, max = MAX_SECONDS, seconds = true},
     },
     optional = {name = 'quantity', min = 0, max = MAXI},
     def = 1, reserve = false,

@@ -280,6 +280,8 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
+local MAX_SECONDS = 9223372036 -- the longest period or window: whole seconds of 64-bit ns
+local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 
 local function fail(msg) return {err = msg} end
 
@@ -395,7 +397,7 @@ local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
   if ns >= SECOND then s, ns = s + 1, ns - SECOND end
-  if s > 9223372036 or (s == 9223372036 and ns > 854775807) then return nil end
+  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
   return {s, ns}
 end
 
@@ -531,7 +533,7 @@ local function log_syntax()
   return {
     positional = {
       {name = 'limit', min = 1, max = 100000},
-      {name = 'window', min = 1, max = 9223372036, seconds = true},
+      {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
     },
     optional = {name = 'cost', min = 0, max = MAXI},
     def = 1, reserve = true,
@@ -718,7 +720,7 @@ local function parse_conc(op, name)
     if c.limit == nil then return nil, range_error(limit_arg, '') end
   end
   if op == 'acquire' then
-    local lease_arg = {name = 'lease', min = 1, max = 9223372036, seconds = true}
+    local lease_arg = {name = 'lease', min = 1, max = MAX_SECONDS, seconds = true}
     c.lease = parse_arg(lease_arg, ARGV[2])
     if c.lease == nil then return nil, range_error(lease_arg, '') end
     c.id = ARGV[3]
@@ -849,7 +851,7 @@ local function conc_command(op, name, peek)
     return five(d.limited, L, d.remaining, d.retry, reset, c.ms)
   end
   -- A lease ends before 2^53 µs, the largest score a double holds exactly.
-  local max_lease = quo(sub(mul(9007199254740991, 1000), n), SECOND)
+  local max_lease = quo(sub(mul(MAX_LIMIT, 1000), n), SECOND) -- (2^53 - 1) µs
   if lt(max_lease, c.lease) then
     return fail('ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score held exactly): at most ' .. fmt(max_lease) .. ' seconds from now')
   end

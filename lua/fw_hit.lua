@@ -280,6 +280,8 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
+local MAX_SECONDS = 9223372036 -- the longest period or window: whole seconds of 64-bit ns
+local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 
 local function fail(msg) return {err = msg} end
 
@@ -395,7 +397,7 @@ local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
   if ns >= SECOND then s, ns = s + 1, ns - SECOND end
-  if s > 9223372036 or (s == 9223372036 and ns > 854775807) then return nil end
+  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
   return {s, ns}
 end
 
@@ -523,12 +525,11 @@ end
 -- The sliding window counter and the fixed window: a string state each
 -- (see the window package, which this follows step for step).
 
-local MAX_WINDOW = 9223372036
 
 local window_syntax = {
   positional = {
-    {name = 'limit', min = 1, max = 9007199254740991},
-    {name = 'window', min = 1, max = MAX_WINDOW, seconds = true},
+    {name = 'limit', min = 1, max = MAX_LIMIT},
+    {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
   },
   optional = {name = 'cost', min = 0, max = MAXI},
   def = 1, reserve = true,
@@ -554,7 +555,7 @@ local function window_at(now, window)
 end
 
 local function in_range(s) -- an instant of whole second s fits 64-bit ns
-  return s <= 9223372036
+  return s <= MAX_SECONDS
 end
 
 -- fixed_hit is the fixed window's decision on count (stored, expiring at

@@ -280,6 +280,8 @@ end
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
+local MAX_SECONDS = 9223372036 -- the longest period or window: whole seconds of 64-bit ns
+local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 
 local function fail(msg) return {err = msg} end
 
@@ -395,7 +397,7 @@ local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
   if ns >= SECOND then s, ns = s + 1, ns - SECOND end
-  if s > 9223372036 or (s == 9223372036 and ns > 854775807) then return nil end
+  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
   return {s, ns}
 end
 
@@ -531,7 +533,7 @@ local function log_syntax()
   return {
     positional = {
       {name = 'limit', min = 1, max = 100000},
-      {name = 'window', min = 1, max = 9223372036, seconds = true},
+      {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
     },
     optional = {name = 'cost', min = 0, max = MAXI},
     def = 1, reserve = true,

@@ -27,7 +27,7 @@ local function parse_conc(op, name)
     if c.limit == nil then return nil, range_error(limit_arg, '') end
   end
   if op == 'acquire' then
-    local lease_arg = {name = 'lease', min = 1, max = 9223372036, seconds = true}
+    local lease_arg = {name = 'lease', min = 1, max = MAX_SECONDS, seconds = true}
     c.lease = parse_arg(lease_arg, ARGV[2])
     if c.lease == nil then return nil, range_error(lease_arg, '') end
     c.id = ARGV[3]
@@ -158,7 +158,7 @@ local function conc_command(op, name, peek)
     return five(d.limited, L, d.remaining, d.retry, reset, c.ms)
   end
   -- A lease ends before 2^53 µs, the largest score a double holds exactly.
-  local max_lease = quo(sub(mul(9007199254740991, 1000), n), SECOND)
+  local max_lease = quo(sub(mul(MAX_LIMIT, 1000), n), SECOND) -- (2^53 - 1) µs
   if lt(max_lease, c.lease) then
     return fail('ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score held exactly): at most ' .. fmt(max_lease) .. ' seconds from now')
   end

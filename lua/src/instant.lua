@@ -1,10 +1,6 @@
 -- GCRA, the token bucket and the shaper: one instant of state each (see
 -- the gcra and bucket packages, which this follows step for step).
 
-local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
-local MAX_PERIOD = 9223372036
-local MIN_INT = MINI
-
 -- instant_syntax is a family's arguments (built for the one family a
 -- script runs: every table costs on every call).
 local function instant_syntax(kind)
@@ -13,9 +9,9 @@ local function instant_syntax(kind)
       positional = {
         {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
         {name = 'count', min = 1, max = MAXI},
-        {name = 'period', min = 1, max = MAX_PERIOD, seconds = true},
+        {name = 'period', min = 1, max = MAX_SECONDS, seconds = true},
       },
-      optional = {name = 'quantity', min = MIN_INT, max = MAXI},
+      optional = {name = 'quantity', min = MINI, max = MAXI},
       def = 1, reserve = true,
       limit = function(v) return add(v[1], 1) end,
     }
@@ -24,9 +20,9 @@ local function instant_syntax(kind)
       positional = {
         {name = 'capacity', min = 1, max = MAX_LIMIT},
         {name = 'refill_tokens', min = 1, max = MAXI},
-        {name = 'refill_period', min = 1, max = MAX_PERIOD, seconds = true},
+        {name = 'refill_period', min = 1, max = MAX_SECONDS, seconds = true},
       },
-      optional = {name = 'tokens', min = MIN_INT, max = MAXI},
+      optional = {name = 'tokens', min = MINI, max = MAXI},
       def = 1, reserve = true,
       limit = function(v) return v[1] end,
     }
@@ -35,7 +31,7 @@ local function instant_syntax(kind)
     positional = {
       {name = 'capacity', min = 0, max = MAX_LIMIT},
       {name = 'leak_count', min = 1, max = MAXI},
-      {name = 'leak_period', min = 1, max = MAX_PERIOD, seconds = true},
+      {name = 'leak_period', min = 1, max = MAX_SECONDS, seconds = true},
     },
     optional = {name = 'quantity', min = 0, max = MAXI},
     def = 1, reserve = false,

@@ -9,7 +9,7 @@ local function log_syntax()
   return {
     positional = {
       {name = 'limit', min = 1, max = 100000},
-      {name = 'window', min = 1, max = 9223372036, seconds = true},
+      {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
     },
     optional = {name = 'cost', min = 0, max = MAXI},
     def = 1, reserve = true,

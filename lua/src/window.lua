@@ -1,12 +1,11 @@
 -- The sliding window counter and the fixed window: a string state each
 -- (see the window package, which this follows step for step).
 
-local MAX_WINDOW = 9223372036
 
 local window_syntax = {
   positional = {
-    {name = 'limit', min = 1, max = 9007199254740991},
-    {name = 'window', min = 1, max = MAX_WINDOW, seconds = true},
+    {name = 'limit', min = 1, max = MAX_LIMIT},
+    {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
   },
   optional = {name = 'cost', min = 0, max = MAXI},
   def = 1, reserve = true,
@@ -32,7 +31,7 @@ local function window_at(now, window)
 end
 
 local function in_range(s) -- an instant of whole second s fits 64-bit ns
-  return s <= 9223372036
+  return s <= MAX_SECONDS
 end
 
 -- fixed_hit is the fixed window's decision on count (stored, expiring at
