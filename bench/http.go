@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
-	"ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/httplimit"
 )
 
 // httpRow is the middleware's cost: requests per second through a bare

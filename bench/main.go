@@ -37,7 +37,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 //go:embed lua/*.lua

@@ -53,7 +53,7 @@ import (
 	"math"
 	"time"
 
-	"ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 )
 
 // Never is the RetryAfter of an admitted request, and of a refused one

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"ratelimit/bucket"
+	"github.com/seed-6b3823f5/ratelimit/bucket"
 )
 
 // A bucket of 10 tokens refilled at 1 per second: 10 at once, then one a second.

@@ -49,7 +49,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 )
 
 // Never is the RetryAfter of an admitted call, and of a refusal that no

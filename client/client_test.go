@@ -11,7 +11,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 // fakeServer answers every command without a network: it records the

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 // Engine is how a Client runs the limiter commands on a server.

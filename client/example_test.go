@@ -8,7 +8,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // 10 requests at once per API key, then 10 a minute; a refused one is told

@@ -32,7 +32,7 @@ import (
 	"errors"
 	"time"
 
-	"ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 )
 
 // Never is the RetryAfter of an admitted acquire, and of a refused one that

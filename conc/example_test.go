@@ -6,7 +6,7 @@ import (
 	"sort"
 	"time"
 
-	"ratelimit/conc"
+	"github.com/seed-6b3823f5/ratelimit/conc"
 )
 
 // leases is a key's leases in memory: id → when it lapses (Unix ns).

@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/gcra"
 )
 
 // Burst 15 at 30 per 60 s: 16 at once, then one every 2 s.

@@ -8,8 +8,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
-	"ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/httplimit"
 )
 
 // An API behind a load balancer at 10.0.0.0/8: 60 requests a minute per

@@ -41,7 +41,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // Policy is one limit a request must pass.

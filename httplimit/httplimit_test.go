@@ -12,7 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 func TestNewValidates(t *testing.T) {

@@ -4,8 +4,8 @@ import (
 	"sync"
 	"time"
 
-	"ratelimit/client"
-	"ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/gcra"
 )
 
 // localLimiter limits in this process while Redis cannot: each rate

@@ -15,7 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // applied is one policy applying to one request.

@@ -13,8 +13,8 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
-	"ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 // The client's Result is the module's reply, with times as durations: a

@@ -10,7 +10,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // startCluster builds a cluster of 3 primaries and 3 replicas, all with the

@@ -14,7 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
-	"ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 // The Lua engine is proven against the module by differential tests: the

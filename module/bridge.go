@@ -7,8 +7,8 @@ import (
 	"math"
 	"unsafe"
 
-	"ratelimit/conc"
-	"ratelimit/window"
+	"github.com/seed-6b3823f5/ratelimit/conc"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // callArgs views the command's arguments in place, without copying. The

@@ -3,7 +3,7 @@ package main
 import (
 	"math"
 
-	"ratelimit/bucket"
+	"github.com/seed-6b3823f5/ratelimit/bucket"
 )
 
 // TB.TAKE / TB.PEEK key capacity refill_tokens refill_period [tokens] [MS] [RESERVE n]

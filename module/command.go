@@ -5,8 +5,8 @@ import (
 	"strconv"
 	"time"
 
-	"ratelimit/internal/checked"
-	"ratelimit/window"
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // The commands, numbered as enum rl_op in shim.h.

@@ -8,7 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"ratelimit/window"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // t0 is the virtual clock: 2023-11-14T22:13:20Z in Unix nanoseconds.

@@ -4,9 +4,9 @@ import (
 	"fmt"
 	"time"
 
-	"ratelimit/conc"
-	"ratelimit/internal/checked"
-	"ratelimit/window"
+	"github.com/seed-6b3823f5/ratelimit/conc"
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // The concurrency limiter's commands:

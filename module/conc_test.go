@@ -9,7 +9,7 @@ import (
 	"time"
 	"unicode/utf8"
 
-	"ratelimit/conc"
+	"github.com/seed-6b3823f5/ratelimit/conc"
 )
 
 // fakeLeases is a concurrency key: id → when its lease ends (Unix ns).

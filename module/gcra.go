@@ -3,7 +3,7 @@ package main
 import (
 	"math"
 
-	"ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/gcra"
 )
 
 // GCRA.THROTTLE / CL.THROTTLE / GCRA.PEEK key max_burst count period [quantity] [MS] [RESERVE n]

@@ -5,7 +5,7 @@ import (
 	"strconv"
 	"strings"
 
-	"ratelimit/window"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // SW.HIT / SW.PEEK / FW.HIT / FW.PEEK key limit window [cost] [MS]

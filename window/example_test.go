@@ -4,7 +4,7 @@ import (
 	"fmt"
 	"time"
 
-	"ratelimit/window"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // Cloudflare's example: 42 hits in the previous minute, 18 in this one, 15 s
