@@ -30,7 +30,33 @@
 // scripts in microseconds: a key one engine wrote may look up to 1 ms
 // further along to the other. NewEngine forces either engine.
 //
+// # Deadlines
+//
+// A call ends when its context does, whatever the server does: refuses
+// connections, or accepts them and never answers (a stopped process, a
+// full disk, a long GC pause on a proxy). go-redis bounds its socket reads
+// by a context's deadline only when the client was built with
+// ContextTimeoutEnabled: true; otherwise a stopped server holds a call for
+// ReadTimeout (3 s by default). Build it so:
+//
+//	rdb := redis.NewClient(&redis.Options{Addr: addr, ContextTimeoutEnabled: true})
+//
+// With any other client, a call whose context has a deadline runs in a
+// goroutine of its own and the caller gets context.DeadlineExceeded at the
+// deadline; the abandoned call keeps its connection until go-redis's own
+// timeout. A caller whose context has already ended costs Redis nothing:
+// the call returns its context's error without sending anything.
+//
+// Engine probes and script loads are done once per server whatever the
+// number of calls that need them at once (a herd of first requests costs
+// one COMMAND INFO and one SCRIPT LOAD); each call waits for them within
+// its own context.
+//
 // # Errors
+//
+// Unavailable tells a Redis that could not decide (no connection, no
+// answer in time, LOADING, BUSY, MASTERDOWN, CLUSTERDOWN, ...) from a
+// caller that gave up and from a call Redis refused for its arguments.
 //
 // With the Module engine, a server without the module answers "unknown
 // command": the error wraps ErrNoModule. Bad arguments come back as the
@@ -118,6 +144,20 @@ var algos = [...]struct{ take, peek, family, n, m, period string }{
 func GCRA(burst, rate int64, period time.Duration) Limit {
 	return Limit{algo: algoGCRA, n: burst, m: rate, period: period}
 }
+
+// PerSecond is n requests per second: n at once from a full state, then
+// one every 1/n s, as go-redis/redis_rate's PerSecond means; it is
+// GCRA(n-1, n, time.Second). Its RateLimit-Policy states q=n, w=1.
+func PerSecond(n int64) Limit { return GCRA(n-1, n, time.Second) }
+
+// PerMinute is n requests per minute: n at once, then one every 60/n s
+// (GCRA(n-1, n, time.Minute)). PerMinute(10) admits 10 at once, then one
+// every 6 s; its RateLimit-Policy states q=10, w=60.
+func PerMinute(n int64) Limit { return GCRA(n-1, n, time.Minute) }
+
+// PerHour is n requests per hour: n at once, then one every 3600/n s
+// (GCRA(n-1, n, time.Hour)).
+func PerHour(n int64) Limit { return GCRA(n-1, n, time.Hour) }
 
 // TokenBucket is TB.TAKE's limit: a bucket of capacity tokens, starting
 // full, refilled continuously with refill tokens per period.
@@ -243,22 +283,31 @@ func appendOptions(a []any, opts []Option) []any {
 // Client calls the module's commands through a go-redis client. It is safe
 // for concurrent use, as the go-redis client is.
 type Client struct {
-	rdb    redis.UniversalClient
-	engine Engine
-	single node     // the one server of a single-node or failover client
-	nodes  sync.Map // a Cluster's or a Ring's servers, by address: *node
+	rdb       redis.UniversalClient
+	engine    Engine
+	deadlines bool     // rdb bounds each command by its context's deadline
+	single    *node    // the one server of a single-node or failover client
+	nodes     sync.Map // a Cluster's or a Ring's servers, by address: *node
 }
 
 // New returns a client over rdb that runs the module's commands where a
 // server has the module and the Lua scripts elsewhere (Auto). rdb's retry
-// settings do not apply to limiter calls (see Retries).
-func New(rdb redis.UniversalClient) *Client { return &Client{rdb: rdb} }
+// settings do not apply to limiter calls (see Retries); every call ends
+// when its context does (see Deadlines).
+func New(rdb redis.UniversalClient) *Client { return NewEngine(rdb, Auto) }
 
 // NewEngine returns a client over rdb that runs the limiter commands with
 // engine: Auto (as New), Module or Scripts.
 func NewEngine(rdb redis.UniversalClient, engine Engine) *Client {
-	return &Client{rdb: rdb, engine: engine}
+	return &Client{rdb: rdb, engine: engine, deadlines: honoursDeadlines(rdb), single: newNode()}
 }
+
+// HonoursDeadlines reports whether the go-redis client bounds each call
+// by its context's deadline itself (it was built with
+// ContextTimeoutEnabled: true). When it does not, each call with a
+// deadline runs in a goroutine of its own so that the caller still gets
+// its answer at the deadline (see Deadlines).
+func (c *Client) HonoursDeadlines() bool { return c.deadlines }
 
 // takeName and peekName hold each command's name as an interface value,
 // made once: boxing a string on every call would allocate.

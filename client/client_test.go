@@ -2,10 +2,13 @@ package client
 
 import (
 	"context"
+	"crypto/sha1"
+	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
 	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -17,13 +20,21 @@ import (
 // fakeServer answers every command without a network: it records the
 // arguments and replies reply (or fails with err).
 type fakeServer struct {
+	mu    sync.Mutex
 	args  [][]any
 	reply any
 	err   error
-	// noModule: COMMAND INFO knows no GCRA.THROTTLE; noScript: EVALSHA
-	// answers NOSCRIPT; noCommand: COMMAND is refused (an ACL); unknown:
-	// the module's commands are unknown, whatever COMMAND INFO said.
-	noModule, noScript, noCommand, unknown bool
+	// noModule: COMMAND INFO knows no GCRA.THROTTLE; noCommand: COMMAND is
+	// refused (an ACL); unknown: the module's commands are unknown,
+	// whatever COMMAND INFO said.
+	noModule, noCommand, unknown bool
+	// loaded holds the SHA1s SCRIPT LOAD loaded: EVALSHA of another
+	// answers NOSCRIPT.
+	loaded map[string]bool
+	// probes counts COMMAND INFO calls; hold, when set, makes every
+	// command wait for it to close.
+	probes int
+	hold   chan struct{}
 }
 
 // replyError is an error reply, as go-redis returns one.
@@ -40,7 +51,18 @@ func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
 
 func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	return func(ctx context.Context, cmd redis.Cmder) error {
+		f.mu.Lock()
+		hold := f.hold
+		f.mu.Unlock()
+		if hold != nil {
+			<-hold
+		}
+		f.mu.Lock()
+		defer f.mu.Unlock()
 		first, _ := cmd.Args()[0].(string)
+		if first == "COMMAND" {
+			f.probes++
+		}
 		if first == "COMMAND" && f.noCommand {
 			err := replyError("NOPERM User default has no permissions to run the 'command' command")
 			cmd.SetErr(err)
@@ -60,8 +82,19 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.SetErr(err)
 			return err
 		}
-		if f.noScript && strings.HasPrefix(first, "evalsha") {
-			err := errors.New("NOSCRIPT No matching script. Please use EVAL.")
+		if first == "SCRIPT" {
+			src, _ := cmd.Args()[2].(string)
+			sum := sha1.Sum([]byte(src))
+			sha := hex.EncodeToString(sum[:])
+			if f.loaded == nil {
+				f.loaded = map[string]bool{}
+			}
+			f.loaded[sha] = true
+			cmd.(interface{ SetVal(any) }).SetVal(sha)
+			return nil
+		}
+		if sha, _ := cmd.Args()[1].(string); strings.HasPrefix(first, "evalsha") && !f.loaded[sha] {
+			err := replyError("NOSCRIPT No matching script. Please use EVAL.")
 			cmd.SetErr(err)
 			return err
 		}
@@ -211,35 +244,46 @@ func TestNoModule(t *testing.T) {
 	}
 }
 
-// A server without the module: the client asks once, then runs the
-// scripts, loading one with EVAL when the server answers NOSCRIPT.
+// A server without the module: the client asks once, loads the script
+// once, then calls it by its SHA1; a server that lost its scripts (a
+// restart, a failover) gets it loaded again and the call sent again.
 func TestAutoEngine(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noModule, f.noScript = true, true
+	f.noModule = true
+	for range 2 {
+		if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
+			t.Fatal(err)
+		}
+	}
+	s, _ := lua.Get("GCRA.THROTTLE")
+	call := []any{"evalsha", s.SHA1, int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"}
+	load := []any{"SCRIPT", "LOAD", s.Source}
+	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{load, call, call}); got != want {
+		t.Fatalf("sent %.300s...", got)
+	}
+	f.args, f.loaded = nil, nil // the server restarted: no scripts
 	if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
 		t.Fatal(err)
 	}
-	s, _ := lua.Get("GCRA.THROTTLE")
-	want := fmt.Sprint([][]any{
-		{"evalsha", s.SHA1, int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"},
-		{"eval", s.Source, int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"},
-	})
-	if got := fmt.Sprint(f.args); got != want {
-		t.Fatalf("sent %.300s...", got)
+	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, load, call}); got != want {
+		t.Fatalf("after a restart, sent %.300s...", got)
 	}
-	f.args, f.noScript = nil, false
+	if f.probes != 1 {
+		t.Fatalf("%d COMMAND INFO probes, want 1", f.probes)
+	}
+	f.args = nil
 	p, _ := lua.Get("GCRA.PEEK")
 	if _, err := c.Peek(ctx, "k", GCRA(9, 10, time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.args) != 1 || f.args[0][0] != "evalsha_ro" || f.args[0][1] != p.SHA1 {
+	if len(f.args) != 2 || f.args[1][0] != "evalsha_ro" || f.args[1][1] != p.SHA1 {
 		t.Fatalf("a peek sent %v", f.args)
 	}
 	f.args = nil
 	if _, err := c.All(ctx, []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := lua.Get("RL.ALL"); fmt.Sprint(f.args[0][:5]) != fmt.Sprint([]any{"evalsha", a.SHA1, int64(2), "{u}:a", "{u}:b"}) {
+	if a, _ := lua.Get("RL.ALL"); fmt.Sprint(f.args[1][:5]) != fmt.Sprint([]any{"evalsha", a.SHA1, int64(2), "{u}:a", "{u}:b"}) {
 		t.Fatalf("All sent %v", f.args)
 	}
 
@@ -253,7 +297,7 @@ func TestAutoEngine(t *testing.T) {
 	}
 	sc, fs := newFake(0, 10, 9, -1, 6000)
 	sc.engine = Scripts
-	if _, err := sc.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fs.args[0][0] != "evalsha" {
+	if _, err := sc.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fs.args[1][0] != "evalsha" || fs.probes != 0 {
 		t.Fatalf("Scripts sent %v (%v)", fs.args, err)
 	}
 }
@@ -273,7 +317,7 @@ func TestEngineWithoutCommand(t *testing.T) {
 	for _, a := range f.args {
 		sent = append(sent, a[0])
 	}
-	if fmt.Sprint(sent) != "[GCRA.THROTTLE evalsha evalsha]" {
+	if fmt.Sprint(sent) != "[GCRA.THROTTLE SCRIPT evalsha evalsha]" {
 		t.Fatalf("sent %v", sent)
 	}
 }
@@ -345,5 +389,132 @@ func TestAllEach(t *testing.T) {
 	c, _ = newFake(0, 10, 9, -1, 6000, 0) // six integers: the server ignored EACH
 	if _, err := c.AllEach(ctx, []Keyed{{Key: "a", Limit: GCRA(9, 10, time.Minute), Cost: 1}}, make([]Result, 1)); err == nil {
 		t.Fatal("a reply without the limits' own figures: no error")
+	}
+}
+
+// A herd of first calls to a server without the module: one COMMAND INFO
+// and one SCRIPT LOAD, whatever the number of calls waiting for them.
+func TestFirstCallsHerd(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	f.noModule = true
+	f.hold = make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 60)
+	for range 60 {
+		wg.Go(func() {
+			_, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
+			errs <- err
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let every call reach the probe
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	loads := 0
+	for _, a := range f.args {
+		if a[0] == "SCRIPT" {
+			loads++
+		}
+	}
+	if f.probes != 1 || loads != 1 || len(f.args) != 61 {
+		t.Fatalf("%d probes, %d loads, %d commands for 60 calls; want 1, 1, 61", f.probes, loads, len(f.args))
+	}
+	if e := c.Engines(); len(e) != 1 || e["127.0.0.1:1"] != Scripts {
+		t.Fatalf("Engines() = %v", e)
+	}
+}
+
+// A server that accepts and never answers: a client built without
+// ContextTimeoutEnabled still returns at the context's deadline, and a
+// caller already gone sends nothing.
+func TestDeadlineWithoutContextTimeout(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	c.engine = Module
+	if c.HonoursDeadlines() {
+		t.Fatal("a client without ContextTimeoutEnabled honours deadlines?")
+	}
+	f.hold = make(chan struct{}) // never closed while the call runs
+	defer close(f.hold)
+	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
+	defer cancel()
+	_, err := c.Take(dctx, "k", GCRA(9, 10, time.Minute), 1)
+	if !errors.Is(err, context.DeadlineExceeded) || !Unavailable(err) {
+		t.Fatalf("a hung server: %v, want the deadline", err)
+	}
+	gone, cancel2 := context.WithCancel(ctx)
+	cancel2()
+	f.mu.Lock()
+	sent := len(f.args)
+	f.mu.Unlock()
+	if _, err := c.Take(gone, "k", GCRA(9, 10, time.Minute), 1); !errors.Is(err, context.Canceled) || Unavailable(err) {
+		t.Fatalf("a caller gone: %v", err)
+	}
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if len(f.args) != sent {
+		t.Fatalf("a caller gone still sent %v", f.args[sent:])
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	if !New(rdb).HonoursDeadlines() {
+		t.Fatal("ContextTimeoutEnabled: true, yet not honoured")
+	}
+}
+
+func TestUnavailable(t *testing.T) {
+	for _, c := range []struct {
+		err  error
+		want bool
+	}{
+		{nil, false},
+		{context.Canceled, false},
+		{fmt.Errorf("wrapped: %w", context.Canceled), false},
+		{context.DeadlineExceeded, true},
+		{&net.OpError{Op: "dial", Err: errors.New("connection refused")}, true},
+		{redis.ErrPoolTimeout, true},
+		{replyError("LOADING Redis is loading the dataset in memory"), true},
+		{replyError("BUSY Redis is busy running a script."), true},
+		{replyError("MASTERDOWN Link with MASTER is down and replica-serve-stale-data is set to 'no'."), true},
+		{replyError("CLUSTERDOWN The cluster is down"), true},
+		{replyError("ERR max_burst must be an integer from 0 to 9007199254740990"), false},
+		{replyError("WRONGTYPE Operation against a key holding the wrong kind of value"), false},
+		{replyError("NOPERM this user has no permissions"), false},
+		{fmt.Errorf("%w: ERR unknown command", ErrNoModule), false},
+		{errors.New("ratelimit: period must be a positive whole number of seconds, not 1.5s"), false},
+	} {
+		if got := Unavailable(c.err); got != c.want {
+			t.Errorf("Unavailable(%v) = %v, want %v", c.err, got, c.want)
+		}
+	}
+}
+
+// PerSecond, PerMinute and PerHour are redis_rate's: n at once, n per
+// period after.
+func TestPerPeriod(t *testing.T) {
+	for _, c := range []struct {
+		l    Limit
+		want string
+		q    int64
+		w    time.Duration
+	}{
+		{PerSecond(5), "[GCRA.THROTTLE k 4 5 1 1 MS]", 5, time.Second},
+		{PerMinute(10), "[GCRA.THROTTLE k 9 10 60 1 MS]", 10, time.Minute},
+		{PerHour(1000), "[GCRA.THROTTLE k 999 1000 3600 1 MS]", 1000, time.Hour},
+	} {
+		cl, f := newFake(0, 1, 0, -1, 0)
+		if _, err := cl.Take(ctx, "k", c.l, 1); err != nil || fmt.Sprint(f.args[len(f.args)-1]) != c.want {
+			t.Errorf("%v sent %v (%v), want %s", c.l, f.args, err, c.want)
+		}
+		if q, w := c.l.Quota(); q != c.q || w != c.w {
+			t.Errorf("%v: quota %d per %v, want %d per %v", c.l, q, w, c.q, c.w)
+		}
 	}
 }

@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -29,8 +30,8 @@ const (
 	// Module always runs the module's commands: a server without the
 	// module answers with an error wrapping ErrNoModule.
 	Module
-	// Scripts always runs the Lua scripts, loading each on a server the
-	// first time it answers NOSCRIPT.
+	// Scripts always runs the Lua scripts, loading each on a server once
+	// (SCRIPT LOAD) and calling it by its SHA1 from then on.
 	Scripts
 )
 
@@ -46,40 +47,117 @@ func (e Engine) String() string {
 	return fmt.Sprintf("Engine(%d)", int(e))
 }
 
-// recheck is how long a server found without the module is taken at its
-// word before it is asked again.
-const recheck = time.Minute
+const (
+	// recheck is how long a server found without the module is taken at
+	// its word before it is asked again.
+	recheck = time.Minute
+	// prepareTimeout bounds one probe or one script load. It runs apart
+	// from the calls that wait for it, each of which waits only as long as
+	// its own context allows: a caller that gives up does not cancel the
+	// work the others wait for.
+	prepareTimeout = 2 * time.Second
+)
+
+// scriptList is every command's script; scriptIndex finds one by the
+// command's name as the client sends it.
+var scriptList, scriptIndex = func() ([]lua.Script, map[string]int) {
+	names := lua.Commands()
+	list := make([]lua.Script, len(names))
+	index := make(map[string]int, len(names))
+	for i, name := range names {
+		list[i] = lua.Must(name)
+		index[name] = i
+	}
+	return list, index
+}()
 
 // node is what the client knows of one server.
 type node struct {
-	engine atomic.Int32 // 0 not asked yet, else Module or Scripts
+	engine atomic.Int32 // 0 not known yet, else Module or Scripts
 	asked  atomic.Int64 // when, in Unix ns
+	probe  flight       // the COMMAND INFO in flight
+	loads  []flight     // per script: the SCRIPT LOAD in flight, or done
 }
 
-// scriptOf is the script of each command the client sends, by the name it
-// sends it under.
-var scriptOf = func() map[string]lua.Script {
-	m := map[string]lua.Script{}
-	for _, name := range lua.Commands() {
-		m[name], _ = lua.Get(name)
-	}
-	return m
-}()
+func newNode() *node { return &node{loads: make([]flight, len(scriptList))} }
 
-// engineFor is the engine that runs a command on key's server.
-func (c *Client) engineFor(ctx context.Context, key string) Engine {
-	if c.engine != Auto {
-		return c.engine
+// flight is work that many calls may need at once (an engine probe, a
+// script load) done once for all of them: the first call starts it in a
+// goroutine of its own, and every call waits for it within its own
+// context. Done records that it succeeded, until reset.
+type flight struct {
+	mu   sync.Mutex
+	cur  *flightCall
+	done atomic.Bool
+}
+
+type flightCall struct {
+	finished chan struct{}
+	err      error // set before finished is closed
+}
+
+// wait runs work unless it is already in flight, and waits for it or for
+// ctx. The work gets its own context of prepareTimeout, with ctx's values
+// but not its deadline or cancellation.
+func (f *flight) wait(ctx context.Context, work func(context.Context) error) error {
+	f.mu.Lock()
+	call := f.cur
+	if call == nil {
+		call = &flightCall{finished: make(chan struct{})}
+		f.cur = call
+		go func() {
+			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepareTimeout)
+			err := work(wctx)
+			cancel()
+			f.mu.Lock()
+			call.err, f.cur = err, nil
+			if err == nil {
+				f.done.Store(true)
+			}
+			f.mu.Unlock()
+			close(call.finished)
+		}()
 	}
-	n, ask := c.nodeFor(ctx, key)
-	if n == nil {
-		return Module // the call itself will say what is wrong
+	f.mu.Unlock()
+	select {
+	case <-call.finished:
+		return call.err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// engineFor is the engine that runs a command on key's server, and that
+// server. A server not asked yet is asked once, whatever the number of
+// calls waiting for the answer.
+func (c *Client) engineFor(ctx context.Context, key string) (Engine, *node, doer, error) {
+	n, ask, err := c.nodeFor(ctx, key)
+	if err != nil || c.engine != Auto {
+		return c.engine, n, ask, err
 	}
 	e := Engine(n.engine.Load())
-	if e == Module || (e == Scripts && time.Since(time.Unix(0, n.asked.Load())) < recheck) {
-		return e
+	switch {
+	case e == Module:
+		return e, n, ask, nil
+	case e == Scripts:
+		if asked := n.asked.Load(); time.Since(time.Unix(0, asked)) >= recheck &&
+			n.asked.CompareAndSwap(asked, time.Now().UnixNano()) { // one call a minute asks again, in the background
+			go n.probe.wait(context.WithoutCancel(ctx), func(ctx context.Context) error { return n.detect(ctx, c, ask) })
+		}
+		return e, n, ask, nil
 	}
-	info, err := ask.Do(ctx, "COMMAND", "INFO", "GCRA.THROTTLE").Slice()
+	if err := n.probe.wait(ctx, func(ctx context.Context) error { return n.detect(ctx, c, ask) }); err != nil {
+		return Module, n, ask, err
+	}
+	return Engine(n.engine.Load()), n, ask, nil
+}
+
+// detect asks the server whether it has the module.
+func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
+	cmd := redis.NewCmd(ctx, "COMMAND", "INFO", "GCRA.THROTTLE")
+	err := c.bound(ctx, ask, cmd)
+	info, _ := cmd.Slice()
+	var e Engine
 	var refused redis.Error
 	switch {
 	case errors.As(err, &refused):
@@ -87,7 +165,7 @@ func (c *Client) engineFor(ctx context.Context, key string) Engine {
 		// whose "unknown command" turns the call into its script.
 		e = Module
 	case err != nil:
-		return Module // no answer (a network error): the call itself will say so; ask again next time
+		return err // no answer: the calls waiting fail with it, and the next asks again
 	case len(info) != 1 || info[0] == nil:
 		e = Scripts
 	default:
@@ -95,86 +173,141 @@ func (c *Client) engineFor(ctx context.Context, key string) Engine {
 	}
 	n.asked.Store(time.Now().UnixNano())
 	n.engine.Store(int32(e))
-	return e
+	return nil
+}
+
+// load loads script i on the server, once for every call waiting.
+func (n *node) load(ctx context.Context, c *Client, ask doer, i int) error {
+	f := &n.loads[i]
+	if f.done.Load() {
+		return nil
+	}
+	return f.wait(ctx, func(ctx context.Context) error {
+		s := scriptList[i]
+		cmd := redis.NewCmd(ctx, "SCRIPT", "LOAD", s.Source)
+		if err := c.bound(ctx, ask, cmd); err != nil {
+			return err
+		}
+		if sha, _ := cmd.Text(); sha != s.SHA1 {
+			return fmt.Errorf("ratelimit: SCRIPT LOAD of %s answered %q, want %s", s.Command, sha, s.SHA1)
+		}
+		return nil
+	})
 }
 
 // nodeFor is what the client knows of key's server, and a client that
-// reaches it; nil when that server cannot be found.
-func (c *Client) nodeFor(ctx context.Context, key string) (*node, doer) {
+// reaches it.
+func (c *Client) nodeFor(ctx context.Context, key string) (*node, doer, error) {
 	var server *redis.Client
 	var err error
 	switch r := c.rdb.(type) {
 	case *redis.Client: // one server (a failover client follows its primary)
-		return &c.single, r
+		return c.single, r, nil
 	case *redis.ClusterClient:
 		server, err = r.MasterForKey(ctx, key)
 	case *redis.Ring:
 		server, err = r.GetShardClientForKey(key)
 	default:
-		return &c.single, c.rdb
+		return c.single, c.rdb, nil
 	}
 	if err != nil {
-		return nil, nil
+		return nil, nil, err
 	}
 	addr := server.Options().Addr
 	n, ok := c.nodes.Load(addr)
 	if !ok {
-		n, _ = c.nodes.LoadOrStore(addr, &node{})
+		n, _ = c.nodes.LoadOrStore(addr, newNode())
 	}
-	return n.(*node), server
+	return n.(*node), server, nil
 }
 
-// markScripts records that key's server lacks the module.
-func (c *Client) markScripts(ctx context.Context, key string) {
-	if n, _ := c.nodeFor(ctx, key); n != nil {
-		n.asked.Store(time.Now().UnixNano())
-		n.engine.Store(int32(Scripts))
+// Engines reports the engine each server met so far runs: by address for
+// a Cluster's or a Ring's nodes, under the client's address (or "" for
+// other clients) for one server. A server not asked yet is not listed.
+func (c *Client) Engines() map[string]Engine {
+	m := map[string]Engine{}
+	add := func(addr string, n *node) {
+		e := c.engine
+		if e == Auto {
+			e = Engine(n.engine.Load())
+		}
+		if e != Auto {
+			m[addr] = e
+		}
 	}
+	switch r := c.rdb.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		c.nodes.Range(func(k, v any) bool {
+			add(k.(string), v.(*node))
+			return true
+		})
+	case *redis.Client:
+		add(r.Options().Addr, c.single)
+	default:
+		add("", c.single)
+	}
+	return m
 }
 
 // script runs the command in args (its name, then its arguments as the
 // module takes them) as its Lua script: EVALSHA (EVALSHA_RO for a peek),
-// then EVAL with the script's text if the server answers NOSCRIPT.
-func (c *Client) script(ctx context.Context, args []any) (*onceCmd, error) {
+// loading the script first where the server does not have it yet, and
+// again, once, if the server answers NOSCRIPT (its scripts were flushed,
+// or a failover brought a server that never had them).
+func (c *Client) script(ctx context.Context, args []any, n *node, ask doer) (*onceCmd, error) {
 	name, _ := args[0].(string)
-	s, ok := scriptOf[name]
+	i, ok := scriptIndex[name]
 	if !ok {
 		return nil, fmt.Errorf("%w: no script for %v", ErrNoModule, args[0])
 	}
+	s := scriptList[i]
 	sargs := make([]any, 0, len(args)+3)
-	verb, loadVerb := "evalsha", "eval"
+	verb := "evalsha"
 	if s.ReadOnly {
-		verb, loadVerb = "evalsha_ro", "eval_ro"
+		verb = "evalsha_ro"
 	}
 	sargs = append(sargs, verb, s.SHA1)
 	if !strings.HasPrefix(name, "RL.") { // RL.ALL and RL.PEEK give numkeys themselves
 		sargs = append(sargs, 1)
 	}
 	sargs = append(sargs, args[1:]...)
-	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, sargs...)}
-	cmd.SetFirstKeyPos(3)
-	err := c.rdb.Process(ctx, cmd)
-	if err != nil && strings.HasPrefix(err.Error(), "NOSCRIPT") {
-		cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, append([]any{loadVerb, s.Source}, sargs[2:]...)...)}
+	for attempt := 0; ; attempt++ {
+		if err := n.load(ctx, c, ask, i); err != nil {
+			return nil, err
+		}
+		cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, sargs...)}
 		cmd.SetFirstKeyPos(3)
-		err = c.rdb.Process(ctx, cmd)
+		err := c.bound(ctx, c.rdb, cmd)
+		if err == nil || attempt > 0 || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
+			return cmd, err
+		}
+		n.loads[i].done.Store(false) // it ran nothing: load it and send it again
 	}
-	return cmd, err
 }
 
 // process sends a limiter command once, through the engine its key's
 // server uses, and returns the command holding the reply.
 func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd, error) {
+	if err := ctx.Err(); err != nil {
+		return nil, err // the caller is gone: Redis is not asked
+	}
 	key, _ := args[keyPos].(string)
-	if c.engineFor(ctx, key) == Scripts {
-		return c.script(ctx, args)
+	e, n, ask, err := c.engineFor(ctx, key)
+	if err != nil {
+		return nil, err
+	}
+	if e == Scripts {
+		return c.script(ctx, args, n, ask)
 	}
 	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
 	cmd.SetFirstKeyPos(keyPos)
-	err := c.rdb.Process(ctx, cmd)
+	err = c.bound(ctx, c.rdb, cmd)
 	if err != nil && c.engine == Auto && unknownCommand(err) {
-		c.markScripts(ctx, key)
-		return c.script(ctx, args)
+		if n != nil {
+			n.asked.Store(time.Now().UnixNano())
+			n.engine.Store(int32(Scripts))
+		}
+		return c.script(ctx, args, n, ask)
 	}
 	return cmd, wrap(err)
 }
@@ -183,5 +316,38 @@ func unknownCommand(err error) bool { return strings.HasPrefix(err.Error(), "ERR
 
 // doer sends a command to one server.
 type doer interface {
-	Do(ctx context.Context, args ...any) *redis.Cmd
+	Process(ctx context.Context, cmd redis.Cmder) error
+}
+
+// bound sends cmd through d within ctx's deadline. A go-redis client built
+// with ContextTimeoutEnabled bounds its reads and writes by the deadline
+// itself; with any other client the call runs in a goroutine of its own
+// and is left to finish alone when ctx ends first (its connection is held
+// until go-redis's ReadTimeout, and its reply is never read).
+func (c *Client) bound(ctx context.Context, d doer, cmd redis.Cmder) error {
+	if c.deadlines || ctx.Done() == nil {
+		return d.Process(ctx, cmd)
+	}
+	finished := make(chan error, 1)
+	go func() { finished <- d.Process(ctx, cmd) }()
+	select {
+	case err := <-finished:
+		return err
+	case <-ctx.Done():
+		return ctx.Err()
+	}
+}
+
+// honoursDeadlines reports whether rdb bounds each command by its
+// context's deadline (go-redis's ContextTimeoutEnabled).
+func honoursDeadlines(rdb redis.UniversalClient) bool {
+	switch r := rdb.(type) {
+	case *redis.Client:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.ClusterClient:
+		return r.Options().ContextTimeoutEnabled
+	case *redis.Ring:
+		return r.Options().ContextTimeoutEnabled
+	}
+	return false
 }
