@@ -74,6 +74,36 @@ func (b *breaker) failure(err error) {
 	}
 }
 
+// answered records a call Redis answered with an error of its arguments:
+// Redis is up, so a half-open probe closes the breaker; otherwise nothing
+// moves (a configuration bug is not a failure, nor does it prove Redis
+// healthy for the calls that failed).
+func (b *breaker) answered() {
+	b.mu.Lock()
+	probe := b.state == halfOpen
+	b.mu.Unlock()
+	if probe {
+		b.success()
+	}
+}
+
+// abandon records a call whose client went away before Redis answered:
+// if it was the half-open probe, the next call probes instead.
+func (b *breaker) abandon() {
+	b.mu.Lock()
+	if b.state == halfOpen {
+		b.state, b.openUntil = open, time.Now()
+	}
+	b.mu.Unlock()
+}
+
+// isOpen reports whether calls are kept from Redis now.
+func (b *breaker) isOpen() bool {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	return b.state != closed
+}
+
 // retryAfter is how long until Redis is asked again: the rest of the
 // cooldown, at least a second.
 func (b *breaker) retryAfter() time.Duration {

@@ -22,18 +22,46 @@
 //
 // # When Redis fails
 //
-// Every call to Redis has a tight timeout (50 ms by default). After 5
-// failures in a row a circuit breaker stops calling Redis for a cooldown
-// (5 s), then lets one request probe it. While Redis is failing or the
-// breaker is open, OnError decides: FailOpen serves the request,
-// FailClosed answers 503 at once, FailLocal limits in this process with a
-// GCRA of each policy's quota (bounded memory). Hooks see every failure and
-// every change of the breaker's state.
+// Every call to Redis has a tight timeout (50 ms by default), which holds
+// whatever Redis does: refuses connections, or accepts them and never
+// answers (a stopped process), whatever go-redis client is passed (see
+// client.Client's Deadlines; build it with ContextTimeoutEnabled: true).
+// Only Redis's failures count as failures: no connection, no answer in
+// time, LOADING, BUSY, MASTERDOWN, CLUSTERDOWN and the like
+// (client.Unavailable). After 5 in a row a circuit breaker stops calling
+// Redis for a cooldown (5 s), then lets one request probe it. While Redis
+// is failing or the breaker is open, OnError decides: FailOpen serves the
+// request, FailClosed answers 503 at once, FailLocal limits in this process
+// with a GCRA of each policy's quota (bounded memory).
+//
+// A client that hangs up is not a Redis failure: a request whose client has
+// gone costs Redis nothing, and one that goes mid-call moves no breaker, so
+// a flood of hang-ups cannot switch limiting off. An ERR reply to a
+// policy's arguments (a limit outside the module's range) is a
+// configuration bug: logged at error level, reported as ConfigError, the
+// request decided by OnError, the breaker untouched. A Cost outside
+// 0..the policy's limit never reaches Redis: the request is answered 400
+// (Options.BadRequest) and reported as BadRequest.
+//
+// # What it reports
+//
+// Options.Event sees every decision, one event per policy that applied to
+// a request (Admitted, Refused, Shed, ShadowRefused, FailedOpen,
+// FailedClosed, LocalAdmitted, LocalRefused, BadRequest), every Redis call
+// with its duration (RedisCall), failures and the breaker's changes. The
+// module github.com/seed-6b3823f5/ratelimit/prom turns them into
+// Prometheus metrics (ratelimit_decisions_total and others) for those who
+// want them, without making anyone else depend on a metrics library.
+// Options.Logger gets what an operator must see: configuration errors and
+// bad requests (at most one line a second of each), the breaker opening
+// and closing.
 package httplimit
 
 import (
+	"context"
 	"errors"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"strings"
 	"sync/atomic"
@@ -59,7 +87,9 @@ type Policy struct {
 	// Key says what the policy counts a request against; "" means the
 	// policy does not apply to that request.
 	Key KeyFunc
-	// Cost is what a request costs (1 when nil).
+	// Cost is what a request costs (1 when nil): 0 up to the limit's quota
+	// (client.Limit.Quota's q). Outside that range the request is a bad
+	// request (Options.BadRequest), and Redis is not asked.
 	Cost func(*http.Request) int64
 	// Reserve holds back units for higher priorities: a request of
 	// priority p passes only if Reserve[p] units remain after it (the
@@ -68,6 +98,12 @@ type Policy struct {
 	// Shadow counts and reports the policy (headers, hooks) but never
 	// refuses: the dry run before turning a limit on.
 	Shadow bool
+	// ShedRetryAfter is, for a concurrency policy, the Retry-After of a
+	// request it sheds when that is sooner than the earliest lease's end:
+	// how long a request usually holds its slot. By default Retry-After is
+	// the time until the earliest lease ends (at least a second), which a
+	// release usually beats.
+	ShedRetryAfter time.Duration
 }
 
 // Priority orders requests for shedding: Low goes first, Critical never.
@@ -91,6 +127,18 @@ func (p Priority) String() string {
 
 // OnError is what a request meets while Redis cannot decide.
 type OnError int
+
+func (o OnError) String() string {
+	switch o {
+	case FailOpen:
+		return "open"
+	case FailClosed:
+		return "closed"
+	case FailLocal:
+		return "local"
+	}
+	return fmt.Sprintf("OnError(%d)", int(o))
+}
 
 const (
 	// FailOpen serves the request.
@@ -131,9 +179,18 @@ type Options struct {
 	// Refused writes the response to a refused or shed request (a
 	// problem+json body when nil); the status and headers are set.
 	Refused func(w http.ResponseWriter, r *http.Request, d Decision)
-	// Event, when set, sees failures, breaker changes, shadow refusals
-	// and sheds. It must not block.
+	// BadRequest writes the response to a request a policy cannot count:
+	// its Key failed (no client address), or its Cost is outside 0..the
+	// limit. By default 400 with a problem+json body naming the policy.
+	BadRequest func(w http.ResponseWriter, r *http.Request, err error)
+	// Event, when set, sees every decision, every Redis call, failures
+	// and the breaker's changes (see EventKind). It is called on the
+	// request's goroutine and must not block.
 	Event func(Event)
+	// Logger gets configuration errors and bad requests (at most one line
+	// a second of each kind) and the breaker's changes; slog.Default()
+	// when nil.
+	Logger *slog.Logger
 }
 
 // Decision is why a request was refused, for Options.Refused.
@@ -147,7 +204,8 @@ type Decision struct {
 type EventKind int
 
 const (
-	// Failure is a Redis call that failed or timed out (Err says why).
+	// Failure is a Redis call that failed because Redis could not decide
+	// (client.Unavailable: Err says why); it counts toward the breaker.
 	Failure EventKind = iota
 	// BreakerOpen: Redis is no longer called until the cooldown ends.
 	BreakerOpen
@@ -157,20 +215,55 @@ const (
 	BreakerClosed
 	// ShadowRefused: a shadow policy would have refused the request.
 	ShadowRefused
-	// Shed: a request was shed by the in-flight shedder, a concurrency
-	// policy or a reserve.
+	// Shed: the request was shed (503) by a concurrency policy, a reserve,
+	// or the in-flight shedder (Policy "").
 	Shed
+	// Admitted: the policy admitted the request, which was served.
+	Admitted
+	// Refused: the policy refused the request (429).
+	Refused
+	// FailedOpen: Redis could not decide and FailOpen served the request.
+	FailedOpen
+	// FailedClosed: Redis could not decide and FailClosed refused it (503).
+	FailedClosed
+	// LocalAdmitted and LocalRefused: Redis could not decide and FailLocal
+	// admitted or refused the request in this process.
+	LocalAdmitted
+	LocalRefused
+	// BadRequest: the policy could not count the request (its Key failed,
+	// or its Cost was outside 0..the limit): 400, Redis not asked.
+	BadRequest
+	// ConfigError: Redis refused a policy's arguments (Err: its ERR
+	// reply). A configuration bug: logged, decided by OnError, never
+	// counted toward the breaker.
+	ConfigError
+	// RedisCall: one decision's calls to Redis ended; Duration is how long
+	// they took and Outcome "ok", "error" or "timeout". A call the
+	// request's client abandoned is not reported.
+	RedisCall
 )
 
+var eventNames = [...]string{"failure", "breaker-open", "breaker-half-open", "breaker-closed", "shadow-refused", "shed",
+	"admitted", "refused", "failed-open", "failed-closed", "local-admitted", "local-refused", "bad-request",
+	"config-error", "redis-call"}
+
 func (k EventKind) String() string {
-	return [...]string{"failure", "breaker-open", "breaker-half-open", "breaker-closed", "shadow-refused", "shed"}[k]
+	if k < 0 || int(k) >= len(eventNames) {
+		return fmt.Sprintf("EventKind(%d)", int(k))
+	}
+	return eventNames[k]
 }
 
 // Event is one thing that happened to the limiter.
 type Event struct {
-	Kind   EventKind
+	Kind EventKind
+	// Policy is the policy's name, for decisions and ConfigError.
 	Policy string
-	Err    error
+	// Err is why, for Failure, BreakerOpen, BadRequest and ConfigError.
+	Err error
+	// Duration and Outcome describe a RedisCall.
+	Duration time.Duration
+	Outcome  string
 }
 
 // Limiter is the middleware. It is safe for concurrent use.
@@ -183,10 +276,15 @@ type Limiter struct {
 	breaker  breaker
 	local    *localLimiter
 	inFlight atomic.Int64
+	log      *slog.Logger
+	logged   [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns
 }
 
-// New returns a limiter deciding policies in rdb's Redis, which must have
-// the ratelimit module loaded.
+// New returns a limiter deciding policies in rdb's Redis: with the
+// ratelimit module where a server has it, with the module's Lua scripts
+// where it does not (client.New). Build rdb with ContextTimeoutEnabled:
+// true, so that go-redis itself ends a call at its deadline; the limiter
+// bounds every call by Options.Timeout with any client.
 func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, error) {
 	if opt.Prefix == "" {
 		opt.Prefix = "rl:http:"
@@ -237,8 +335,11 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 			items = append(items, fmt.Sprintf("%q;q=%d;w=%d", p.Name, clamp(q), clamp(int64(w/time.Second))))
 		}
 	}
-	l := &Limiter{c: client.New(rdb), rdb: rdb, opt: opt, policies: policies, header: strings.Join(items, ", ")}
-	l.breaker.failures, l.breaker.cooldown, l.breaker.event = opt.BreakerFailures, opt.BreakerCooldown, l.event
+	l := &Limiter{c: client.New(rdb), rdb: rdb, opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
+	if l.log == nil {
+		l.log = slog.Default()
+	}
+	l.breaker.failures, l.breaker.cooldown, l.breaker.event = opt.BreakerFailures, opt.BreakerCooldown, l.breakerEvent
 	if opt.OnError == FailLocal {
 		l.local = newLocal(opt.LocalKeys)
 	}
@@ -264,4 +365,43 @@ func (l *Limiter) event(e Event) {
 	if l.opt.Event != nil {
 		l.opt.Event(e)
 	}
+}
+
+// breakerEvent reports and logs a change of the breaker's state.
+func (l *Limiter) breakerEvent(e Event) {
+	switch e.Kind {
+	case BreakerOpen:
+		l.log.Warn("ratelimit: Redis is failing; the circuit breaker is open: requests are decided by the failure policy",
+			"on_error", l.opt.OnError.String(), "cooldown", l.opt.BreakerCooldown, "err", e.Err)
+	case BreakerClosed:
+		l.log.Info("ratelimit: Redis answers again; the circuit breaker is closed")
+	}
+	l.event(e)
+}
+
+// logOnce logs at most one line a second of each kind of event.
+func (l *Limiter) logOnce(kind EventKind, level slog.Level, msg string, args ...any) {
+	now := time.Now().UnixNano()
+	last := l.logged[kind].Load()
+	if now-last < int64(time.Second) || !l.logged[kind].CompareAndSwap(last, now) {
+		return
+	}
+	l.log.Log(context.Background(), level, msg, args...)
+}
+
+// BreakerOpen reports whether the circuit breaker keeps requests from
+// Redis now (open, or half-open with its one probe in flight).
+func (l *Limiter) BreakerOpen() bool { return l.breaker.isOpen() }
+
+// Engines reports the engine each Redis server met so far runs (the
+// module or its Lua scripts), by address: see client.Client.Engines.
+func (l *Limiter) Engines() map[string]client.Engine { return l.c.Engines() }
+
+// Policies lists the policies' names, in order.
+func (l *Limiter) Policies() []string {
+	names := make([]string, len(l.policies))
+	for i, p := range l.policies {
+		names[i] = p.Name
+	}
+	return names
 }

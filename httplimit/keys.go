@@ -1,6 +1,8 @@
 package httplimit
 
 import (
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"net"
 	"net/http"
@@ -35,8 +37,10 @@ var ErrNoClientIP = errors.New("httplimit: no client address")
 // from right to left, skipping trusted proxies, and the first address not
 // trusted is the client (whatever a client writes to the left of it gains
 // nothing). IPv4-mapped IPv6 addresses are IPv4; IPv6 addresses are cut to
-// their /64 (IPv6Prefix). The key is the address or prefix as text:
-// "203.0.113.9", "2001:db8:1:2::/64".
+// their /64 (IPv6Prefix), except NAT64 addresses (64:ff9b::/96, RFC 6052),
+// which are the IPv4 client they embed: 64:ff9b::cb00:7109 is
+// 203.0.113.9. The key is the address or prefix as text: "203.0.113.9",
+// "2001:db8:1:2::/64".
 func ClientIP(o IPOptions) KeyFunc {
 	bits := o.IPv6Prefix
 	if bits <= 0 || bits > 128 {
@@ -46,6 +50,10 @@ func ClientIP(o IPOptions) KeyFunc {
 		addr, ok := clientAddr(r, o.TrustedProxies)
 		if !ok {
 			return "", ErrNoClientIP
+		}
+		if nat64.Contains(addr) {
+			b := addr.As16()
+			addr = netip.AddrFrom4([4]byte(b[12:]))
 		}
 		if addr.Is4() || bits == 128 {
 			return addr.String(), nil
@@ -57,6 +65,10 @@ func ClientIP(o IPOptions) KeyFunc {
 		return p.String(), nil
 	}
 }
+
+// nat64 is the well-known NAT64 prefix: an IPv6 address in it is an IPv4
+// client behind a NAT64 gateway, its address in the last 32 bits.
+var nat64 = netip.MustParsePrefix("64:ff9b::/96")
 
 // clientAddr walks from the connection's peer through trusted proxies.
 func clientAddr(r *http.Request, trusted []netip.Prefix) (netip.Addr, bool) {
@@ -109,24 +121,44 @@ func isTrusted(a netip.Addr, trusted []netip.Prefix) bool {
 	return false
 }
 
-// Header keys a request by a header's value (an API key, a tenant id); a
-// request without it is not counted by the policy.
+// Header keys a request by a header's value (an API key, a tenant id),
+// hashed (see Hash): a header may carry a secret, which must not become
+// part of a Redis key name. A request without it is not counted by the
+// policy.
 func Header(name string) KeyFunc {
-	return func(r *http.Request) (string, error) { return r.Header.Get(name), nil }
+	return func(r *http.Request) (string, error) { return Hash(r.Header.Get(name)), nil }
 }
 
 // APIKey keys a request by its bearer token (Authorization: Bearer <key>),
-// or by the header named when there is none (X-API-Key, say; "" for none).
+// or by the header named when there is none (X-API-Key, say; "" for none),
+// hashed (see Hash): a token is a secret, and anyone who can list Redis's
+// keys (a replica, a backup, MONITOR) would otherwise read it.
 func APIKey(header string) KeyFunc {
 	return func(r *http.Request) (string, error) {
 		if v, ok := strings.CutPrefix(r.Header.Get("Authorization"), "Bearer "); ok && v != "" {
-			return v, nil
+			return Hash(v), nil
 		}
 		if header == "" {
 			return "", nil
 		}
-		return r.Header.Get(header), nil
+		return Hash(r.Header.Get(header)), nil
 	}
+}
+
+// Hash is how Header and APIKey hide a value before it becomes part of a
+// Redis key: "h:" and the first 16 bytes (128 bits) of its SHA-256, in
+// hex; "" stays "" (no key: the policy does not apply). Hash("k-123") is
+// "h:3605a9e4358da4302f8acea41f0f52ce": 34 bytes whatever the value.
+// A secret of high entropy (a token, an API key) cannot be recovered from
+// it; a value of a few bits (a tenant id among ten) can be guessed, as it
+// could be from any unkeyed hash. Use it in a KeyFunc of your own that
+// reads a secret.
+func Hash(v string) string {
+	if v == "" {
+		return ""
+	}
+	sum := sha256.Sum256([]byte(v))
+	return "h:" + hex.EncodeToString(sum[:16])
 }
 
 // Route keys a request by the pattern that matched it in an
@@ -159,4 +191,11 @@ func Combine(fns ...KeyFunc) KeyFunc {
 		}
 		return b.String(), nil
 	}
+}
+
+// Global keys every request alike: one limit shared by every route and
+// client, such as a cap on the requests running at once in the whole
+// service (a concurrency policy keyed by Global).
+func Global() KeyFunc {
+	return func(*http.Request) (string, error) { return "global", nil }
 }

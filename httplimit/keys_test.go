@@ -31,6 +31,9 @@ func TestClientIP(t *testing.T) {
 		{"IPv6 by address", "[2001:db8:1:2:3:4:5:6]:5555", nil, nil, 128, "2001:db8:1:2:3:4:5:6"},
 		{"IPv6 behind a trusted proxy", "[::1]:5555", []string{"2001:db8:1:2::99"}, trusted, 0, "2001:db8:1:2::/64"},
 		{"a zone is dropped", "[fe80::1%eth0]:5555", nil, nil, 128, "fe80::1"},
+		{"NAT64 is the IPv4 client it embeds", "[64:ff9b::cb00:7109]:5555", nil, nil, 0, "203.0.113.9"},
+		{"NAT64 behind a trusted proxy", "10.0.0.1:5555", []string{"64:ff9b::c633:6401"}, trusted, 0, "198.51.100.1"},
+		{"next to NAT64's /96: an IPv6 client", "[64:ff9b:1::cb00:7109]:5555", nil, nil, 0, "64:ff9b:1::/64"},
 	} {
 		r := httptest.NewRequest("GET", "/", nil)
 		r.RemoteAddr = c.remote
@@ -57,11 +60,11 @@ func TestKeyFuncs(t *testing.T) {
 		f    KeyFunc
 		want string
 	}{
-		{Header("X-Tenant"), "acme"},
+		{Header("X-Tenant"), "h:822b33ad87c148a0a20a5ba7cd5ebcaa"},
 		{Header("X-Missing"), ""},
-		{APIKey("X-API-Key"), "k-123"},
+		{APIKey("X-API-Key"), "h:3605a9e4358da4302f8acea41f0f52ce"}, // printf %s k-123 | sha256sum
 		{Route(), "/orders/42"},
-		{Combine(Header("X-Tenant"), APIKey("")), "acme|k-123"},
+		{Combine(Header("X-Tenant"), APIKey("")), "h:822b33ad87c148a0a20a5ba7cd5ebcaa|h:3605a9e4358da4302f8acea41f0f52ce"},
 		{Combine(Header("X-Tenant"), Header("X-Missing")), ""},
 	} {
 		if got, err := c.f(r); err != nil || got != c.want {
@@ -70,7 +73,7 @@ func TestKeyFuncs(t *testing.T) {
 	}
 	r2 := httptest.NewRequest("GET", "/", nil)
 	r2.Header.Set("X-API-Key", "k-9")
-	if got, _ := APIKey("X-API-Key")(r2); got != "k-9" {
+	if got, _ := APIKey("X-API-Key")(r2); got != "h:fd39db8832fbb2b6befadd4f9046b971" {
 		t.Errorf("X-API-Key: %q", got)
 	}
 

@@ -4,25 +4,32 @@ import (
 	"sync"
 	"time"
 
+	"github.com/hashicorp/golang-lru/v2/simplelru"
+
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
 )
 
 // localLimiter limits in this process while Redis cannot: each rate
 // policy's quota (q per w) as a GCRA of q at once and q per w, per key, and
-// a count of slots per concurrency key. It keeps at most max keys: when
-// full, a new key first drops the keys whose limiter is full again, then an
-// arbitrary one. Each process counts alone, so N processes admit up to N
-// times a limit while Redis is away: a floor, not the limit.
+// a count of slots per concurrency key. It keeps at most max keys in a
+// least-recently-used list: when full, a new key evicts the key used
+// longest ago (a key whose limiter is full again is dropped at once), in
+// constant time; a heavy user's key, used on every request, stays. Each
+// process counts alone, so N processes admit up to N times a limit while
+// Redis is away: a floor, not the limit.
 type localLimiter struct {
-	max  int
 	mu   sync.Mutex
-	tats map[string]int64 // GCRA's theoretical arrival time per key, Unix ns
-	held map[string]int64 // concurrency slots held per key
+	tats *simplelru.LRU[string, int64] // GCRA's theoretical arrival time per key, Unix ns
+	held map[string]int64              // concurrency slots held per key: at most one per request in flight
 }
 
 func newLocal(max int) *localLimiter {
-	return &localLimiter{max: max, tats: map[string]int64{}, held: map[string]int64{}}
+	tats, err := simplelru.NewLRU[string, int64](max, nil)
+	if err != nil {
+		panic(err) // max > 0: New sets it
+	}
+	return &localLimiter{tats: tats, held: map[string]int64{}}
 }
 
 // decide decides every rate policy locally at now.
@@ -36,41 +43,32 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 		if err != nil {
 			continue // no local verdict: the policy is not applied
 		}
-		d, err := g.ThrottleReserve(ll.tats[a.key], now, a.cost, min(a.reserve, q))
+		tat, _ := ll.tats.Get(a.key)
+		d, err := g.ThrottleReserve(tat, now, a.cost, min(a.reserve, q))
 		if err != nil {
 			continue
 		}
 		if d.Write {
-			ll.store(a.key, d.TAT, now)
+			if d.TAT <= now {
+				ll.tats.Remove(a.key)
+			} else {
+				ll.tats.Add(a.key, d.TAT)
+			}
 		}
 		a.res = client.Result{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}
-		a.known = true
+		a.known, a.local = true, true
 		if d.Limited && !a.p.Shadow {
 			return // a later policy is not charged
 		}
 	}
 }
 
-func (ll *localLimiter) store(key string, tat, now int64) {
-	if tat <= now {
-		delete(ll.tats, key)
-		return
-	}
-	if _, ok := ll.tats[key]; !ok && len(ll.tats) >= ll.max {
-		for k, t := range ll.tats {
-			if t <= now {
-				delete(ll.tats, k)
-			}
-		}
-		for k := range ll.tats {
-			if len(ll.tats) < ll.max {
-				break
-			}
-			delete(ll.tats, k)
-		}
-	}
-	ll.tats[key] = tat
+// keys is how many rate keys are kept.
+func (ll *localLimiter) keys() int {
+	ll.mu.Lock()
+	defer ll.mu.Unlock()
+	return ll.tats.Len()
 }
 
 func (ll *localLimiter) acquire(key string, limit int64) bool {

@@ -6,8 +6,11 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
+	"log/slog"
 	mrand "math/rand/v2"
+	"net"
 	"net/http"
 	"strconv"
 	"strings"
@@ -18,6 +21,10 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
+// noOutcome marks a policy that reports no decision for a request (it
+// admitted, but another policy refused the request).
+const noOutcome EventKind = -1
+
 // applied is one policy applying to one request.
 type applied struct {
 	p       *Policy
@@ -27,8 +34,10 @@ type applied struct {
 	reserve int64
 	res     client.Result
 	known   bool // res holds this policy's own figures
-	taken   bool // admitted: a later refusal refunds it
+	local   bool // decided in this process (FailLocal)
+	taken   bool // admitted in Redis: a later refusal refunds it
 	id      string
+	outcome EventKind // what is reported for this policy, or noOutcome
 }
 
 // redisKey is Prefix + "{" + the request's key + "}:" + the policy name; a
@@ -78,36 +87,52 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		p := &l.policies[i]
 		k, err := p.Key(r)
 		if err != nil {
-			http.Error(w, "bad request: "+err.Error(), http.StatusBadRequest)
+			l.badRequest(w, r, p, err)
 			return
 		}
 		if k == "" {
 			continue
 		}
-		a := applied{p: p, cost: 1, reserve: p.Reserve[prio]}
+		a := applied{p: p, cost: 1, reserve: p.Reserve[prio], outcome: noOutcome}
 		a.key, a.tag = l.redisKey(k, p.Name)
+		if p.Concurrency.Limit > 0 {
+			conc = append(conc, a)
+			continue
+		}
 		if p.Cost != nil {
 			a.cost = p.Cost(r)
 		}
-		if p.Concurrency.Limit > 0 {
-			conc = append(conc, a)
-		} else {
-			rate = append(rate, a)
+		if q, _ := p.Limit.Quota(); a.cost < 0 || a.cost > q {
+			l.badRequest(w, r, p, fmt.Errorf("cost %d is outside 0 to %d, the limit", a.cost, q))
+			return
 		}
+		rate = append(rate, a)
 	}
+	defer func() {
+		l.report(rate)
+		l.report(conc)
+	}()
 	w.Header().Set("RateLimit-Policy", l.header)
 
 	// Rate policies: in Redis, or as OnError says.
-	if len(rate) > 0 && !l.remote(r, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
-		switch l.opt.OnError {
-		case FailClosed:
-			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breaker.retryAfter()})
+	if len(rate) > 0 {
+		switch l.remote(r, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
+		case gone:
 			return
-		case FailLocal:
-			l.local.decide(rate, time.Now().UnixNano())
-		default: // FailOpen: no decision, no RateLimit field
-			for i := range rate {
-				rate[i].known = false
+		case decided:
+		default:
+			switch l.opt.OnError {
+			case FailClosed:
+				mark(rate, FailedClosed)
+				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breaker.retryAfter()})
+				return
+			case FailLocal:
+				l.local.decide(rate, time.Now().UnixNano())
+			default: // FailOpen: no decision, no RateLimit field
+				for i := range rate {
+					rate[i].known, rate[i].taken = false, false
+				}
+				mark(rate, FailedOpen)
 			}
 		}
 	}
@@ -115,7 +140,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		d := Decision{Status: http.StatusTooManyRequests, Policy: refused.p.Name, RetryAfter: refused.res.RetryAfter}
 		if refused.res.Remaining >= refused.cost && refused.reserve > 0 { // refused only for the reserve
 			d.Status = http.StatusServiceUnavailable
-			l.event(Event{Kind: Shed, Policy: refused.p.Name})
+			refused.outcome = Shed
 		}
 		l.refuse(w, r, d)
 		return
@@ -126,6 +151,16 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		release, d, ok := l.acquire(r, conc)
 		defer release()
 		if !ok {
+			unmark(rate, Admitted)
+			unmark(conc, Admitted)
+			if d.Status == 0 {
+				return // the client is gone
+			}
+			// The request is not served: give back the rate units it took.
+			l.remote(r, func(ctx context.Context) error {
+				l.refund(ctx, rate)
+				return nil
+			})
 			l.refuse(w, r, d)
 			return
 		}
@@ -133,22 +168,107 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	next.ServeHTTP(w, r)
 }
 
-// remote runs call against Redis, unless the breaker is open, within the
-// call timeout, and tells the breaker how it went; false means Redis did
-// not decide and OnError applies.
-func (l *Limiter) remote(r *http.Request, call func(ctx context.Context) error) bool {
+// mark reports kind for every policy in as.
+func mark(as []applied, kind EventKind) {
+	for i := range as {
+		as[i].outcome = kind
+	}
+}
+
+// unmark takes kind back from the policies in as: they decided, but the
+// request was not served.
+func unmark(as []applied, kind EventKind) {
+	for i := range as {
+		if as[i].outcome == kind {
+			as[i].outcome = noOutcome
+		}
+	}
+}
+
+// report sends each policy's decision to the Event hook.
+func (l *Limiter) report(as []applied) {
+	if l.opt.Event == nil {
+		return
+	}
+	for i := range as {
+		if as[i].outcome != noOutcome {
+			l.opt.Event(Event{Kind: as[i].outcome, Policy: as[i].p.Name})
+		}
+	}
+}
+
+// badRequest answers a request that policy p cannot count.
+func (l *Limiter) badRequest(w http.ResponseWriter, r *http.Request, p *Policy, err error) {
+	l.event(Event{Kind: BadRequest, Policy: p.Name, Err: err})
+	l.logOnce(BadRequest, slog.LevelWarn, "ratelimit: a request that a policy cannot count was answered 400",
+		"policy", p.Name, "err", err)
+	if l.opt.BadRequest != nil {
+		l.opt.BadRequest(w, r, err)
+		return
+	}
+	problem(w, http.StatusBadRequest, fmt.Sprintf("policy %q: %v", p.Name, err))
+}
+
+// callResult is how a call to Redis ended, as the limiter sees it.
+type callResult int
+
+const (
+	decided     callResult = iota // Redis answered
+	unavailable                   // Redis could not decide, or the breaker is open
+	rejected                      // Redis refused the arguments: a configuration bug
+	gone                          // the request's client went away
+)
+
+// remote runs call against Redis within the call timeout, unless the
+// request's client is already gone (Redis is not asked) or the breaker is
+// open.
+func (l *Limiter) remote(r *http.Request, call func(ctx context.Context) error) callResult {
+	if r.Context().Err() != nil {
+		return gone
+	}
 	if !l.breaker.allow() {
-		return false
+		return unavailable
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout)
+	start := time.Now()
 	err := call(ctx)
 	cancel()
-	if err != nil {
+	return l.settle(r.Context(), err, time.Since(start))
+}
+
+// settle tells the breaker and the hooks how a call went: parent is the
+// context the call's own timeout was derived from.
+func (l *Limiter) settle(parent context.Context, err error, took time.Duration) callResult {
+	switch {
+	case err == nil:
+		l.breaker.success()
+		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "ok"})
+		return decided
+	case parent.Err() != nil: // the client hung up: not Redis's failure
+		l.breaker.abandon()
+		return gone
+	case client.Unavailable(err):
+		outcome := "error"
+		if isTimeout(err) {
+			outcome = "timeout"
+		}
+		l.event(Event{Kind: RedisCall, Duration: took, Outcome: outcome, Err: err})
 		l.breaker.failure(err)
-		return false
+		return unavailable
+	default:
+		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "error", Err: err})
+		l.breaker.answered()
+		l.event(Event{Kind: ConfigError, Err: err})
+		l.logOnce(ConfigError, slog.LevelError, "ratelimit: Redis refused a policy's arguments; "+
+			"requests are decided by the failure policy until the policies are fixed", "on_error", l.opt.OnError.String(), "err", err)
+		return rejected
 	}
-	l.breaker.success()
-	return true
+}
+
+// isTimeout reports a call that ran out of time.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
 // decideRemote decides the rate policies in Redis: the enforcing ones in
@@ -183,12 +303,12 @@ func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
 			a := &rate[i]
 			res, err := l.c.Take(ctx, a.key, a.p.Limit, a.cost, client.Reserve(a.reserve))
 			if err != nil {
-				l.refund(ctx, rate, enforcing)
+				l.refund(ctx, rate)
 				return err
 			}
 			a.res, a.known, a.taken = res, true, !res.Limited
 			if res.Limited {
-				l.refund(ctx, rate, enforcing)
+				l.refund(ctx, rate)
 				break
 			}
 		}
@@ -224,10 +344,11 @@ func (l *Limiter) oneCall(rate []applied, idx []int) bool {
 	return true
 }
 
-// refund gives back what the policies taken so far took, where the
-// limit allows it (GCRA and token bucket; a window's count stays).
-func (l *Limiter) refund(ctx context.Context, rate []applied, idx []int) {
-	for _, i := range idx {
+// refund gives back what the policies taken so far took, where the limit
+// allows it: GCRA and the token bucket take a negative cost; a window's
+// count stays (the module cannot un-count a hit).
+func (l *Limiter) refund(ctx context.Context, rate []applied) {
+	for i := range rate {
 		a := &rate[i]
 		if !a.taken || !a.p.Limit.Refundable() {
 			continue
@@ -238,8 +359,9 @@ func (l *Limiter) refund(ctx context.Context, rate []applied, idx []int) {
 	}
 }
 
-// verdict sets the RateLimit field and returns the refusing enforcing
-// policy (nil when admitted). Shadow refusals are reported, not enforced.
+// verdict sets the RateLimit field and each policy's outcome, and returns
+// the refusing enforcing policy (nil when admitted). Shadow refusals are
+// reported, not enforced.
 func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 	var refused *applied
 	var items []string
@@ -250,16 +372,28 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 		}
 		switch {
 		case a.res.Limited && a.p.Shadow:
-			l.event(Event{Kind: ShadowRefused, Policy: a.p.Name})
+			a.outcome = ShadowRefused
 		case a.res.Limited: // the refusal with the longest wait decides (-1, never, longest of all)
+			a.outcome = Refused
 			if refused == nil || a.res.RetryAfter < 0 || (refused.res.RetryAfter >= 0 && a.res.RetryAfter > refused.res.RetryAfter) {
 				refused = a
 			}
+		default:
+			a.outcome = Admitted
+		}
+		if a.local && a.res.Limited {
+			a.outcome = LocalRefused
+		} else if a.local {
+			a.outcome = LocalAdmitted
 		}
 		items = append(items, field(a))
 	}
 	if len(items) > 0 {
 		w.Header().Set("RateLimit", strings.Join(items, ", "))
+	}
+	if refused != nil {
+		unmark(rate, Admitted)
+		unmark(rate, LocalAdmitted)
 	}
 	return refused
 }
@@ -287,56 +421,85 @@ func seconds(d time.Duration) int64 {
 
 // acquire takes a slot of every concurrency policy; on a refusal (or a
 // failure under FailClosed) it gives back what it took. release gives back
-// the rest; it runs after the handler, even when the handler panics.
+// the rest; it runs after the handler, even when the handler panics, within
+// the call timeout (and not at all while the breaker is open: the slots
+// then lapse with their lease). A Decision of status 0 means the client
+// went away.
 func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d Decision, ok bool) {
 	var buf [12]byte
 	rand.Read(buf[:])
 	id := hex.EncodeToString(buf[:])
-	var held []*applied
-	var localHeld []*applied
+	var held, localHeld []*applied
 	release = func() {
-		ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.opt.Timeout)
-		defer cancel()
-		for _, a := range held {
-			if _, err := l.c.Release(ctx, a.key, a.id); err != nil {
-				l.event(Event{Kind: Failure, Policy: a.p.Name, Err: err})
-			}
-		}
 		for _, a := range localHeld {
 			l.local.release(a.key)
 		}
+		if len(held) == 0 || !l.breaker.allow() {
+			return
+		}
+		parent := context.WithoutCancel(r.Context())
+		ctx, cancel := context.WithTimeout(parent, l.opt.Timeout)
+		defer cancel()
+		start := time.Now()
+		var err error
+		for _, a := range held {
+			if _, e := l.c.Release(ctx, a.key, a.id); e != nil && err == nil {
+				err = e
+			}
+		}
+		l.settle(parent, err, time.Since(start))
 	}
 	for i := range conc {
 		a := &conc[i]
 		a.id = id
 		var res client.Result
-		if l.remote(r, func(ctx context.Context) (err error) {
+		switch l.remote(r, func(ctx context.Context) (err error) {
 			res, err = l.c.Acquire(ctx, a.key, a.p.Concurrency, id, client.Reserve(a.reserve))
 			return err
 		}) {
-			if !res.Limited {
+		case gone:
+			return release, Decision{}, false
+		case decided:
+			switch {
+			case !res.Limited:
 				held = append(held, a)
+				a.outcome = Admitted
+				continue
+			case a.p.Shadow:
+				a.outcome = ShadowRefused
 				continue
 			}
-			if a.p.Shadow {
-				l.event(Event{Kind: ShadowRefused, Policy: a.p.Name})
-				continue
-			}
-			l.event(Event{Kind: Shed, Policy: a.p.Name})
-			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: max(res.RetryAfter, time.Second)}, false
+			a.outcome = Shed
+			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, res.RetryAfter)}, false
 		}
 		switch l.opt.OnError {
 		case FailClosed:
+			a.outcome = FailedClosed
 			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breaker.retryAfter()}, false
 		case FailLocal:
 			if l.local.acquire(a.key, a.p.Concurrency.Limit) {
 				localHeld = append(localHeld, a)
-			} else if !a.p.Shadow {
-				return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: time.Second}, false
+				a.outcome = LocalAdmitted
+			} else if a.outcome = LocalRefused; !a.p.Shadow {
+				return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, time.Second)}, false
 			}
+		default:
+			a.outcome = FailedOpen
 		}
 	}
 	return release, Decision{}, true
+}
+
+// shedRetry is the Retry-After of a request p sheds: until the earliest
+// lease ends (at least a second), or p's ShedRetryAfter when sooner.
+func shedRetry(p *Policy, earliest time.Duration) time.Duration {
+	if earliest >= 0 {
+		earliest = max(earliest, time.Second)
+	}
+	if p.ShedRetryAfter > 0 && (earliest < 0 || p.ShedRetryAfter < earliest) {
+		return p.ShedRetryAfter
+	}
+	return earliest
 }
 
 // refuse answers a refused or shed request: the status, Retry-After (the
@@ -354,13 +517,18 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 		l.opt.Refused(w, r, d)
 		return
 	}
-	h.Set("Content-Type", "application/problem+json")
-	w.WriteHeader(d.Status)
 	detail := "the service is shedding load"
 	if d.Status == http.StatusTooManyRequests {
 		detail = fmt.Sprintf("policy %q refused the request", d.Policy)
 	}
+	problem(w, d.Status, detail)
+}
+
+// problem writes a problem+json body (RFC 9457).
+func problem(w http.ResponseWriter, status int, detail string) {
+	w.Header().Set("Content-Type", "application/problem+json")
+	w.WriteHeader(status)
 	json.NewEncoder(w).Encode(map[string]any{
-		"type": "about:blank", "title": http.StatusText(d.Status), "status": d.Status, "detail": detail,
+		"type": "about:blank", "title": http.StatusText(status), "status": status, "detail": detail,
 	})
 }
