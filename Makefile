@@ -50,9 +50,10 @@ run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in 
 
 test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers
 
-# The Go modules: the library (what users get), and the integration tests'
-# own module (testcontainers and moby stay out of users' module graphs).
-MODULES := . integration
+# The Go modules: the library (what users get); prom, its Prometheus
+# adapter (client_golang only for those who import it); the examples; and
+# the integration tests (testcontainers and moby stay out of users' graphs).
+MODULES := . prom examples integration
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 deps: ## download the Go modules and the linter (images.sh installs debootstrap itself)
@@ -64,7 +65,7 @@ lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference c
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 unit: build build/clockshift.so redis-server chromium ## unit tests, examples and fuzz seeds, and the demo's (a redis-server of its own, the page in headless Chromium)
-	$(GO) test -count=1 ./...
+	for m in . prom examples; do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
 
 integration: build build/clockshift.so ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
 	cd integration && $(GO) test -count=1 -timeout 45m .

@@ -1,0 +1,61 @@
+package integration
+
+import (
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strings"
+	"testing"
+)
+
+// A user's module that imports the client and the middleware: its module
+// graph gains go-redis and what it needs (and golang-lru, for FailLocal),
+// nothing of the tests, the benchmarks, the linter or the metrics adapter.
+func TestUsersModuleGraph(t *testing.T) {
+	repo, err := filepath.Abs("..")
+	if err != nil {
+		t.Fatal(err)
+	}
+	dir := t.TempDir()
+	write := func(name, text string) {
+		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
+			t.Fatal(err)
+		}
+	}
+	write("go.mod", "module example.com/user\n\ngo 1.26.0\n\nrequire github.com/seed-6b3823f5/ratelimit v0.0.0\n\n"+
+		"replace github.com/seed-6b3823f5/ratelimit => "+repo+"\n")
+	write("main.go", "package main\n\nimport (\n\t_ \"github.com/seed-6b3823f5/ratelimit/client\"\n"+
+		"\t_ \"github.com/seed-6b3823f5/ratelimit/httplimit\"\n\t_ \"github.com/seed-6b3823f5/ratelimit/lua\"\n)\n\nfunc main() {}\n")
+	gocmd := func(args ...string) string {
+		cmd := exec.Command("go", args...)
+		cmd.Dir = dir
+		// Offline: everything must come from the module cache the library's own build filled.
+		cmd.Env = append(os.Environ(), "GOPROXY=off", "GOFLAGS=-mod=mod", "GOWORK=off")
+		out, err := cmd.CombinedOutput()
+		if err != nil {
+			t.Fatalf("go %v: %v\n%s", args, err, out)
+		}
+		return string(out)
+	}
+	gocmd("mod", "tidy")
+	graph := gocmd("mod", "graph")
+	var ours []string
+	for _, line := range strings.Split(strings.TrimSpace(graph), "\n") {
+		from, to, _ := strings.Cut(line, " ")
+		if strings.HasPrefix(from, "github.com/seed-6b3823f5/ratelimit@") {
+			ours = append(ours, strings.Split(to, "@")[0])
+		}
+	}
+	slices.Sort(ours)
+	want := []string{"github.com/cespare/xxhash/v2", "github.com/hashicorp/golang-lru/v2", "github.com/redis/go-redis/v9",
+		"go", "go.uber.org/atomic", "golang.org/x/sys"}
+	if !slices.Equal(ours, want) {
+		t.Fatalf("the library requires %v, want %v", ours, want)
+	}
+	for _, banned := range []string{"testcontainers", "moby", "honnef.co", "prometheus", "docker"} {
+		if strings.Contains(graph, banned) {
+			t.Fatalf("a user's module graph holds %s:\n%s", banned, graph)
+		}
+	}
+}
