@@ -58,7 +58,7 @@ func TestAllCommandInfo(t *testing.T) {
 					t.Fatalf("%s flags %s lack %s", name, flags, f)
 				}
 			}
-			if row[1].(int64) != -7 || !strings.Contains(spec, wantSpec) || !strings.Contains(spec, "keynum") {
+			if row[1].(int64) != -2 || !strings.Contains(spec, wantSpec) || !strings.Contains(spec, "keynum") {
 				t.Fatalf("%s: arity %v, key specs %s", name, row[1], spec)
 			}
 			keys, err := s.rdb.Do(ctx, "COMMAND", "GETKEYS", name, 3, "a", "b", "c",

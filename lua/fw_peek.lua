@@ -335,10 +335,13 @@ local function parse_options(args, i, allowed, names, each)
   while i <= #args do
     local a = args[i]
     if isword(a, 'MS') then
+      if ms then return nil, nil, nil, fail('ERR the option MS is given twice') end
       ms = true
     elseif each and isword(a, 'EACH') then
+      if each_seen then return nil, nil, nil, fail('ERR the option EACH is given twice') end
       each_seen = true
     elseif allowed and isword(a, 'RESERVE') then
+      if reserve_at > 0 then return nil, nil, nil, fail('ERR the option RESERVE is given twice') end
       if i + 1 > #args then
         return nil, nil, nil, fail('ERR RESERVE needs a number: RESERVE n, n from 0 to the limit')
       end

@@ -171,8 +171,25 @@ func parseAll(args []string, lims *[maxKeys]limit, ms, each *bool, o *outcome) (
 			}
 		}
 	}
+	// One call adds at most maxLogAdd sliding-log entries: 16 logs of
+	// 100000 each would stall the server for seconds.
+	var entries int64
+	for j := range n {
+		if l := &lims[j]; l.family == famSL && *l.cost() <= l.v[0] {
+			entries += *l.cost() // each cost ≤ maxLogLimit: no overflow
+		}
+	}
+	if entries > maxLogAdd {
+		o.fail(fmt.Sprintf("ERR the sliding logs of one call may add at most %d entries, not %d: split the call", maxLogAdd, entries))
+		return 0, false
+	}
 	return n, true
 }
+
+// maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the
+// costs of its logs that do not exceed their limits), as one SL.HIT is
+// bounded by its limit: about 80 ms of the server's time at most.
+const maxLogAdd = maxLogLimit
 
 // argNames lists a limiter's arguments in RL.ALL, for errors.
 func argNames(s *syntax) string {

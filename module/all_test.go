@@ -206,6 +206,16 @@ func TestAllErrors(t *testing.T) {
 		{"1", []string{"a"}, []string{"FW", "5", "60", "-1"}, "ERR limiter 1 (FW): cost must be an integer from 0 to 9223372036854775807"},
 		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS, RESERVE n and EACH`},
 		{"1", []string{"a"}, []string{"GCRA", "1", "2000000000", "1", "1"}, "ERR limiter 1 (GCRA, key \"a\"): count must be at most period x 1000000000"},
+		// What Redis's arity check answered before (RL.ALL's arity is now -2).
+		{"99", []string{"a"}, nil, "ERR numkeys must be an integer from 1 to 16"},
+		{"2", []string{"a", "b"}, nil, "ERR numkeys is 2 but 0 limiters follow the keys"},
+		{"1", nil, nil, "ERR numkeys is 1 but 0 arguments follow it"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "MS", "ms"), "ERR the option MS is given twice"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "EACH", "each"), "ERR the option EACH is given twice"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "RESERVE", "1", "RESERVE", "0"), "ERR the option RESERVE is given twice"},
+		// One call adds at most 100000 sliding-log entries.
+		{"2", []string{"a", "b"}, []string{"SL", "100000", "60", "60000", "SL", "100000", "60", "40001"},
+			"ERR the sliding logs of one call may add at most 100000 entries, not 100001: split the call"},
 	}
 	for _, c := range cases {
 		args := append(append([]string{"rl.all", c.numkeys}, c.keys...), c.rest...)
@@ -291,4 +301,19 @@ func FuzzAll(f *testing.F) {
 			}
 		}
 	})
+}
+
+// The bound on sliding-log entries counts only the costs a log could
+// admit: exactly 100000 is accepted, and a cost above its limit (a
+// refusal, which adds nothing) does not count.
+func TestAllLogEntriesBound(t *testing.T) {
+	for _, rest := range [][]string{
+		{"SL", "100000", "60", "60000", "SL", "100000", "60", "40000"},
+		{"SL", "10", "60", "50000", "SL", "100000", "60", "60000", "SL", "100000", "60", "40000"},
+	} {
+		o := runAll(false, fresh(len(rest)/4), rest...)
+		if o.action != actReply {
+			t.Fatalf("%v: %+v", rest, o)
+		}
+	}
 }

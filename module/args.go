@@ -106,10 +106,19 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 	for ; i < len(args); i++ {
 		switch {
 		case isOption(args[i]):
+			if *ms {
+				return twice(o, "MS")
+			}
 			*ms = true
 		case each != nil && equalFold(args[i], "EACH"):
+			if *each {
+				return twice(o, "EACH")
+			}
 			*each = true
 		case allowed && isReserve(args[i]):
+			if *reserveAt > 0 {
+				return twice(o, "RESERVE")
+			}
 			if i+1 >= len(args) {
 				o.fail("ERR RESERVE needs a number: RESERVE n, n from 0 to the limit")
 				return false
@@ -122,6 +131,12 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 		}
 	}
 	return true
+}
+
+// twice refuses an option given twice: which of the two was meant?
+func twice(o *outcome, name string) bool {
+	o.fail("ERR the option " + name + " is given twice")
+	return false
 }
 
 // setReserve reads RESERVE's n, 0 to the limit; errors name the limiter

@@ -142,6 +142,7 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 		return
 	}
 	var d conc.Decision
+	var h conc.Holder
 	if op == opConcPeek {
 		var latest int64
 		if st.kind == keyZSet {
@@ -155,7 +156,8 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 				"sorted-set score held exactly): at most %d seconds from now", maxLease))
 			return
 		}
-		d, err = l.Acquire(set, set.holder(args[c.idAt]), st.now, time.Duration(c.lease)*time.Second, c.reserve)
+		h = set.holder(args[c.idAt])
+		d, err = l.Acquire(set, h, st.now, time.Duration(c.lease)*time.Second, c.reserve)
 	}
 	if err != nil {
 		o.failErr(err)
@@ -170,6 +172,13 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 		w.zCutoff = floorDiv(st.now, 1000)
 		w.zScore = checked.CeilDiv(d.End, 1000)
 		w.expireMs = leaseExpiry(d.Expire)
+		// A renewal that changes nothing (the same instant's lease, no
+		// lapsed holder to sweep, the same expiry) writes nothing, and so
+		// replicates and notifies nothing, as the script's ZADD of an
+		// unchanged score does not.
+		if d.Renewed && w.zScore == h.Own/1000 && w.expireMs == st.expireMs && st.oldest.score > float64(w.zCutoff) {
+			*w = keyWrite{}
+		}
 	}
 }
 

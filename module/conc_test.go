@@ -154,6 +154,10 @@ func TestConcCommands(t *testing.T) {
 		{opConcRelease, 4 * sec, []string{"b"}, [5]int64{0}, writeNone},
 		{opConcAcquire, 5 * sec, []string{"2", "30", "c", "RESERVE", "1"}, [5]int64{1, 2, 1, 8, 8}, writeNone},
 		{opConcAcquire, 5 * sec, []string{"2", "30", "c"}, [5]int64{0, 2, 0, -1, 30}, writeConc},
+		// the same renewal at the same instant changes nothing: no write
+		{opConcAcquire, 5 * sec, []string{"2", "30", "c"}, [5]int64{0, 2, 0, -1, 30}, writeNone},
+		// a millisecond later the lease moves: a write
+		{opConcAcquire, 5*sec + int64(time.Millisecond), []string{"2", "30", "c", "MS"}, [5]int64{0, 2, 0, -1, 30000}, writeConc},
 		// a's lease lapsed at 13 s; releasing it replies 0 and removes it.
 		{opConcRelease, 14 * sec, []string{"a"}, [5]int64{0}, writeConc},
 		{opConcRelease, 15 * sec, []string{"c"}, [5]int64{1}, writeDel},

@@ -193,11 +193,11 @@ static const rl_command_def rl_commands[] = {
      rl_log_args},
     {"sl.peek", "sl_peek", RL_OP_SL_PEEK, 1, 0, 0, 0, -4, "What SL.HIT would reply now, changing nothing", "O(log N + M)",
      rl_log_args},
-    {"rl.all", "rl_all", RL_OP_RL_ALL, 0, 0, 1, 0, -7,
+    {"rl.all", "rl_all", RL_OP_RL_ALL, 0, 0, 1, 0, -2,
      "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding "
      "limit's five integers and its position",
      "O(N) for N keys, O(log N + M) per sliding log", rl_all_args},
-    {"rl.peek", "rl_peek", RL_OP_RL_PEEK, 1, 0, 1, 0, -7, "What RL.ALL would reply now, changing nothing",
+    {"rl.peek", "rl_peek", RL_OP_RL_PEEK, 1, 0, 1, 0, -2, "What RL.ALL would reply now, changing nothing",
      "O(N) for N keys, O(log N + M) per sliding log", rl_all_args},
     {"conc.acquire", "conc_acquire", RL_OP_CONC_ACQUIRE, 0, 0, 0, 0, -5,
      "Concurrency limit: take a slot for id, or renew its lease; reply limited, limit, free slots, retry, reset",

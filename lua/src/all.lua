@@ -29,7 +29,7 @@ end
 -- limits ({family, v}), ms, each, or an error, in the module's order.
 local function parse_all(name)
   local n = #KEYS
-  if 2 + n + #ARGV < 7 or 2 + n + #ARGV > 128 then return nil, nil, nil, arity(name) end
+  if 2 + n + #ARGV > 128 then return nil, nil, nil, arity(name) end
   if n < 1 or n > 16 then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to 16') end
   for a = 1, n do
     for b = a + 1, n do
@@ -76,6 +76,14 @@ local function parse_all(name)
       l.reserve, err = parse_reserve(ARGV[reserve_at], l.syn.limit(l.v), l.prefix)
       if err then return nil, nil, nil, err end
     end
+  end
+  -- One call adds at most 100000 sliding-log entries (the module's maxLogAdd).
+  local entries = 0
+  for _, l in ipairs(lims) do
+    if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
+  end
+  if entries > 100000 then
+    return nil, nil, nil, fail('ERR the sliding logs of one call may add at most 100000 entries, not ' .. fmt(entries) .. ': split the call')
   end
   return lims, ms, each
 end
