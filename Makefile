@@ -51,9 +51,10 @@ run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in 
 test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers
 
 # The Go modules: the library (what users get); prom, its Prometheus
-# adapter (client_golang only for those who import it); the examples; and
-# the integration tests (testcontainers and moby stay out of users' graphs).
-MODULES := . prom examples integration
+# adapter (client_golang only for those who import it); the examples; the
+# benchmarks; and the integration tests (testcontainers and moby stay out
+# of users' module graphs).
+MODULES := . prom examples bench integration
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 deps: ## download the Go modules and the linter (images.sh installs debootstrap itself)
@@ -81,7 +82,8 @@ images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
 
 bench: build build/cref.so redis-server images ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1); writes BENCHMARKS.md and bench/chart.svg
-	$(GO) run ./bench -images local/redis:8.0,local/valkey:8.1
+	cd bench && $(GO) build -o ../build/bench .
+	./build/bench -images local/redis:8.0,local/valkey:8.1
 
 # The build make callgrind compares with: the module as it was at
 # BASELINE_REF (a git revision), built from git's copy of it.

@@ -109,6 +109,7 @@ func main() {
 	measure(ctx, host, works, *rounds, *n16, *n1)
 	conc := measureConc(ctx, host, *rounds, *n16)
 	httpRows := measureHTTP(ctx, host, *rounds, *n16/10)
+	hung := measureHung(ctx, host)
 	host.rdb.FlushAll(ctx)
 	baseline := memory(ctx, host.rdb, works)
 	host.stop()
@@ -124,7 +125,7 @@ func main() {
 
 	allocs := goAllocs()
 	cpu, cores := machine()
-	report(*out, *chart, works, conc, httpRows, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
+	report(*out, *chart, works, conc, httpRows, hung, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
 	log.Printf("bench: wrote %s and %s", *out, *chart)
 }
 
@@ -134,6 +135,9 @@ type server struct {
 	port    int
 	rdb     *redis.Client
 	stop    func()
+	// signal sends a signal to the server's process (the host's only):
+	// SIGSTOP makes a server that accepts and never answers.
+	signal func(os.Signal)
 }
 
 // serverRun is what one more server measured.
@@ -152,7 +156,9 @@ func startHost(ctx context.Context, so, cso string) *server {
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
 	}
-	return ready(ctx, port, func() { srv.Process.Kill(); srv.Wait() })
+	s := ready(ctx, port, func() { srv.Process.Kill(); srv.Wait() })
+	s.signal = func(sig os.Signal) { srv.Process.Signal(sig) }
+	return s
 }
 
 // startImage starts a server from a local image (images/build.sh), on the

@@ -6,6 +6,7 @@ import (
 	"os"
 	"runtime"
 	"strings"
+	"time"
 )
 
 // target is one of the performance targets and whether the run met it.
@@ -15,7 +16,7 @@ type target struct {
 	cref         string // the C reference's figure, where the target applies to it
 }
 
-func report(out, chart string, works []*workload, conc []*concRow, httpRows []*httpRow, others []serverRun, baseline int64, allocs map[string][2]float64,
+func report(out, chart string, works []*workload, conc []*concRow, httpRows []*httpRow, hung []*hungRow, others []serverRun, baseline int64, allocs map[string][2]float64,
 	serverVersion, cpu string, cores, rounds, n16, n1 int) {
 	byName := map[string]*workload{}
 	lua := map[string]*workload{}
@@ -102,6 +103,7 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 
 	concSlowest := concSection(&b, conc)
 	httpSection(&b, httpRows)
+	hungSection(&b, hung)
 
 	if len(others) > 0 {
 		fmt.Fprintf(&b, "\n## Other servers\n\nThe same measurement, -P 16 only, on the local images `make images` builds (Debian's packages), run\n")
@@ -286,6 +288,21 @@ func httpSection(b *strings.Builder, rows []*httpRow) {
 	for _, r := range rows {
 		bare, with := w.median(r.bare), w.median(r.with)
 		fmt.Fprintf(b, "| %s | %.0f | %.0f | %.2f | %.1f |\n", r.name, bare, with, with/bare, 1e6/with-1e6/bare)
+	}
+}
+
+// hungSection writes what requests cost while Redis hangs.
+func hungSection(b *strings.Builder, rows []*hungRow) {
+	fmt.Fprintf(b, "\n## While Redis hangs\n\n")
+	fmt.Fprintf(b, "The same server stopped with SIGSTOP (it accepts connections and never answers, as a hung process does),\n")
+	fmt.Fprintf(b, "32 keep-alive clients sending requests through the middleware (one policy, FailOpen, the default 50 ms\n")
+	fmt.Fprintf(b, "timeout and breaker) for 3 s, each request's time from the client (`measureHung` in bench/http.go). The\n")
+	fmt.Fprintf(b, "reference is a handler that sends one GET to Redis with a 50 ms context over a go-redis client with its\n")
+	fmt.Fprintf(b, "defaults, what a limiter built on a plain client costs: its clients wait until their requests end.\n\n")
+	fmt.Fprintf(b, "| requests through | requests served | median | p99 | slowest | slowest ÷ the 50 ms timeout |\n|---|---|---|---|---|---|\n")
+	for _, r := range rows {
+		fmt.Fprintf(b, "| %s | %d | %v | %v | %v | %.1f× |\n", r.name, r.n, r.median.Round(time.Microsecond),
+			r.p99.Round(time.Microsecond), r.slowest.Round(time.Microsecond), float64(r.slowest)/float64(50*time.Millisecond))
 	}
 }
 
