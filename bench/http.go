@@ -94,33 +94,43 @@ func measureHTTP(ctx context.Context, s *server, rounds, n int) []*httpRow {
 // drive serves h on loopback and sends n requests from 32 keep-alive
 // clients; it returns requests per second. Every response must be a 200.
 func drive(h http.Handler, n int) float64 {
+	var sent atomic.Int64
+	start := time.Now()
+	load(h, func() bool { return sent.Add(1) <= int64(n) }, func(status int, _ time.Duration) {
+		if status != 200 {
+			log.Fatalf("bench: http: status %d", status)
+		}
+	})
+	return float64(n) / time.Since(start).Seconds()
+}
+
+// load serves h on loopback and sends requests from 32 keep-alive clients,
+// each of its own X-Client, while more says so; done sees each response's
+// status and time.
+func load(h http.Handler, more func() bool, done func(status int, took time.Duration)) {
 	srv := httptest.NewServer(h)
 	defer srv.Close()
 	tr := &http.Transport{MaxIdleConnsPerHost: 64}
 	defer tr.CloseIdleConnections()
 	hc := &http.Client{Transport: tr}
-	var sent atomic.Int64
 	var wg sync.WaitGroup
-	start := time.Now()
 	for c := range 32 {
 		wg.Go(func() {
-			for sent.Add(1) <= int64(n) {
+			for more() {
 				req, _ := http.NewRequest("GET", srv.URL, nil)
 				req.Header.Set("X-Client", fmt.Sprint("c", c))
+				start := time.Now()
 				resp, err := hc.Do(req)
 				if err != nil {
 					log.Fatalf("bench: http: %v", err)
 				}
 				io.Copy(io.Discard, resp.Body)
 				resp.Body.Close()
-				if resp.StatusCode != 200 {
-					log.Fatalf("bench: http: status %d", resp.StatusCode)
-				}
+				done(resp.StatusCode, time.Since(start))
 			}
 		})
 	}
 	wg.Wait()
-	return float64(n) / time.Since(start).Seconds()
 }
 
 // hungRow is what requests cost while Redis hangs.
@@ -184,37 +194,16 @@ func measureHung(ctx context.Context, s *server) []*hungRow {
 	return rows
 }
 
-// driveFor serves h on loopback and sends requests from 32 keep-alive
-// clients until d has passed; it returns every request's latency.
+// driveFor sends requests to h from 32 keep-alive clients until d has
+// passed; it returns every request's time.
 func driveFor(h http.Handler, d time.Duration) []time.Duration {
-	srv := httptest.NewServer(h)
-	defer srv.Close()
-	tr := &http.Transport{MaxIdleConnsPerHost: 64}
-	defer tr.CloseIdleConnections()
-	hc := &http.Client{Transport: tr}
 	var mu sync.Mutex
 	var lat []time.Duration
-	var wg sync.WaitGroup
 	end := time.Now().Add(d)
-	for c := range 32 {
-		wg.Go(func() {
-			for time.Now().Before(end) {
-				req, _ := http.NewRequest("GET", srv.URL, nil)
-				req.Header.Set("X-Client", fmt.Sprint("c", c))
-				start := time.Now()
-				resp, err := hc.Do(req)
-				if err != nil {
-					log.Fatalf("bench: http: %v", err)
-				}
-				io.Copy(io.Discard, resp.Body)
-				resp.Body.Close()
-				took := time.Since(start)
-				mu.Lock()
-				lat = append(lat, took)
-				mu.Unlock()
-			}
-		})
-	}
-	wg.Wait()
+	load(h, func() bool { return time.Now().Before(end) }, func(_ int, took time.Duration) {
+		mu.Lock()
+		lat = append(lat, took)
+		mu.Unlock()
+	})
 	return lat
 }

@@ -52,6 +52,20 @@ func statuses(t *testing.T, url string, n int, header ...string) string {
 	return b.String()
 }
 
+// timedStatuses sends n requests one after the other, lists their statuses
+// ("200 200 429 ") and returns the slowest's time; check sees each response.
+func timedStatuses(t *testing.T, url string, n int, check func(*http.Response)) (codes string, slowest time.Duration) {
+	t.Helper()
+	for range n {
+		start := time.Now()
+		resp := get(t, url)
+		slowest = max(slowest, time.Since(start))
+		codes += fmt.Sprint(resp.StatusCode, " ")
+		check(resp)
+	}
+	return codes, slowest
+}
+
 // refundAcrossTags runs the middleware over rdb (a cluster or a Ring) with
 // two policies keyed apart, so in two slots or shards: they are taken one
 // by one, and when the second refuses, the first gives back what it took.
@@ -289,17 +303,11 @@ func TestHTTPRedisOutage(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, md := range modes {
-		var codes string
-		var slowest time.Duration
-		for range 8 {
-			start := time.Now()
-			resp := get(t, md.srv.URL)
-			slowest = max(slowest, time.Since(start))
-			codes += fmt.Sprint(resp.StatusCode, " ")
+		codes, slowest := timedStatuses(t, md.srv.URL, 8, func(resp *http.Response) {
 			if resp.StatusCode == 503 && resp.Header.Get("Retry-After") == "" {
 				t.Fatalf("%s: 503 without Retry-After", md.name)
 			}
-		}
+		})
 		want := map[string]string{
 			"open":   "200 200 200 200 200 200 200 200 ",
 			"closed": "503 503 503 503 503 503 503 503 ",

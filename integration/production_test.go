@@ -130,14 +130,7 @@ func TestHTTPRedisHung(t *testing.T) {
 				"local":  "200 200 200 429 429 429 429 429 ", // this process's own count of 3
 			}
 			for _, md := range modes {
-				var codes string
-				var slowest time.Duration
-				for range 8 {
-					start := time.Now()
-					resp := get(t, md.srv.URL)
-					slowest = max(slowest, time.Since(start))
-					codes += fmt.Sprint(resp.StatusCode, " ")
-				}
+				codes, slowest := timedStatuses(t, md.srv.URL, 8, func(*http.Response) {})
 				// Concurrent requests, as a real outage meets them.
 				var wg sync.WaitGroup
 				var slowestMu sync.Mutex
