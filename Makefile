@@ -66,7 +66,7 @@ lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference c
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 unit: build build/clockshift.so redis-server chromium ## unit tests, examples and fuzz seeds, and the demo's (a redis-server of its own, the page in headless Chromium)
-	for m in . prom examples; do (cd $$m && $(GO) test -count=1 ./...) || exit 1; done
+	for m in . prom examples; do (cd $$m && RATELIMIT_FULL_TESTS=1 $(GO) test -count=1 ./...) || exit 1; done
 
 integration: build build/clockshift.so ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
 	cd integration && $(GO) test -count=1 -timeout 45m .
