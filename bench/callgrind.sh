@@ -9,7 +9,12 @@
 #   instructions per call = (total with N calls - total with N PINGs) / N
 #
 # valgrind runs the Go runtime only without asynchronous preemption
-# (GODEBUG=asyncpreemptoff=1): its signals stop valgrind's scheduler.
+# (GODEBUG=asyncpreemptoff=1): its signals stop valgrind's scheduler; and
+# without RDTSCP (cpu.rdtscp=off), which Go's runtime.cputicks uses where
+# the CPU has it and Debian's valgrind 3.19 cannot decode (SIGILL whenever
+# the runtime's lock spun: most runs on an AMD EPYC). The Go runtime reads
+# its CPU options from the environment the process started with, which
+# redis-server overwrites to show its title: --set-proc-title no keeps it.
 #
 # The count still moves between runs by a few percent: the keys are random
 # and the server's cron work (run 1 time a second here, --hz 1) grows with
@@ -68,8 +73,8 @@ run() {
   local port out=$work/callgrind.out
   port=$(free_port)
   rm -f "$out"
-  GODEBUG=asyncpreemptoff=1 valgrind --tool=callgrind --callgrind-out-file="$out" \
-    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --hz 1 \
+  GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --callgrind-out-file="$out" \
+    redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --hz 1 --set-proc-title no \
     --loadmodule "$module" --loadmodule "$cref" >"$work/server.log" 2>&1 &
   local pid=$!
   local up=

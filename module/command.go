@@ -31,7 +31,7 @@ const (
 	opCount
 )
 
-// What shim.c does once execute returns, numbered as enum rl_action.
+// What call.c does once execute returns, numbered as enum rl_action.
 const (
 	actError = iota
 	actReply
@@ -39,7 +39,7 @@ const (
 	actArity
 )
 
-// What shim.c writes to one key, numbered as enum rl_write.
+// What call.c writes to one key, numbered as enum rl_write.
 const (
 	writeNone = iota
 	writeSet

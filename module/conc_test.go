@@ -84,7 +84,7 @@ func concKeyAt(now int64, leases fakeLeases) *fakeKey {
 	return k
 }
 
-// apply stores a concurrency write into the fake key, as shim.c does.
+// apply stores a concurrency write into the fake key, as zset.c does.
 func (l fakeLeases) apply(t *testing.T, args []string, w keyWrite, now int64) {
 	t.Helper()
 	switch w.action {

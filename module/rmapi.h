@@ -234,15 +234,24 @@ typedef struct {
     X(1, mstime_t, Milliseconds, (void))
 
 /*
- * The one C file of a module that talks to the server includes this header
- * and gets a static pointer per function, RM_<name>; rl_load_api, which
- * fills them in from RedisModule_OnLoad's context and returns the name of a
- * missing required function (NULL when none is missing); and rl_now_ns.
+ * Every C file of a module that talks to the server includes this header
+ * and sees a pointer per function, RM_<name>, and rl_now_ns. The one file
+ * that defines RL_API_DEFINE before including it owns the pointers and
+ * gets rl_load_api, which fills them in from RedisModule_OnLoad's context
+ * and returns the name of a missing required function (NULL when none is
+ * missing). The pointers are hidden: the library's own code reaches them
+ * directly, not through its symbol table.
  */
-#define RL_DECLARE(req, ret, name, params) static ret(*RM_##name) params;
+#define RL_HIDDEN __attribute__((visibility("hidden")))
+#ifdef RL_API_DEFINE
+#define RL_DECLARE(req, ret, name, params) RL_HIDDEN ret(*RM_##name) params;
+#else
+#define RL_DECLARE(req, ret, name, params) extern RL_HIDDEN ret(*RM_##name) params;
+#endif
 RL_API_FUNCS(RL_DECLARE)
 #undef RL_DECLARE
 
+#ifdef RL_API_DEFINE
 typedef int (*rl_getapi_fn)(const char *name, void *out);
 
 static const char *rl_load_api(RedisModuleCtx *ctx) {
@@ -255,11 +264,12 @@ static const char *rl_load_api(RedisModuleCtx *ctx) {
 #undef RL_LOOKUP
     return NULL;
 }
+#endif
 
 /* The one clock read per command, in Unix nanoseconds: the server's cached
  * command time where it has one (Redis 7.2+, Valkey 8: one instant for a
  * whole MULTI/EXEC or script), else its wall clock in milliseconds. */
-static long long rl_now_ns(void) {
+static inline long long rl_now_ns(void) {
     if (RM_CachedMicroseconds) return (long long)RM_CachedMicroseconds() * 1000LL;
     return (long long)RM_Milliseconds() * 1000000LL;
 }

@@ -1,6 +1,7 @@
 /*
- * shim.h: the boundary between the C side (shim.c, which alone talks to the
- * server) and the Go side (which parses, computes and decides).
+ * shim.h: the boundary between the C side (call.c, zset.c, load.c, which
+ * alone talk to the server) and the Go side (which parses, computes and
+ * decides).
  *
  * A command crosses C->Go once (rlExecute). Before it, C has opened every
  * key the command names, read each one's state and the clock; Go parses,

@@ -26,6 +26,7 @@
 #include <stdlib.h>
 #include <string.h>
 
+#define RL_API_DEFINE /* this file owns the API pointers */
 #include "rmapi.h" /* the API pointers, rl_load_api and rl_now_ns, as the module has them */
 
 static RedisModuleString *cref_pxat;

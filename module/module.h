@@ -1,0 +1,60 @@
+/*
+ * module.h: what the module's C files share (shim.h is what Go shares with
+ * them): the command table (commands.c), the call protocol (call.c), the
+ * sorted-set store (zset.c), and load, registration and INFO (load.c).
+ */
+#ifndef RL_MODULE_H
+#define RL_MODULE_H
+
+#include "rmapi.h" /* the API: one RM_* pointer per function, rl_load_api, rl_now_ns */
+#include "shim.h"
+
+#define RL_MODULE_NAME "ratelimit"
+#define RL_MODULE_VERSION 1 /* MODULE LIST "ver" */
+#define RL_ACL_CATEGORY "ratelimit"
+
+/* What a consuming command and a peek do to their keys, in key specs and
+ * in the keys RL.ALL reports. */
+#define RL_KEYS_RW (REDISMODULE_CMD_KEY_RW | REDISMODULE_CMD_KEY_ACCESS | REDISMODULE_CMD_KEY_UPDATE)
+#define RL_KEYS_RO (REDISMODULE_CMD_KEY_RO | REDISMODULE_CMD_KEY_ACCESS)
+
+/* One command of the table. */
+typedef struct {
+    const char *name;      /* as registered */
+    const char *info_name; /* its INFO field */
+    int op;                /* enum rl_op */
+    int readonly;          /* a peek: readonly, opens its keys for reading only */
+    int alias;             /* registered only while the CL.THROTTLE alias is on */
+    int numkeys;           /* the keys follow numkeys at argument 1 (else the key is argument 1) */
+    int frees;             /* only frees memory: allowed past maxmemory (no deny-oom) */
+    int arity;
+    const char *summary;
+    const char *complexity;
+    RedisModuleCommandArg *args;
+} rl_command_def;
+
+/* The most commands: one entry point (handler) each. */
+#define RL_MAX_COMMANDS 20
+
+extern RL_HIDDEN const rl_command_def rl_commands[];
+extern RL_HIDDEN const int rl_ncommands;
+extern RL_HIDDEN RedisModuleCommandInfoVersion rl_info_version;
+extern RL_HIDDEN RedisModuleCommandKeySpec rl_keys_write[], rl_keys_read[], rl_keys_all_write[], rl_keys_all_read[];
+
+/* Each command's counters, for INFO ratelimit. */
+typedef struct {
+    unsigned long long calls, admitted, refused, errors;
+} rl_counters;
+extern RL_HIDDEN rl_counters rl_stats[RL_MAX_COMMANDS];
+
+/* "PXAT", made once at load: replicating it then allocates nothing. */
+extern RL_HIDDEN RedisModuleString *rl_pxat;
+
+/* Runs command idx of the table (call.c). */
+RL_HIDDEN int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx);
+
+/* The sorted-set writes (zset.c): a sliding log's, a concurrency state's. */
+RL_HIDDEN void rl_zlog_write(RedisModuleCtx *ctx, rl_key *k);
+RL_HIDDEN void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k);
+
+#endif
