@@ -54,11 +54,13 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/schedule"
+	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted request, and of a refused one
-// whose cost can never be admitted.
-const Never time.Duration = -1
+// whose cost can never be admitted (verdict.Never).
+const Never = verdict.Never
 
 // MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64.
 const MaxPeriod = math.MaxInt64 / int64(time.Second)
@@ -74,22 +76,14 @@ var (
 	ErrOverflow = errors.New("arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)")
 )
 
-// Decision is the outcome of one call.
+// Decision is the outcome of one call: the Verdict (Limit is the
+// capacity; Remaining, for the token bucket, the whole tokens left after
+// this call, for the shaper the free places in the queue; ResetAfter the
+// time until the bucket is full or the queue empty; a refused call changes
+// nothing, unless its state had to be clamped, see Clock steps) and the
+// state to store.
 type Decision struct {
-	// Limited reports a refusal; a refused call changes nothing, unless
-	// its state had to be clamped (see Clock steps).
-	Limited bool
-	// Limit is the capacity.
-	Limit int64
-	// Remaining is, for the token bucket, the whole tokens left after this
-	// call; for the shaper, the free places in the queue. 0 ≤ Remaining ≤ Limit.
-	Remaining int64
-	// RetryAfter is Never when admitted; when refused, the time until this
-	// same request would be admitted, or Never if it never can.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the bucket is full (token bucket) or
-	// the queue is empty (shaper).
-	ResetAfter time.Duration
+	verdict.Verdict
 	// Delay is the shaper's answer: how long an admitted request waits
 	// before it proceeds (0: go now). Always 0 for the token bucket and
 	// for refused requests.
@@ -102,73 +96,36 @@ type Decision struct {
 	Write bool
 }
 
-// schedule is the virtual schedule both buckets keep: units cost interval
-// each, and the state may run ahead of now by at most tolerance.
-type schedule struct {
-	limit     int64 // reported as Decision.Limit
-	slots     int64 // tolerance / interval
-	interval  int64 // ns per unit, rounded up
-	tolerance int64 // ns
-}
-
-func newSchedule(limit, slots, count, period int64) (schedule, error) {
+// newSchedule is both buckets' schedule: units cost period/count rounded
+// up to a whole nanosecond (so the rate is never exceeded), slots fit.
+func newSchedule(limit, slots, count, period int64) (schedule.Schedule, error) {
 	if limit < 0 || slots < 1 || count < 1 || period < 1 || period > MaxPeriod {
-		return schedule{}, ErrRange
+		return schedule.Schedule{}, ErrRange
 	}
 	periodNs := period * int64(time.Second)
 	if count > periodNs {
-		return schedule{}, ErrRate
+		return schedule.Schedule{}, ErrRate
 	}
 	interval := checked.CeilDiv(periodNs, count)
 	tolerance, ok := checked.Mul(interval, slots)
 	if !ok {
-		return schedule{}, ErrOverflow
+		return schedule.Schedule{}, ErrOverflow
 	}
-	return schedule{limit: limit, slots: slots, interval: interval, tolerance: tolerance}, nil
+	return schedule.Schedule{Limit: limit, Slots: slots, Interval: interval, Tolerance: tolerance}, nil
 }
 
-// apply moves the state by units at now. ahead is how far the state runs
-// ahead of now before the call, at most tolerance; next after it (when
-// admitted). A state further ahead than tolerance can only come from a
-// clock that stepped back (or a tolerance that shrank): it counts as exactly
-// tolerance ahead, and Write is set so that the clamped state is stored.
-func (s schedule) apply(state, now, units int64) (d Decision, ahead, next int64, err error) {
-	d = Decision{Limit: s.limit, RetryAfter: Never}
-	ahead, d.Write = checked.Ahead(state, now, s.tolerance)
-	if units > s.slots {
-		// More units than fit a full bucket: never admitted, decided
-		// before anything is multiplied.
-		return s.refuse(d, now, ahead), ahead, ahead, nil
+// apply moves the state by units at now (see schedule.Schedule.Apply).
+func apply(s schedule.Schedule, state, now, units int64) (Decision, schedule.Step, error) {
+	st, ok := s.Apply(state, now, units)
+	if !ok {
+		return Decision{}, st, ErrOverflow
 	}
-	units = max(units, -s.slots) // a refund beyond full stops at full
-	cost := s.interval * units   // |units| ≤ slots: |cost| ≤ tolerance
-	next, ok := checked.Add(ahead, cost)
-	if !ok || next > s.tolerance {
-		d.RetryAfter = time.Duration(ahead - (s.tolerance - cost)) // next − tolerance, without overflow
-		return s.refuse(d, now, ahead), ahead, ahead, nil
-	}
-	next = max(next, 0)
-	if d.State, ok = checked.Add(now, next); !ok {
-		return Decision{}, 0, 0, ErrOverflow
-	}
-	d.Write = d.Write || units > 0 || (units < 0 && ahead > 0)
-	return d, ahead, next, nil
-}
-
-func (s schedule) refuse(d Decision, now, ahead int64) Decision {
-	d.Limited = true
-	d.State = now + ahead // at most the stored state: no overflow
-	return d
-}
-
-// free is how many units fit when the state runs ahead of now by ahead.
-func (s schedule) free(ahead int64) int64 {
-	return min(max((s.tolerance-ahead)/s.interval, 0), s.limit)
+	return Decision{Verdict: st.Verdict, State: st.State, Write: st.Write}, st, nil
 }
 
 // TokenBucket holds the parameters of a token bucket; the state is passed
 // to and returned from Take.
-type TokenBucket struct{ s schedule }
+type TokenBucket struct{ s schedule.Schedule }
 
 // NewTokenBucket returns a bucket of capacity tokens refilled at
 // refillTokens per refillPeriod seconds. It fails with ErrRange for a
@@ -181,26 +138,21 @@ func NewTokenBucket(capacity, refillTokens, refillPeriod int64) (TokenBucket, er
 }
 
 // Capacity is the most tokens the bucket holds.
-func (b TokenBucket) Capacity() int64 { return b.s.limit }
+func (b TokenBucket) Capacity() int64 { return b.s.Limit }
 
 // Interval is the time one token takes to refill.
-func (b TokenBucket) Interval() time.Duration { return time.Duration(b.s.interval) }
+func (b TokenBucket) Interval() time.Duration { return time.Duration(b.s.Interval) }
 
 // Tolerance is how far ahead of now the state of an empty bucket lies:
 // capacity × Interval, the time a full refill takes.
-func (b TokenBucket) Tolerance() time.Duration { return time.Duration(b.s.tolerance) }
+func (b TokenBucket) Tolerance() time.Duration { return time.Duration(b.s.Tolerance) }
 
 // Take takes tokens at now (Unix ns) from the bucket whose state is full
 // (the instant it is full again; 0 when there is none). tokens 0 reports; a
 // negative count puts tokens back, never beyond a full bucket.
 func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
-	d, _, next, err := b.s.apply(full, now, tokens)
-	if err != nil {
-		return Decision{}, err
-	}
-	d.ResetAfter = time.Duration(next)
-	d.Remaining = b.s.free(next)
-	return d, nil
+	d, _, err := apply(b.s, full, now, tokens)
+	return d, err
 }
 
 // TakeReserve is Take with a reserve: tokens ≥ 0 are taken only if at least
@@ -208,8 +160,8 @@ func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
 // a take of tokens + reserve; only tokens are taken, and Remaining is what
 // truly remains. A put-back (tokens < 0) ignores the reserve.
 func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, error) {
-	if reserve > 0 && tokens >= 0 {
-		d, err := b.Take(full, now, checked.SatAdd(tokens, reserve))
+	if probe, first := verdict.Reserve(tokens, reserve); first {
+		d, err := b.Take(full, now, probe)
 		if err != nil || d.Limited {
 			return d, err
 		}
@@ -219,7 +171,7 @@ func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, er
 
 // Shaper holds the parameters of a leaky bucket used as a shaper; the state
 // is passed to and returned from Enqueue.
-type Shaper struct{ s schedule }
+type Shaper struct{ s schedule.Schedule }
 
 // NewShaper returns a shaper draining leakCount requests per leakPeriod
 // seconds with at most capacity waiting. Errors as for NewTokenBucket.
@@ -232,14 +184,14 @@ func NewShaper(capacity, leakCount, leakPeriod int64) (Shaper, error) {
 }
 
 // Capacity is the most requests that may wait.
-func (q Shaper) Capacity() int64 { return q.s.limit }
+func (q Shaper) Capacity() int64 { return q.s.Limit }
 
 // Interval is the time between two departures.
-func (q Shaper) Interval() time.Duration { return time.Duration(q.s.interval) }
+func (q Shaper) Interval() time.Duration { return time.Duration(q.s.Interval) }
 
 // Tolerance is how far ahead of now the state of a full queue lies:
 // (capacity + 1) × Interval.
-func (q Shaper) Tolerance() time.Duration { return time.Duration(q.s.tolerance) }
+func (q Shaper) Tolerance() time.Duration { return time.Duration(q.s.Tolerance) }
 
 // Enqueue places a request of cost quantity (≥ 0) at now (Unix ns) in the
 // queue whose state is empty (the instant the queue is empty again; 0 when
@@ -248,14 +200,9 @@ func (q Shaper) Enqueue(empty, now, quantity int64) (Decision, error) {
 	if quantity < 0 {
 		return Decision{}, ErrRange
 	}
-	d, ahead, next, err := q.s.apply(empty, now, quantity)
-	if err != nil {
-		return Decision{}, err
+	d, st, err := apply(q.s, empty, now, quantity)
+	if err == nil && !d.Limited {
+		d.Delay = time.Duration(st.Ahead)
 	}
-	d.ResetAfter = time.Duration(next)
-	d.Remaining = q.s.free(next)
-	if !d.Limited {
-		d.Delay = time.Duration(ahead)
-	}
-	return d, nil
+	return d, err
 }

@@ -327,14 +327,14 @@ func FuzzBuckets(f *testing.F) {
 		}
 		if b, err := NewTokenBucket(capacity, count, period); err == nil {
 			d, err := b.Take(state, now, n)
-			check("token bucket", d, err, b.s.tolerance)
+			check("token bucket", d, err, b.s.Tolerance)
 		}
 		if q, err := NewShaper(capacity, count, period); err == nil {
 			d, err := q.Enqueue(state, now, n)
 			if n < 0 && !errors.Is(err, ErrRange) {
 				t.Fatalf("negative quantity: %v", err)
 			}
-			check("shaper", d, err, q.s.tolerance)
+			check("shaper", d, err, q.s.Tolerance)
 		}
 	})
 }

@@ -76,11 +76,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted call, and of a refusal that no
-// wait can admit (a cost above the limit).
-const Never time.Duration = -1
+// wait can admit (a cost above the limit): verdict.Never.
+const Never = verdict.Never
 
 // ErrNoModule means the server does not have the ratelimit module loaded.
 var ErrNoModule = errors.New("ratelimit: the server does not have the ratelimit module loaded " +

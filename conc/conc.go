@@ -33,11 +33,12 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted acquire, and of a refused one that
-// no lapse can admit (a reserve of the whole limit).
-const Never time.Duration = -1
+// no lapse can admit (a reserve of the whole limit): verdict.Never.
+const Never = verdict.Never
 
 var (
 	// ErrRange means an argument is outside its range.
@@ -65,21 +66,15 @@ type Holder struct {
 	Latest int64
 }
 
-// Decision is the outcome of one acquire or peek.
+// Decision is the outcome of one acquire or peek: the Verdict (a refused
+// acquire changes nothing; Limit is the most holders at once; Remaining the
+// free slots after this call; RetryAfter the time until enough leases lapse
+// for this acquire to be admitted, an upper bound since releases may come
+// sooner, or Never if no lapse can admit it; ResetAfter the time until
+// every lease, the caller's included, has lapsed, 0 when none is live), and
+// what to store.
 type Decision struct {
-	// Limited reports a refusal; a refused acquire changes nothing.
-	Limited bool
-	// Limit is the most holders at once.
-	Limit int64
-	// Remaining is the free slots after this call: 0 ≤ Remaining ≤ Limit.
-	Remaining int64
-	// RetryAfter is Never when admitted; when refused, the time until
-	// enough leases lapse for this acquire to be admitted (an upper bound:
-	// releases may come sooner), or Never if no lapse can admit it.
-	RetryAfter time.Duration
-	// ResetAfter is the time until every lease, the caller's included, has
-	// lapsed; 0 when no lease is live.
-	ResetAfter time.Duration
+	verdict.Verdict
 	// Renewed reports that the caller already held a slot: admitted
 	// without taking a new one.
 	Renewed bool
@@ -148,7 +143,7 @@ func (l Limiter) Peek(s Leases, latest, now, reserve int64) (Decision, error) {
 func (l Limiter) decide(s Leases, held bool, now, reserve int64) Decision {
 	L := l.limit
 	live := s.Count(now)
-	d := Decision{Limit: L, RetryAfter: Never, Renewed: held}
+	d := Decision{Verdict: verdict.Verdict{Limit: L, RetryAfter: Never}, Renewed: held}
 	switch {
 	case held:
 		d.Remaining = L - live

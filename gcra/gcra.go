@@ -40,11 +40,14 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/schedule"
+	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted request, and of a refused request
-// whose cost exceeds the limit, so that it can never be admitted.
-const Never time.Duration = -1
+// whose cost exceeds the limit, so that it can never be admitted
+// (verdict.Never).
+const Never = verdict.Never
 
 // MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64.
 const MaxPeriod = math.MaxInt64 / int64(time.Second)
@@ -67,9 +70,9 @@ var (
 // usable; create one with New. A Limiter holds no state: the state (TAT) is
 // passed to and returned from Throttle.
 type Limiter struct {
-	interval  int64 // T, nanoseconds between requests at the sustained rate
-	tolerance int64 // τ = T × limit, nanoseconds
-	limit     int64 // max_burst + 1
+	// s: Interval T (ns between requests at the sustained rate), Tolerance
+	// τ = T × limit, Limit and Slots max_burst + 1.
+	s schedule.Schedule
 }
 
 // New returns a Limiter admitting count requests per period seconds with
@@ -90,34 +93,26 @@ func New(maxBurst, count, period int64) (Limiter, error) {
 	if !ok {
 		return Limiter{}, ErrOverflow
 	}
-	return Limiter{interval: interval, tolerance: tolerance, limit: limit}, nil
+	return Limiter{schedule.Schedule{Limit: limit, Slots: limit, Interval: interval, Tolerance: tolerance}}, nil
 }
 
 // Limit is the number of requests admitted at once from a full state:
 // max_burst + 1.
-func (l Limiter) Limit() int64 { return l.limit }
+func (l Limiter) Limit() int64 { return l.s.Limit }
 
 // Interval is the emission interval T = period / count.
-func (l Limiter) Interval() time.Duration { return time.Duration(l.interval) }
+func (l Limiter) Interval() time.Duration { return time.Duration(l.s.Interval) }
 
 // Tolerance is τ = T × (max_burst + 1): how far TAT may run ahead of now.
-func (l Limiter) Tolerance() time.Duration { return time.Duration(l.tolerance) }
+func (l Limiter) Tolerance() time.Duration { return time.Duration(l.s.Tolerance) }
 
-// Decision is the outcome of one Throttle call.
+// Decision is the outcome of one Throttle call: the Verdict (Limit is
+// max_burst + 1; RetryAfter is Never when admitted or when the cost exceeds
+// Limit; ResetAfter the time until the limiter is full again; a refused
+// request changes nothing, unless its state had to be clamped, see
+// Throttle) and the state to store.
 type Decision struct {
-	// Limited reports that the request was refused. A refused request
-	// changes nothing, unless its state had to be clamped (see Throttle).
-	Limited bool
-	// Limit is max_burst + 1, the requests admitted at once from full.
-	Limit int64
-	// Remaining is how many unit requests would still be admitted now,
-	// after this one if it was admitted; 0 ≤ Remaining ≤ Limit.
-	Remaining int64
-	// RetryAfter is Never when admitted; when refused, the time until this
-	// same request would be admitted, or Never if its cost exceeds Limit.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the limiter is full again.
-	ResetAfter time.Duration
+	verdict.Verdict
 	// TAT is the state after the call, in Unix nanoseconds.
 	TAT int64
 	// Write reports that TAT must be stored, with an expiry at TAT: after
@@ -144,30 +139,11 @@ type Decision struct {
 // The only error is ErrOverflow, when the state after an admitted request,
 // now + τ at most, lies beyond the int64 range (after the year 2262).
 func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
-	d := Decision{Limit: l.limit, RetryAfter: Never}
-	ahead, clamped := checked.Ahead(tat, now, l.tolerance)
-	d.Write = clamped
-	if quantity > l.limit {
-		// T × quantity > τ: never admitted, and nothing to multiply.
-		return l.refuse(d, now, ahead), nil
-	}
-	quantity = max(quantity, -l.limit) // a refund beyond full stops at full
-	increment := l.interval * quantity // |quantity| ≤ limit: |T × quantity| ≤ τ
-	next, ok := checked.Add(ahead, increment)
-	if !ok || next > l.tolerance {
-		// The request fits when next ≤ τ. Otherwise it waits next − τ,
-		// written so that it cannot overflow: ahead − (τ − T × quantity).
-		d.RetryAfter = time.Duration(ahead - (l.tolerance - increment))
-		return l.refuse(d, now, ahead), nil
-	}
-	next = max(next, 0)
-	if d.TAT, ok = checked.Add(now, next); !ok {
+	st, ok := l.s.Apply(tat, now, quantity)
+	if !ok {
 		return Decision{}, ErrOverflow
 	}
-	d.Write = d.Write || quantity > 0 || (quantity < 0 && ahead > 0)
-	d.ResetAfter = time.Duration(next)
-	d.Remaining = l.remaining(next)
-	return d, nil
+	return Decision{Verdict: st.Verdict, TAT: st.State, Write: st.Write}, nil
 }
 
 // ThrottleReserve is Throttle with a reserve: a request of cost quantity ≥ 0
@@ -179,30 +155,11 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 // at once and the fifth is refused. A refund (quantity < 0) ignores the
 // reserve.
 func (l Limiter) ThrottleReserve(tat, now, quantity, reserve int64) (Decision, error) {
-	if reserve > 0 && quantity >= 0 {
-		d, err := l.Throttle(tat, now, checked.SatAdd(quantity, reserve))
+	if probe, first := verdict.Reserve(quantity, reserve); first {
+		d, err := l.Throttle(tat, now, probe)
 		if err != nil || d.Limited {
 			return d, err
 		}
 	}
 	return l.Throttle(tat, now, quantity)
-}
-
-// refuse completes a refusal: the state stays ahead of now by ahead.
-func (l Limiter) refuse(d Decision, now, ahead int64) Decision {
-	d.Limited = true
-	d.TAT = now + ahead // ≤ the stored TAT: no overflow
-	d.ResetAfter = time.Duration(ahead)
-	d.Remaining = l.remaining(ahead)
-	return d
-}
-
-// remaining is ⌊(τ − ttl) / T⌋, exact on the nanosecond T and τ the state
-// uses, for ttl within [0, τ]: at most τ / T = limit, never below 0. Where T
-// is a whole number of microseconds it equals redis-cell's formula, which
-// divides truncated microseconds (⌊⌊x / 1000⌋ / k⌋ = ⌊x / 1000k⌋); elsewhere
-// redis-cell's can exceed the limit or count a unit the bucket does not
-// hold, and this does not.
-func (l Limiter) remaining(ttl int64) int64 {
-	return (l.tolerance - ttl) / l.interval
 }

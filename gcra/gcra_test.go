@@ -42,7 +42,7 @@ func run(t *testing.T, l Limiter, steps []step) {
 				i, time.Duration(s.at), s.quantity, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter,
 				s.limited, s.remain, s.retry, s.reset)
 		}
-		if d.Limited && d.Write && tat <= now+l.tolerance {
+		if d.Limited && d.Write && tat <= now+l.s.Tolerance {
 			t.Fatalf("step %d: a refused request asks for a write", i)
 		}
 		if d.Write {
@@ -286,10 +286,10 @@ func TestRemainingExact(t *testing.T) {
 	}
 	// Where T is whole microseconds, the same as redis-cell's formula.
 	l, _ := New(15, 30, 60)
-	for ttl := int64(0); ttl <= l.tolerance; ttl += 999_999_937 {
-		cell := ((l.tolerance - ttl) / 1000) / (l.interval / 1000)
-		if got := l.remaining(ttl); got != cell {
-			t.Fatalf("ttl %d: remaining %d, redis-cell's %d", ttl, got, cell)
+	for ttl := int64(0); ttl <= l.s.Tolerance; ttl += 999_999_937 {
+		cell := ((l.s.Tolerance - ttl) / 1000) / (l.s.Interval / 1000)
+		if d, _ := l.Throttle(t0+ttl, t0, 0); d.Remaining != cell { // quantity 0: the remaining at ttl
+			t.Fatalf("ttl %d: remaining %d, redis-cell's %d", ttl, d.Remaining, cell)
 		}
 	}
 }
@@ -344,10 +344,10 @@ func FuzzThrottle(f *testing.F) {
 		if d.Remaining < 0 || d.Remaining > d.Limit {
 			t.Fatalf("remaining %d outside [0, %d]", d.Remaining, d.Limit)
 		}
-		clamped := tat > now && tat-now > l.tolerance // now ≥ 0: tat − now fits
+		clamped := tat > now && tat-now > l.s.Tolerance // now ≥ 0: tat − now fits
 		want := max(tat, now)
 		if clamped {
-			want = now + l.tolerance // below tat: fits
+			want = now + l.s.Tolerance // below tat: fits
 		}
 		if d.Limited && d.TAT != want {
 			t.Fatalf("refused call moves the state: %+v", d)
@@ -355,7 +355,7 @@ func FuzzThrottle(f *testing.F) {
 		if d.Write && d.Limited && !clamped {
 			t.Fatalf("refused call writes a state that needed no clamp: %+v", d)
 		}
-		if !d.Limited && quantity > 0 && (!d.Write || d.TAT <= now || d.TAT-now > l.tolerance) {
+		if !d.Limited && quantity > 0 && (!d.Write || d.TAT <= now || d.TAT-now > l.s.Tolerance) {
 			t.Fatalf("admitted call leaves TAT %d outside (now, now+τ]: %+v", d.TAT, d)
 		}
 		if d.ResetAfter < 0 || (d.RetryAfter < 0 && d.RetryAfter != Never) {
@@ -398,7 +398,8 @@ func refNew(burst, count, period int64) (refLimiter, error) {
 
 func (r refLimiter) throttle(tat, now, quantity int64) (Decision, error) {
 	bNow := big.NewInt(now)
-	d := Decision{Limit: r.limit.Int64(), RetryAfter: Never}
+	var d Decision
+	d.Limit, d.RetryAfter = r.limit.Int64(), Never
 	// How far the state runs ahead of now, at most τ (a clock step).
 	ahead := new(big.Int).Sub(big.NewInt(tat), bNow)
 	if ahead.Sign() < 0 {

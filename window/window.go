@@ -45,11 +45,12 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted hit, and of a refused one whose
-// cost exceeds the limit.
-const Never time.Duration = -1
+// cost exceeds the limit (verdict.Never).
+const Never = verdict.Never
 
 // MaxWindow is the longest window, in seconds, whose nanoseconds fit an int64.
 const MaxWindow = math.MaxInt64 / int64(time.Second)
@@ -61,20 +62,12 @@ var (
 	ErrOverflow = errors.New("the window overflows 64-bit nanoseconds: the window is too long")
 )
 
-// Decision is the outcome of one hit.
+// Decision is the outcome of one hit: the Verdict (a refused hit is not
+// counted; Limit is the limit per window; RetryAfter the exact time until
+// this same hit would be admitted, or Never if its cost exceeds Limit;
+// ResetAfter the time until the count is zero) and whether to store.
 type Decision struct {
-	// Limited reports a refusal; a refused hit is not counted.
-	Limited bool
-	// Limit is the limit per window.
-	Limit int64
-	// Remaining is how many unit hits would still be admitted now, after
-	// this one if admitted; 0 ≤ Remaining ≤ Limit.
-	Remaining int64
-	// RetryAfter is Never when admitted; when refused, the exact time until
-	// this same hit would be admitted, or Never if its cost exceeds Limit.
-	RetryAfter time.Duration
-	// ResetAfter is the time until the count is zero.
-	ResetAfter time.Duration
+	verdict.Verdict
 	// Write reports that the state changed and must be stored, expiring
 	// ResetAfter from now.
 	Write bool
@@ -101,7 +94,9 @@ func (p params) start(now int64) int64 {
 	return s
 }
 
-func (p params) decision() Decision { return Decision{Limit: p.limit, RetryAfter: Never} }
+func (p params) decision() Decision {
+	return Decision{Verdict: verdict.Verdict{Limit: p.limit, RetryAfter: Never}}
+}
 
 // ---- Fixed window ----
 
@@ -162,8 +157,8 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 // hit of cost + reserve; only cost is counted, and Remaining is what truly
 // remains.
 func (f FixedWindow) HitReserve(count, expires, now, cost, reserve int64) (d Decision, newCount, end int64, err error) {
-	if reserve > 0 {
-		d, newCount, end, err = f.Hit(count, expires, now, checked.SatAdd(cost, reserve))
+	if probe, first := verdict.Reserve(cost, reserve); first {
+		d, newCount, end, err = f.Hit(count, expires, now, probe)
 		if err != nil || d.Limited {
 			return d, newCount, end, err
 		}
@@ -258,8 +253,8 @@ func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, 
 
 // HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
 func (s SlidingWindow) HitReserve(c Counts, now, cost, reserve int64) (d Decision, next Counts, expire int64, err error) {
-	if reserve > 0 {
-		d, next, expire, err = s.Hit(c, now, checked.SatAdd(cost, reserve))
+	if probe, first := verdict.Reserve(cost, reserve); first {
+		d, next, expire, err = s.Hit(c, now, probe)
 		if err != nil || d.Limited {
 			return d, next, expire, err
 		}
@@ -381,8 +376,8 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 
 // HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
 func (l SlidingLog) HitReserve(log Log, now, cost, reserve int64) (LogDecision, error) {
-	if reserve > 0 {
-		d, err := l.Hit(log, now, checked.SatAdd(cost, reserve))
+	if probe, first := verdict.Reserve(cost, reserve); first {
+		d, err := l.Hit(log, now, probe)
 		if err != nil || d.Limited {
 			return d, err
 		}

@@ -1,0 +1,58 @@
+// Package verdict is what every limiter of this project answers, and the
+// reserve rule they all follow.
+//
+// A Verdict is the five integers every command replies (limited, limit,
+// remaining, retry_after, reset_after), with durations for the times. The
+// Decision of each algorithm package (gcra, bucket, window, conc) embeds
+// one, so one routine turns any of them into HTTP headers. GCRA of burst 15
+// at 30 per 60 s, on its first request:
+//
+//	Verdict{Limited: false, Limit: 16, Remaining: 15, RetryAfter: Never, ResetAfter: 2 * time.Second}
+package verdict
+
+import (
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+)
+
+// Never is the RetryAfter of an admitted call, and of a refused one that no
+// wait can admit (a cost above the limit, a reserve of the whole limit).
+const Never time.Duration = -1
+
+// Verdict is one limiter's answer to one call.
+type Verdict struct {
+	// Limited reports a refusal. A refused call changes nothing (but for
+	// the clamped state of a clock that stepped back, which the algorithm
+	// packages say how to store).
+	Limited bool
+	// Limit is what the limiter admits at once from a full state: GCRA's
+	// max_burst + 1, a bucket's capacity, a window's limit, the most
+	// holders at once.
+	Limit int64
+	// Remaining is what would still be admitted now, after this call if it
+	// was admitted; 0 ≤ Remaining ≤ Limit.
+	Remaining int64
+	// RetryAfter is Never when admitted; when refused, the time until this
+	// same call would be admitted, or Never if no wait can admit it.
+	RetryAfter time.Duration
+	// ResetAfter is the time until the limiter is full again (for a
+	// window, until its count is zero; for a concurrency limiter, until
+	// every lease has lapsed; for the shaper, until its queue is empty).
+	ResetAfter time.Duration
+}
+
+// Reserve is the reserve rule every limiter follows (the module's RESERVE
+// n): a call of cost ≥ 0 with a reserve above 0 is first decided at cost +
+// reserve (saturating). If that is refused, its refusal is the answer:
+// RetryAfter is the time until cost + reserve fits. Otherwise the call
+// takes cost alone, and Remaining is what truly remains. Reserve returns
+// the cost to decide first, and false when there is nothing to decide
+// first (no reserve, or a refund). With a limit of 6 and a reserve of 2,
+// four unit calls pass at once and the fifth is refused.
+func Reserve(cost, reserve int64) (probe int64, first bool) {
+	if reserve > 0 && cost >= 0 {
+		return checked.SatAdd(cost, reserve), true
+	}
+	return cost, false
+}
