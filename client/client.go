@@ -333,14 +333,22 @@ func (c *Client) Peek(ctx context.Context, key string, l Limit, cost int64, opts
 }
 
 func (c *Client) one(ctx context.Context, name any, key string, l Limit, cost int64, opts []Option) (Result, error) {
+	args, err := oneArgs(name, key, l, cost, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.run(ctx, args, 1)
+}
+
+// oneArgs is a command of one limit's arguments.
+func oneArgs(name any, key string, l Limit, cost int64, opts []Option) ([]any, error) {
 	args := make([]any, 0, 10)
 	args = append(args, name, key)
 	args, err := l.appendArgs(args)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	args = appendOptions(append(args, cost), opts)
-	return c.run(ctx, args, 1)
+	return appendOptions(append(args, cost), opts), nil
 }
 
 // Keyed is one limit of an All call: its key, its limit and the cost to
@@ -435,13 +443,22 @@ type Concurrency struct {
 // takes no new one, so acquiring again is idempotent. Release the slot when
 // the work ends.
 func (c *Client) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
+	args, err := acquireArgs(key, l, id, opts)
+	if err != nil {
+		return Result{}, err
+	}
+	return c.run(ctx, args, 1)
+}
+
+// acquireArgs is CONC.ACQUIRE's arguments.
+func acquireArgs(key string, l Concurrency, id string, opts []Option) ([]any, error) {
 	args := make([]any, 0, 9)
 	args = append(args, "CONC.ACQUIRE", key, l.Limit)
 	args, err := appendPeriod(args, "Lease", l.Lease)
 	if err != nil {
-		return Result{}, err
+		return nil, err
 	}
-	return c.run(ctx, appendOptions(append(args, id), opts), 1)
+	return appendOptions(append(args, id), opts), nil
 }
 
 // Release frees id's slot at key at once (CONC.RELEASE), and reports
@@ -482,14 +499,7 @@ func (c *Client) run(ctx context.Context, args []any, keyPos int8) (Result, erro
 	if err != nil {
 		return Result{}, err
 	}
-	if len(vals) != 5 && len(vals) != 6 {
-		return Result{}, fmt.Errorf("ratelimit: %v replied %d integers, want 5 or 6", args[0], len(vals))
-	}
-	r := result(vals[:5])
-	if len(vals) == 6 {
-		r.Policy = int(vals[5])
-	}
-	return r, nil
+	return reading(args[0], vals)
 }
 
 // send sends a command once and reads its array of integers (in the
@@ -499,6 +509,12 @@ func (c *Client) send(ctx context.Context, args []any, keyPos int8) ([]int64, er
 	if err != nil {
 		return nil, err
 	}
+	return cmd.integers(args[0])
+}
+
+// integers reads the command's reply, an array of integers, into cmd.ints
+// when it fits; name names the command in errors.
+func (cmd *onceCmd) integers(name any) ([]int64, error) {
 	reply, _ := cmd.Val().([]any)
 	ints := cmd.ints[:0]
 	if len(reply) > len(cmd.ints) {
@@ -507,11 +523,24 @@ func (c *Client) send(ctx context.Context, args []any, keyPos int8) ([]int64, er
 	for _, x := range reply {
 		n, ok := x.(int64)
 		if !ok {
-			return nil, fmt.Errorf("ratelimit: %v replied %v, not integers", args[0], reply)
+			return nil, fmt.Errorf("ratelimit: %v replied %v, not integers", name, reply)
 		}
 		ints = append(ints, n)
 	}
 	return ints, nil
+}
+
+// reading reads a limiter's reply of five integers (six for RL.ALL and
+// RL.PEEK) into a Result.
+func reading(name any, vals []int64) (Result, error) {
+	if len(vals) != 5 && len(vals) != 6 {
+		return Result{}, fmt.Errorf("ratelimit: %v replied %d integers, want 5 or 6", name, len(vals))
+	}
+	r := result(vals[:5])
+	if len(vals) == 6 {
+		r.Policy = int(vals[5])
+	}
+	return r, nil
 }
 
 // result reads five integers.

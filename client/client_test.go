@@ -107,8 +107,19 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 	}
 }
 
+// ProcessPipelineHook answers a pipeline's commands one by one, as
+// ProcessHook answers each.
 func (f *fakeServer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
+	return func(ctx context.Context, cmds []redis.Cmder) error {
+		one := f.ProcessHook(nil)
+		var first error
+		for _, c := range cmds {
+			if err := one(ctx, c); err != nil && first == nil {
+				first = err
+			}
+		}
+		return first
+	}
 }
 
 func newFake(reply ...int64) (*Client, *fakeServer) {
@@ -515,6 +526,56 @@ func TestPerPeriod(t *testing.T) {
 		}
 		if q, w := c.l.Quota(); q != c.q || w != c.w {
 			t.Errorf("%v: quota %d per %v, want %d per %v", c.l, q, w, c.q, c.w)
+		}
+	}
+}
+
+// A batch: every call in one pipeline, each answered on its own, a call
+// with bad arguments failing alone; on a server without the module, each
+// script loaded once before the pipeline and called by its SHA1.
+func TestBatch(t *testing.T) {
+	for _, scripts := range []bool{false, true} {
+		c, f := newFake(0, 10, 9, -1, 6000)
+		f.noModule = scripts
+		b := c.Batch()
+		take := b.Take("k1", PerMinute(10), 1)
+		peek := b.Peek("k2", FixedWindow(5, time.Minute), 0, Reserve(1))
+		bad := b.Take("k3", GCRA(1, 1, 1500*time.Millisecond), 1)
+		acq := b.Acquire("k4", Concurrency{Limit: 4, Lease: time.Minute}, "id")
+		err := b.Exec(ctx)
+		if err == nil || !strings.Contains(err.Error(), "whole number of seconds") {
+			t.Fatalf("scripts %v: Exec: %v, want the bad call's error", scripts, err)
+		}
+		for i, call := range []*Call{take, peek, acq} {
+			if r, err := call.Result(); err != nil || r.Remaining != 9 || r.ResetAfter != 6*time.Second {
+				t.Fatalf("scripts %v: call %d: %+v %v", scripts, i, r, err)
+			}
+		}
+		if _, err := bad.Result(); err == nil {
+			t.Fatal("the bad call has no error")
+		}
+		var sent []string
+		for _, a := range f.args {
+			sent = append(sent, fmt.Sprint(a[0]))
+		}
+		want := "[GCRA.THROTTLE FW.PEEK CONC.ACQUIRE]"
+		if scripts {
+			want = "[SCRIPT SCRIPT SCRIPT evalsha evalsha_ro evalsha]"
+		}
+		if got := fmt.Sprint(sent); got != want {
+			t.Fatalf("scripts %v: sent %s, want %s", scripts, got, want)
+		}
+		if !scripts && fmt.Sprint(f.args[1]) != "[FW.PEEK k2 5 60 0 MS RESERVE 1]" {
+			t.Fatalf("the peek: %v", f.args[1])
+		}
+		f.reply = int64(1)
+		b = c.Batch()
+		rel := b.Release("k4", "id")
+		if err := b.Exec(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if held, err := rel.Released(); !held || err != nil {
+			t.Fatalf("release: %v %v", held, err)
 		}
 	}
 }

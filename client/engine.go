@@ -255,11 +255,33 @@ func (c *Client) Engines() map[string]Engine {
 // again, once, if the server answers NOSCRIPT (its scripts were flushed,
 // or a failover brought a server that never had them).
 func (c *Client) script(ctx context.Context, args []any, n *node, ask doer) (*onceCmd, error) {
-	name, _ := args[0].(string)
-	i, ok := scriptIndex[name]
+	i, ok := scriptIndex[commandName(args)]
 	if !ok {
 		return nil, fmt.Errorf("%w: no script for %v", ErrNoModule, args[0])
 	}
+	for attempt := 0; ; attempt++ {
+		if err := n.load(ctx, c, ask, i); err != nil {
+			return nil, err
+		}
+		cmd := scriptCmd(ctx, args, i)
+		err := c.bound(ctx, c.rdb, cmd)
+		if err == nil || attempt > 0 || !noScript(err) {
+			return cmd, err
+		}
+		n.loads[i].done.Store(false) // it ran nothing: load it and send it again
+	}
+}
+
+// commandName is the name of the command args hold.
+func commandName(args []any) string {
+	name, _ := args[0].(string)
+	return name
+}
+
+// scriptCmd is the command that runs args (a command's name, then its
+// arguments as the module takes them) as script i: EVALSHA sha numkeys
+// key... arg... (EVALSHA_RO for a peek).
+func scriptCmd(ctx context.Context, args []any, i int) *onceCmd {
 	s := scriptList[i]
 	sargs := make([]any, 0, len(args)+3)
 	verb := "evalsha"
@@ -267,23 +289,16 @@ func (c *Client) script(ctx context.Context, args []any, n *node, ask doer) (*on
 		verb = "evalsha_ro"
 	}
 	sargs = append(sargs, verb, s.SHA1)
-	if !strings.HasPrefix(name, "RL.") { // RL.ALL and RL.PEEK give numkeys themselves
+	if !strings.HasPrefix(s.Command, "RL.") { // RL.ALL and RL.PEEK give numkeys themselves
 		sargs = append(sargs, 1)
 	}
 	sargs = append(sargs, args[1:]...)
-	for attempt := 0; ; attempt++ {
-		if err := n.load(ctx, c, ask, i); err != nil {
-			return nil, err
-		}
-		cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, sargs...)}
-		cmd.SetFirstKeyPos(3)
-		err := c.bound(ctx, c.rdb, cmd)
-		if err == nil || attempt > 0 || !strings.HasPrefix(err.Error(), "NOSCRIPT") {
-			return cmd, err
-		}
-		n.loads[i].done.Store(false) // it ran nothing: load it and send it again
-	}
+	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, sargs...)}
+	cmd.SetFirstKeyPos(3)
+	return cmd
 }
+
+func noScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
 // process sends a limiter command once, through the engine its key's
 // server uses, and returns the command holding the reply.
@@ -325,11 +340,18 @@ type doer interface {
 // and is left to finish alone when ctx ends first (its connection is held
 // until go-redis's ReadTimeout, and its reply is never read).
 func (c *Client) bound(ctx context.Context, d doer, cmd redis.Cmder) error {
+	return c.within(ctx, func() error { return d.Process(ctx, cmd) })
+}
+
+// within runs send, which talks to Redis, within ctx's deadline (see
+// bound). When ctx ends first, send is left to finish alone: what it
+// writes must not be read.
+func (c *Client) within(ctx context.Context, send func() error) error {
 	if c.deadlines || ctx.Done() == nil {
-		return d.Process(ctx, cmd)
+		return send()
 	}
 	finished := make(chan error, 1)
-	go func() { finished <- d.Process(ctx, cmd) }()
+	go func() { finished <- send() }()
 	select {
 	case err := <-finished:
 		return err

@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // Server is a redis-server with the module, started for the demo, whose
@@ -24,6 +26,7 @@ import (
 type Server struct {
 	Addr  string
 	RDB   *redis.Client
+	C     *client.Client // the limiter calls, over RDB
 	cmd   *exec.Cmd
 	dir   string
 	clock *os.File
@@ -69,6 +72,7 @@ func StartServer(bin, module, shim string) (*Server, error) {
 		return nil, fmt.Errorf("%s: %w (make demo installs Debian's redis-server)", bin, err)
 	}
 	s.RDB = redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
+	s.C = client.NewEngine(s.RDB, client.Module)
 	deadline := time.Now().Add(10 * time.Second)
 	for s.RDB.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {

@@ -31,7 +31,7 @@ func NewDemo(srv *Server) *Demo { return &Demo{srv: srv} }
 func (d *Demo) Simulate(ctx context.Context, s Scenario) (*Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Simulate(ctx, d.srv.RDB, d.srv.SetClock, fmt.Sprintf("demo:run%d:", d.runs.Add(1)), s)
+	return Simulate(ctx, d.srv.C, d.srv.RDB, d.srv.SetClock, fmt.Sprintf("demo:run%d:", d.runs.Add(1)), s)
 }
 
 // SimulateResponse is /api/simulate's reply: the result and its chart.
@@ -167,16 +167,19 @@ func (d *Demo) live(w http.ResponseWriter, r *http.Request) {
 	replies := make([]Reply, 0, q.Count)
 	for range q.Count {
 		id := fmt.Sprint("live", d.runs.Add(1))
-		v, err := d.srv.RDB.Do(r.Context(), s.args(*algo, key, id)...).Int64Slice()
-		if err != nil || len(v) != 5 {
+		b := d.srv.C.Batch()
+		call := s.add(b, *algo, key, id)
+		b.Exec(r.Context())
+		res, err := call.Result()
+		if err != nil {
 			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": fmt.Sprintf("%s: %v", algo.Command, err)})
 			return
 		}
-		rep := Reply{At: time.Now().UnixMilli(), Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4]}
+		rep := reply(time.Now().UnixMilli(), res)
 		replies = append(replies, rep)
 		if algo.Command == "CONC.ACQUIRE" && !rep.Limited {
 			time.AfterFunc(time.Duration(s.Hold*float64(time.Second)), func() {
-				d.srv.RDB.Do(context.Background(), "CONC.RELEASE", key, id)
+				d.srv.C.Release(context.Background(), key, id)
 			})
 		}
 	}

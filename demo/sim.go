@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // Scenario is one simulation: a traffic pattern and the limit every
@@ -110,20 +112,51 @@ var Algorithms = []Algorithm{
 	{"Concurrency", "CONC.ACQUIRE"},
 }
 
-// args is the command that asks algorithm a about one request at key.
-func (s Scenario) args(a Algorithm, key, id string) []any {
-	L, W := s.Limit, int64(s.Window)
+// limit is algorithm a's limit for the scenario: Limit per Window, as
+// each algorithm takes it (the concurrency limiter's is concurrency).
+func (s Scenario) limit(a Algorithm) client.Limit {
+	L, W := s.Limit, time.Duration(s.Window)*time.Second
 	switch a.Command {
 	case "GCRA.THROTTLE": // L at once, then L per window
-		return []any{a.Command, key, L - 1, L, W, 1, "MS"}
+		return client.GCRA(L-1, L, W)
 	case "TB.TAKE":
-		return []any{a.Command, key, L, L, W, 1, "MS"}
+		return client.TokenBucket(L, L, W)
 	case "LB.ENQUEUE": // one goes now, L - 1 wait
-		return []any{a.Command, key, L - 1, L, W, 1, "MS"}
-	case "CONC.ACQUIRE": // L at once, each for Hold seconds
-		return []any{a.Command, key, L, s.lease(), id, "MS"}
+		return client.Shaper(L-1, L, W)
+	case "SW.HIT":
+		return client.SlidingWindow(L, W)
+	case "FW.HIT":
+		return client.FixedWindow(L, W)
+	case "SL.HIT":
+		return client.SlidingLog(L, W)
 	}
-	return []any{a.Command, key, L, W, 1, "MS"}
+	return client.Limit{}
+}
+
+// concurrency is the concurrency limiter's limit: L at once, each for
+// Hold seconds.
+func (s Scenario) concurrency() client.Concurrency {
+	return client.Concurrency{Limit: s.Limit, Lease: time.Duration(s.lease()) * time.Second}
+}
+
+// add adds to b the call that asks algorithm a about one request at key.
+func (s Scenario) add(b *client.Batch, a Algorithm, key, id string) *client.Call {
+	if a.Command == "CONC.ACQUIRE" {
+		return b.Acquire(key, s.concurrency(), id)
+	}
+	return b.Take(key, s.limit(a), 1)
+}
+
+// reply is a Result as the page shows it, times in ms (-1: never).
+func reply(atMs int64, r client.Result) Reply {
+	ms := func(d time.Duration) int64 {
+		if d < 0 {
+			return -1
+		}
+		return d.Milliseconds()
+	}
+	return Reply{At: atMs, Limited: r.Limited, Limit: r.Limit, Remaining: r.Remaining,
+		RetryAfter: ms(r.RetryAfter), ResetAfter: ms(r.ResetAfter)}
 }
 
 // lease is a concurrency slot's lease: the hold, rounded up, and a second.
@@ -174,7 +207,7 @@ func (s Scenario) simStart() time.Time {
 // Simulate runs the scenario through the real commands on rdb, at virtual
 // instants set with setClock (Unix ns), under keys starting with prefix,
 // which it deletes afterwards.
-func Simulate(ctx context.Context, rdb *redis.Client, setClock func(int64) error, prefix string, s Scenario) (*Result, error) {
+func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock func(int64) error, prefix string, s Scenario) (*Result, error) {
 	if err := s.Check(); err != nil {
 		return nil, err
 	}
@@ -213,7 +246,7 @@ func Simulate(ctx context.Context, rdb *redis.Client, setClock func(int64) error
 			if err := setClock(start + releases[0].at); err != nil {
 				return nil, err
 			}
-			if err := rdb.Do(ctx, "CONC.RELEASE", keys[conc], releases[0].id).Err(); err != nil {
+			if _, err := c.Release(ctx, keys[conc], releases[0].id); err != nil {
 				return nil, err
 			}
 			releases = releases[1:]
@@ -222,21 +255,17 @@ func Simulate(ctx context.Context, rdb *redis.Client, setClock func(int64) error
 			return nil, err
 		}
 		id := fmt.Sprint("r", n)
-		cmds, err := rdb.Pipelined(ctx, func(p redis.Pipeliner) error {
-			for i, a := range Algorithms {
-				p.Do(ctx, s.args(a, keys[i], id)...)
-			}
-			return nil
-		})
-		if err != nil {
+		b := c.Batch()
+		calls := make([]*client.Call, len(Algorithms))
+		for i, a := range Algorithms {
+			calls[i] = s.add(b, a, keys[i], id)
+		}
+		if err := b.Exec(ctx); err != nil {
 			return nil, fmt.Errorf("at %v: %w", time.Duration(t), err)
 		}
-		for i, c := range cmds {
-			v, err := c.(*redis.Cmd).Int64Slice()
-			if err != nil || len(v) != 5 {
-				return nil, fmt.Errorf("%s replied %v, %v", Algorithms[i].Command, v, err)
-			}
-			r := Reply{At: t / 1e6, Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: v[3], ResetAfter: v[4]}
+		for i, call := range calls {
+			got, _ := call.Result()
+			r := reply(t/1e6, got)
 			se := &res.Series[i]
 			se.Replies = append(se.Replies, r)
 			if r.Limited {

@@ -266,9 +266,19 @@ type Event struct {
 	Outcome  string
 }
 
+// decider is what the limiter asks Redis through: a *client.Client, or a
+// fake in the tests of the verdict logic.
+type decider interface {
+	Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error)
+	AllEach(ctx context.Context, limits []client.Keyed, each []client.Result, opts ...client.Option) (client.Result, error)
+	Acquire(ctx context.Context, key string, l client.Concurrency, id string, opts ...client.Option) (client.Result, error)
+	Release(ctx context.Context, key, id string) (bool, error)
+	Engines() map[string]client.Engine
+}
+
 // Limiter is the middleware. It is safe for concurrent use.
 type Limiter struct {
-	c        *client.Client
+	c        decider
 	rdb      redis.UniversalClient
 	opt      Options
 	policies []Policy

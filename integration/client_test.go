@@ -357,3 +357,64 @@ func TestClientEngines(t *testing.T) {
 		}
 	})
 }
+
+// A batch is one round trip deciding each call on its own, as the calls
+// one by one would: on a server with the module, and on one without (each
+// script loaded once, then called by its SHA1).
+func TestClientBatch(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		bare := startFor(t, f, opts{})
+		for _, s := range []*server{sharedOf(f), bare} {
+			c := client.New(s.rdb)
+			k := key(t, "batch")
+			b := c.Batch()
+			var takes []*client.Call
+			for range 3 {
+				takes = append(takes, b.Take(k+":g", client.PerMinute(2), 1))
+			}
+			all := b.All([]client.Keyed{{Key: k + ":a", Limit: client.FixedWindow(5, time.Minute), Cost: 1},
+				{Key: k + ":b", Limit: client.SlidingLog(3, time.Minute), Cost: 1}})
+			acq := b.Acquire(k+":c", client.Concurrency{Limit: 1, Lease: time.Minute}, "r1")
+			peek := b.Peek(k+":g", client.PerMinute(2), 0)
+			if err := b.Exec(ctx); err != nil {
+				t.Fatalf("%s: Exec: %v", s.name, err)
+			}
+			var got []string
+			for _, call := range append(takes, all, acq, peek) {
+				r, err := call.Result()
+				if err != nil {
+					t.Fatalf("%s: %v", s.name, err)
+				}
+				got = append(got, fmt.Sprint(r.Limited, r.Remaining, r.Policy))
+			}
+			// 2 per minute: two pass, the third is refused; RL.ALL decided by
+			// the log (2 left); one slot taken; the peek of cost 0 sees nothing left.
+			want := "[false 1 0 false 0 0 true 0 0 false 2 1 false 0 0 false 0 0]"
+			if fmt.Sprint(got) != want {
+				t.Fatalf("%s: %v, want %s", s.name, got, want)
+			}
+			b = c.Batch()
+			rel := b.Release(k+":c", "r1")
+			again := b.Release(k+":c", "r1")
+			if err := b.Exec(ctx); err != nil {
+				t.Fatal(err)
+			}
+			if h1, _ := rel.Released(); !h1 {
+				t.Fatalf("%s: the slot was not held", s.name)
+			}
+			if h2, _ := again.Released(); h2 {
+				t.Fatalf("%s: released twice", s.name)
+			}
+		}
+	})
+}
+
+// sharedOf is the suite's shared server (with the module) of flavor f.
+func sharedOf(f flavor) *server {
+	for _, s := range shared {
+		if s.name == f.name {
+			return s
+		}
+	}
+	return nil
+}

@@ -1,0 +1,183 @@
+package client
+
+import (
+	"context"
+	"fmt"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// Batch sends several limiter calls in one round trip (a go-redis
+// pipeline; per node in a Cluster or a Ring), each decided on its own, in
+// order, exactly as if sent one by one: one call's refusal takes nothing
+// back from another (for all or nothing, use All). Add calls, then Exec;
+// each Call then holds its answer.
+//
+//	b := c.Batch()
+//	api := b.Take("rl:{u:42}:api", client.PerMinute(60), 1)
+//	slot := b.Acquire("rl:{u:42}:exports", client.Concurrency{Limit: 2, Lease: time.Minute}, reqID)
+//	err := b.Exec(ctx)
+//	res, err := api.Result()
+//
+// Each call runs on the engine its server uses (the module, or its script,
+// loaded once before the pipeline is sent), is never retried, and the
+// whole round trip ends at ctx's deadline. A Batch is for one goroutine;
+// Exec may be called once.
+type Batch struct {
+	c     *Client
+	calls []*Call
+}
+
+// Call is one call of a Batch. Its answer is there after Exec.
+type Call struct {
+	args    []any
+	keyPos  int8
+	release bool // CONC.RELEASE: an integer reply, not five
+	res     Result
+	held    bool
+	err     error
+}
+
+// Result is the call's answer: its Result, or why there is none.
+func (c *Call) Result() (Result, error) { return c.res, c.err }
+
+// Released is a Release call's answer: whether id held a slot.
+func (c *Call) Released() (bool, error) { return c.held, c.err }
+
+// Batch returns an empty batch of calls on c.
+func (c *Client) Batch() *Batch { return &Batch{c: c} }
+
+func (b *Batch) add(args []any, err error, keyPos int8) *Call {
+	call := &Call{args: args, keyPos: keyPos, err: err}
+	b.calls = append(b.calls, call)
+	return call
+}
+
+// Take adds Client.Take's call.
+func (b *Batch) Take(key string, l Limit, cost int64, opts ...Option) *Call {
+	args, err := oneArgs(takeName[l.algo], key, l, cost, opts)
+	return b.add(args, err, 1)
+}
+
+// Peek adds Client.Peek's call.
+func (b *Batch) Peek(key string, l Limit, cost int64, opts ...Option) *Call {
+	args, err := oneArgs(peekName[l.algo], key, l, cost, opts)
+	return b.add(args, err, 1)
+}
+
+// All adds Client.All's call (RL.ALL): all of limits admit, or nothing
+// is taken from any.
+func (b *Batch) All(limits []Keyed, opts ...Option) *Call {
+	args, err := allArgs("RL.ALL", limits, opts)
+	return b.add(args, err, 2)
+}
+
+// Acquire adds Client.Acquire's call.
+func (b *Batch) Acquire(key string, l Concurrency, id string, opts ...Option) *Call {
+	args, err := acquireArgs(key, l, id, opts)
+	return b.add(args, err, 1)
+}
+
+// Release adds Client.Release's call; its answer is Call.Released.
+func (b *Batch) Release(key, id string) *Call {
+	call := b.add([]any{"CONC.RELEASE", key, id}, nil, 1)
+	call.release = true
+	return call
+}
+
+// sent is one call as the pipeline carries it.
+type sent struct {
+	call   *Call
+	cmd    *onceCmd
+	n      *node
+	ask    doer
+	script bool
+}
+
+// Exec sends every call and reads every answer into its Call. It returns
+// the first call's error, if any: a call with bad arguments fails alone,
+// and is not sent.
+func (b *Batch) Exec(ctx context.Context) error {
+	c := b.c
+	var items []sent
+	pipe := c.rdb.Pipeline()
+	for _, call := range b.calls {
+		if call.err != nil {
+			continue
+		}
+		if err := ctx.Err(); err != nil {
+			call.err = err // the caller is gone: Redis is not asked
+			continue
+		}
+		key, _ := call.args[call.keyPos].(string)
+		e, n, ask, err := c.engineFor(ctx, key)
+		if err != nil {
+			call.err = err
+			continue
+		}
+		it := sent{call: call, n: n, ask: ask}
+		if e == Scripts {
+			i, ok := scriptIndex[commandName(call.args)]
+			if !ok {
+				call.err = fmt.Errorf("%w: no script for %v", ErrNoModule, call.args[0])
+				continue
+			}
+			if call.err = n.load(ctx, c, ask, i); call.err != nil {
+				continue
+			}
+			it.cmd, it.script = scriptCmd(ctx, call.args, i), true
+		} else {
+			it.cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, call.args...)}
+			it.cmd.SetFirstKeyPos(call.keyPos)
+		}
+		pipe.Process(ctx, it.cmd)
+		items = append(items, it)
+	}
+	if len(items) > 0 {
+		if err := c.within(ctx, func() error { _, err := pipe.Exec(ctx); return err }); ctx.Err() != nil {
+			// The pipeline was left to finish alone: its replies are not ours to read.
+			for _, it := range items {
+				it.call.err = err
+			}
+			items = nil
+		}
+	}
+	for _, it := range items {
+		cmd, err := it.cmd, it.cmd.Err()
+		switch {
+		case err != nil && it.script && noScript(err): // the server lost its scripts: load, send again
+			it.n.loads[scriptIndex[commandName(it.call.args)]].done.Store(false)
+			cmd, err = c.script(ctx, it.call.args, it.n, it.ask)
+		case err != nil && !it.script && c.engine == Auto && unknownCommand(err): // a server without the module
+			if it.n != nil {
+				it.n.engine.Store(int32(Scripts))
+			}
+			cmd, err = c.script(ctx, it.call.args, it.n, it.ask)
+		}
+		it.call.read(cmd, wrap(err))
+	}
+	for _, call := range b.calls {
+		if call.err != nil {
+			return call.err
+		}
+	}
+	return nil
+}
+
+// read takes the call's answer from cmd, or err.
+func (call *Call) read(cmd *onceCmd, err error) {
+	if err != nil {
+		call.err = err
+		return
+	}
+	if call.release {
+		n, err := cmd.Int64()
+		call.held, call.err = n == 1, err
+		return
+	}
+	vals, err := cmd.integers(call.args[0])
+	if err == nil {
+		call.res, err = reading(call.args[0], vals)
+	}
+	call.err = err
+}
