@@ -121,7 +121,9 @@ func TestShedRefundsRate(t *testing.T) {
 			}
 			return client.Result{Limit: 10, Remaining: 9, RetryAfter: client.Never}
 		},
-		take: func(string, int64) client.Result { return client.Result{Limit: 10, Remaining: 10, RetryAfter: client.Never} },
+		take: func(string, int64) client.Result {
+			return client.Result{Limit: 10, Remaining: 10, RetryAfter: client.Never}
+		},
 		conc: client.Result{Limited: true, Limit: 1, RetryAfter: time.Minute},
 	}
 	l := limiterOn(t, f, Options{},
