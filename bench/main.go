@@ -476,7 +476,7 @@ func goBench(pkg, pattern string) map[string][2]float64 {
 // "go-redis"), and returns ns/op and allocs/op for each.
 func goAllocs() map[string][2]float64 {
 	res := map[string][2]float64{}
-	for name, v := range goBench("./module/", "^BenchmarkCommands$") {
+	for name, v := range goBench("./internal/engine/", "^BenchmarkCommands$") {
 		res[strings.TrimPrefix(name, "Commands/")] = v
 	}
 	c := goBench("./client/", "^(BenchmarkTake|BenchmarkGoRedisDo)$")

@@ -8,6 +8,7 @@ import (
 	"unsafe"
 
 	"github.com/seed-6b3823f5/ratelimit/conc"
+	"github.com/seed-6b3823f5/ratelimit/internal/engine"
 	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
@@ -26,32 +27,32 @@ func callArgs(c *C.rl_call, buf *[C.RL_MAX_ARGS]string) []string {
 // cReader gives Go the keys C read before the crossing.
 type cReader struct{ c *C.rl_call }
 
-func (r cReader) keys() int { return int(r.c.nkeys) }
+func (r cReader) Keys() int { return int(r.c.nkeys) }
 
-func (r cReader) key(i int) keyState {
+func (r cReader) Key(i int) engine.KeyState {
 	k := &r.c.keys[i]
-	st := keyState{now: int64(r.c.now_ns), kind: keyKind(k.kind), expireMs: int64(k.expire_at_ms)}
+	st := engine.KeyState{Now: int64(r.c.now_ns), Kind: engine.KeyKind(k.kind), ExpireMs: int64(k.expire_at_ms)}
 	if k.val != nil {
-		st.value = unsafe.String((*byte)(unsafe.Pointer(k.val)), int(k.val_len))
+		st.Value = unsafe.String((*byte)(unsafe.Pointer(k.val)), int(k.val_len))
 	}
-	if st.kind == keyZSet {
-		st.zLen = int64(k.z_len)
-		st.oldest = zEntry{score: float64(k.z_oldest), member: member(&k.z_oldest_member, k.z_oldest_len), length: int(k.z_oldest_len)}
-		st.newest = zEntry{score: float64(k.z_newest), member: member(&k.z_newest_member, k.z_newest_len), length: int(k.z_newest_len)}
+	if st.Kind == engine.KeyZSet {
+		st.ZLen = int64(k.z_len)
+		st.Oldest = engine.ZEntry{Score: float64(k.z_oldest), Member: member(&k.z_oldest_member, k.z_oldest_len), Length: int(k.z_oldest_len)}
+		st.Newest = engine.ZEntry{Score: float64(k.z_newest), Member: member(&k.z_newest_member, k.z_newest_len), Length: int(k.z_newest_len)}
 	}
 	return st
 }
 
-// member views a member C copied, cut at maxMember bytes.
+// member views a member C copied, cut at MaxMember bytes.
 func member(buf *[C.RL_MEMBER_MAX]C.char, n C.size_t) string {
-	return unsafe.String((*byte)(unsafe.Pointer(&buf[0])), min(int(n), maxMember))
+	return unsafe.String((*byte)(unsafe.Pointer(&buf[0])), min(int(n), engine.MaxMember))
 }
 
-func (r cReader) log(i int) window.Log { return cLog{&r.c.keys[i]} }
+func (r cReader) Log(i int) window.Log { return cLog{&r.c.keys[i]} }
 
-func (r cReader) holders(i int) holderSet { return cHolders{&r.c.keys[i]} }
+func (r cReader) Holders(i int) engine.HolderSet { return cHolders{&r.c.keys[i]} }
 
-func (r cReader) memoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
+func (r cReader) MemoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
 // cLog reads a sorted set as a sliding log through rl_zlog_count and
 // rl_zlog_nth. Entries are scored in microseconds; window works in
@@ -60,18 +61,18 @@ func (r cReader) memoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 type cLog struct{ k *C.rl_key }
 
 func (l cLog) Count(after int64) int64 {
-	return int64(C.rl_zlog_count(l.k, C.longlong(floorDiv(after, 1000))))
+	return int64(C.rl_zlog_count(l.k, C.longlong(engine.FloorDiv(after, 1000))))
 }
 
 func (l cLog) Nth(after, k int64) int64 {
-	return scoreNs(float64(C.rl_zlog_nth(l.k, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
+	return engine.ScoreNs(float64(C.rl_zlog_nth(l.k, C.longlong(engine.FloorDiv(after, 1000)), C.longlong(k))))
 }
 
 func (l cLog) Newest() int64 {
 	if l.k.z_len == 0 {
 		return math.MinInt64
 	}
-	return scoreNs(float64(l.k.z_newest))
+	return engine.ScoreNs(float64(l.k.z_newest))
 }
 
 // cHolders reads a sorted set as a concurrency limiter's leases through
@@ -80,14 +81,14 @@ func (l cLog) Newest() int64 {
 type cHolders struct{ k *C.rl_key }
 
 func (h cHolders) Count(after int64) int64 {
-	return int64(C.rl_conc_count(h.k, C.longlong(floorDiv(after, 1000))))
+	return int64(C.rl_conc_count(h.k, C.longlong(engine.FloorDiv(after, 1000))))
 }
 
 func (h cHolders) Nth(after, k int64) int64 {
-	return scoreNs(float64(C.rl_zlog_nth(h.k, C.longlong(floorDiv(after, 1000)), C.longlong(k))))
+	return engine.ScoreNs(float64(C.rl_zlog_nth(h.k, C.longlong(engine.FloorDiv(after, 1000)), C.longlong(k))))
 }
 
-func (h cHolders) holder(id string) conc.Holder {
+func (h cHolders) Holder(id string) conc.Holder {
 	r := C.rl_conc_holder(h.k, (*C.char)(unsafe.Pointer(unsafe.StringData(id))), C.size_t(len(id)))
 	return conc.Holder{Own: leaseNs(float64(r.own)), Latest: leaseNs(float64(r.latest))}
 }
@@ -97,44 +98,44 @@ func leaseNs(us float64) int64 {
 	if math.IsInf(us, -1) {
 		return 0
 	}
-	return scoreNs(us)
+	return engine.ScoreNs(us)
 }
 
 // store copies the outcome into the C struct.
-func (o *outcome) store(c *C.rl_call) {
-	c.action = C.int(o.action)
-	switch o.action {
-	case actError, actWrongType:
-		if o.err != "" {
-			setErr(c, o.err)
+func store(o *engine.Outcome, c *C.rl_call) {
+	c.action = C.int(o.Action)
+	switch o.Action {
+	case engine.ActError, engine.ActWrongType:
+		if o.Err != "" {
+			setErr(c, o.Err)
 		}
 		return
-	case actArity:
+	case engine.ActArity:
 		return
 	}
-	c.reply_len = C.int(o.replyLen)
-	for i := range min(o.replyLen, len(o.reply)) {
-		c.reply[i] = C.longlong(o.reply[i])
+	c.reply_len = C.int(o.ReplyLen)
+	for i := range min(o.ReplyLen, len(o.Reply)) {
+		c.reply[i] = C.longlong(o.Reply[i])
 	}
-	for i := range min(int(c.nkeys), len(o.writes)) {
-		w, k := &o.writes[i], &c.keys[i]
-		k.write = C.int(w.action)
-		if w.action == writeNone || w.action == writeDel {
+	for i := range min(int(c.nkeys), len(o.Writes)) {
+		w, k := &o.Writes[i], &c.keys[i]
+		k.write = C.int(w.Action)
+		if w.Action == engine.WriteNone || w.Action == engine.WriteDel {
 			continue
 		}
 		// Every other write has an expiry; the sorted sets' share the cutoff
 		// and the score.
-		k.expire_ms = C.longlong(w.expireMs)
-		k.z_cutoff_us, k.z_score_us = C.longlong(w.zCutoff), C.longlong(w.zScore)
-		switch w.action {
-		case writeSet:
-			n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&k.set_val[0])), len(k.set_val)), w.value[:w.valueLen])
+		k.expire_ms = C.longlong(w.ExpireMs)
+		k.z_cutoff_us, k.z_score_us = C.longlong(w.ZCutoff), C.longlong(w.ZScore)
+		switch w.Action {
+		case engine.WriteSet:
+			n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&k.set_val[0])), len(k.set_val)), w.Value[:w.ValueLen])
 			k.set_len = C.size_t(n)
-		case writeZLog:
-			k.z_redate, k.z_add = cBool(w.zRedate), C.longlong(w.zAdd)
-		case writeConc:
-			k.conc_id_arg = C.int(w.concID)
-			k.conc_add, k.conc_remove = cBool(w.concAdd), cBool(w.concRemove)
+		case engine.WriteZLog:
+			k.z_redate, k.z_add = cBool(w.ZRedate), C.longlong(w.ZAdd)
+		case engine.WriteConc:
+			k.conc_id_arg = C.int(w.ConcID)
+			k.conc_add, k.conc_remove = cBool(w.ConcAdd), cBool(w.ConcRemove)
 		}
 	}
 }
@@ -163,28 +164,29 @@ func numbering() []string {
 			bad = append(bad, name)
 		}
 	}
-	check("RL_OP_COUNT", C.RL_OP_COUNT, opCount)
-	check("RL_OP_RL_ALL", C.RL_OP_RL_ALL, opRLAll)
-	check("RL_ACT_ERROR", C.RL_ACT_ERROR, actError)
-	check("RL_ACT_REPLY", C.RL_ACT_REPLY, actReply)
-	check("RL_ACT_WRONGTYPE", C.RL_ACT_WRONGTYPE, actWrongType)
-	check("RL_ACT_ARITY", C.RL_ACT_ARITY, actArity)
-	check("RL_WRITE_NONE", C.RL_WRITE_NONE, writeNone)
-	check("RL_WRITE_SET", C.RL_WRITE_SET, writeSet)
-	check("RL_WRITE_DEL", C.RL_WRITE_DEL, writeDel)
-	check("RL_WRITE_ZLOG", C.RL_WRITE_ZLOG, writeZLog)
-	check("RL_WRITE_CONC", C.RL_WRITE_CONC, writeConc)
-	check("RL_OP_CONC_ACQUIRE", C.RL_OP_CONC_ACQUIRE, opConcAcquire)
-	check("RL_CONC_SWEEP", C.RL_CONC_SWEEP, concSweep)
-	check("RL_KEY_ZSET", C.RL_KEY_ZSET, int(keyZSet))
-	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(keyEmpty))
-	check("RL_KEY_STRING", C.RL_KEY_STRING, int(keyString))
-	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(keyOther))
-	check("RL_MAX_ARGS", C.RL_MAX_ARGS, maxArgs)
-	check("RL_MAX_KEYS", C.RL_MAX_KEYS, maxKeys)
-	check("RL_MAX_REPLY", C.RL_MAX_REPLY, maxReply)
-	check("RL_MEMBER_MAX", C.RL_MEMBER_MAX-1, maxMember)
-	check("set_val", C.int(len(rlKey{}.set_val)), len(keyWrite{}.value))
+	check("RL_OP_COUNT", C.RL_OP_COUNT, engine.OpCount)
+	check("RL_OP_RL_ALL", C.RL_OP_RL_ALL, engine.OpRLAll)
+	check("RL_ACT_ERROR", C.RL_ACT_ERROR, engine.ActError)
+	check("RL_ACT_REPLY", C.RL_ACT_REPLY, engine.ActReply)
+	check("RL_ACT_WRONGTYPE", C.RL_ACT_WRONGTYPE, engine.ActWrongType)
+	check("RL_ACT_ARITY", C.RL_ACT_ARITY, engine.ActArity)
+	check("RL_WRITE_NONE", C.RL_WRITE_NONE, engine.WriteNone)
+	check("RL_WRITE_SET", C.RL_WRITE_SET, engine.WriteSet)
+	check("RL_WRITE_DEL", C.RL_WRITE_DEL, engine.WriteDel)
+	check("RL_WRITE_ZLOG", C.RL_WRITE_ZLOG, engine.WriteZLog)
+	check("RL_WRITE_CONC", C.RL_WRITE_CONC, engine.WriteConc)
+	check("RL_OP_CONC_ACQUIRE", C.RL_OP_CONC_ACQUIRE, engine.OpConcAcquire)
+	check("RL_CONC_SWEEP", C.RL_CONC_SWEEP, engine.ConcSweep)
+	check("RL_KEY_ZSET", C.RL_KEY_ZSET, int(engine.KeyZSet))
+	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(engine.KeyEmpty))
+	check("RL_KEY_STRING", C.RL_KEY_STRING, int(engine.KeyString))
+	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(engine.KeyOther))
+	check("RL_MAX_ARGS", C.RL_MAX_ARGS, engine.MaxArgs)
+	check("RL_MAX_KEYS", C.RL_MAX_KEYS, engine.MaxKeys)
+	check("RL_MAX_REPLY", C.RL_MAX_REPLY, engine.MaxReply)
+	check("RL_MEMBER_MAX", C.RL_MEMBER_MAX-1, engine.MaxMember)
+	check("set_val", C.int(len(rlKey{}.set_val)), len(engine.KeyWrite{}.Value))
+	check("err", C.int(errCapacity), engine.ErrCapacity)
 	return bad
 }
 

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"runtime"
 	"runtime/metrics"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/engine"
 )
 
 // scratch holds one command's arguments and outcome. The server runs
@@ -15,7 +17,7 @@ import (
 // call (see bench/NOTES.md: make callgrind BASELINE_REF=c6520f9).
 var scratch struct {
 	args [C.RL_MAX_ARGS]string
-	o    outcome
+	o    engine.Outcome
 }
 
 // rlExecute runs one command for the C side, whose keys C has read: parse,
@@ -31,9 +33,9 @@ func rlExecute(c *C.rl_call) {
 		}
 	}()
 	o := &scratch.o
-	o.reset(int(c.nkeys))
-	execute(int(c.op), callArgs(c, &scratch.args), cReader{c}, o)
-	o.store(c)
+	o.Reset(int(c.nkeys))
+	engine.Execute(int(c.op), callArgs(c, &scratch.args), cReader{c}, o)
+	store(o, c)
 }
 
 // rlInit runs once at load: it caps the Go runtime's threads, since the

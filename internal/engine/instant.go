@@ -1,4 +1,4 @@
-package main
+package engine
 
 import "time"
 
@@ -18,12 +18,12 @@ const (
 // sorted set for the sliding log): on a key of another type it sets
 // WRONGTYPE in o and returns false; on one without an expiry, which no
 // limiter writes, the error that it holds other data.
-func checkKey(st *keyState, o *outcome, kind keyKind, state string) bool {
+func checkKey(st *KeyState, o *Outcome, kind KeyKind, state string) bool {
 	switch {
-	case st.kind != keyEmpty && st.kind != kind:
-		o.action = actWrongType
+	case st.Kind != KeyEmpty && st.Kind != kind:
+		o.Action = ActWrongType
 		return false
-	case st.kind == kind && st.expireMs < 0:
+	case st.Kind == kind && st.ExpireMs < 0:
 		o.fail(otherData(state, "it has no expiry, and limiter keys always expire"))
 		return false
 	}
@@ -34,14 +34,14 @@ func checkKey(st *keyState, o *outcome, kind keyKind, state string) bool {
 // tolerance is how far ahead of now the limiter's state can legitimately
 // be. On a key of another type, or one that holds other data, it sets the
 // error in o and returns false.
-func loadInstant(st *keyState, o *outcome, state string, tolerance time.Duration) (int64, bool) {
-	if !checkKey(st, o, keyString, state) {
+func loadInstant(st *KeyState, o *Outcome, state string, tolerance time.Duration) (int64, bool) {
+	if !checkKey(st, o, KeyString, state) {
 		return 0, false
 	}
-	if st.kind == keyEmpty {
+	if st.Kind == KeyEmpty {
 		return 0, true
 	}
-	v, ok := parseInstant(st.value)
+	v, ok := parseInstant(st.Value)
 	switch {
 	case !ok:
 		o.fail(otherData(state, "not a decimal integer"))
@@ -59,24 +59,24 @@ func loadInstant(st *keyState, o *outcome, state string, tolerance time.Duration
 // ahead of now than the state can legitimately be (which a clock that
 // stepped back also leaves), yet more than a second after the key's own
 // expiry, where a limiter puts the expiry at the instant itself.
-func strayInstant(st *keyState, v, tolerance int64) bool {
-	if v <= st.now || v-st.now <= tolerance { // both positive: no overflow
+func strayInstant(st *KeyState, v, tolerance int64) bool {
+	if v <= st.Now || v-st.Now <= tolerance { // both positive: no overflow
 		return false
 	}
-	return expiryNs(st.expireMs) < v-int64(time.Second)
+	return expiryNs(st.ExpireMs) < v-int64(time.Second)
 }
 
 // storeInstant asks for the new instant to be written when write is set:
 // SET with an expiry at the instant, or DEL when the instant has already
 // come (the limiter is full again, so the key has no work left).
-func storeInstant(w *keyWrite, st *keyState, instant int64, write bool) {
+func storeInstant(w *KeyWrite, st *KeyState, instant int64, write bool) {
 	if !write {
 		return
 	}
-	if instant > st.now {
+	if instant > st.Now {
 		w.setInt(instant, instant)
-	} else if st.kind != keyEmpty {
-		w.action = writeDel
+	} else if st.Kind != KeyEmpty {
+		w.Action = WriteDel
 	}
 }
 

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import "fmt"
 
@@ -50,10 +50,10 @@ func (s *syntax) options() string {
 // parse fills l and ms from a command of one key: args are the command
 // name, the key, the arguments. On failure it sets o to the error reply and
 // returns false.
-func (s *syntax) parse(args []string, l *limit, ms *bool, o *outcome) bool {
+func (s *syntax) parse(args []string, l *limit, ms *bool, o *Outcome) bool {
 	i := 2 + len(s.positional)
 	if len(args) < i || len(args) > maxOneKeyArgs {
-		o.action = actArity
+		o.Action = ActArity
 		return false
 	}
 	if !s.parseNumbers(args[2:i], l, o, -1) {
@@ -78,7 +78,7 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, o *outcome) bool {
 
 // parseNumbers reads the positional arguments into l.v; errors name the
 // limiter when it is RL.ALL's n-th (n ≥ 0).
-func (s *syntax) parseNumbers(args []string, l *limit, o *outcome, n int) bool {
+func (s *syntax) parseNumbers(args []string, l *limit, o *Outcome, n int) bool {
 	for j, a := range s.positional {
 		v, ok := a.parse(args[j])
 		if !ok {
@@ -102,7 +102,7 @@ func (l *limit) prefix(n int) string {
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
 // allowed, and EACH when each is not nil. reserveAt is set to the index of
 // n (0 when RESERVE is absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, o *outcome) bool {
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, o *Outcome) bool {
 	for ; i < len(args); i++ {
 		switch {
 		case isOption(args[i]):
@@ -134,14 +134,14 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 }
 
 // twice refuses an option given twice: which of the two was meant?
-func twice(o *outcome, name string) bool {
+func twice(o *Outcome, name string) bool {
 	o.fail("ERR the option " + name + " is given twice")
 	return false
 }
 
 // setReserve reads RESERVE's n, 0 to the limit; errors name the limiter
 // when it is RL.ALL's j-th (j ≥ 0).
-func (l *limit) setReserve(s string, o *outcome, j int) bool {
+func (l *limit) setReserve(s string, o *Outcome, j int) bool {
 	n, ok := parseReserve(s, l.limit(), l.prefix(j), o)
 	l.reserve = n
 	return ok
@@ -149,7 +149,7 @@ func (l *limit) setReserve(s string, o *outcome, j int) bool {
 
 // parseReserve reads RESERVE's n, 0 to max (the limit); errors start with
 // prefix.
-func parseReserve(s string, max int64, prefix string, o *outcome) (int64, bool) {
+func parseReserve(s string, max int64, prefix string, o *Outcome) (int64, bool) {
 	n, ok := parseInt(s)
 	if !ok || n < 0 || n > max {
 		o.fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", prefix, max))

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"fmt"
@@ -16,21 +16,21 @@ import (
 // that would have admitted a refused call reports its state untouched).
 
 // executeAll runs RL.ALL (or, with peek, RL.PEEK).
-func executeAll(args []string, r reader, o *outcome, peek bool) {
-	var lims [maxKeys]limit
+func executeAll(args []string, r Reader, o *Outcome, peek bool) {
+	var lims [MaxKeys]limit
 	var ms, each bool
 	n, ok := parseAll(args, &lims, &ms, &each, o)
 	if !ok {
 		return
 	}
-	if r.keys() != n {
+	if r.Keys() != n {
 		o.fail("ERR internal error: the keys were not read")
 		return
 	}
-	var reps [maxKeys][5]int64
+	var reps [MaxKeys][5]int64
 	for i := range n {
-		st := r.key(i)
-		if !lims[i].run(&st, r, i, ms, o, &reps[i], &o.writes[i]) {
+		st := r.Key(i)
+		if !lims[i].run(&st, r, i, ms, o, &reps[i], &o.Writes[i]) {
 			nameLimiter(o, i, &lims[i], args[2+i])
 			return
 		}
@@ -51,11 +51,11 @@ func executeAll(args []string, r reader, o *outcome, peek bool) {
 		// as it counts (as its family command would): run it at cost 0.
 		for i := range n {
 			if reps[i][0] == 0 {
-				o.writes[i] = keyWrite{}
+				o.Writes[i] = KeyWrite{}
 				l := lims[i]
 				*l.cost(), l.reserve = 0, 0
-				st := r.key(i)
-				if !l.run(&st, r, i, ms, o, &reps[i], &o.writes[i]) { // nothing taken: its state as it stands
+				st := r.Key(i)
+				if !l.run(&st, r, i, ms, o, &reps[i], &o.Writes[i]) { // nothing taken: its state as it stands
 					nameLimiter(o, i, &lims[i], args[2+i])
 					return
 				}
@@ -69,19 +69,19 @@ func executeAll(args []string, r reader, o *outcome, peek bool) {
 			}
 		}
 	}
-	o.action = actReply
-	o.replyLen = 6
-	copy(o.reply[:5], reps[deciding][:])
-	o.reply[5] = int64(deciding)
+	o.Action = ActReply
+	o.ReplyLen = 6
+	copy(o.Reply[:5], reps[deciding][:])
+	o.Reply[5] = int64(deciding)
 	if each {
 		for i := range n {
-			copy(o.reply[6+5*i:], reps[i][:])
+			copy(o.Reply[6+5*i:], reps[i][:])
 		}
-		o.replyLen = 6 + 5*n
+		o.ReplyLen = 6 + 5*n
 	}
 	if peek {
 		for i := range n {
-			o.writes[i] = keyWrite{}
+			o.Writes[i] = KeyWrite{}
 		}
 		return
 	}
@@ -99,14 +99,14 @@ func later(a, b int64) bool {
 // parseAll reads RL.ALL's arguments into lims and ms and returns how many
 // keys and limiters there are. On bad input it sets the error in o, naming
 // the problem, and returns false.
-func parseAll(args []string, lims *[maxKeys]limit, ms, each *bool, o *outcome) (int, bool) {
-	if len(args) < 2 || len(args) > maxArgs {
-		o.action = actArity
+func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (int, bool) {
+	if len(args) < 2 || len(args) > MaxArgs {
+		o.Action = ActArity
 		return 0, false
 	}
 	n64, ok := parseInt(args[1])
-	if !ok || n64 < 1 || n64 > maxKeys {
-		o.fail(fmt.Sprintf("ERR numkeys must be an integer from 1 to %d", maxKeys))
+	if !ok || n64 < 1 || n64 > MaxKeys {
+		o.fail(fmt.Sprintf("ERR numkeys must be an integer from 1 to %d", MaxKeys))
 		return 0, false
 	}
 	n := int(n64)
@@ -202,12 +202,12 @@ func argNames(s *syntax) string {
 
 // nameLimiter puts the limiter, and its key, in an error that came from
 // running it: RL.ALL has several, and the user must know which failed.
-func nameLimiter(o *outcome, i int, l *limit, key string) {
+func nameLimiter(o *Outcome, i int, l *limit, key string) {
 	where := fmt.Sprintf("limiter %d (%s, key %s)", i+1, families[l.family].name, quote(key))
 	switch {
-	case o.action == actWrongType:
-		o.err = "WRONGTYPE " + where + ": the key holds the wrong kind of value"
-	case strings.HasPrefix(o.err, "ERR "):
-		o.err = "ERR " + where + ": " + o.err[len("ERR "):]
+	case o.Action == ActWrongType:
+		o.Err = "WRONGTYPE " + where + ": the key holds the wrong kind of value"
+	case strings.HasPrefix(o.Err, "ERR "):
+		o.Err = "ERR " + where + ": " + o.Err[len("ERR "):]
 	}
 }

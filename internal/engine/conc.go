@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"fmt"
@@ -25,12 +25,12 @@ const maxConcLimit = 100000
 // maxID is the longest holder id, in bytes.
 const maxID = 128
 
-// concSweep is RL_CONC_SWEEP: the most lapsed holders one write removes.
+// ConcSweep is RL_CONC_SWEEP: the most lapsed holders one write removes.
 // Each acquire adds at most one holder, so a call removing up to 64 clears
 // any backlog (a crash of every worker at once) 63 times faster than it
 // can grow, while the work it adds to one call stays bounded; see the
 // README for the measured cost.
-const concSweep = 64
+const ConcSweep = 64
 
 var (
 	concLimitArg = arg{name: "limit", min: 1, max: maxConcLimit}
@@ -40,11 +40,11 @@ var (
 // concState names the state in errors.
 const concState = "concurrency state (holder ids scored with their lease's end in Unix microseconds)"
 
-// holderSet reads a sorted set key as a concurrency limiter's leases, in
+// HolderSet reads a sorted set key as a concurrency limiter's leases, in
 // Unix ns; holder finds the caller's lease and the latest other one.
-type holderSet interface {
+type HolderSet interface {
 	conc.Leases
-	holder(id string) conc.Holder
+	Holder(id string) conc.Holder
 }
 
 // concCall is one concurrency command, parsed.
@@ -56,28 +56,28 @@ type concCall struct {
 
 // parseConc reads a concurrency command's arguments: args are the command
 // name, the key, the arguments. On failure it sets o and returns false.
-func parseConc(op int, args []string, c *concCall, o *outcome) bool {
+func parseConc(op int, args []string, c *concCall, o *Outcome) bool {
 	i := 0 // the first option
 	switch op {
-	case opConcAcquire:
+	case OpConcAcquire:
 		c.idAt, i = 4, 5
-	case opConcPeek:
+	case OpConcPeek:
 		i = 3
-	case opConcRelease:
+	case OpConcRelease:
 		c.idAt, i = 2, 3
 	}
-	if len(args) < i || len(args) > maxOneKeyArgs || (op == opConcRelease && len(args) != i) {
-		o.action = actArity
+	if len(args) < i || len(args) > maxOneKeyArgs || (op == OpConcRelease && len(args) != i) {
+		o.Action = ActArity
 		return false
 	}
-	if op != opConcRelease {
+	if op != OpConcRelease {
 		var ok bool
 		if c.limit, ok = concLimitArg.parse(args[2]); !ok {
 			o.fail(concLimitArg.rangeError(""))
 			return false
 		}
 	}
-	if op == opConcAcquire {
+	if op == OpConcAcquire {
 		var ok bool
 		if c.lease, ok = leaseArg.parse(args[3]); !ok {
 			o.fail(leaseArg.rangeError(""))
@@ -104,35 +104,35 @@ func parseConc(op int, args []string, c *concCall, o *outcome) bool {
 }
 
 // executeConc runs CONC.ACQUIRE, CONC.PEEK or CONC.RELEASE.
-func executeConc(op int, args []string, r reader, o *outcome) {
+func executeConc(op int, args []string, r Reader, o *Outcome) {
 	var c concCall
 	if !parseConc(op, args, &c, o) {
 		return
 	}
-	if r.keys() != 1 {
+	if r.Keys() != 1 {
 		o.fail("ERR internal error: the key was not read")
 		return
 	}
-	st := r.key(0)
+	st := r.Key(0)
 	if !concKey(&st, o) {
 		return
 	}
-	set := r.holders(0)
-	w := &o.writes[0]
-	if op == opConcRelease {
-		rel := conc.Free(set.holder(args[c.idAt]), st.now)
-		o.action, o.replyLen = actReply, 1
+	set := r.Holders(0)
+	w := &o.Writes[0]
+	if op == OpConcRelease {
+		rel := conc.Free(set.Holder(args[c.idAt]), st.Now)
+		o.Action, o.ReplyLen = ActReply, 1
 		if rel.Held {
-			o.reply[0] = 1
+			o.Reply[0] = 1
 		}
 		switch {
 		case !rel.Remove:
 		case rel.Expire == 0: // no live lease is left: the state goes
-			w.action = writeDel
+			w.Action = WriteDel
 		default:
-			w.action, w.concID, w.concRemove = writeConc, c.idAt, true
-			w.zCutoff = floorDiv(st.now, 1000)
-			w.expireMs = leaseExpiry(rel.Expire)
+			w.Action, w.ConcID, w.ConcRemove = WriteConc, c.idAt, true
+			w.ZCutoff = FloorDiv(st.Now, 1000)
+			w.ExpireMs = leaseExpiry(rel.Expire)
 		}
 		return
 	}
@@ -143,21 +143,21 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 	}
 	var d conc.Decision
 	var h conc.Holder
-	if op == opConcPeek {
+	if op == OpConcPeek {
 		var latest int64
-		if st.kind == keyZSet {
-			latest = scoreNs(st.newest.score)
+		if st.Kind == KeyZSet {
+			latest = ScoreNs(st.Newest.Score)
 		}
-		d, err = l.Peek(set, latest, st.now, c.reserve)
+		d, err = l.Peek(set, latest, st.Now, c.reserve)
 	} else {
 		// A lease ends before 2^53 µs, the largest score a double holds exactly.
-		if maxLease := ((maxScoreUs-1)*1000 - st.now) / int64(time.Second); c.lease > maxLease {
+		if maxLease := ((maxScoreUs-1)*1000 - st.Now) / int64(time.Second); c.lease > maxLease {
 			o.fail(fmt.Sprintf("ERR lease must end before the year 2255 (2^53 microseconds, the largest "+
 				"sorted-set score held exactly): at most %d seconds from now", maxLease))
 			return
 		}
-		h = set.holder(args[c.idAt])
-		d, err = l.Acquire(set, h, st.now, time.Duration(c.lease)*time.Second, c.reserve)
+		h = set.Holder(args[c.idAt])
+		d, err = l.Acquire(set, h, st.Now, time.Duration(c.lease)*time.Second, c.reserve)
 	}
 	if err != nil {
 		o.failErr(err)
@@ -165,19 +165,19 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 	}
 	var rep [5]int64
 	setReply(&rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, c.ms)
-	o.action, o.replyLen = actReply, 5
-	copy(o.reply[:5], rep[:])
-	if op == opConcAcquire && !d.Limited {
-		w.action, w.concID, w.concAdd = writeConc, c.idAt, true
-		w.zCutoff = floorDiv(st.now, 1000)
-		w.zScore = checked.CeilDiv(d.End, 1000)
-		w.expireMs = leaseExpiry(d.Expire)
+	o.Action, o.ReplyLen = ActReply, 5
+	copy(o.Reply[:5], rep[:])
+	if op == OpConcAcquire && !d.Limited {
+		w.Action, w.ConcID, w.ConcAdd = WriteConc, c.idAt, true
+		w.ZCutoff = FloorDiv(st.Now, 1000)
+		w.ZScore = checked.CeilDiv(d.End, 1000)
+		w.ExpireMs = leaseExpiry(d.Expire)
 		// A renewal that changes nothing (the same instant's lease, no
 		// lapsed holder to sweep, the same expiry) writes nothing, and so
 		// replicates and notifies nothing, as the script's ZADD of an
 		// unchanged score does not.
-		if d.Renewed && w.zScore == h.Own/1000 && w.expireMs == st.expireMs && st.oldest.score > float64(w.zCutoff) {
-			*w = keyWrite{}
+		if d.Renewed && w.ZScore == h.Own/1000 && w.ExpireMs == st.ExpireMs && st.Oldest.Score > float64(w.ZCutoff) {
+			*w = KeyWrite{}
 		}
 	}
 }
@@ -188,16 +188,16 @@ func executeConc(op int, args []string, r reader, o *outcome) {
 // expiring with its latest lease (leaseExpiry), as every write leaves it:
 // an application's sorted set of timestamps rarely expires exactly there.
 // On anything else it sets the error in o.
-func concKey(st *keyState, o *outcome) bool {
-	if !checkKey(st, o, keyZSet, concState) {
+func concKey(st *KeyState, o *Outcome) bool {
+	if !checkKey(st, o, KeyZSet, concState) {
 		return false
 	}
 	switch {
-	case st.kind != keyZSet:
+	case st.Kind != KeyZSet:
 		return true
-	case !holderEntry(st.oldest) || !holderEntry(st.newest):
+	case !holderEntry(st.Oldest) || !holderEntry(st.Newest):
 		o.fail(otherData(concState, "its members are not holder ids of 1 to 128 bytes scored with a lease's end"))
-	case leaseExpiry(int64(st.newest.score)*1000) != st.expireMs:
+	case leaseExpiry(int64(st.Newest.Score)*1000) != st.ExpireMs:
 		o.fail(otherData(concState, "the key does not expire with its latest lease"))
 	default:
 		return true
@@ -215,6 +215,6 @@ func leaseExpiry(ns int64) int64 {
 }
 
 // holderEntry reports an entry a concurrency write could have made.
-func holderEntry(e zEntry) bool {
-	return e.length >= 1 && e.length <= maxID && stateScore(e.score)
+func holderEntry(e ZEntry) bool {
+	return e.Length >= 1 && e.Length <= maxID && stateScore(e.Score)
 }

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"math"
@@ -29,7 +29,7 @@ var lbSyntax = syntax{
 	def:      1,
 }
 
-func runTokenBucket(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func runTokenBucket(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	b, err := bucket.NewTokenBucket(l.v[0], l.v[1], l.v[2])
 	if err != nil {
 		o.failErr(err)
@@ -39,7 +39,7 @@ func runTokenBucket(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, 
 	if !ok {
 		return false
 	}
-	d, err := b.TakeReserve(full, st.now, l.v[3], l.reserve)
+	d, err := b.TakeReserve(full, st.Now, l.v[3], l.reserve)
 	if err != nil {
 		o.failErr(err)
 		return false
@@ -51,7 +51,7 @@ func runTokenBucket(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, 
 
 // The shaper's field 5 is the delay before the request proceeds (0: go
 // now, and 0 for a refused request, which does not go at all).
-func runShaper(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func runShaper(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	q, err := bucket.NewShaper(l.v[0], l.v[1], l.v[2])
 	if err != nil {
 		o.failErr(err)
@@ -61,7 +61,7 @@ func runShaper(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *ke
 	if !ok {
 		return false
 	}
-	d, err := q.Enqueue(empty, st.now, l.v[3])
+	d, err := q.Enqueue(empty, st.Now, l.v[3])
 	if err != nil {
 		o.failErr(err)
 		return false

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"math"
@@ -42,24 +42,24 @@ const (
 )
 
 // The sliding window counter's state: "<window index>:<current>:<previous>".
-func runSlidingWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func runSlidingWindow(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	sw, err := window.NewSlidingWindow(l.v[0], l.v[1])
 	if err != nil {
 		o.failErr(err)
 		return false
 	}
-	if !checkKey(st, o, keyString, counterState) {
+	if !checkKey(st, o, KeyString, counterState) {
 		return false
 	}
 	var counts window.Counts
-	if st.kind == keyString {
+	if st.Kind == KeyString {
 		var ok bool
-		if counts, ok = parseCounts(st.value); !ok {
+		if counts, ok = parseCounts(st.Value); !ok {
 			o.fail(otherData(counterState, "not three decimal integers"))
 			return false
 		}
 	}
-	d, next, expire, err := sw.HitReserve(counts, st.now, l.v[2], l.reserve)
+	d, next, expire, err := sw.HitReserve(counts, st.Now, l.v[2], l.reserve)
 	if err != nil {
 		o.failErr(err)
 		return false
@@ -67,19 +67,19 @@ func runSlidingWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	switch {
 	case !d.Write:
-	case expire <= st.now: // nothing counted: the key has no work left
-		if st.kind != keyEmpty {
-			w.action = writeDel
+	case expire <= st.Now: // nothing counted: the key has no work left
+		if st.Kind != KeyEmpty {
+			w.Action = WriteDel
 		}
 	default:
-		b := strconv.AppendInt(w.value[:0], next.Index, 10)
+		b := strconv.AppendInt(w.Value[:0], next.Index, 10)
 		b = append(b, ':')
 		b = strconv.AppendInt(b, next.Current, 10)
 		b = append(b, ':')
 		b = strconv.AppendInt(b, next.Previous, 10)
-		w.action = writeSet
-		w.valueLen = len(b)
-		w.expireMs = ceilMs(expire)
+		w.Action = WriteSet
+		w.ValueLen = len(b)
+		w.ExpireMs = ceilMs(expire)
 	}
 	return true
 }
@@ -97,24 +97,24 @@ func parseCounts(s string) (window.Counts, bool) {
 // end. A count whose expiry is not after the current window's start (a
 // script on a server whose expiry clock lags the module's) is stale; one
 // expiring after the current window's end is the current window's.
-func runFixedWindow(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func runFixedWindow(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	f, err := window.NewFixedWindow(l.v[0], l.v[1])
 	if err != nil {
 		o.failErr(err)
 		return false
 	}
-	if !checkKey(st, o, keyString, fixedState) {
+	if !checkKey(st, o, KeyString, fixedState) {
 		return false
 	}
 	var count int64
-	if st.kind == keyString {
+	if st.Kind == KeyString {
 		var ok bool
-		if count, ok = parseInstant(st.value); !ok {
+		if count, ok = parseInstant(st.Value); !ok {
 			o.fail(otherData(fixedState, "not a decimal integer"))
 			return false
 		}
 	}
-	d, n, end, err := f.HitReserve(count, expiryNs(st.expireMs), st.now, l.v[2], l.reserve)
+	d, n, end, err := f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, l.v[2], l.reserve)
 	if err != nil {
 		o.failErr(err)
 		return false
@@ -141,20 +141,20 @@ const maxScoreUs = 1 << 53
 
 // The sliding log's state: a sorted set, one entry per admitted unit,
 // scored with its time in Unix microseconds. It is the i-th key.
-func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	sl, err := window.NewSlidingLog(l.v[0], l.v[1])
 	if err != nil {
 		o.failErr(err)
 		return false
 	}
-	if !checkKey(st, o, keyZSet, logState) {
+	if !checkKey(st, o, KeyZSet, logState) {
 		return false
 	}
-	if st.kind == keyZSet && (!logEntry(st.oldest) || !logEntry(st.newest)) {
+	if st.Kind == KeyZSet && (!logEntry(st.Oldest) || !logEntry(st.Newest)) {
 		o.fail(otherData(logState, "its members are not the log's own"))
 		return false
 	}
-	d, err := sl.HitReserve(r.log(i), st.now, l.v[2], l.reserve)
+	d, err := sl.HitReserve(r.Log(i), st.Now, l.v[2], l.reserve)
 	if err != nil {
 		o.failErr(err)
 		return false
@@ -163,18 +163,18 @@ func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome,
 	if !d.Write {
 		return true
 	}
-	w.action = writeZLog
+	w.Action = WriteZLog
 	if !d.Limited {
-		w.zAdd = l.v[2]
-		w.zGrowth = w.zAdd
-		if st.zLen <= compactLog && st.zLen+w.zAdd > compactLog { // leaves the compact encoding
-			w.zGrowth += st.zLen
+		w.ZAdd = l.v[2]
+		w.ZGrowth = w.ZAdd
+		if st.ZLen <= compactLog && st.ZLen+w.ZAdd > compactLog { // leaves the compact encoding
+			w.ZGrowth += st.ZLen
 		}
 	}
-	w.zRedate = d.Redate
-	w.zCutoff = floorDiv(d.Cutoff, 1000)
-	w.zScore = floorDiv(st.now, 1000)
-	w.expireMs = ceilMs(d.Expire)
+	w.ZRedate = d.Redate
+	w.ZCutoff = FloorDiv(d.Cutoff, 1000)
+	w.ZScore = FloorDiv(st.Now, 1000)
+	w.ExpireMs = ceilMs(d.Expire)
 	return true
 }
 
@@ -182,16 +182,16 @@ func runSlidingLog(l *limit, st *keyState, r reader, i int, ms bool, o *outcome,
 // score a whole number of Unix microseconds from 2015 to maxScoreUs. The
 // member's digits are read and compared with the score, not the score
 // formatted and compared with them: this runs twice on every log call.
-func logEntry(e zEntry) bool {
-	if e.length > maxMember || !stateScore(e.score) {
+func logEntry(e ZEntry) bool {
+	if e.Length > MaxMember || !stateScore(e.Score) {
 		return false
 	}
-	score, n, ok := strings.Cut(e.member, "-")
+	score, n, ok := strings.Cut(e.Member, "-")
 	if !ok || score == "" || score[0] == '0' { // the log writes no leading zero
 		return false
 	}
 	us, ok := parseInstant(score)
-	if !ok || us != int64(e.score) {
+	if !ok || us != int64(e.Score) {
 		return false
 	}
 	_, ok = parseInstant(n)
@@ -204,8 +204,8 @@ func stateScore(us float64) bool {
 	return us >= float64(minState/1000) && us < maxScoreUs && us == math.Trunc(us)
 }
 
-// floorDiv is ⌊a/b⌋ for b > 0.
-func floorDiv(a, b int64) int64 {
+// FloorDiv is ⌊a/b⌋ for b > 0.
+func FloorDiv(a, b int64) int64 {
 	q := a / b
 	if a%b < 0 {
 		q--
@@ -213,10 +213,10 @@ func floorDiv(a, b int64) int64 {
 	return q
 }
 
-// scoreNs converts a sorted-set score in Unix microseconds to nanoseconds,
+// ScoreNs converts a sorted-set score in Unix microseconds to nanoseconds,
 // never converting a double that does not fit: NaN and scores at or below
 // -2^53 give math.MinInt64 (none), scores at or above 2^53 saturate.
-func scoreNs(us float64) int64 {
+func ScoreNs(us float64) int64 {
 	switch {
 	case us != us || us <= -maxScoreUs:
 		return math.MinInt64

@@ -1,4 +1,4 @@
-package main
+package engine
 
 // maxLimit bounds what a limiter admits at once (GCRA's max_burst + 1, a
 // bucket's capacity, a window's limit): 2^53 - 1, so that every integer of
@@ -65,7 +65,7 @@ func (l *limit) cost() *int64 { return &l.v[len(families[l.family].syntax.positi
 // integers into rep and what to store into w. On a key that is not this
 // limiter's, or arguments the arithmetic cannot take, it sets the error in
 // o and returns false.
-func (l *limit) run(st *keyState, r reader, i int, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func (l *limit) run(st *KeyState, r Reader, i int, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	switch l.family {
 	case famGCRA:
 		return runGCRA(l, st, ms, o, rep, w)

@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"fmt"
@@ -10,31 +10,31 @@ import (
 
 // runAll runs RL.ALL (or RL.PEEK) over keys with args after numkeys and the
 // key names k0, k1, ...
-func runAll(peek bool, keys fakeKeys, args ...string) outcome {
+func runAll(peek bool, keys fakeKeys, args ...string) Outcome {
 	all := []string{"rl.all", strconv.Itoa(len(keys))}
 	for i := range keys {
 		all = append(all, "k"+strconv.Itoa(i))
 	}
-	op := opRLAll
+	op := OpRLAll
 	if peek {
-		op = opRLPeek
+		op = OpRLPeek
 	}
-	var o outcome
-	execute(op, append(all, args...), keys, &o)
+	var o Outcome
+	Execute(op, append(all, args...), keys, &o)
 	return o
 }
 
 func fresh(n int) fakeKeys {
 	keys := make(fakeKeys, n)
 	for i := range keys {
-		keys[i] = &fakeKey{st: keyState{now: t0}}
+		keys[i] = &fakeKey{st: KeyState{Now: t0}}
 	}
 	return keys
 }
 
 // state is a live instant state, ahead of t0 by d.
 func instantKey(d time.Duration) *fakeKey {
-	return &fakeKey{st: keyState{now: t0, kind: keyString, value: strconv.FormatInt(t0+int64(d), 10)}}
+	return &fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: strconv.FormatInt(t0+int64(d), 10)}}
 }
 
 // RL.ALL over one limiter is its family command at the same instant: the
@@ -45,22 +45,22 @@ func TestAllOfOneIsTheFamilyCommand(t *testing.T) {
 		op    int
 		all   []string
 		one   []string
-		state keyState
+		state KeyState
 	}{
-		{opGCRAThrottle, []string{"GCRA", "15", "30", "60", "2"}, []string{"15", "30", "60", "2"}, instantKey(10 * time.Second).st},
-		{opTBTake, []string{"TB", "10", "1", "1", "3"}, []string{"10", "1", "1", "3"}, instantKey(4 * time.Second).st},
-		{opSWHit, []string{"SW", "10", "10", "2"}, []string{"10", "10", "2"},
-			keyState{now: t0 + 5*sec, kind: keyString, value: strconv.FormatInt(t0/(10*sec)-1, 10) + ":8:3"}},
-		{opFWHit, []string{"FW", "10", "10", "2"}, []string{"10", "10", "2"},
-			keyState{now: t0 + 5*sec, kind: keyString, value: "5", expireMs: (t0 + 10*sec) / 1e6}},
-		{opSLHit, []string{"SL", "3", "10", "1"}, []string{"3", "10", "1"}, keyState{now: t0, kind: keyZSet}},
+		{OpGCRAThrottle, []string{"GCRA", "15", "30", "60", "2"}, []string{"15", "30", "60", "2"}, instantKey(10 * time.Second).st},
+		{OpTBTake, []string{"TB", "10", "1", "1", "3"}, []string{"10", "1", "1", "3"}, instantKey(4 * time.Second).st},
+		{OpSWHit, []string{"SW", "10", "10", "2"}, []string{"10", "10", "2"},
+			KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: strconv.FormatInt(t0/(10*sec)-1, 10) + ":8:3"}},
+		{OpFWHit, []string{"FW", "10", "10", "2"}, []string{"10", "10", "2"},
+			KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: "5", ExpireMs: (t0 + 10*sec) / 1e6}},
+		{OpSLHit, []string{"SL", "3", "10", "1"}, []string{"3", "10", "1"}, KeyState{Now: t0, Kind: KeyZSet}},
 	}
 	for _, c := range cases {
 		for _, ms := range [][]string{nil, {"MS"}} {
 			log := fakeLog{t0 - 20*sec, t0 - 3*sec}
 			one := run(c.op, &fakeKey{st: c.state, entries: log}, append(c.one, ms...)...)
 			all := runAll(false, fakeKeys{{st: c.state, entries: log}}, append(c.all, ms...)...)
-			if all.action != actReply || all.replyLen != 6 || [5]int64(all.reply[:5]) != one.reply || all.reply[5] != 0 || all.writes[0] != one.w {
+			if all.Action != ActReply || all.ReplyLen != 6 || [5]int64(all.Reply[:5]) != one.Reply || all.Reply[5] != 0 || all.Writes[0] != one.w {
 				t.Errorf("%s %v: RL.ALL %+v, family command %+v", opNames[c.op], ms, all, one)
 			}
 		}
@@ -74,22 +74,22 @@ func TestAllEach(t *testing.T) {
 	keys := fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
 	o := runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "EACH")
 	want := []int64{0, 5, 2, -1, 36, 0, 0, 5, 2, -1, 36, 0, 10, 8, -1, 2}
-	if o.action != actReply || o.replyLen != 16 || fmt.Sprint(o.reply[:16]) != fmt.Sprint(want) {
-		t.Fatalf("admitted: %v (len %d), want %v", o.reply[:o.replyLen], o.replyLen, want)
+	if o.Action != ActReply || o.ReplyLen != 16 || fmt.Sprint(o.Reply[:16]) != fmt.Sprint(want) {
+		t.Fatalf("admitted: %v (len %d), want %v", o.Reply[:o.ReplyLen], o.ReplyLen, want)
 	}
 	// Refused by the GCRA (full): the token bucket reports its 9 tokens, untaken.
 	keys = fakeKeys{instantKey(60 * time.Second), instantKey(time.Second)}
 	o = runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "each", "MS")
 	want = []int64{1, 5, 0, 12000, 60000, 0, 1, 5, 0, 12000, 60000, 0, 10, 9, -1, 1000}
-	if fmt.Sprint(o.reply[:o.replyLen]) != fmt.Sprint(want) || o.writes[1].action != writeNone {
-		t.Fatalf("refused: %v, want %v", o.reply[:o.replyLen], want)
+	if fmt.Sprint(o.Reply[:o.ReplyLen]) != fmt.Sprint(want) || o.Writes[1].Action != WriteNone {
+		t.Fatalf("refused: %v, want %v", o.Reply[:o.ReplyLen], want)
 	}
 	// RL.PEEK takes it too; without it the reply stays six integers.
-	if p := runAll(true, fresh(2), "SW", "5", "60", "1", "FW", "3", "60", "1", "EACH"); p.replyLen != 16 || p.reply[5] != 1 {
-		t.Fatalf("peek: %v", p.reply[:p.replyLen])
+	if p := runAll(true, fresh(2), "SW", "5", "60", "1", "FW", "3", "60", "1", "EACH"); p.ReplyLen != 16 || p.Reply[5] != 1 {
+		t.Fatalf("peek: %v", p.Reply[:p.ReplyLen])
 	}
-	if p := runAll(true, fresh(2), "SW", "5", "60", "1", "FW", "3", "60", "1"); p.replyLen != 6 {
-		t.Fatalf("without EACH: %d integers", p.replyLen)
+	if p := runAll(true, fresh(2), "SW", "5", "60", "1", "FW", "3", "60", "1"); p.ReplyLen != 6 {
+		t.Fatalf("without EACH: %d integers", p.ReplyLen)
 	}
 }
 
@@ -101,38 +101,38 @@ func TestAllDecides(t *testing.T) {
 	// A GCRA of 5 per 60 s with 2 used, a token bucket of 10 with 9 left.
 	keys := fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
 	o := runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1")
-	if o.action != actReply || [6]int64(o.reply[:6]) != [6]int64{0, 5, 2, -1, 36, 0} || o.writes[0].action != writeSet || o.writes[1].action != writeSet {
+	if o.Action != ActReply || [6]int64(o.Reply[:6]) != [6]int64{0, 5, 2, -1, 36, 0} || o.Writes[0].Action != WriteSet || o.Writes[1].Action != WriteSet {
 		t.Fatalf("admitted: %+v", o)
 	}
 	// A tie on remaining: the first.
 	o = runAll(false, fresh(2), "SW", "5", "60", "1", "FW", "5", "60", "1")
-	if o.reply[5] != 0 || o.reply[2] != 4 {
-		t.Fatalf("tie: %v", o.reply)
+	if o.Reply[5] != 0 || o.Reply[2] != 4 {
+		t.Fatalf("tie: %v", o.Reply)
 	}
 	// Two refuse: the one whose retry is later decides, nothing is written.
 	keys = fakeKeys{instantKey(60 * time.Second), instantKey(10 * time.Second), instantKey(0)}
 	o = runAll(false, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1", "GCRA", "0", "1", "1", "1")
-	if o.action != actReply || [6]int64(o.reply[:6]) != [6]int64{1, 5, 0, 12, 60, 0} {
-		t.Fatalf("refused: %+v", o.reply)
+	if o.Action != ActReply || [6]int64(o.Reply[:6]) != [6]int64{1, 5, 0, 12, 60, 0} {
+		t.Fatalf("refused: %+v", o.Reply)
 	}
 	for i := range 3 {
-		if o.writes[i].action != writeNone {
-			t.Fatalf("a refused call writes key %d: %+v", i, o.writes[i])
+		if o.Writes[i].Action != WriteNone {
+			t.Fatalf("a refused call writes key %d: %+v", i, o.Writes[i])
 		}
 	}
 	// A cost that can never pass (-1) decides over any finite retry.
 	o = runAll(false, fresh(2), "GCRA", "0", "1", "60", "1", "SW", "5", "60", "6")
-	if [6]int64(o.reply[:6]) != [6]int64{1, 5, 5, -1, 0, 1} {
-		t.Fatalf("never: %v", o.reply)
+	if [6]int64(o.Reply[:6]) != [6]int64{1, 5, 5, -1, 0, 1} {
+		t.Fatalf("never: %v", o.Reply)
 	}
 	o = runAll(false, fresh(2), "SW", "5", "60", "6", "GCRA", "0", "1", "60", "2")
-	if o.reply[5] != 0 || o.reply[3] != -1 {
-		t.Fatalf("never first: %v", o.reply)
+	if o.Reply[5] != 0 || o.Reply[3] != -1 {
+		t.Fatalf("never first: %v", o.Reply)
 	}
 	// RL.PEEK replies what RL.ALL would and writes nothing.
 	keys = fakeKeys{instantKey(24 * time.Second), instantKey(time.Second)}
 	p := runAll(true, keys, "GCRA", "4", "5", "60", "1", "TB", "10", "1", "1", "1")
-	if [6]int64(p.reply[:6]) != [6]int64{0, 5, 2, -1, 36, 0} || p.writes[0].action != writeNone || p.writes[1].action != writeNone {
+	if [6]int64(p.Reply[:6]) != [6]int64{0, 5, 2, -1, 36, 0} || p.Writes[0].Action != WriteNone || p.Writes[1].Action != WriteNone {
 		t.Fatalf("peek: %+v", p)
 	}
 }
@@ -142,23 +142,23 @@ func TestAllDecides(t *testing.T) {
 // would (an admitting limit is run again at cost 0 for it).
 func TestAllRefusedStoresClampedState(t *testing.T) {
 	far := instantKey(time.Hour) // an hour ahead: the clock stepped back
-	far.st.expireMs = (t0 + int64(time.Hour)) / 1e6
-	keys := fakeKeys{far, {st: keyState{now: t0}}}
+	far.st.ExpireMs = (t0 + int64(time.Hour)) / 1e6
+	keys := fakeKeys{far, {st: KeyState{Now: t0}}}
 	// GCRA: τ = 5 × 60 s; the clamped state leaves 0: refused. SW admits.
 	o := runAll(false, keys, "GCRA", "4", "1", "60", "1", "SW", "5", "60", "1")
-	if o.reply[0] != 1 || o.reply[5] != 0 || o.writes[0].action != writeSet || o.writes[1].action != writeNone {
+	if o.Reply[0] != 1 || o.Reply[5] != 0 || o.Writes[0].Action != WriteSet || o.Writes[1].Action != WriteNone {
 		t.Fatalf("refused by the clamped limit: %+v", o)
 	}
 	// The other way round: GCRA refuses (cost 2 > limit 1); the sliding
 	// window admits, but its counts are from a window 5 minutes ahead: the
 	// counts are stored under now's window, and nothing is added to them.
 	idx := t0 / (60 * int64(time.Second))
-	future := &fakeKey{st: keyState{now: t0, kind: keyString, value: strconv.FormatInt(idx+5, 10) + ":1:0"}}
-	keys = fakeKeys{{st: keyState{now: t0}}, future}
+	future := &fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: strconv.FormatInt(idx+5, 10) + ":1:0"}}
+	keys = fakeKeys{{st: KeyState{Now: t0}}, future}
 	o = runAll(false, keys, "GCRA", "0", "1", "60", "2", "SW", "5", "60", "1")
 	want := strconv.FormatInt(idx, 10) + ":1:0"
-	if o.reply[0] != 1 || o.reply[5] != 0 || o.writes[0].action != writeNone || o.writes[1].action != writeSet ||
-		string(o.writes[1].value[:o.writes[1].valueLen]) != want {
+	if o.Reply[0] != 1 || o.Reply[5] != 0 || o.Writes[0].Action != WriteNone || o.Writes[1].Action != WriteSet ||
+		string(o.Writes[1].Value[:o.Writes[1].ValueLen]) != want {
 		t.Fatalf("refused, an admitting limit's state from the future: %+v, want %q written", o, want)
 	}
 }
@@ -167,15 +167,15 @@ func TestAllRefusedStoresClampedState(t *testing.T) {
 // only the cost is taken, and n must fit every limit.
 func TestAllReserve(t *testing.T) {
 	o := runAll(false, fresh(2), "GCRA", "5", "1", "60", "4", "SW", "10", "60", "4", "RESERVE", "2")
-	if [6]int64(o.reply[:6]) != [6]int64{0, 6, 2, -1, 240, 0} {
-		t.Fatalf("4 of 6 with 2 in reserve: %v", o.reply)
+	if [6]int64(o.Reply[:6]) != [6]int64{0, 6, 2, -1, 240, 0} {
+		t.Fatalf("4 of 6 with 2 in reserve: %v", o.Reply)
 	}
 	o = runAll(false, fresh(2), "GCRA", "5", "1", "60", "5", "SW", "10", "60", "4", "RESERVE", "2")
-	if o.reply[0] != 1 || o.reply[3] != -1 || o.reply[5] != 0 {
-		t.Fatalf("5 of 6 with 2 in reserve: %v", o.reply)
+	if o.Reply[0] != 1 || o.Reply[3] != -1 || o.Reply[5] != 0 {
+		t.Fatalf("5 of 6 with 2 in reserve: %v", o.Reply)
 	}
 	o = runAll(false, fresh(2), "GCRA", "5", "1", "60", "1", "SW", "10", "60", "1", "RESERVE", "7")
-	if o.action != actError || o.err != "ERR limiter 1 (GCRA): RESERVE must be an integer from 0 to 6 (the limit)" {
+	if o.Action != ActError || o.Err != "ERR limiter 1 (GCRA): RESERVE must be an integer from 0 to 6 (the limit)" {
 		t.Fatalf("reserve above a limit: %+v", o)
 	}
 }
@@ -219,23 +219,23 @@ func TestAllErrors(t *testing.T) {
 	}
 	for _, c := range cases {
 		args := append(append([]string{"rl.all", c.numkeys}, c.keys...), c.rest...)
-		var o outcome
-		execute(opRLAll, args, fresh(len(c.keys)), &o)
-		if o.action != actError || !strings.HasPrefix(o.err, c.want) {
-			t.Errorf("%q: %q, want %q", args, o.err, c.want)
+		var o Outcome
+		Execute(OpRLAll, args, fresh(len(c.keys)), &o)
+		if o.Action != ActError || !strings.HasPrefix(o.Err, c.want) {
+			t.Errorf("%q: %q, want %q", args, o.Err, c.want)
 		}
 	}
 
 	// A key of another type, or holding other data, names the limiter and
 	// its key.
-	keys := fakeKeys{{st: keyState{now: t0}}, {st: keyState{now: t0, kind: keyOther}}}
+	keys := fakeKeys{{st: KeyState{Now: t0}}, {st: KeyState{Now: t0, Kind: KeyOther}}}
 	o := runAll(false, keys, "GCRA", "5", "1", "60", "1", "SL", "5", "60", "1")
-	if o.action != actWrongType || o.err != `WRONGTYPE limiter 2 (SL, key "k1"): the key holds the wrong kind of value` {
+	if o.Action != ActWrongType || o.Err != `WRONGTYPE limiter 2 (SL, key "k1"): the key holds the wrong kind of value` {
 		t.Fatalf("wrong type: %+v", o)
 	}
-	keys = fakeKeys{{st: keyState{now: t0}}, {st: keyState{now: t0, kind: keyString, value: "42"}, noExpiry: true}}
+	keys = fakeKeys{{st: KeyState{Now: t0}}, {st: KeyState{Now: t0, Kind: KeyString, Value: "42"}, noExpiry: true}}
 	o = runAll(false, keys, "GCRA", "5", "1", "60", "1", "TB", "5", "1", "60", "1")
-	if o.action != actError || !strings.HasPrefix(o.err, `ERR limiter 2 (TB, key "k1"): the key holds other data`) {
+	if o.Action != ActError || !strings.HasPrefix(o.Err, `ERR limiter 2 (TB, key "k1"): the key holds other data`) {
 		t.Fatalf("other data: %+v", o)
 	}
 }
@@ -256,47 +256,47 @@ func FuzzAll(f *testing.F) {
 		if len(args) > 1 {
 			n, _ = strconv.Atoi(args[1])
 		}
-		n = max(0, min(n, maxKeys, len(args)-2))
+		n = max(0, min(n, MaxKeys, len(args)-2))
 		keys := make(fakeKeys, n)
 		for i := range keys {
 			v := []string{v0, v1}[i%2]
-			keys[i] = &fakeKey{st: keyState{now: t0}}
+			keys[i] = &fakeKey{st: KeyState{Now: t0}}
 			if v != "" {
-				keys[i].st.kind, keys[i].st.value = keyString, v
+				keys[i].st.Kind, keys[i].st.Value = KeyString, v
 			}
 		}
-		op := opRLAll
+		op := OpRLAll
 		if peek {
-			op = opRLPeek
+			op = OpRLPeek
 		}
-		var o outcome
-		execute(op, args, keys, &o)
-		switch o.action {
-		case actError, actWrongType, actArity:
+		var o Outcome
+		Execute(op, args, keys, &o)
+		switch o.Action {
+		case ActError, ActWrongType, ActArity:
 			return // C writes nothing without a reply
-		case actReply:
+		case ActReply:
 		default:
-			t.Fatalf("action %d", o.action)
+			t.Fatalf("action %d", o.Action)
 		}
-		r := o.reply
-		if (o.replyLen != 6 && o.replyLen != 6+5*n) || r[5] < 0 || int(r[5]) >= n || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
+		r := o.Reply
+		if (o.ReplyLen != 6 && o.ReplyLen != 6+5*n) || r[5] < 0 || int(r[5]) >= n || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 			t.Fatalf("reply %v over %d keys", r, n)
 		}
-		if d := r[5]; o.replyLen > 6 && [5]int64(r[6+5*d:11+5*d]) != [5]int64(r[:5]) {
+		if d := r[5]; o.ReplyLen > 6 && [5]int64(r[6+5*d:11+5*d]) != [5]int64(r[:5]) {
 			t.Fatalf("EACH: the deciding limit's own five %v differ from the reply's %v", r[6+5*d:11+5*d], r[:5])
 		}
 		for i := range n {
-			w := o.writes[i]
-			if peek && w.action != writeNone {
+			w := o.Writes[i]
+			if peek && w.Action != WriteNone {
 				t.Fatalf("RL.PEEK writes key %d: %+v", i, w)
 			}
-			if r[0] == 1 && (w.action == writeDel || w.zAdd != 0) {
+			if r[0] == 1 && (w.Action == WriteDel || w.ZAdd != 0) {
 				t.Fatalf("a refused RL.ALL takes from key %d: %+v", i, w)
 			}
-			if r[0] == 1 && w.action == writeSet {
-				old, _ := parseInstant(keys[i].st.value)
-				if v, ok := parseInstant(string(w.value[:w.valueLen])); ok && v > old && !strings.Contains(keys[i].st.value, ":") {
-					t.Fatalf("a refused RL.ALL moved key %d from %q to %d", i, keys[i].st.value, v)
+			if r[0] == 1 && w.Action == WriteSet {
+				old, _ := parseInstant(keys[i].st.Value)
+				if v, ok := parseInstant(string(w.Value[:w.ValueLen])); ok && v > old && !strings.Contains(keys[i].st.Value, ":") {
+					t.Fatalf("a refused RL.ALL moved key %d from %q to %d", i, keys[i].st.Value, v)
 				}
 			}
 		}
@@ -312,7 +312,7 @@ func TestAllLogEntriesBound(t *testing.T) {
 		{"SL", "10", "60", "50000", "SL", "100000", "60", "60000", "SL", "100000", "60", "40000"},
 	} {
 		o := runAll(false, fresh(len(rest)/4), rest...)
-		if o.action != actReply {
+		if o.Action != ActReply {
 			t.Fatalf("%v: %+v", rest, o)
 		}
 	}

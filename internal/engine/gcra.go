@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"math"
@@ -18,7 +18,7 @@ var gcraSyntax = syntax{
 	reserve:  true,
 }
 
-func runGCRA(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyWrite) bool {
+func runGCRA(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	g, err := gcra.New(l.v[0], l.v[1], l.v[2])
 	if err != nil {
 		o.failErr(err)
@@ -28,7 +28,7 @@ func runGCRA(l *limit, st *keyState, ms bool, o *outcome, rep *[5]int64, w *keyW
 	if !ok {
 		return false
 	}
-	d, err := g.ThrottleReserve(tat, st.now, l.v[3], l.reserve)
+	d, err := g.ThrottleReserve(tat, st.Now, l.v[3], l.reserve)
 	if err != nil {
 		o.failErr(err)
 		return false

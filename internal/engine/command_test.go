@@ -1,4 +1,4 @@
-package main
+package engine
 
 import (
 	"math"
@@ -14,13 +14,7 @@ import (
 // t0 is the virtual clock: 2023-11-14T22:13:20Z in Unix nanoseconds.
 const t0 = int64(1_700_000_000) * int64(time.Second)
 
-func TestNumberingMatchesShim(t *testing.T) {
-	if bad := numbering(); len(bad) > 0 {
-		t.Fatalf("Go and shim.h disagree on %v", bad)
-	}
-}
-
-// fakeKey is a reader with a virtual clock that counts its reads; a sorted
+// fakeKey is a Reader with a virtual clock that counts its reads; a sorted
 // set key holds entries, in Unix ns, sorted.
 //
 // A string or sorted set with no expiry set (0) gets one an hour after now,
@@ -28,54 +22,54 @@ func TestNumberingMatchesShim(t *testing.T) {
 // oldest and newest entries are the sliding log's own members, made from
 // entries, unless rawZSet is set.
 type fakeKey struct {
-	st       keyState
+	st       KeyState
 	reads    int
 	entries  fakeLog
 	noExpiry bool
 	rawZSet  bool
 	room     int64 // memoryRoom: the bytes left before maxmemory; 0 for no maxmemory
 	// leases makes a sorted set key a concurrency limiter's: id → when its
-	// lease ends (Unix ns), expiring with the latest unless st.expireMs is set.
+	// lease ends (Unix ns), expiring with the latest unless st.ExpireMs is set.
 	leases fakeLeases
 }
 
-func (f *fakeKey) keys() int { return 1 }
+func (f *fakeKey) Keys() int { return 1 }
 
-func (f *fakeKey) key(int) keyState {
+func (f *fakeKey) Key(int) KeyState {
 	f.reads++
 	st := f.st
-	if st.kind != keyEmpty && st.expireMs == 0 {
-		st.expireMs = st.now/1e6 + 3600_000
+	if st.Kind != KeyEmpty && st.ExpireMs == 0 {
+		st.ExpireMs = st.Now/1e6 + 3600_000
 		if f.noExpiry {
-			st.expireMs = -1
+			st.ExpireMs = -1
 		}
 	}
-	if st.kind == keyZSet && f.leases != nil && !f.rawZSet {
+	if st.Kind == KeyZSet && f.leases != nil && !f.rawZSet {
 		f.leases.describe(&f.st)
 		f.rawZSet = true
 		st = f.st
 	}
-	if st.kind == keyZSet && !f.rawZSet { // once: the fake allocates nothing per read after
-		f.st.zLen = int64(len(f.entries))
+	if st.Kind == KeyZSet && !f.rawZSet { // once: the fake allocates nothing per read after
+		f.st.ZLen = int64(len(f.entries))
 		if len(f.entries) > 0 {
-			f.st.oldest = logMember(f.entries[0], 0)
-			f.st.newest = logMember(f.entries[len(f.entries)-1], int64(len(f.entries)-1))
+			f.st.Oldest = logMember(f.entries[0], 0)
+			f.st.Newest = logMember(f.entries[len(f.entries)-1], int64(len(f.entries)-1))
 		}
 		f.rawZSet = true
-		st.zLen, st.oldest, st.newest = f.st.zLen, f.st.oldest, f.st.newest
+		st.ZLen, st.Oldest, st.Newest = f.st.ZLen, f.st.Oldest, f.st.Newest
 	}
 	return st
 }
 
 // logMember is the entry the sliding log writes at ns, numbered n.
-func logMember(ns, n int64) zEntry {
+func logMember(ns, n int64) ZEntry {
 	m := strconv.FormatInt(ns/1000, 10) + "-" + strconv.FormatInt(n, 10)
-	return zEntry{score: float64(ns / 1000), member: m, length: len(m)}
+	return ZEntry{Score: float64(ns / 1000), Member: m, Length: len(m)}
 }
 
-func (f *fakeKey) log(int) window.Log { return &f.entries }
+func (f *fakeKey) Log(int) window.Log { return &f.entries }
 
-func (f *fakeKey) memoryRoom() int64 {
+func (f *fakeKey) MemoryRoom() int64 {
 	if f.room == 0 {
 		return -1
 	}
@@ -112,16 +106,16 @@ func (l *fakeLog) Newest() int64 {
 	return (*l)[len(*l)-1]
 }
 
-// result is a command's outcome on one key, as the tests read it: what was
+// result is a command's Outcome on one key, as the tests read it: what was
 // done to the key (resReply when nothing was written), the reply, the write.
 type result struct {
-	action int
-	reply  [5]int64
-	w      keyWrite
-	err    string
+	Action int
+	Reply  [5]int64
+	w      KeyWrite
+	Err    string
 }
 
-// What a command did to its one key, for result.action.
+// What a command did to its one key, for result.Action.
 const (
 	resError = iota
 	resReply
@@ -132,25 +126,25 @@ const (
 	resZLog
 )
 
-func toResult(o *outcome) result {
-	r := result{action: o.action, w: o.writes[0], err: o.err}
-	copy(r.reply[:], o.reply[:5])
-	if o.action == actReply {
-		switch o.writes[0].action {
-		case writeSet:
-			r.action = resSet
-		case writeDel:
-			r.action = resDel
-		case writeZLog:
-			r.action = resZLog
+func toResult(o *Outcome) result {
+	r := result{Action: o.Action, w: o.Writes[0], Err: o.Err}
+	copy(r.Reply[:], o.Reply[:5])
+	if o.Action == ActReply {
+		switch o.Writes[0].Action {
+		case WriteSet:
+			r.Action = resSet
+		case WriteDel:
+			r.Action = resDel
+		case WriteZLog:
+			r.Action = resZLog
 		}
 	}
 	return r
 }
 
 func run(op int, key *fakeKey, args ...string) result {
-	var o outcome
-	execute(op, append([]string{"cmd", "k"}, args...), key, &o)
+	var o Outcome
+	Execute(op, append([]string{"cmd", "k"}, args...), key, &o)
 	return toResult(&o)
 }
 
@@ -203,10 +197,10 @@ func TestParse(t *testing.T) {
 	}
 	for _, c := range ok {
 		var got parsed
-		var o outcome
+		var o Outcome
 		args := append([]string{"gcra.throttle", "k"}, c.args...)
 		if !gcraSyntax.parse(args, &got.l, &got.ms, &o) {
-			t.Errorf("parse %q: %s", c.args, o.err)
+			t.Errorf("parse %q: %s", c.args, o.Err)
 		} else if got != c.want {
 			t.Errorf("parse %q = %+v, want %+v", c.args, got, c.want)
 		}
@@ -235,65 +229,65 @@ func TestParse(t *testing.T) {
 	}
 	for _, c := range bad {
 		var got parsed
-		var o outcome
+		var o Outcome
 		args := append([]string{"gcra.throttle", "k"}, c.args...)
 		if gcraSyntax.parse(args, &got.l, &got.ms, &o) {
 			t.Errorf("parse %q succeeded: %+v", c.args, got)
 			continue
 		}
 		if c.want == "" {
-			if o.action != actArity {
-				t.Errorf("parse %q: action %d, want arity", c.args, o.action)
+			if o.Action != ActArity {
+				t.Errorf("parse %q: action %d, want arity", c.args, o.Action)
 			}
-		} else if o.action != actError || o.err != c.want {
-			t.Errorf("parse %q: %q, want %q", c.args, o.err, c.want)
+		} else if o.Action != ActError || o.Err != c.want {
+			t.Errorf("parse %q: %q, want %q", c.args, o.Err, c.want)
 		}
 	}
 	// The shaper takes no RESERVE.
 	var got parsed
-	var o outcome
+	var o Outcome
 	if lbSyntax.parse([]string{"lb.enqueue", "k", "2", "1", "1", "RESERVE", "1"}, &got.l, &got.ms, &o) ||
-		o.err != `ERR unknown option "RESERVE": the options are MS` {
-		t.Errorf("LB.ENQUEUE with RESERVE: %q", o.err)
+		o.Err != `ERR unknown option "RESERVE": the options are MS` {
+		t.Errorf("LB.ENQUEUE with RESERVE: %q", o.Err)
 	}
 }
 
 func TestGCRACommand(t *testing.T) {
-	fresh := &fakeKey{st: keyState{now: t0}}
-	o := run(opGCRAThrottle, fresh, "15", "30", "60")
-	if o.action != resSet || o.reply != [5]int64{0, 16, 15, -1, 2} {
+	fresh := &fakeKey{st: KeyState{Now: t0}}
+	o := run(OpGCRAThrottle, fresh, "15", "30", "60")
+	if o.Action != resSet || o.Reply != [5]int64{0, 16, 15, -1, 2} {
 		t.Fatalf("fresh: %+v", o)
 	}
 	tat := t0 + 2*int64(time.Second)
-	if string(o.w.value[:o.w.valueLen]) != strconv.FormatInt(tat, 10) || o.w.expireMs != tat/1e6 {
-		t.Fatalf("state %q expiring %d, want %d at %d", o.w.value[:o.w.valueLen], o.w.expireMs, tat, tat/1e6)
+	if string(o.w.Value[:o.w.ValueLen]) != strconv.FormatInt(tat, 10) || o.w.ExpireMs != tat/1e6 {
+		t.Fatalf("state %q expiring %d, want %d at %d", o.w.Value[:o.w.ValueLen], o.w.ExpireMs, tat, tat/1e6)
 	}
 
 	// The stored TAT is read back; the expiry rounds up to the millisecond.
-	live := &fakeKey{st: keyState{now: t0 + 1, kind: keyString, value: strconv.FormatInt(tat, 10)}}
-	o = run(opGCRAThrottle, live, "15", "30", "60", "1", "MS")
-	if o.action != resSet || o.reply != [5]int64{0, 16, 14, -1, 4000} || o.w.expireMs != (tat+2e9)/1e6 {
+	live := &fakeKey{st: KeyState{Now: t0 + 1, Kind: KeyString, Value: strconv.FormatInt(tat, 10)}}
+	o = run(OpGCRAThrottle, live, "15", "30", "60", "1", "MS")
+	if o.Action != resSet || o.Reply != [5]int64{0, 16, 14, -1, 4000} || o.w.ExpireMs != (tat+2e9)/1e6 {
 		t.Fatalf("live: %+v", o)
 	}
-	live.st.now = t0 + 2*int64(time.Second) + 1_500_000 // +1.5 ms: TAT = now + ...5 ms - 1 ns
-	o = run(opGCRAThrottle, live, "0", "1", "1")
-	if o.action != resSet || o.w.expireMs != (t0+3*int64(time.Second)+1_500_000)/1e6+1 {
+	live.st.Now = t0 + 2*int64(time.Second) + 1_500_000 // +1.5 ms: TAT = now + ...5 ms - 1 ns
+	o = run(OpGCRAThrottle, live, "0", "1", "1")
+	if o.Action != resSet || o.w.ExpireMs != (t0+3*int64(time.Second)+1_500_000)/1e6+1 {
 		t.Fatalf("expiry not rounded up: %+v", o)
 	}
 
 	// PEEK replies the same and writes nothing.
-	peek := run(opGCRAPeek, &fakeKey{st: keyState{now: t0}}, "15", "30", "60")
-	if peek.action != actReply || peek.reply != [5]int64{0, 16, 15, -1, 2} {
+	peek := run(OpGCRAPeek, &fakeKey{st: KeyState{Now: t0}}, "15", "30", "60")
+	if peek.Action != ActReply || peek.Reply != [5]int64{0, 16, 15, -1, 2} {
 		t.Fatalf("peek: %+v", peek)
 	}
 
 	// Refused: reply only.
-	full := &fakeKey{st: keyState{now: t0, kind: keyString, value: strconv.FormatInt(t0+32*int64(time.Second), 10)}}
-	if o := run(opGCRAThrottle, full, "15", "30", "60"); o.action != actReply || o.reply != [5]int64{1, 16, 0, 2, 32} {
+	full := &fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: strconv.FormatInt(t0+32*int64(time.Second), 10)}}
+	if o := run(OpGCRAThrottle, full, "15", "30", "60"); o.Action != ActReply || o.Reply != [5]int64{1, 16, 0, 2, 32} {
 		t.Fatalf("refused: %+v", o)
 	}
 	// A refund back to full deletes the key.
-	if o := run(opGCRAThrottle, full, "15", "30", "60", "-100"); o.action != resDel || o.reply != [5]int64{0, 16, 16, -1, 0} {
+	if o := run(OpGCRAThrottle, full, "15", "30", "60", "-100"); o.Action != resDel || o.Reply != [5]int64{0, 16, 16, -1, 0} {
 		t.Fatalf("refund: %+v", o)
 	}
 }
@@ -309,10 +303,10 @@ func TestForeignState(t *testing.T) {
 		key  fakeKey
 	}
 	str := func(v string, expireMs int64) fakeKey {
-		return fakeKey{st: keyState{now: t0, kind: keyString, value: v, expireMs: expireMs}}
+		return fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: v, ExpireMs: expireMs}}
 	}
 	instant := []foreign{
-		{"no expiry", fakeKey{st: keyState{now: t0, kind: keyString, value: "1700000001000000000"}, noExpiry: true}},
+		{"no expiry", fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: "1700000001000000000"}, noExpiry: true}},
 		{"42 with a TTL", str("42", t0/1e6+60_000)},
 		{"an instant in 2014", str("1400000000000000000", t0/1e6+60_000)},
 		{"an instant far ahead, expiring in a minute", str("9000000000000000000", t0/1e6+60_000)},
@@ -321,11 +315,11 @@ func TestForeignState(t *testing.T) {
 		instant = append(instant, foreign{"string " + strconv.Quote(v), str(v, t0/1e6+60_000)})
 	}
 	for _, f := range instant {
-		for op, state := range map[int]string{opGCRAThrottle: gcraState, opGCRAPeek: gcraState, opTBTake: bucketState,
-			opTBPeek: bucketState, opLBEnqueue: shaperState, opLBPeek: shaperState} {
+		for op, state := range map[int]string{OpGCRAThrottle: gcraState, OpGCRAPeek: gcraState, OpTBTake: bucketState,
+			OpTBPeek: bucketState, OpLBEnqueue: shaperState, OpLBPeek: shaperState} {
 			k := f.key
 			o := run(op, &k, "5", "1", "60")
-			if o.action != actError || !strings.HasPrefix(o.err, "ERR the key holds other data, not "+state) {
+			if o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+state) {
 				t.Errorf("%s, %s: %+v", opNames[op], f.what, o)
 			}
 		}
@@ -333,30 +327,30 @@ func TestForeignState(t *testing.T) {
 	// The same far instant in a key that expires with it is a clock that
 	// stepped back: accepted, clamped, and the clamp written.
 	k := str("1700003600000000000", 1700003600000)
-	if o := run(opGCRAThrottle, &k, "5", "1", "60"); o.action != resSet || o.reply != [5]int64{1, 6, 0, 60, 360} ||
-		string(o.w.value[:o.w.valueLen]) != strconv.FormatInt(t0+360*sec, 10) {
+	if o := run(OpGCRAThrottle, &k, "5", "1", "60"); o.Action != resSet || o.Reply != [5]int64{1, 6, 0, 60, 360} ||
+		string(o.w.Value[:o.w.ValueLen]) != strconv.FormatInt(t0+360*sec, 10) {
 		t.Errorf("clock step: %+v", o)
 	}
 
 	windows := []foreign{
-		{"no expiry", fakeKey{st: keyState{now: t0, kind: keyString, value: "3"}, noExpiry: true}},
+		{"no expiry", fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: "3"}, noExpiry: true}},
 		{"not a number", str("hello", t0/1e6+60_000)},
 		{"a negative number", str("-3", t0/1e6+60_000)},
 	}
 	for _, f := range windows {
-		for op, state := range map[int]string{opFWHit: fixedState, opFWPeek: fixedState, opSWHit: counterState, opSWPeek: counterState} {
+		for op, state := range map[int]string{OpFWHit: fixedState, OpFWPeek: fixedState, OpSWHit: counterState, OpSWPeek: counterState} {
 			k := f.key
-			if o := run(op, &k, "5", "60"); o.action != actError || !strings.HasPrefix(o.err, "ERR the key holds other data, not "+state) {
+			if o := run(op, &k, "5", "60"); o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+state) {
 				t.Errorf("%s, %s: %+v", opNames[op], f.what, o)
 			}
 		}
 	}
 
-	member := func(score float64, m string) zEntry { return zEntry{score: score, member: m, length: len(m)} }
+	member := func(score float64, m string) ZEntry { return ZEntry{Score: score, Member: m, Length: len(m)} }
 	good := member(float64(t0/1000), strconv.FormatInt(t0/1000, 10)+"-0")
 	zsets := []struct {
 		what           string
-		oldest, newest zEntry
+		Oldest, Newest ZEntry
 		noExpiry       bool
 	}{
 		{"a leaderboard", member(100, "alice"), member(200, "bob"), true},
@@ -371,15 +365,15 @@ func TestForeignState(t *testing.T) {
 		{"a long member", good, member(float64(t0/1000), strconv.FormatInt(t0/1000, 10)+"-"+strings.Repeat("1", 60)), false},
 	}
 	for _, z := range zsets {
-		for _, op := range []int{opSLHit, opSLPeek} {
-			k := fakeKey{st: keyState{now: t0, kind: keyZSet, zLen: 2, oldest: z.oldest, newest: z.newest}, rawZSet: true, noExpiry: z.noExpiry}
-			if o := run(op, &k, "5", "60"); o.action != actError || !strings.HasPrefix(o.err, "ERR the key holds other data, not "+logState) {
+		for _, op := range []int{OpSLHit, OpSLPeek} {
+			k := fakeKey{st: KeyState{Now: t0, Kind: KeyZSet, ZLen: 2, Oldest: z.Oldest, Newest: z.Newest}, rawZSet: true, noExpiry: z.noExpiry}
+			if o := run(op, &k, "5", "60"); o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+logState) {
 				t.Errorf("%s, %s: %+v", opNames[op], z.what, o)
 			}
 		}
 	}
-	other := &fakeKey{st: keyState{now: t0, kind: keyOther}}
-	if o := run(opGCRAThrottle, other, "1", "1", "1"); o.action != actWrongType {
+	other := &fakeKey{st: KeyState{Now: t0, Kind: KeyOther}}
+	if o := run(OpGCRAThrottle, other, "1", "1", "1"); o.Action != ActWrongType {
 		t.Errorf("other type: %+v", o)
 	}
 }
@@ -387,14 +381,14 @@ func TestForeignState(t *testing.T) {
 // A sliding-log write that would take the server past maxmemory is the
 // server's OOM error; one that fits goes ahead.
 func TestSlidingLogMemory(t *testing.T) {
-	k := &fakeKey{st: keyState{now: t0}, room: 100 * bytesPerLogEntry}
-	if o := run(opSLHit, k, "100000", "60", "100"); o.action != resZLog {
+	k := &fakeKey{st: KeyState{Now: t0}, room: 100 * bytesPerLogEntry}
+	if o := run(OpSLHit, k, "100000", "60", "100"); o.Action != resZLog {
 		t.Fatalf("100 entries in room for 100: %+v", o)
 	}
-	if o := run(opSLHit, k, "100000", "60", "101"); o.action != actError || o.err != errOOM {
+	if o := run(OpSLHit, k, "100000", "60", "101"); o.Action != ActError || o.Err != errOOM {
 		t.Fatalf("101 entries in room for 100: %+v", o)
 	}
-	if o := run(opSLPeek, k, "100000", "60", "101"); o.action != actReply {
+	if o := run(OpSLPeek, k, "100000", "60", "101"); o.Action != ActReply {
 		t.Fatalf("a peek is not a write: %+v", o)
 	}
 }
@@ -402,7 +396,7 @@ func TestSlidingLogMemory(t *testing.T) {
 // Bad arguments are an error for every command of one key, and nothing is
 // written: C writes only what a reply carries.
 func TestBadArgumentsWriteNothing(t *testing.T) {
-	for op := range opRLAll {
+	for op := range OpRLAll {
 		valid, _, _ := validCall(op)
 		n := len(families[opFamily[op]].syntax.positional)
 		cases := [][]string{
@@ -417,10 +411,10 @@ func TestBadArgumentsWriteNothing(t *testing.T) {
 			)
 		}
 		for _, args := range cases {
-			k := &fakeKey{st: keyState{now: t0}}
-			var o outcome
-			execute(op, args, k, &o)
-			if o.action != actError && o.action != actArity {
+			k := &fakeKey{st: KeyState{Now: t0}}
+			var o Outcome
+			Execute(op, args, k, &o)
+			if o.Action != ActError && o.Action != ActArity {
 				t.Errorf("op %d %q: %+v", op, args, o)
 			}
 		}
@@ -428,31 +422,31 @@ func TestBadArgumentsWriteNothing(t *testing.T) {
 }
 
 func TestBucketCommands(t *testing.T) {
-	fresh := &fakeKey{st: keyState{now: t0}}
-	if o := run(opTBTake, fresh, "10", "1", "1", "3"); o.action != resSet || o.reply != [5]int64{0, 10, 7, -1, 3} || o.w.expireMs != (t0+3e9)/1e6 {
+	fresh := &fakeKey{st: KeyState{Now: t0}}
+	if o := run(OpTBTake, fresh, "10", "1", "1", "3"); o.Action != resSet || o.Reply != [5]int64{0, 10, 7, -1, 3} || o.w.ExpireMs != (t0+3e9)/1e6 {
 		t.Fatalf("TB.TAKE: %+v", o)
 	}
-	if o := run(opTBPeek, fresh, "10", "1", "1", "3"); o.action != actReply || o.reply != [5]int64{0, 10, 7, -1, 3} {
+	if o := run(OpTBPeek, fresh, "10", "1", "1", "3"); o.Action != ActReply || o.Reply != [5]int64{0, 10, 7, -1, 3} {
 		t.Fatalf("TB.PEEK: %+v", o)
 	}
 	// Three requests at once into a shaper of 2 places at 1 per second.
-	k := &fakeKey{st: keyState{now: t0}}
+	k := &fakeKey{st: KeyState{Now: t0}}
 	for i, want := range [][5]int64{{0, 2, 2, -1, 0}, {0, 2, 1, -1, 1000}, {0, 2, 0, -1, 2000}, {1, 2, 0, 1000, 0}} {
-		o := run(opLBEnqueue, k, "2", "1", "1", "1", "MS")
-		if o.reply != want {
-			t.Fatalf("LB.ENQUEUE %d: %v, want %v", i, o.reply, want)
+		o := run(OpLBEnqueue, k, "2", "1", "1", "1", "MS")
+		if o.Reply != want {
+			t.Fatalf("LB.ENQUEUE %d: %v, want %v", i, o.Reply, want)
 		}
-		if o.action == resSet {
-			k.st.kind, k.st.value = keyString, string(o.w.value[:o.w.valueLen])
+		if o.Action == resSet {
+			k.st.Kind, k.st.Value = KeyString, string(o.w.Value[:o.w.ValueLen])
 		}
 	}
-	if o := run(opLBEnqueue, k, "2", "1", "1", "-1"); o.action != actError || !strings.Contains(o.err, "quantity must be an integer from 0") {
+	if o := run(OpLBEnqueue, k, "2", "1", "1", "-1"); o.Action != ActError || !strings.Contains(o.Err, "quantity must be an integer from 0") {
 		t.Fatalf("negative quantity: %+v", o)
 	}
-	k.st.value = "x"
-	for op, state := range map[int]string{opTBTake: bucketState, opLBEnqueue: shaperState, opGCRAThrottle: gcraState} {
-		if o := run(op, k, "2", "1", "1"); !strings.HasPrefix(o.err, "ERR the key holds other data, not "+state) {
-			t.Errorf("op %d on %q: %+v", op, k.st.value, o)
+	k.st.Value = "x"
+	for op, state := range map[int]string{OpTBTake: bucketState, OpLBEnqueue: shaperState, OpGCRAThrottle: gcraState} {
+		if o := run(op, k, "2", "1", "1"); !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+state) {
+			t.Errorf("op %d on %q: %+v", op, k.st.Value, o)
 		}
 	}
 }
@@ -463,16 +457,16 @@ func TestBucketCommands(t *testing.T) {
 // line.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff"} {
-		for op := range opCount {
+		for op := range OpCount {
 			f.Add(uint8(op), s)
 		}
 	}
 	f.Fuzz(func(t *testing.T, op uint8, line string) {
-		syn := families[opFamily[int(op)%opRLAll]].syntax
+		syn := families[opFamily[int(op)%OpRLAll]].syntax
 		args := append([]string{"cmd", "k"}, strings.Split(line, " ")...)
-		p := limit{family: opFamily[int(op)%opRLAll]}
+		p := limit{family: opFamily[int(op)%OpRLAll]}
 		var ms bool
-		var o outcome
+		var o Outcome
 		if syn.parse(args, &p, &ms, &o) {
 			for i, a := range syn.positional {
 				if p.v[i] < a.min || p.v[i] > a.max {
@@ -490,34 +484,34 @@ func FuzzParse(f *testing.F) {
 			}
 			return
 		}
-		switch o.action {
-		case actArity:
+		switch o.Action {
+		case ActArity:
 			if len(args) >= 2+len(syn.positional) && len(args) <= maxOneKeyArgs {
 				t.Fatalf("arity error for %d arguments", len(args))
 			}
-		case actError:
-			if !strings.HasPrefix(o.err, "ERR ") || strings.ContainsAny(o.err, "\r\n") || !utf8.ValidString(o.err) {
-				t.Fatalf("bad error text %q", o.err)
+		case ActError:
+			if !strings.HasPrefix(o.Err, "ERR ") || strings.ContainsAny(o.Err, "\r\n") || !utf8.ValidString(o.Err) {
+				t.Fatalf("bad error text %q", o.Err)
 			}
-			named := strings.Contains(o.err, "unknown option") || strings.Contains(o.err, "RESERVE") ||
-				strings.HasPrefix(o.err, "ERR the option MS is given twice")
+			named := strings.Contains(o.Err, "unknown option") || strings.Contains(o.Err, "RESERVE") ||
+				strings.HasPrefix(o.Err, "ERR the option MS is given twice")
 			for _, a := range append(syn.positional, syn.optional) {
-				named = named || strings.HasPrefix(o.err, "ERR "+a.name+" must be")
+				named = named || strings.HasPrefix(o.Err, "ERR "+a.name+" must be")
 			}
 			if !named {
-				t.Fatalf("error names no argument: %q", o.err)
+				t.Fatalf("error names no argument: %q", o.Err)
 			}
 		default:
-			t.Fatalf("parse failed with action %d", o.action)
+			t.Fatalf("parse failed with action %d", o.Action)
 		}
 	})
 }
 
 // FuzzCommand runs whole commands of one key on arbitrary arguments and
 // stored values (expiring an hour from now): the key is read at most once,
-// and the outcome keeps checkOutcome's rules.
+// and the Outcome keeps checkOutcome's rules.
 func FuzzCommand(f *testing.F) {
-	for op := range opCount {
+	for op := range OpCount {
 		f.Add(uint8(op), "15 30 60", "", t0)
 		f.Add(uint8(op), "4 1 1 6", "1700000002000000000", t0)
 		f.Add(uint8(op), "4 1 1 -2 MS", "1700000002000000000", t0)
@@ -527,15 +521,15 @@ func FuzzCommand(f *testing.F) {
 		if now <= 0 {
 			return
 		}
-		op := int(op8) % opRLAll
-		st := keyState{now: now}
+		op := int(op8) % OpRLAll
+		st := KeyState{Now: now}
 		if stored != "" {
-			st.kind, st.value = keyString, stored
+			st.Kind, st.Value = KeyString, stored
 		}
 		k := &fakeKey{st: st}
 		args := append([]string{"cmd", "k"}, strings.Split(line, " ")...)
-		var o outcome
-		execute(op, args, k, &o)
+		var o Outcome
+		Execute(op, args, k, &o)
 		if k.reads > 1 {
 			t.Fatalf("%d reads", k.reads)
 		}
@@ -546,11 +540,11 @@ func FuzzCommand(f *testing.F) {
 // FuzzForeignState runs every command with valid arguments on arbitrary
 // stored values, expiries (or none), sorted-set entries and clocks, as a
 // key shared with application data or stepped clocks leave them: a key
-// without an expiry is always refused as other data, and every outcome
+// without an expiry is always refused as other data, and every Outcome
 // keeps checkOutcome's rules.
 func FuzzForeignState(f *testing.F) {
 	sec := int64(time.Second)
-	for op := range opCount {
+	for op := range OpCount {
 		f.Add(uint8(op), "42", float64(100), t0, int64(0), "5 1 60")                                    // no expiry
 		f.Add(uint8(op), "1700000002000000000", float64(t0/1000), t0, t0/1e6+2000, "5 1 60")            // live state
 		f.Add(uint8(op), "1700003600000000000", float64(t0/1000+3600e6), t0, t0/1e6+3600_000, "5 1 60") // an hour ahead
@@ -561,20 +555,20 @@ func FuzzForeignState(f *testing.F) {
 		if now <= 0 {
 			return
 		}
-		op := int(op8) % opRLAll
-		k := &fakeKey{st: keyState{now: now, kind: keyString, value: stored, expireMs: expireMs}}
+		op := int(op8) % OpRLAll
+		k := &fakeKey{st: KeyState{Now: now, Kind: KeyString, Value: stored, ExpireMs: expireMs}}
 		if expireMs <= 0 {
-			k.st.expireMs, k.noExpiry = 0, true
+			k.st.ExpireMs, k.noExpiry = 0, true
 		}
-		if op == opSLHit || op == opSLPeek {
-			m := zEntry{score: score, member: stored[:min(len(stored), maxMember)], length: len(stored)}
-			k.st.kind, k.st.zLen, k.st.oldest, k.st.newest, k.rawZSet = keyZSet, 1, m, m, true
-			k.entries = fakeLog{scoreNs(score)}
+		if op == OpSLHit || op == OpSLPeek {
+			m := ZEntry{Score: score, Member: stored[:min(len(stored), MaxMember)], Length: len(stored)}
+			k.st.Kind, k.st.ZLen, k.st.Oldest, k.st.Newest, k.rawZSet = KeyZSet, 1, m, m, true
+			k.entries = fakeLog{ScoreNs(score)}
 		}
 		args := append([]string{"cmd", "k"}, strings.Split(line, " ")...)
-		var o outcome
-		execute(op, args, k, &o)
-		if k.noExpiry && o.action == actReply {
+		var o Outcome
+		Execute(op, args, k, &o)
+		if k.noExpiry && o.Action == ActReply {
 			t.Fatalf("a key without an expiry was taken for state: %+v", o)
 		}
 		checkOutcome(t, op, k, &o)
@@ -586,101 +580,101 @@ func FuzzForeignState(f *testing.F) {
 // expiring at itself rounded up to the millisecond; the reply is in range; a
 // refused call writes only to store a state from a stepped-back clock as
 // it counts (never later than the stored one, never adding to a log).
-func checkOutcome(t *testing.T, op int, k *fakeKey, out *outcome) {
+func checkOutcome(t *testing.T, op int, k *fakeKey, out *Outcome) {
 	t.Helper()
 	o := toResult(out)
-	now, stored := k.st.now, k.st
-	peek := op == opGCRAPeek || op == opTBPeek || op == opLBPeek || op == opSWPeek || op == opFWPeek || op == opSLPeek
-	switch o.action {
-	case actError:
-		if !strings.HasPrefix(o.err, "ERR ") && o.err != errOOM {
-			t.Fatalf("error %q", o.err)
+	now, stored := k.st.Now, k.st
+	peek := op == OpGCRAPeek || op == OpTBPeek || op == OpLBPeek || op == OpSWPeek || op == OpFWPeek || op == OpSLPeek
+	switch o.Action {
+	case ActError:
+		if !strings.HasPrefix(o.Err, "ERR ") && o.Err != errOOM {
+			t.Fatalf("error %q", o.Err)
 		}
 		return
-	case actArity, actWrongType:
+	case ActArity, ActWrongType:
 		return
-	case actReply, resSet, resDel, resZLog:
+	case ActReply, resSet, resDel, resZLog:
 	default:
-		t.Fatalf("action %d", o.action)
+		t.Fatalf("action %d", o.Action)
 	}
-	r := o.reply
+	r := o.Reply
 	refused := r[0] == 1
 	if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 		t.Fatalf("reply %v", r)
 	}
-	if refused && r[2] == r[1] && op != opLBEnqueue && op != opLBPeek && r[3] != -1 {
+	if refused && r[2] == r[1] && op != OpLBEnqueue && op != OpLBPeek && r[3] != -1 {
 		t.Fatalf("refused with the whole limit remaining: %v", r)
 	}
-	if peek && o.action != actReply {
+	if peek && o.Action != ActReply {
 		t.Fatalf("a peek writes: %+v", o)
 	}
-	switch o.action {
+	switch o.Action {
 	case resDel:
-		if stored.kind == keyEmpty || refused {
+		if stored.Kind == KeyEmpty || refused {
 			t.Fatalf("DEL of a missing key, or by a refusal: %+v", o)
 		}
 	case resZLog:
-		if op != opSLHit || o.w.zScore*1000 > now || o.w.expireMs*1e6 <= now || o.w.zCutoff >= o.w.zScore ||
-			(!refused && o.w.zAdd < 1) || (refused && (o.w.zAdd != 0 || !o.w.zRedate)) {
+		if op != OpSLHit || o.w.ZScore*1000 > now || o.w.ExpireMs*1e6 <= now || o.w.ZCutoff >= o.w.ZScore ||
+			(!refused && o.w.ZAdd < 1) || (refused && (o.w.ZAdd != 0 || !o.w.ZRedate)) {
 			t.Fatalf("sliding log write %+v at now %d", o, now)
 		}
 	case resSet:
-		v := string(o.w.value[:o.w.valueLen])
-		if o.w.expireMs*1e6 <= now {
-			t.Fatalf("wrote %q expiring at %d ms, not after now %d", v, o.w.expireMs, now)
+		v := string(o.w.Value[:o.w.ValueLen])
+		if o.w.ExpireMs*1e6 <= now {
+			t.Fatalf("wrote %q expiring at %d ms, not after now %d", v, o.w.ExpireMs, now)
 		}
 		switch op {
-		case opSWHit:
+		case OpSWHit:
 			c, ok := parseCounts(v)
-			old, _ := parseCounts(stored.value)
+			old, _ := parseCounts(stored.Value)
 			repair := old.Index > c.Index // a window from a stepped-back clock, stored as now's
 			if !ok || (!repair && (refused || c.Current < 1)) {
-				t.Fatalf("wrote counts %q over %q", v, stored.value)
+				t.Fatalf("wrote counts %q over %q", v, stored.Value)
 			}
-		case opFWHit:
+		case OpFWHit:
 			n, ok := parseInstant(v)
-			if old, _ := parseInstant(stored.value); !ok || n < 1 || (refused && n != old) {
-				t.Fatalf("wrote count %q over %q", v, stored.value)
+			if old, _ := parseInstant(stored.Value); !ok || n < 1 || (refused && n != old) {
+				t.Fatalf("wrote count %q over %q", v, stored.Value)
 			}
 		default: // an instant, expiring at itself rounded up to the ms
 			state, ok := parseInstant(v)
-			if !ok || state <= now || o.w.expireMs*1e6 < state || o.w.expireMs*1e6-state >= 1e6 {
-				t.Fatalf("wrote %q expiring at %d ms at now %d", v, o.w.expireMs, now)
+			if !ok || state <= now || o.w.ExpireMs*1e6 < state || o.w.ExpireMs*1e6-state >= 1e6 {
+				t.Fatalf("wrote %q expiring at %d ms at now %d", v, o.w.ExpireMs, now)
 			}
-			if old, _ := parseInstant(stored.value); refused && state > old {
-				t.Fatalf("a refusal wrote %d over %q", state, stored.value)
+			if old, _ := parseInstant(stored.Value); refused && state > old {
+				t.Fatalf("a refusal wrote %d over %q", state, stored.Value)
 			}
 		}
 	}
 }
 
-var opNames = [opCount]string{
-	opGCRAThrottle: "gcra.throttle", opGCRAPeek: "gcra.peek", opTBTake: "tb.take", opTBPeek: "tb.peek",
-	opLBEnqueue: "lb.enqueue", opLBPeek: "lb.peek", opSWHit: "sw.hit", opSWPeek: "sw.peek",
-	opFWHit: "fw.hit", opFWPeek: "fw.peek", opSLHit: "sl.hit", opSLPeek: "sl.peek",
-	opRLAll: "rl.all", opRLPeek: "rl.peek", opConcAcquire: "conc.acquire", opConcRelease: "conc.release",
-	opConcPeek: "conc.peek",
+var opNames = [OpCount]string{
+	OpGCRAThrottle: "gcra.throttle", OpGCRAPeek: "gcra.peek", OpTBTake: "tb.take", OpTBPeek: "tb.peek",
+	OpLBEnqueue: "lb.enqueue", OpLBPeek: "lb.peek", OpSWHit: "sw.hit", OpSWPeek: "sw.peek",
+	OpFWHit: "fw.hit", OpFWPeek: "fw.peek", OpSLHit: "sl.hit", OpSLPeek: "sl.peek",
+	OpRLAll: "rl.all", OpRLPeek: "rl.peek", OpConcAcquire: "conc.acquire", OpConcRelease: "conc.release",
+	OpConcPeek: "conc.peek",
 }
 
-// fakeKeys is a reader of several keys, each a fakeKey.
+// fakeKeys is a Reader of several keys, each a fakeKey.
 type fakeKeys []*fakeKey
 
-func (f fakeKeys) keys() int               { return len(f) }
-func (f fakeKeys) key(i int) keyState      { return f[i].key(0) }
-func (f fakeKeys) log(i int) window.Log    { return f[i].log(0) }
-func (f fakeKeys) memoryRoom() int64       { return f[0].memoryRoom() }
-func (f fakeKeys) holders(i int) holderSet { return f[i].holders(0) }
+func (f fakeKeys) Keys() int               { return len(f) }
+func (f fakeKeys) Key(i int) KeyState      { return f[i].Key(0) }
+func (f fakeKeys) Log(i int) window.Log    { return f[i].Log(0) }
+func (f fakeKeys) MemoryRoom() int64       { return f[0].MemoryRoom() }
+func (f fakeKeys) Holders(i int) HolderSet { return f[i].Holders(0) }
 
 // BenchmarkCommands runs the Go side of each command — parse, compute,
 // decide — on live keys, without the server. make bench reports it.
 func BenchmarkCommands(b *testing.B) {
-	for op := range opCount {
+	for op := range OpCount {
 		b.Run(opNames[op], func(b *testing.B) {
 			args, r := validReader(op)
 			b.ReportAllocs()
 			for b.Loop() {
-				var o outcome
-				execute(op, args, r, &o)
+				var o Outcome
+				Execute(op, args, r, &o)
 			}
 		})
 	}
@@ -688,26 +682,26 @@ func BenchmarkCommands(b *testing.B) {
 
 // validCall is arguments a command of one key accepts, and a stored state
 // it reads, for the tests that need a valid call of each.
-func validCall(op int) (args []string, st keyState, log fakeLog) {
-	st = keyState{now: t0, kind: keyString, value: "1700000010000000000", expireMs: 1700000010000}
+func validCall(op int) (args []string, st KeyState, log fakeLog) {
+	st = KeyState{Now: t0, Kind: KeyString, Value: "1700000010000000000", ExpireMs: 1700000010000}
 	args = []string{"cmd", "user123", "15", "30", "60", "1", "MS"}
 	switch op {
-	case opSWHit, opSWPeek:
-		st.value = strconv.FormatInt(t0/(30*int64(time.Second)), 10) + ":3:4"
+	case OpSWHit, OpSWPeek:
+		st.Value = strconv.FormatInt(t0/(30*int64(time.Second)), 10) + ":3:4"
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
-	case opFWHit, opFWPeek:
-		st.value = "3"
+	case OpFWHit, OpFWPeek:
+		st.Value = "3"
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
-	case opSLHit, opSLPeek:
-		st.kind, st.value = keyZSet, ""
+	case OpSLHit, OpSLPeek:
+		st.Kind, st.Value = KeyZSet, ""
 		log = fakeLog{t0 - 40*int64(time.Second), t0 - 2*int64(time.Second), t0 - int64(time.Second)}
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
-	case opConcAcquire, opConcRelease, opConcPeek:
-		st.kind, st.value, st.expireMs = keyZSet, "", 0
+	case OpConcAcquire, OpConcRelease, OpConcPeek:
+		st.Kind, st.Value, st.ExpireMs = KeyZSet, "", 0
 		args = map[int][]string{
-			opConcAcquire: {"cmd", "export", "10", "30", "req-2", "MS"},
-			opConcRelease: {"cmd", "export", "req-2"},
-			opConcPeek:    {"cmd", "export", "10", "MS"},
+			OpConcAcquire: {"cmd", "export", "10", "30", "req-2", "MS"},
+			OpConcRelease: {"cmd", "export", "req-2"},
+			OpConcPeek:    {"cmd", "export", "10", "MS"},
 		}[op]
 	}
 	return args, st, log
@@ -715,32 +709,32 @@ func validCall(op int) (args []string, st keyState, log fakeLog) {
 
 // validReader is a valid call of every command with the keys it reads:
 // RL.ALL and RL.PEEK over a GCRA limit and a sliding window, both live.
-func validReader(op int) ([]string, reader) {
-	if op >= opConcAcquire {
+func validReader(op int) ([]string, Reader) {
+	if op >= OpConcAcquire {
 		args, st, _ := validCall(op)
 		return args, &fakeKey{st: st, leases: fakeLeases{"req-1": t0 + 9e9, "req-2": t0 + 20e9, "req-3": t0 - 1e9}}
 	}
-	if op != opRLAll && op != opRLPeek {
+	if op != OpRLAll && op != OpRLPeek {
 		args, st, log := validCall(op)
 		return args, &fakeKey{st: st, entries: log}
 	}
-	_, g, _ := validCall(opGCRAThrottle)
-	_, w, _ := validCall(opSWHit)
+	_, g, _ := validCall(OpGCRAThrottle)
+	_, w, _ := validCall(OpSWHit)
 	args := []string{"cmd", "2", "{u}:rpm", "{u}:tpm", "GCRA", "15", "30", "60", "1", "SW", "1000", "30", "40", "MS"}
 	return args, fakeKeys{{st: g}, {st: w}}
 }
 
 func TestCommandsAllocateNothing(t *testing.T) {
-	for op := range opCount {
+	for op := range OpCount {
 		args, r := validReader(op)
-		var o outcome
-		execute(op, args, r, &o)
-		if o.action != actReply {
+		var o Outcome
+		Execute(op, args, r, &o)
+		if o.Action != ActReply {
 			t.Fatalf("op %d: %+v", op, o)
 		}
 		if n := testing.AllocsPerRun(100, func() {
-			var o outcome
-			execute(op, args, r, &o)
+			var o Outcome
+			Execute(op, args, r, &o)
 		}); n != 0 {
 			t.Errorf("op %d: %v allocations per command", op, n)
 		}
@@ -752,42 +746,42 @@ func TestWindowCommands(t *testing.T) {
 	idx := t0 / (10 * sec)
 	// Sliding window: the state is "index:current:previous", expiring
 	// when the estimate is zero (two windows after this one starts).
-	k := &fakeKey{st: keyState{now: t0 + 5*sec, kind: keyString, value: strconv.FormatInt(idx-1, 10) + ":8:3"}}
-	o := run(opSWHit, k, "10", "10", "2")
-	if o.action != resSet || string(o.w.value[:o.w.valueLen]) != strconv.FormatInt(idx, 10)+":2:8" ||
-		o.reply != [5]int64{0, 10, 4, -1, 15} || o.w.expireMs != (t0+20*sec)/1e6 {
-		t.Fatalf("SW.HIT: %+v %q", o, o.w.value[:o.w.valueLen])
+	k := &fakeKey{st: KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: strconv.FormatInt(idx-1, 10) + ":8:3"}}
+	o := run(OpSWHit, k, "10", "10", "2")
+	if o.Action != resSet || string(o.w.Value[:o.w.ValueLen]) != strconv.FormatInt(idx, 10)+":2:8" ||
+		o.Reply != [5]int64{0, 10, 4, -1, 15} || o.w.ExpireMs != (t0+20*sec)/1e6 {
+		t.Fatalf("SW.HIT: %+v %q", o, o.w.Value[:o.w.ValueLen])
 	}
 	for _, bad := range []string{"1:2", "1:2:3:4", "a:1:2", "1::2", "-1:2:3", ""} {
-		k.st.value = bad
-		if o := run(opSWHit, k, "10", "10"); !strings.HasPrefix(o.err, "ERR the key holds other data, not "+counterState) {
+		k.st.Value = bad
+		if o := run(OpSWHit, k, "10", "10"); !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+counterState) {
 			t.Errorf("SW state %q: %+v", bad, o)
 		}
 	}
 
 	// Fixed window: the count, expiring at the window's end; a count whose
 	// expiry is not after this window's start is stale.
-	k = &fakeKey{st: keyState{now: t0 + 5*sec, kind: keyString, value: "9", expireMs: (t0 + 10*sec) / 1e6}}
-	if o := run(opFWHit, k, "10", "10", "2"); o.action != actReply || o.reply != [5]int64{1, 10, 1, 5, 5} {
+	k = &fakeKey{st: KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: "9", ExpireMs: (t0 + 10*sec) / 1e6}}
+	if o := run(OpFWHit, k, "10", "10", "2"); o.Action != ActReply || o.Reply != [5]int64{1, 10, 1, 5, 5} {
 		t.Fatalf("FW.HIT on 9: %+v", o)
 	}
-	k.st.expireMs = t0 / 1e6 // the previous window's
-	if o := run(opFWHit, k, "10", "10", "2"); o.action != resSet || o.reply != [5]int64{0, 10, 8, -1, 5} || o.w.expireMs != (t0+10*sec)/1e6 {
+	k.st.ExpireMs = t0 / 1e6 // the previous window's
+	if o := run(OpFWHit, k, "10", "10", "2"); o.Action != resSet || o.Reply != [5]int64{0, 10, 8, -1, 5} || o.w.ExpireMs != (t0+10*sec)/1e6 {
 		t.Fatalf("FW.HIT on a stale count: %+v", o)
 	}
 
 	// Sliding log: trim what left, add cost entries at now, in µs.
-	k = &fakeKey{st: keyState{now: t0, kind: keyZSet}, entries: fakeLog{t0 - 20*sec, t0 - 3*sec}}
-	o = run(opSLHit, k, "3", "10", "2", "MS")
-	if o.action != resZLog || o.w.zAdd != 2 || o.w.zScore != t0/1000 || o.w.zCutoff != (t0-10*sec)/1000 ||
-		o.w.expireMs != (t0+10*sec)/1e6 || o.reply != [5]int64{0, 3, 0, -1, 10000} {
+	k = &fakeKey{st: KeyState{Now: t0, Kind: KeyZSet}, entries: fakeLog{t0 - 20*sec, t0 - 3*sec}}
+	o = run(OpSLHit, k, "3", "10", "2", "MS")
+	if o.Action != resZLog || o.w.ZAdd != 2 || o.w.ZScore != t0/1000 || o.w.ZCutoff != (t0-10*sec)/1000 ||
+		o.w.ExpireMs != (t0+10*sec)/1e6 || o.Reply != [5]int64{0, 3, 0, -1, 10000} {
 		t.Fatalf("SL.HIT: %+v", o)
 	}
-	if o := run(opSLHit, k, "3", "10", "3", "MS"); o.action != actReply || o.reply != [5]int64{1, 3, 2, 7000, 7000} {
+	if o := run(OpSLHit, k, "3", "10", "3", "MS"); o.Action != ActReply || o.Reply != [5]int64{1, 3, 2, 7000, 7000} {
 		t.Fatalf("SL.HIT refused: %+v", o)
 	}
-	k.st.kind = keyString
-	if o := run(opSLHit, k, "3", "10"); o.action != actWrongType {
+	k.st.Kind = KeyString
+	if o := run(OpSLHit, k, "3", "10"); o.Action != ActWrongType {
 		t.Fatalf("SL.HIT on a string: %+v", o)
 	}
 }
@@ -817,21 +811,21 @@ func TestErrorsFit(t *testing.T) {
 	keys := make(fakeKeys, 16)
 	for i := range keys {
 		args = append(args, strings.Repeat("\xff", 39)+string(rune('a'+i)))
-		keys[i] = &fakeKey{st: keyState{now: t0}}
+		keys[i] = &fakeKey{st: KeyState{Now: t0}}
 	}
-	keys[15] = &fakeKey{st: keyState{now: t0, kind: keyZSet, zLen: 1,
-		oldest: zEntry{score: 1, member: "x", length: 1}, newest: zEntry{score: 1, member: "x", length: 1}}, rawZSet: true}
+	keys[15] = &fakeKey{st: KeyState{Now: t0, Kind: KeyZSet, ZLen: 1,
+		Oldest: ZEntry{Score: 1, Member: "x", Length: 1}, Newest: ZEntry{Score: 1, Member: "x", Length: 1}}, rawZSet: true}
 	for range 15 {
 		args = append(args, "FW", "1", "1", "1")
 	}
 	args = append(args, "SL", "1", "1", "1")
-	var o outcome
-	execute(opRLAll, args, keys, &o)
-	if !strings.Contains(o.err, "limiter 16 (SL") || !strings.HasSuffix(o.err, "(use a key prefix per limiter)") {
-		t.Fatalf("got %q", o.err)
+	var o Outcome
+	Execute(OpRLAll, args, keys, &o)
+	if !strings.Contains(o.Err, "limiter 16 (SL") || !strings.HasSuffix(o.Err, "(use a key prefix per limiter)") {
+		t.Fatalf("got %q", o.Err)
 	}
-	if len(o.err) >= errCapacity {
-		t.Fatalf("the error is %d bytes, C holds %d: %q", len(o.err), errCapacity-1, o.err)
+	if len(o.Err) >= ErrCapacity {
+		t.Fatalf("the error is %d bytes, C holds %d: %q", len(o.Err), ErrCapacity-1, o.Err)
 	}
-	t.Logf("the longest error: %d bytes of %d", len(o.err), errCapacity-1)
+	t.Logf("the longest error: %d bytes of %d", len(o.Err), ErrCapacity-1)
 }

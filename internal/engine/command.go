@@ -1,0 +1,276 @@
+package engine
+
+import (
+	"fmt"
+	"strconv"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/window"
+)
+
+// The commands, numbered as enum rl_op in shim.h.
+const (
+	OpGCRAThrottle = iota
+	OpGCRAPeek
+	OpTBTake
+	OpTBPeek
+	OpLBEnqueue
+	OpLBPeek
+	OpSWHit
+	OpSWPeek
+	OpFWHit
+	OpFWPeek
+	OpSLHit
+	OpSLPeek
+	OpRLAll
+	OpRLPeek
+	OpConcAcquire
+	OpConcRelease
+	OpConcPeek
+	OpCount
+)
+
+// What call.c does once execute returns, numbered as enum rl_action.
+const (
+	ActError = iota
+	ActReply
+	ActWrongType
+	ActArity
+)
+
+// What call.c writes to one key, numbered as enum rl_write.
+const (
+	WriteNone = iota
+	WriteSet
+	WriteDel
+	WriteZLog
+	WriteConc
+)
+
+// MaxArgs is RL_MAX_ARGS: the most arguments, command name included.
+const MaxArgs = 128
+
+// MaxKeys is RL_MAX_KEYS: the most keys one command names.
+const MaxKeys = 16
+
+// MaxReply is RL_MAX_REPLY: RL.ALL ... EACH's six integers and five per
+// limit.
+const MaxReply = 6 + 5*MaxKeys
+
+// KeyKind is what a key holds, numbered as enum rl_keykind.
+type KeyKind int
+
+const (
+	KeyEmpty KeyKind = iota
+	KeyString
+	KeyZSet
+	KeyOther
+)
+
+// KeyState is one key as C read it, with the command's clock.
+type KeyState struct {
+	Now      int64 // Unix nanoseconds, read once per command
+	Kind     KeyKind
+	Value    string // the string value; valid only during the call
+	ExpireMs int64  // the key's absolute expiry in Unix ms, -1 for none
+	// A sorted set: its size, and its oldest and newest entries.
+	ZLen           int64
+	Oldest, Newest ZEntry
+}
+
+// ZEntry is a sorted-set entry as C copies it.
+type ZEntry struct {
+	Score  float64
+	Member string // valid only during the call; cut at MaxMember bytes
+	Length int    // the member's whole length
+}
+
+// ErrCapacity is the size of C's error buffer (rl_call's err), NUL
+// included: the longest error is one byte shorter.
+const ErrCapacity = 512
+
+// MaxMember is RL_MEMBER_MAX - 1: members are copied up to it.
+const MaxMember = 63
+
+// Reader gives the command's keys, which C read before the arguments were
+// parsed (reading is not a side effect bad input must avoid; writing is):
+// keys is how many, key(i) one of them; log(i) reads a sorted set key as a
+// sliding log; memoryRoom is how many bytes the server may still allocate
+// before maxmemory (-1: no maxmemory); holders(i) reads a sorted set key
+// as a concurrency limiter's leases.
+type Reader interface {
+	Keys() int
+	Key(i int) KeyState
+	Log(i int) window.Log
+	Holders(i int) HolderSet
+	MemoryRoom() int64
+}
+
+// KeyWrite is what a command writes to one key.
+type KeyWrite struct {
+	Action   int      // WriteNone, WriteSet, WriteDel or WriteZLog
+	ExpireMs int64    // absolute Unix milliseconds, for WriteSet and WriteZLog
+	ValueLen int      // WriteSet: the value
+	Value    [64]byte //
+	// WriteZLog: remove the entries scored at or below zCutoff, move those
+	// scored after zScore to zScore when zRedate, add zAdd entries scored
+	// zScore (Unix microseconds); zGrowth is the entries the write costs in
+	// memory (zAdd, and the whole log when it leaves the compact encoding).
+	ZCutoff, ZAdd, ZScore, ZGrowth int64
+	ZRedate                        bool
+	// WriteConc: remove up to ConcSweep holders scored at or below zCutoff
+	// (never the caller), then add the caller, argument concID, scored
+	// zScore (concAdd) or remove it (concRemove).
+	ConcID              int
+	ConcAdd, ConcRemove bool
+}
+
+// Outcome is what a command decided: the reply, and each key's write.
+type Outcome struct {
+	Action   int
+	Reply    [MaxReply]int64
+	ReplyLen int // 5, 6 for RL.ALL and RL.PEEK (6 + 5 per limit with EACH), 1 for CONC.RELEASE
+	Err      string
+	Writes   [MaxKeys]KeyWrite
+}
+
+// reset makes o a fresh Outcome for a command of n keys, as a zero one
+// would be, without clearing the writes no key uses.
+func (o *Outcome) Reset(n int) {
+	o.Action, o.ReplyLen, o.Err = ActError, 0, ""
+	o.Reply[0], o.Reply[1], o.Reply[2], o.Reply[3], o.Reply[4], o.Reply[5] = 0, 0, 0, 0, 0, 0
+	for i := range min(n, MaxKeys) {
+		o.Writes[i] = KeyWrite{}
+	}
+}
+
+func (o *Outcome) fail(msg string) {
+	o.Action = ActError
+	o.Err = msg
+}
+
+// failErr replies an error from an algorithm package, which names the
+// arguments at fault.
+func (o *Outcome) failErr(err error) { o.fail("ERR " + err.Error()) }
+
+// setReply fills five integers. Times are whole seconds rounded as
+// redis-cell rounds them, or milliseconds rounded up with MS; a negative
+// time is the sentinel -1.
+func setReply(rep *[5]int64, limited bool, limit, remaining int64, retry, reset time.Duration, ms bool) {
+	rep[0] = 0
+	if limited {
+		rep[0] = 1
+	}
+	rep[1] = limit
+	rep[2] = remaining
+	rep[3] = replyTime(retry, ms)
+	rep[4] = replyTime(reset, ms)
+}
+
+// setInt asks for the key to be set to v, expiring at the absolute instant
+// at (Unix ns), rounded up to the millisecond.
+func (w *KeyWrite) setInt(v, at int64) {
+	w.Action = WriteSet
+	w.ValueLen = len(strconv.AppendInt(w.Value[:0], v, 10))
+	w.ExpireMs = ceilMs(at)
+}
+
+// ceilMs converts an instant in Unix ns to ms, rounded up: a key never
+// expires before its state is full again.
+func ceilMs(ns int64) int64 { return checked.CeilDiv(ns, int64(time.Millisecond)) }
+
+// replyTime rounds d for the Reply: with ms, milliseconds rounded up;
+// otherwise whole seconds plus one when the remainder has a non-zero
+// millisecond part (redis-cell's rounding: 1.0005 s is 1, 1.001 s is 2).
+func replyTime(d time.Duration, ms bool) int64 {
+	if d < 0 {
+		return -1
+	}
+	if ms {
+		return checked.CeilDiv(int64(d), int64(time.Millisecond))
+	}
+	s := int64(d / time.Second)
+	if (d%time.Second)/time.Millisecond > 0 {
+		s++
+	}
+	return s
+}
+
+// The commands of one key: their family, and whether they only peek.
+var (
+	opFamily = [OpCount]int{
+		OpGCRAThrottle: famGCRA, OpGCRAPeek: famGCRA, OpTBTake: famTB, OpTBPeek: famTB,
+		OpLBEnqueue: famLB, OpLBPeek: famLB, OpSWHit: famSW, OpSWPeek: famSW,
+		OpFWHit: famFW, OpFWPeek: famFW, OpSLHit: famSL, OpSLPeek: famSL,
+	}
+	opPeek = [OpCount]bool{
+		OpGCRAPeek: true, OpTBPeek: true, OpLBPeek: true, OpSWPeek: true, OpFWPeek: true, OpSLPeek: true,
+		OpRLPeek: true, OpConcPeek: true,
+	}
+)
+
+// execute runs one command: parse every argument, run each limit on its
+// key, and decide what to write and reply. Nothing is written unless the
+// whole command parsed and computed. Dispatch is by switch, not a table of
+// functions, so that nothing here escapes to the heap.
+func Execute(op int, args []string, r Reader, o *Outcome) {
+	switch {
+	case op < 0 || op >= OpCount:
+		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
+	case op == OpRLAll || op == OpRLPeek:
+		executeAll(args, r, o, opPeek[op])
+	case op >= OpConcAcquire:
+		executeConc(op, args, r, o)
+	default:
+		executeOne(opFamily[op], args, r, o, opPeek[op])
+	}
+}
+
+// executeOne runs a command of one key: key first, then the family's
+// arguments and options.
+func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) {
+	l := limit{family: family}
+	var ms bool
+	if !families[family].syntax.parse(args, &l, &ms, o) {
+		return
+	}
+	if r.Keys() != 1 {
+		o.fail("ERR internal error: the key was not read")
+		return
+	}
+	st := r.Key(0)
+	var rep [5]int64
+	w := &o.Writes[0]
+	if !l.run(&st, r, 0, ms, o, &rep, w) {
+		return
+	}
+	o.Action = ActReply
+	o.ReplyLen = 5
+	copy(o.Reply[:5], rep[:])
+	if peek {
+		*w = KeyWrite{}
+		return
+	}
+	checkMemory(o, r, 1)
+}
+
+// checkMemory refuses, with the server's OOM error, writes that would take
+// the server past maxmemory. deny-oom is checked before a command runs; one
+// sliding-log write can add 100000 entries, so log writes are checked here
+// against what the server has left.
+func checkMemory(o *Outcome, r Reader, n int) {
+	var entries int64
+	for i := range n {
+		entries += o.Writes[i].ZGrowth
+	}
+	if entries == 0 {
+		return
+	}
+	if room := r.MemoryRoom(); room >= 0 && entries > room/bytesPerLogEntry {
+		o.fail(errOOM)
+	}
+}
+
+// errOOM is the server's own reply to a command refused for memory.
+const errOOM = "OOM command not allowed when used memory > 'maxmemory'."
