@@ -17,23 +17,3 @@ var gcraSyntax = syntax{
 	def:      1,
 	reserve:  true,
 }
-
-func runGCRA(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
-	g, err := gcra.New(l.v[0], l.v[1], l.v[2])
-	if err != nil {
-		o.failErr(err)
-		return false
-	}
-	tat, ok := loadInstant(st, o, gcraState, g.Tolerance())
-	if !ok {
-		return false
-	}
-	d, err := g.ThrottleReserve(tat, st.Now, l.v[3], l.reserve)
-	if err != nil {
-		o.failErr(err)
-		return false
-	}
-	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
-	storeInstant(w, st, d.TAT, d.Write)
-	return true
-}

@@ -1,6 +1,12 @@
 package engine
 
-import "time"
+import (
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/bucket"
+	"github.com/seed-6b3823f5/ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/verdict"
+)
 
 // GCRA, the token bucket and the shaper keep their whole state in one
 // instant: when the limiter is full (or the queue empty) again, in
@@ -87,4 +93,65 @@ func parseInstant(s string) (int64, bool) {
 		return 0, false
 	}
 	return parseInt(s)
+}
+
+// runInstant runs the three families whose state is one instant, the
+// schedule they share (GCRA, the token bucket, the shaper): build the
+// limit, read the instant (clamped to the tolerance), decide, reply, and
+// store the instant with an expiry at it. The shaper's field 5 is the
+// delay before the request proceeds (0: go now, and 0 for a refused
+// request, which does not go at all).
+func runInstant(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
+	var (
+		g     gcra.Limiter
+		b     bucket.TokenBucket
+		q     bucket.Shaper
+		tol   time.Duration
+		state string
+		err   error
+	)
+	switch l.family {
+	case famGCRA:
+		g, err = gcra.New(l.v[0], l.v[1], l.v[2])
+		tol, state = g.Tolerance(), gcraState
+	case famTB:
+		b, err = bucket.NewTokenBucket(l.v[0], l.v[1], l.v[2])
+		tol, state = b.Tolerance(), bucketState
+	default:
+		q, err = bucket.NewShaper(l.v[0], l.v[1], l.v[2])
+		tol, state = q.Tolerance(), shaperState
+	}
+	if err != nil {
+		o.failErr(err)
+		return false
+	}
+	at, ok := loadInstant(st, o, state, tol)
+	if !ok {
+		return false
+	}
+	var v verdict.Verdict
+	var next int64
+	var write bool
+	switch l.family {
+	case famGCRA:
+		var d gcra.Decision
+		d, err = g.ThrottleReserve(at, st.Now, l.v[3], l.reserve)
+		v, next, write = d.Verdict, d.TAT, d.Write
+	case famTB:
+		var d bucket.Decision
+		d, err = b.TakeReserve(at, st.Now, l.v[3], l.reserve)
+		v, next, write = d.Verdict, d.State, d.Write
+	default:
+		var d bucket.Decision
+		d, err = q.Enqueue(at, st.Now, l.v[3])
+		v, next, write = d.Verdict, d.State, d.Write
+		v.ResetAfter = d.Delay // field 5
+	}
+	if err != nil {
+		o.failErr(err)
+		return false
+	}
+	setReply(rep, v.Limited, v.Limit, v.Remaining, v.RetryAfter, v.ResetAfter, ms)
+	storeInstant(w, st, next, write)
+	return true
 }

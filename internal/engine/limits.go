@@ -67,12 +67,8 @@ func (l *limit) cost() *int64 { return &l.v[len(families[l.family].syntax.positi
 // o and returns false.
 func (l *limit) run(st *KeyState, r Reader, i int, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
 	switch l.family {
-	case famGCRA:
-		return runGCRA(l, st, ms, o, rep, w)
-	case famTB:
-		return runTokenBucket(l, st, ms, o, rep, w)
-	case famLB:
-		return runShaper(l, st, ms, o, rep, w)
+	case famGCRA, famTB, famLB:
+		return runInstant(l, st, ms, o, rep, w)
 	case famSW:
 		return runSlidingWindow(l, st, ms, o, rep, w)
 	case famFW:
