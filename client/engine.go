@@ -156,7 +156,6 @@ func (c *Client) engineFor(ctx context.Context, key string) (Engine, *node, doer
 func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
 	cmd := redis.NewCmd(ctx, "COMMAND", "INFO", "GCRA.THROTTLE")
 	err := c.bound(ctx, ask, cmd)
-	info, _ := cmd.Slice()
 	var e Engine
 	var refused redis.Error
 	switch {
@@ -165,11 +164,12 @@ func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
 		// whose "unknown command" turns the call into its script.
 		e = Module
 	case err != nil:
-		return err // no answer: the calls waiting fail with it, and the next asks again
-	case len(info) != 1 || info[0] == nil:
-		e = Scripts
+		return err // no answer (and cmd not ours to read): the calls waiting fail with it, and the next asks again
 	default:
 		e = Module
+		if info, _ := cmd.Slice(); len(info) != 1 || info[0] == nil {
+			e = Scripts
+		}
 	}
 	n.asked.Store(time.Now().UnixNano())
 	n.engine.Store(int32(e))
