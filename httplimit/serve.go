@@ -151,8 +151,10 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		release, d, ok := l.acquire(r, conc)
 		defer release()
 		if !ok {
-			unmark(rate, Admitted)
-			unmark(conc, Admitted)
+			for _, kind := range [...]EventKind{Admitted, LocalAdmitted} {
+				unmark(rate, kind)
+				unmark(conc, kind)
+			}
 			if d.Status == 0 {
 				return // the client is gone
 			}
