@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean lua demo charts chromium
+.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean generate lua demo charts chromium
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -107,8 +107,10 @@ build/cref.so: bench/cref/cref.c module/rmapi.h
 soak: build ## ten million calls per server, RSS and the Go runtime's share sampled (not part of make test)
 	cd integration && SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' . | grep -E 'soak_test|^(---|ok|FAIL)'
 
-lua: ## write lua/*.lua from lua/src (unit tests check they match)
-	$(GO) test -count=1 ./lua -run TestScriptsUpToDate -update
+generate: ## write the files made from the command table (internal/spec): module/*_gen.*, lua/src/spec.lua, lua/*.lua (unit tests check they match)
+	$(GO) generate ./internal/spec
+
+lua: generate ## write lua/*.lua from lua/src (same as make generate)
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@for p in $$($(GO) list ./...); do \

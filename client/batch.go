@@ -68,7 +68,7 @@ func (b *Batch) Peek(key string, l Limit, cost int64, opts ...Option) *Call {
 // All adds Client.All's call (RL.ALL): all of limits admit, or nothing
 // is taken from any.
 func (b *Batch) All(limits []Keyed, opts ...Option) *Call {
-	args, err := allArgs("RL.ALL", limits, opts)
+	args, err := allArgs(cmdAll, limits, opts)
 	return b.add(args, err, 2)
 }
 
@@ -80,7 +80,7 @@ func (b *Batch) Acquire(key string, l Concurrency, id string, opts ...Option) *C
 
 // Release adds Client.Release's call; its answer is Call.Released.
 func (b *Batch) Release(key, id string) *Call {
-	call := b.add([]any{"CONC.RELEASE", key, id}, nil, 1)
+	call := b.add([]any{cmdRelease, key, id}, nil, 1)
 	call.release = true
 	return call
 }

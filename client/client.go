@@ -77,6 +77,8 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 	"github.com/seed-6b3823f5/ratelimit/verdict"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // Never is the RetryAfter of an admitted call, and of a refusal that no
@@ -129,15 +131,27 @@ const (
 	algoSL
 )
 
+// algos are each limit's commands and family, as the command table names
+// them, and the names the client's errors give its fields.
 var algos = [...]struct{ take, peek, family, n, m, period string }{
 	algoNone: {"", "", "", "", "", ""},
-	algoGCRA: {"GCRA.THROTTLE", "GCRA.PEEK", "GCRA", "burst", "rate", "period"},
-	algoTB:   {"TB.TAKE", "TB.PEEK", "TB", "capacity", "refill", "period"},
-	algoLB:   {"LB.ENQUEUE", "LB.PEEK", "", "capacity", "leak", "period"},
-	algoSW:   {"SW.HIT", "SW.PEEK", "SW", "limit", "", "window"},
-	algoFW:   {"FW.HIT", "FW.PEEK", "FW", "limit", "", "window"},
-	algoSL:   {"SL.HIT", "SL.PEEK", "SL", "limit", "", "window"},
+	algoGCRA: {cmdName(spec.OpGCRAThrottle), cmdName(spec.OpGCRAPeek), familyName(spec.GCRA), "burst", "rate", "period"},
+	algoTB:   {cmdName(spec.OpTBTake), cmdName(spec.OpTBPeek), familyName(spec.TB), "capacity", "refill", "period"},
+	algoLB:   {cmdName(spec.OpLBEnqueue), cmdName(spec.OpLBPeek), "", "capacity", "leak", "period"},
+	algoSW:   {cmdName(spec.OpSWHit), cmdName(spec.OpSWPeek), familyName(spec.SW), "limit", "", "window"},
+	algoFW:   {cmdName(spec.OpFWHit), cmdName(spec.OpFWPeek), familyName(spec.FW), "limit", "", "window"},
+	algoSL:   {cmdName(spec.OpSLHit), cmdName(spec.OpSLPeek), familyName(spec.SL), "limit", "", "window"},
 }
+
+// The commands of several limits and of the concurrency limiter.
+var (
+	cmdAll, cmdPeekAll                  = cmdName(spec.OpRLAll), cmdName(spec.OpRLPeek)
+	cmdAcquire, cmdRelease, cmdPeekConc = cmdName(spec.OpConcAcquire), cmdName(spec.OpConcRelease), cmdName(spec.OpConcPeek)
+)
+
+func cmdName(op spec.Op) string { return spec.Of(op).Name }
+
+func familyName(f int) string { return spec.Families[f].Name }
 
 // GCRA is GCRA.THROTTLE's limit (redis-cell's CL.THROTTLE): burst+1
 // requests at once, then rate per period. GCRA(9, 10, time.Minute) admits
@@ -366,12 +380,12 @@ type Keyed struct {
 // must share a slot: give them a hash tag, "{user:42}:rpm",
 // "{user:42}:tpm". 1 to 16 limits; a Shaper cannot be one.
 func (c *Client) All(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
-	return c.all(ctx, "RL.ALL", limits, opts)
+	return c.all(ctx, cmdAll, limits, opts)
 }
 
 // PeekAll reports what All would, changing nothing (RL.PEEK).
 func (c *Client) PeekAll(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
-	return c.all(ctx, "RL.PEEK", limits, opts)
+	return c.all(ctx, cmdPeekAll, limits, opts)
 }
 
 // AllEach is All that also fills each[i] with limits[i]'s own result (the
@@ -382,7 +396,7 @@ func (c *Client) AllEach(ctx context.Context, limits []Keyed, each []Result, opt
 	if len(each) < len(limits) {
 		return Result{}, fmt.Errorf("ratelimit: AllEach: %d results for %d limits", len(each), len(limits))
 	}
-	args, err := allArgs("RL.ALL", limits, opts)
+	args, err := allArgs(cmdAll, limits, opts)
 	if err != nil {
 		return Result{}, err
 	}
@@ -453,7 +467,7 @@ func (c *Client) Acquire(ctx context.Context, key string, l Concurrency, id stri
 // acquireArgs is CONC.ACQUIRE's arguments.
 func acquireArgs(key string, l Concurrency, id string, opts []Option) ([]any, error) {
 	args := make([]any, 0, 9)
-	args = append(args, "CONC.ACQUIRE", key, l.Limit)
+	args = append(args, cmdAcquire, key, l.Limit)
 	args, err := appendPeriod(args, "Lease", l.Lease)
 	if err != nil {
 		return nil, err
@@ -464,7 +478,7 @@ func acquireArgs(key string, l Concurrency, id string, opts []Option) ([]any, er
 // Release frees id's slot at key at once (CONC.RELEASE), and reports
 // whether id held one (false when it had lapsed or was released already).
 func (c *Client) Release(ctx context.Context, key, id string) (bool, error) {
-	cmd, err := c.process(ctx, []any{"CONC.RELEASE", key, id}, 1)
+	cmd, err := c.process(ctx, []any{cmdRelease, key, id}, 1)
 	if err != nil {
 		return false, err
 	}
@@ -476,7 +490,7 @@ func (c *Client) Release(ctx context.Context, key, id string) (bool, error) {
 // nothing (CONC.PEEK).
 func (c *Client) PeekConcurrency(ctx context.Context, key string, limit int64, opts ...Option) (Result, error) {
 	args := make([]any, 0, 6)
-	args = append(args, "CONC.PEEK", key, limit)
+	args = append(args, cmdPeekConc, key, limit)
 	return c.run(ctx, appendOptions(args, opts), 1)
 }
 

@@ -154,7 +154,7 @@ func (c *Client) engineFor(ctx context.Context, key string) (Engine, *node, doer
 
 // detect asks the server whether it has the module.
 func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
-	cmd := redis.NewCmd(ctx, "COMMAND", "INFO", "GCRA.THROTTLE")
+	cmd := redis.NewCmd(ctx, "COMMAND", "INFO", algos[algoGCRA].take)
 	err := c.bound(ctx, ask, cmd)
 	var e Engine
 	var refused redis.Error
@@ -289,7 +289,7 @@ func scriptCmd(ctx context.Context, args []any, i int) *onceCmd {
 		verb = "evalsha_ro"
 	}
 	sargs = append(sargs, verb, s.SHA1)
-	if !strings.HasPrefix(s.Command, "RL.") { // RL.ALL and RL.PEEK give numkeys themselves
+	if s.Command != cmdAll && s.Command != cmdPeekAll { // RL.ALL and RL.PEEK give numkeys themselves
 		sargs = append(sargs, 1)
 	}
 	sargs = append(sargs, args[1:]...)

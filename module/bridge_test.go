@@ -2,8 +2,8 @@ package main
 
 import "testing"
 
-// The engine's numbering of operations, actions, writes and key kinds, and
-// its sizes, are shim.h's: C passes the numbers, Go reads them.
+// The engine's numbering of actions, writes and key kinds, its sizes and
+// the table's rows are the C headers': C passes the numbers, Go reads them.
 func TestNumberingMatchesShim(t *testing.T) {
 	if bad := numbering(); len(bad) > 0 {
 		t.Fatalf("Go and shim.h disagree on %v", bad)

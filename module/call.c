@@ -14,7 +14,7 @@
 #include "module.h"
 #include "_cgo_export.h"
 
-rl_counters rl_stats[RL_MAX_COMMANDS];
+rl_counters rl_stats[RL_NCOMMANDS];
 RedisModuleString *rl_pxat;
 
 /* Copies a sorted-set entry's member into buf (RL_MEMBER_MAX bytes, cut
@@ -248,7 +248,7 @@ int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx)
         return RM_WrongArity(ctx);
     }
     rl_call c;
-    c.op = def->op;
+    c.cmd = idx;
     c.argc = argc;
     for (int i = 0; i < argc; i++) c.argv[i].ptr = RM_StringPtrLen(argv[i], &c.argv[i].len);
     c.action = RL_ACT_ERROR;

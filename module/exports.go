@@ -9,6 +9,7 @@ import (
 	"runtime/metrics"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/engine"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // scratch holds one command's arguments and outcome. The server runs
@@ -34,8 +35,17 @@ func rlExecute(c *C.rl_call) {
 	}()
 	o := &scratch.o
 	o.Reset(int(c.nkeys))
-	engine.Execute(int(c.op), callArgs(c, &scratch.args), cReader{c}, o)
+	engine.Execute(opOf(int(c.cmd)), callArgs(c, &scratch.args), cReader{c}, o)
 	store(o, c)
+}
+
+// opOf is what row of the command table runs: C passes the row, so the
+// operations are numbered in Go alone.
+func opOf(row int) spec.Op {
+	if row < 0 || row >= len(spec.Commands) {
+		return -1 // the engine replies an internal error naming it
+	}
+	return spec.Commands[row].Op
 }
 
 // rlInit runs once at load: it caps the Go runtime's threads, since the

@@ -10,41 +10,9 @@
 #include "module.h"
 #include "_cgo_export.h"
 
-static int rl_registered[RL_MAX_COMMANDS];
+static int rl_registered[RL_NCOMMANDS];
 static int rl_alias_on = 1;
 static int rl_category_on = 0;
-
-/* The server passes no user data to a command, so each table row gets its
- * own entry point. */
-#define RL_HANDLER(i)                                                                  \
-    static int rl_handler_##i(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) { \
-        return rl_command(ctx, argv, argc, i);                                         \
-    }
-RL_HANDLER(0)
-RL_HANDLER(1)
-RL_HANDLER(2)
-RL_HANDLER(3)
-RL_HANDLER(4)
-RL_HANDLER(5)
-RL_HANDLER(6)
-RL_HANDLER(7)
-RL_HANDLER(8)
-RL_HANDLER(9)
-RL_HANDLER(10)
-RL_HANDLER(11)
-RL_HANDLER(12)
-RL_HANDLER(13)
-RL_HANDLER(14)
-RL_HANDLER(15)
-RL_HANDLER(16)
-RL_HANDLER(17)
-RL_HANDLER(18)
-RL_HANDLER(19)
-static const RedisModuleCmdFunc rl_handlers[] = {
-    rl_handler_0,  rl_handler_1,  rl_handler_2,  rl_handler_3,  rl_handler_4,  rl_handler_5,  rl_handler_6,
-    rl_handler_7,  rl_handler_8,  rl_handler_9,  rl_handler_10, rl_handler_11, rl_handler_12, rl_handler_13,
-    rl_handler_14, rl_handler_15, rl_handler_16, rl_handler_17, rl_handler_18, rl_handler_19};
-_Static_assert(sizeof(rl_handlers) / sizeof(rl_handlers[0]) == RL_MAX_COMMANDS, "one handler per command");
 
 /* ---- INFO ratelimit ---- */
 
@@ -58,7 +26,7 @@ static void rl_info(RedisModuleInfoCtx *ictx, int for_crash_report) {
     RM_InfoAddFieldCString(ictx, "cl_throttle_alias", rl_alias_on ? "on" : "off");
     RM_InfoAddFieldCString(ictx, "acl_category", rl_category_on ? RL_ACL_CATEGORY : "none");
     if (!for_crash_report) RM_InfoAddFieldLongLong(ictx, "go_runtime_bytes", rlGoMemory());
-    for (int i = 0; i < rl_ncommands; i++) {
+    for (int i = 0; i < RL_NCOMMANDS; i++) {
         if (!rl_registered[i]) continue;
         RM_InfoBeginDictField(ictx, rl_commands[i].info_name);
         RM_InfoAddFieldULongLong(ictx, "calls", rl_stats[i].calls);
@@ -160,7 +128,7 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     rl_category_on = RM_AddACLCategory != NULL && RM_SetCommandACLCategories != NULL &&
                      (RM_AddACLCategory(ctx, RL_ACL_CATEGORY) == REDISMODULE_OK || errno == EBUSY);
 
-    for (int i = 0; i < rl_ncommands; i++) {
+    for (int i = 0; i < RL_NCOMMANDS; i++) {
         if (rl_commands[i].alias && !rl_alias_on) continue;
         if (rl_register(ctx, i) != REDISMODULE_OK) return REDISMODULE_ERR;
     }

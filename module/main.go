@@ -3,7 +3,8 @@
 //
 // The C files are the only code that talks to the server (call.c runs a
 // command, zset.c reads and writes sorted sets, load.c registers the
-// commands of commands.c); the Go side parses the arguments, runs the
+// commands of commands_gen.c, which go generate writes from internal/spec);
+// the Go side parses the arguments, runs the
 // algorithm packages and returns a decision for call.c to carry out (that
 // is package internal/engine, pure Go; this package is the fence). See
 // docs/design.md for why the module has its own thin binding.

@@ -1,6 +1,7 @@
 /*
  * module.h: what the module's C files share (shim.h is what Go shares with
- * them): the command table (commands.c), the call protocol (call.c), the
+ * them): the command table (commands_gen.c, written by go generate from
+ * internal/spec), the call protocol (call.c), the
  * sorted-set store (zset.c), and load, registration and INFO (load.c).
  */
 #ifndef RL_MODULE_H
@@ -22,7 +23,6 @@
 typedef struct {
     const char *name;      /* as registered */
     const char *info_name; /* its INFO field */
-    int op;                /* enum rl_op */
     int readonly;          /* a peek: readonly, opens its keys for reading only */
     int alias;             /* registered only while the CL.THROTTLE alias is on */
     int numkeys;           /* the keys follow numkeys at argument 1 (else the key is argument 1) */
@@ -33,11 +33,9 @@ typedef struct {
     RedisModuleCommandArg *args;
 } rl_command_def;
 
-/* The most commands: one entry point (handler) each. */
-#define RL_MAX_COMMANDS 20
-
-extern RL_HIDDEN const rl_command_def rl_commands[];
-extern RL_HIDDEN const int rl_ncommands;
+/* The table's rows (RL_NCOMMANDS of them) and each one's entry point. */
+extern RL_HIDDEN const rl_command_def rl_commands[RL_NCOMMANDS];
+extern RL_HIDDEN const RedisModuleCmdFunc rl_handlers[RL_NCOMMANDS];
 extern RL_HIDDEN RedisModuleCommandInfoVersion rl_info_version;
 extern RL_HIDDEN RedisModuleCommandKeySpec rl_keys_write[], rl_keys_read[], rl_keys_all_write[], rl_keys_all_read[];
 
@@ -45,7 +43,7 @@ extern RL_HIDDEN RedisModuleCommandKeySpec rl_keys_write[], rl_keys_read[], rl_k
 typedef struct {
     unsigned long long calls, admitted, refused, errors;
 } rl_counters;
-extern RL_HIDDEN rl_counters rl_stats[RL_MAX_COMMANDS];
+extern RL_HIDDEN rl_counters rl_stats[RL_NCOMMANDS];
 
 /* "PXAT", made once at load: replicating it then allocates nothing. */
 extern RL_HIDDEN RedisModuleString *rl_pxat;

@@ -15,69 +15,11 @@
 
 #include <stddef.h>
 
-/* Commands, as Go dispatches them. */
-enum rl_op {
-    RL_OP_GCRA_THROTTLE,
-    RL_OP_GCRA_PEEK,
-    RL_OP_TB_TAKE,
-    RL_OP_TB_PEEK,
-    RL_OP_LB_ENQUEUE,
-    RL_OP_LB_PEEK,
-    RL_OP_SW_HIT,
-    RL_OP_SW_PEEK,
-    RL_OP_FW_HIT,
-    RL_OP_FW_PEEK,
-    RL_OP_SL_HIT,
-    RL_OP_SL_PEEK,
-    RL_OP_RL_ALL,
-    RL_OP_RL_PEEK,
-    RL_OP_CONC_ACQUIRE,
-    RL_OP_CONC_RELEASE,
-    RL_OP_CONC_PEEK,
-    RL_OP_COUNT
-};
-
-/* A sorted-set member longer than this can't be a sliding log's. */
-#define RL_MEMBER_MAX 64
-
-/* The most arguments a command takes, command name included: RL.ALL with
- * 16 keys of 5-word limiters, MS and RESERVE n is 103. */
-#define RL_MAX_ARGS 128
-
-/* The most keys one command names (RL.ALL's numkeys). */
-#define RL_MAX_KEYS 16
-
-/* The longest reply: RL.ALL ... EACH, six integers and five per limit. */
-#define RL_MAX_REPLY (6 + 5 * RL_MAX_KEYS)
-
-/* What a key holds, as C reads it. */
-enum rl_keykind {
-    RL_KEY_EMPTY,
-    RL_KEY_STRING,
-    RL_KEY_ZSET,
-    RL_KEY_OTHER
-};
-
-/* What C does once Go returns. */
-enum rl_action {
-    RL_ACT_ERROR,     /* reply err (the default: a call Go never finished is an error) */
-    RL_ACT_REPLY,     /* carry out each key's write, then reply the integers */
-    RL_ACT_WRONGTYPE, /* reply the standard WRONGTYPE error */
-    RL_ACT_ARITY      /* reply the standard wrong-number-of-arguments error */
-};
-
-/* What C writes to one key, for RL_ACT_REPLY. */
-enum rl_write {
-    RL_WRITE_NONE,
-    RL_WRITE_SET, /* SET key value PXAT expire_ms */
-    RL_WRITE_DEL, /* DEL key */
-    RL_WRITE_ZLOG, /* sliding log: trim, move, add entries, expire */
-    RL_WRITE_CONC  /* concurrency: sweep lapsed holders, add or remove one, expire */
-};
-
-/* The most lapsed holders one concurrency write removes, and the most a
- * count steps over before it asks ZCOUNT. */
-#define RL_CONC_SWEEP 64
+/* The numbers and sizes Go defines: RL_MAX_ARGS, RL_MAX_KEYS, RL_MAX_REPLY,
+ * RL_MEMBER_MAX, RL_CONC_SWEEP, RL_ERR_CAPACITY, RL_SET_MAX, and the enums
+ * rl_keykind (what a key holds, as C reads it), rl_action (what C does once
+ * Go returns) and rl_write (what C writes to one key). */
+#include "protocol_gen.h"
 
 typedef struct {
     const char *ptr;
@@ -103,7 +45,7 @@ typedef struct rl_key {
     int write;           /* enum rl_write */
     long long expire_ms; /* absolute Unix milliseconds */
     size_t set_len;
-    char set_val[64];
+    char set_val[RL_SET_MAX];
     long long z_cutoff_us; /* RL_WRITE_ZLOG: remove entries scored at or below */
     long long z_add;       /* RL_WRITE_ZLOG: entries to add, scored z_score_us */
     long long z_score_us;
@@ -124,7 +66,7 @@ typedef struct rl_key {
 
 typedef struct rl_call {
     /* Set by C before rlExecute. */
-    int op;
+    int cmd; /* the command's row of rl_commands (commands_gen.c) */
     int argc;
     rl_arg argv[RL_MAX_ARGS];
     long long now_ns; /* one clock read per command, Unix nanoseconds */
@@ -135,7 +77,7 @@ typedef struct rl_call {
     int action; /* enum rl_action */
     int reply_len;
     long long reply[RL_MAX_REPLY];
-    char err[512]; /* NUL-terminated, starts with ERR (or OOM, WRONGTYPE); holds the longest error whole (TestErrorsFit) */
+    char err[RL_ERR_CAPACITY]; /* NUL-terminated, starts with ERR (or OOM, WRONGTYPE); holds the longest error whole (TestErrorsFit) */
 
     /* Private to C. */
     void *ctx;

@@ -3,6 +3,8 @@ package engine
 import (
 	"fmt"
 	"strings"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // RL.ALL / RL.PEEK numkeys key [key ...] limiter [limiter ...] [MS] [RESERVE n] [EACH]
@@ -128,10 +130,10 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (
 			o.fail(fmt.Sprintf("ERR numkeys is %d but %d limiters follow the keys", n, j))
 			return 0, false
 		}
-		f := familyNamed(args[i])
+		f := spec.FamilyNamed(args[i])
 		switch f {
 		case -1:
-			o.fail(fmt.Sprintf("ERR unknown limiter %s for key %d: the limiters are GCRA, TB, SW, FW and SL", quote(args[i]), j+1))
+			o.fail(fmt.Sprintf("ERR unknown limiter %s for key %d: the limiters are %s", quote(args[i]), j+1, limiters))
 			return 0, false
 		case famLB:
 			o.fail(fmt.Sprintf("ERR limiter %d: LB is a shaper (it answers with a delay) and is not part of RL.ALL", j+1))
@@ -156,7 +158,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (
 		*l.cost() = c
 		i += 1 + words
 	}
-	if i < len(args) && familyNamed(args[i]) >= 0 {
+	if i < len(args) && spec.FamilyNamed(args[i]) >= 0 {
 		o.fail(fmt.Sprintf("ERR numkeys is %d but more limiters follow", n))
 		return 0, false
 	}
@@ -176,7 +178,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (
 	var entries int64
 	for j := range n {
 		if l := &lims[j]; l.family == famSL && *l.cost() <= l.v[0] {
-			entries += *l.cost() // each cost ≤ maxLogLimit: no overflow
+			entries += *l.cost() // each cost ≤ spec.MaxLogLimit: no overflow
 		}
 	}
 	if entries > maxLogAdd {
@@ -189,7 +191,10 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (
 // maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the
 // costs of its logs that do not exceed their limits), as one SL.HIT is
 // bounded by its limit: about 80 ms of the server's time at most.
-const maxLogAdd = maxLogLimit
+const maxLogAdd = spec.MaxLogAdd
+
+// limiters names the families RL.ALL takes, for its error.
+var limiters = spec.Limiters()
 
 // argNames lists a limiter's arguments in RL.ALL, for errors.
 func argNames(s *syntax) string {

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // runAll runs RL.ALL (or RL.PEEK) over keys with args after numkeys and the
@@ -15,9 +17,9 @@ func runAll(peek bool, keys fakeKeys, args ...string) Outcome {
 	for i := range keys {
 		all = append(all, "k"+strconv.Itoa(i))
 	}
-	op := OpRLAll
+	op := spec.OpRLAll
 	if peek {
-		op = OpRLPeek
+		op = spec.OpRLPeek
 	}
 	var o Outcome
 	Execute(op, append(all, args...), keys, &o)
@@ -42,18 +44,18 @@ func instantKey(d time.Duration) *fakeKey {
 func TestAllOfOneIsTheFamilyCommand(t *testing.T) {
 	sec := int64(time.Second)
 	cases := []struct {
-		op    int
+		op    spec.Op
 		all   []string
 		one   []string
 		state KeyState
 	}{
-		{OpGCRAThrottle, []string{"GCRA", "15", "30", "60", "2"}, []string{"15", "30", "60", "2"}, instantKey(10 * time.Second).st},
-		{OpTBTake, []string{"TB", "10", "1", "1", "3"}, []string{"10", "1", "1", "3"}, instantKey(4 * time.Second).st},
-		{OpSWHit, []string{"SW", "10", "10", "2"}, []string{"10", "10", "2"},
+		{spec.OpGCRAThrottle, []string{"GCRA", "15", "30", "60", "2"}, []string{"15", "30", "60", "2"}, instantKey(10 * time.Second).st},
+		{spec.OpTBTake, []string{"TB", "10", "1", "1", "3"}, []string{"10", "1", "1", "3"}, instantKey(4 * time.Second).st},
+		{spec.OpSWHit, []string{"SW", "10", "10", "2"}, []string{"10", "10", "2"},
 			KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: strconv.FormatInt(t0/(10*sec)-1, 10) + ":8:3"}},
-		{OpFWHit, []string{"FW", "10", "10", "2"}, []string{"10", "10", "2"},
+		{spec.OpFWHit, []string{"FW", "10", "10", "2"}, []string{"10", "10", "2"},
 			KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: "5", ExpireMs: (t0 + 10*sec) / 1e6}},
-		{OpSLHit, []string{"SL", "3", "10", "1"}, []string{"3", "10", "1"}, KeyState{Now: t0, Kind: KeyZSet}},
+		{spec.OpSLHit, []string{"SL", "3", "10", "1"}, []string{"3", "10", "1"}, KeyState{Now: t0, Kind: KeyZSet}},
 	}
 	for _, c := range cases {
 		for _, ms := range [][]string{nil, {"MS"}} {
@@ -220,7 +222,7 @@ func TestAllErrors(t *testing.T) {
 	for _, c := range cases {
 		args := append(append([]string{"rl.all", c.numkeys}, c.keys...), c.rest...)
 		var o Outcome
-		Execute(OpRLAll, args, fresh(len(c.keys)), &o)
+		Execute(spec.OpRLAll, args, fresh(len(c.keys)), &o)
 		if o.Action != ActError || !strings.HasPrefix(o.Err, c.want) {
 			t.Errorf("%q: %q, want %q", args, o.Err, c.want)
 		}
@@ -265,9 +267,9 @@ func FuzzAll(f *testing.F) {
 				keys[i].st.Kind, keys[i].st.Value = KeyString, v
 			}
 		}
-		op := OpRLAll
+		op := spec.OpRLAll
 		if peek {
-			op = OpRLPeek
+			op = spec.OpRLPeek
 		}
 		var o Outcome
 		Execute(op, args, keys, &o)

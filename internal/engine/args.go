@@ -1,6 +1,10 @@
 package engine
 
-import "fmt"
+import (
+	"fmt"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
+)
 
 // arg is one integer argument and its accepted range.
 type arg struct {
@@ -25,9 +29,12 @@ func (a arg) rangeError(prefix string) string {
 	return fmt.Sprintf("ERR %s%s must be an integer from %d to %d", prefix, a.name, a.min, a.max)
 }
 
+// argOf is the table's argument a.
+func argOf(a spec.Arg) arg { return arg{name: a.Name, min: a.Min, max: a.Max, seconds: a.Seconds} }
+
 // maxOneKeyArgs is the most arguments a command of one key takes, command
 // name included (options may repeat).
-const maxOneKeyArgs = 16
+const maxOneKeyArgs = spec.MaxOneKeyArgs
 
 // syntax is a limiter's arguments after the key: positional integers,
 // then one optional integer (the cost), then options in any order: MS, and
@@ -37,6 +44,15 @@ type syntax struct {
 	optional   arg
 	def        int64 // the optional argument's default
 	reserve    bool  // RESERVE n is an option
+}
+
+// syntaxOf is family f's syntax.
+func syntaxOf(f *spec.Family) *syntax {
+	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve}
+	for _, a := range f.Args {
+		s.positional = append(s.positional, argOf(a))
+	}
+	return s
 }
 
 // options names the options a syntax takes, for errors.

@@ -6,29 +6,8 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/window"
-)
-
-// The commands, numbered as enum rl_op in shim.h.
-const (
-	OpGCRAThrottle = iota
-	OpGCRAPeek
-	OpTBTake
-	OpTBPeek
-	OpLBEnqueue
-	OpLBPeek
-	OpSWHit
-	OpSWPeek
-	OpFWHit
-	OpFWPeek
-	OpSLHit
-	OpSLPeek
-	OpRLAll
-	OpRLPeek
-	OpConcAcquire
-	OpConcRelease
-	OpConcPeek
-	OpCount
 )
 
 // What call.c does once execute returns, numbered as enum rl_action.
@@ -52,7 +31,7 @@ const (
 const MaxArgs = 128
 
 // MaxKeys is RL_MAX_KEYS: the most keys one command names.
-const MaxKeys = 16
+const MaxKeys = spec.MaxKeys
 
 // MaxReply is RL_MAX_REPLY: RL.ALL ... EACH's six integers and five per
 // limit.
@@ -197,30 +176,26 @@ func replyTime(d time.Duration, ms bool) int64 {
 	return s
 }
 
-// The commands of one key: their family, and whether they only peek.
-var (
-	opFamily = [OpCount]int{
-		OpGCRAThrottle: famGCRA, OpGCRAPeek: famGCRA, OpTBTake: famTB, OpTBPeek: famTB,
-		OpLBEnqueue: famLB, OpLBPeek: famLB, OpSWHit: famSW, OpSWPeek: famSW,
-		OpFWHit: famFW, OpFWPeek: famFW, OpSLHit: famSL, OpSLPeek: famSL,
+// Each operation's family (for a command of one key) and whether it only
+// peeks, from the command table.
+var opFamily, opPeek = func() (f [spec.NumOps]int, p [spec.NumOps]bool) {
+	for _, c := range spec.Commands {
+		f[c.Op], p[c.Op] = c.Family, c.Peek
 	}
-	opPeek = [OpCount]bool{
-		OpGCRAPeek: true, OpTBPeek: true, OpLBPeek: true, OpSWPeek: true, OpFWPeek: true, OpSLPeek: true,
-		OpRLPeek: true, OpConcPeek: true,
-	}
-)
+	return f, p
+}()
 
 // execute runs one command: parse every argument, run each limit on its
 // key, and decide what to write and reply. Nothing is written unless the
 // whole command parsed and computed. Dispatch is by switch, not a table of
 // functions, so that nothing here escapes to the heap.
-func Execute(op int, args []string, r Reader, o *Outcome) {
+func Execute(op spec.Op, args []string, r Reader, o *Outcome) {
 	switch {
-	case op < 0 || op >= OpCount:
+	case op < 0 || op >= spec.NumOps:
 		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
-	case op == OpRLAll || op == OpRLPeek:
+	case op == spec.OpRLAll || op == spec.OpRLPeek:
 		executeAll(args, r, o, opPeek[op])
-	case op >= OpConcAcquire:
+	case op >= spec.OpConcAcquire:
 		executeConc(op, args, r, o)
 	default:
 		executeOne(opFamily[op], args, r, o, opPeek[op])

@@ -9,6 +9,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/seed-6b3823f5/ratelimit/window"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // t0 is the virtual clock: 2023-11-14T22:13:20Z in Unix nanoseconds.
@@ -142,7 +144,7 @@ func toResult(o *Outcome) result {
 	return r
 }
 
-func run(op int, key *fakeKey, args ...string) result {
+func run(op spec.Op, key *fakeKey, args ...string) result {
 	var o Outcome
 	Execute(op, append([]string{"cmd", "k"}, args...), key, &o)
 	return toResult(&o)
@@ -199,7 +201,7 @@ func TestParse(t *testing.T) {
 		var got parsed
 		var o Outcome
 		args := append([]string{"gcra.throttle", "k"}, c.args...)
-		if !gcraSyntax.parse(args, &got.l, &got.ms, &o) {
+		if !families[famGCRA].syntax.parse(args, &got.l, &got.ms, &o) {
 			t.Errorf("parse %q: %s", c.args, o.Err)
 		} else if got != c.want {
 			t.Errorf("parse %q = %+v, want %+v", c.args, got, c.want)
@@ -231,7 +233,7 @@ func TestParse(t *testing.T) {
 		var got parsed
 		var o Outcome
 		args := append([]string{"gcra.throttle", "k"}, c.args...)
-		if gcraSyntax.parse(args, &got.l, &got.ms, &o) {
+		if families[famGCRA].syntax.parse(args, &got.l, &got.ms, &o) {
 			t.Errorf("parse %q succeeded: %+v", c.args, got)
 			continue
 		}
@@ -246,7 +248,7 @@ func TestParse(t *testing.T) {
 	// The shaper takes no RESERVE.
 	var got parsed
 	var o Outcome
-	if lbSyntax.parse([]string{"lb.enqueue", "k", "2", "1", "1", "RESERVE", "1"}, &got.l, &got.ms, &o) ||
+	if families[famLB].syntax.parse([]string{"lb.enqueue", "k", "2", "1", "1", "RESERVE", "1"}, &got.l, &got.ms, &o) ||
 		o.Err != `ERR unknown option "RESERVE": the options are MS` {
 		t.Errorf("LB.ENQUEUE with RESERVE: %q", o.Err)
 	}
@@ -254,7 +256,7 @@ func TestParse(t *testing.T) {
 
 func TestGCRACommand(t *testing.T) {
 	fresh := &fakeKey{st: KeyState{Now: t0}}
-	o := run(OpGCRAThrottle, fresh, "15", "30", "60")
+	o := run(spec.OpGCRAThrottle, fresh, "15", "30", "60")
 	if o.Action != resSet || o.Reply != [5]int64{0, 16, 15, -1, 2} {
 		t.Fatalf("fresh: %+v", o)
 	}
@@ -265,29 +267,29 @@ func TestGCRACommand(t *testing.T) {
 
 	// The stored TAT is read back; the expiry rounds up to the millisecond.
 	live := &fakeKey{st: KeyState{Now: t0 + 1, Kind: KeyString, Value: strconv.FormatInt(tat, 10)}}
-	o = run(OpGCRAThrottle, live, "15", "30", "60", "1", "MS")
+	o = run(spec.OpGCRAThrottle, live, "15", "30", "60", "1", "MS")
 	if o.Action != resSet || o.Reply != [5]int64{0, 16, 14, -1, 4000} || o.w.ExpireMs != (tat+2e9)/1e6 {
 		t.Fatalf("live: %+v", o)
 	}
 	live.st.Now = t0 + 2*int64(time.Second) + 1_500_000 // +1.5 ms: TAT = now + ...5 ms - 1 ns
-	o = run(OpGCRAThrottle, live, "0", "1", "1")
+	o = run(spec.OpGCRAThrottle, live, "0", "1", "1")
 	if o.Action != resSet || o.w.ExpireMs != (t0+3*int64(time.Second)+1_500_000)/1e6+1 {
 		t.Fatalf("expiry not rounded up: %+v", o)
 	}
 
 	// PEEK replies the same and writes nothing.
-	peek := run(OpGCRAPeek, &fakeKey{st: KeyState{Now: t0}}, "15", "30", "60")
+	peek := run(spec.OpGCRAPeek, &fakeKey{st: KeyState{Now: t0}}, "15", "30", "60")
 	if peek.Action != ActReply || peek.Reply != [5]int64{0, 16, 15, -1, 2} {
 		t.Fatalf("peek: %+v", peek)
 	}
 
 	// Refused: reply only.
 	full := &fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: strconv.FormatInt(t0+32*int64(time.Second), 10)}}
-	if o := run(OpGCRAThrottle, full, "15", "30", "60"); o.Action != ActReply || o.Reply != [5]int64{1, 16, 0, 2, 32} {
+	if o := run(spec.OpGCRAThrottle, full, "15", "30", "60"); o.Action != ActReply || o.Reply != [5]int64{1, 16, 0, 2, 32} {
 		t.Fatalf("refused: %+v", o)
 	}
 	// A refund back to full deletes the key.
-	if o := run(OpGCRAThrottle, full, "15", "30", "60", "-100"); o.Action != resDel || o.Reply != [5]int64{0, 16, 16, -1, 0} {
+	if o := run(spec.OpGCRAThrottle, full, "15", "30", "60", "-100"); o.Action != resDel || o.Reply != [5]int64{0, 16, 16, -1, 0} {
 		t.Fatalf("refund: %+v", o)
 	}
 }
@@ -315,8 +317,8 @@ func TestForeignState(t *testing.T) {
 		instant = append(instant, foreign{"string " + strconv.Quote(v), str(v, t0/1e6+60_000)})
 	}
 	for _, f := range instant {
-		for op, state := range map[int]string{OpGCRAThrottle: gcraState, OpGCRAPeek: gcraState, OpTBTake: bucketState,
-			OpTBPeek: bucketState, OpLBEnqueue: shaperState, OpLBPeek: shaperState} {
+		for op, state := range map[spec.Op]string{spec.OpGCRAThrottle: gcraState, spec.OpGCRAPeek: gcraState, spec.OpTBTake: bucketState,
+			spec.OpTBPeek: bucketState, spec.OpLBEnqueue: shaperState, spec.OpLBPeek: shaperState} {
 			k := f.key
 			o := run(op, &k, "5", "1", "60")
 			if o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+state) {
@@ -327,7 +329,7 @@ func TestForeignState(t *testing.T) {
 	// The same far instant in a key that expires with it is a clock that
 	// stepped back: accepted, clamped, and the clamp written.
 	k := str("1700003600000000000", 1700003600000)
-	if o := run(OpGCRAThrottle, &k, "5", "1", "60"); o.Action != resSet || o.Reply != [5]int64{1, 6, 0, 60, 360} ||
+	if o := run(spec.OpGCRAThrottle, &k, "5", "1", "60"); o.Action != resSet || o.Reply != [5]int64{1, 6, 0, 60, 360} ||
 		string(o.w.Value[:o.w.ValueLen]) != strconv.FormatInt(t0+360*sec, 10) {
 		t.Errorf("clock step: %+v", o)
 	}
@@ -338,7 +340,7 @@ func TestForeignState(t *testing.T) {
 		{"a negative number", str("-3", t0/1e6+60_000)},
 	}
 	for _, f := range windows {
-		for op, state := range map[int]string{OpFWHit: fixedState, OpFWPeek: fixedState, OpSWHit: counterState, OpSWPeek: counterState} {
+		for op, state := range map[spec.Op]string{spec.OpFWHit: fixedState, spec.OpFWPeek: fixedState, spec.OpSWHit: counterState, spec.OpSWPeek: counterState} {
 			k := f.key
 			if o := run(op, &k, "5", "60"); o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+state) {
 				t.Errorf("%s, %s: %+v", opNames[op], f.what, o)
@@ -365,7 +367,7 @@ func TestForeignState(t *testing.T) {
 		{"a long member", good, member(float64(t0/1000), strconv.FormatInt(t0/1000, 10)+"-"+strings.Repeat("1", 60)), false},
 	}
 	for _, z := range zsets {
-		for _, op := range []int{OpSLHit, OpSLPeek} {
+		for _, op := range []spec.Op{spec.OpSLHit, spec.OpSLPeek} {
 			k := fakeKey{st: KeyState{Now: t0, Kind: KeyZSet, ZLen: 2, Oldest: z.Oldest, Newest: z.Newest}, rawZSet: true, noExpiry: z.noExpiry}
 			if o := run(op, &k, "5", "60"); o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+logState) {
 				t.Errorf("%s, %s: %+v", opNames[op], z.what, o)
@@ -373,7 +375,7 @@ func TestForeignState(t *testing.T) {
 		}
 	}
 	other := &fakeKey{st: KeyState{Now: t0, Kind: KeyOther}}
-	if o := run(OpGCRAThrottle, other, "1", "1", "1"); o.Action != ActWrongType {
+	if o := run(spec.OpGCRAThrottle, other, "1", "1", "1"); o.Action != ActWrongType {
 		t.Errorf("other type: %+v", o)
 	}
 }
@@ -382,13 +384,13 @@ func TestForeignState(t *testing.T) {
 // server's OOM error; one that fits goes ahead.
 func TestSlidingLogMemory(t *testing.T) {
 	k := &fakeKey{st: KeyState{Now: t0}, room: 100 * bytesPerLogEntry}
-	if o := run(OpSLHit, k, "100000", "60", "100"); o.Action != resZLog {
+	if o := run(spec.OpSLHit, k, "100000", "60", "100"); o.Action != resZLog {
 		t.Fatalf("100 entries in room for 100: %+v", o)
 	}
-	if o := run(OpSLHit, k, "100000", "60", "101"); o.Action != ActError || o.Err != errOOM {
+	if o := run(spec.OpSLHit, k, "100000", "60", "101"); o.Action != ActError || o.Err != errOOM {
 		t.Fatalf("101 entries in room for 100: %+v", o)
 	}
-	if o := run(OpSLPeek, k, "100000", "60", "101"); o.Action != ActReply {
+	if o := run(spec.OpSLPeek, k, "100000", "60", "101"); o.Action != ActReply {
 		t.Fatalf("a peek is not a write: %+v", o)
 	}
 }
@@ -396,7 +398,7 @@ func TestSlidingLogMemory(t *testing.T) {
 // Bad arguments are an error for every command of one key, and nothing is
 // written: C writes only what a reply carries.
 func TestBadArgumentsWriteNothing(t *testing.T) {
-	for op := range OpRLAll {
+	for op := range spec.OpRLAll {
 		valid, _, _ := validCall(op)
 		n := len(families[opFamily[op]].syntax.positional)
 		cases := [][]string{
@@ -423,16 +425,16 @@ func TestBadArgumentsWriteNothing(t *testing.T) {
 
 func TestBucketCommands(t *testing.T) {
 	fresh := &fakeKey{st: KeyState{Now: t0}}
-	if o := run(OpTBTake, fresh, "10", "1", "1", "3"); o.Action != resSet || o.Reply != [5]int64{0, 10, 7, -1, 3} || o.w.ExpireMs != (t0+3e9)/1e6 {
+	if o := run(spec.OpTBTake, fresh, "10", "1", "1", "3"); o.Action != resSet || o.Reply != [5]int64{0, 10, 7, -1, 3} || o.w.ExpireMs != (t0+3e9)/1e6 {
 		t.Fatalf("TB.TAKE: %+v", o)
 	}
-	if o := run(OpTBPeek, fresh, "10", "1", "1", "3"); o.Action != ActReply || o.Reply != [5]int64{0, 10, 7, -1, 3} {
+	if o := run(spec.OpTBPeek, fresh, "10", "1", "1", "3"); o.Action != ActReply || o.Reply != [5]int64{0, 10, 7, -1, 3} {
 		t.Fatalf("TB.PEEK: %+v", o)
 	}
 	// Three requests at once into a shaper of 2 places at 1 per second.
 	k := &fakeKey{st: KeyState{Now: t0}}
 	for i, want := range [][5]int64{{0, 2, 2, -1, 0}, {0, 2, 1, -1, 1000}, {0, 2, 0, -1, 2000}, {1, 2, 0, 1000, 0}} {
-		o := run(OpLBEnqueue, k, "2", "1", "1", "1", "MS")
+		o := run(spec.OpLBEnqueue, k, "2", "1", "1", "1", "MS")
 		if o.Reply != want {
 			t.Fatalf("LB.ENQUEUE %d: %v, want %v", i, o.Reply, want)
 		}
@@ -440,11 +442,11 @@ func TestBucketCommands(t *testing.T) {
 			k.st.Kind, k.st.Value = KeyString, string(o.w.Value[:o.w.ValueLen])
 		}
 	}
-	if o := run(OpLBEnqueue, k, "2", "1", "1", "-1"); o.Action != ActError || !strings.Contains(o.Err, "quantity must be an integer from 0") {
+	if o := run(spec.OpLBEnqueue, k, "2", "1", "1", "-1"); o.Action != ActError || !strings.Contains(o.Err, "quantity must be an integer from 0") {
 		t.Fatalf("negative quantity: %+v", o)
 	}
 	k.st.Value = "x"
-	for op, state := range map[int]string{OpTBTake: bucketState, OpLBEnqueue: shaperState, OpGCRAThrottle: gcraState} {
+	for op, state := range map[spec.Op]string{spec.OpTBTake: bucketState, spec.OpLBEnqueue: shaperState, spec.OpGCRAThrottle: gcraState} {
 		if o := run(op, k, "2", "1", "1"); !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+state) {
 			t.Errorf("op %d on %q: %+v", op, k.st.Value, o)
 		}
@@ -457,14 +459,14 @@ func TestBucketCommands(t *testing.T) {
 // line.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff"} {
-		for op := range OpCount {
+		for op := range spec.NumOps {
 			f.Add(uint8(op), s)
 		}
 	}
 	f.Fuzz(func(t *testing.T, op uint8, line string) {
-		syn := families[opFamily[int(op)%OpRLAll]].syntax
+		syn := families[opFamily[spec.Op(op)%spec.OpRLAll]].syntax
 		args := append([]string{"cmd", "k"}, strings.Split(line, " ")...)
-		p := limit{family: opFamily[int(op)%OpRLAll]}
+		p := limit{family: opFamily[spec.Op(op)%spec.OpRLAll]}
 		var ms bool
 		var o Outcome
 		if syn.parse(args, &p, &ms, &o) {
@@ -511,7 +513,7 @@ func FuzzParse(f *testing.F) {
 // stored values (expiring an hour from now): the key is read at most once,
 // and the Outcome keeps checkOutcome's rules.
 func FuzzCommand(f *testing.F) {
-	for op := range OpCount {
+	for op := range spec.NumOps {
 		f.Add(uint8(op), "15 30 60", "", t0)
 		f.Add(uint8(op), "4 1 1 6", "1700000002000000000", t0)
 		f.Add(uint8(op), "4 1 1 -2 MS", "1700000002000000000", t0)
@@ -521,7 +523,7 @@ func FuzzCommand(f *testing.F) {
 		if now <= 0 {
 			return
 		}
-		op := int(op8) % OpRLAll
+		op := spec.Op(op8) % spec.OpRLAll
 		st := KeyState{Now: now}
 		if stored != "" {
 			st.Kind, st.Value = KeyString, stored
@@ -544,7 +546,7 @@ func FuzzCommand(f *testing.F) {
 // keeps checkOutcome's rules.
 func FuzzForeignState(f *testing.F) {
 	sec := int64(time.Second)
-	for op := range OpCount {
+	for op := range spec.NumOps {
 		f.Add(uint8(op), "42", float64(100), t0, int64(0), "5 1 60")                                    // no expiry
 		f.Add(uint8(op), "1700000002000000000", float64(t0/1000), t0, t0/1e6+2000, "5 1 60")            // live state
 		f.Add(uint8(op), "1700003600000000000", float64(t0/1000+3600e6), t0, t0/1e6+3600_000, "5 1 60") // an hour ahead
@@ -555,12 +557,12 @@ func FuzzForeignState(f *testing.F) {
 		if now <= 0 {
 			return
 		}
-		op := int(op8) % OpRLAll
+		op := spec.Op(op8) % spec.OpRLAll
 		k := &fakeKey{st: KeyState{Now: now, Kind: KeyString, Value: stored, ExpireMs: expireMs}}
 		if expireMs <= 0 {
 			k.st.ExpireMs, k.noExpiry = 0, true
 		}
-		if op == OpSLHit || op == OpSLPeek {
+		if op == spec.OpSLHit || op == spec.OpSLPeek {
 			m := ZEntry{Score: score, Member: stored[:min(len(stored), MaxMember)], Length: len(stored)}
 			k.st.Kind, k.st.ZLen, k.st.Oldest, k.st.Newest, k.rawZSet = KeyZSet, 1, m, m, true
 			k.entries = fakeLog{ScoreNs(score)}
@@ -580,11 +582,11 @@ func FuzzForeignState(f *testing.F) {
 // expiring at itself rounded up to the millisecond; the reply is in range; a
 // refused call writes only to store a state from a stepped-back clock as
 // it counts (never later than the stored one, never adding to a log).
-func checkOutcome(t *testing.T, op int, k *fakeKey, out *Outcome) {
+func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome) {
 	t.Helper()
 	o := toResult(out)
 	now, stored := k.st.Now, k.st
-	peek := op == OpGCRAPeek || op == OpTBPeek || op == OpLBPeek || op == OpSWPeek || op == OpFWPeek || op == OpSLPeek
+	peek := op == spec.OpGCRAPeek || op == spec.OpTBPeek || op == spec.OpLBPeek || op == spec.OpSWPeek || op == spec.OpFWPeek || op == spec.OpSLPeek
 	switch o.Action {
 	case ActError:
 		if !strings.HasPrefix(o.Err, "ERR ") && o.Err != errOOM {
@@ -602,7 +604,7 @@ func checkOutcome(t *testing.T, op int, k *fakeKey, out *Outcome) {
 	if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 		t.Fatalf("reply %v", r)
 	}
-	if refused && r[2] == r[1] && op != OpLBEnqueue && op != OpLBPeek && r[3] != -1 {
+	if refused && r[2] == r[1] && op != spec.OpLBEnqueue && op != spec.OpLBPeek && r[3] != -1 {
 		t.Fatalf("refused with the whole limit remaining: %v", r)
 	}
 	if peek && o.Action != ActReply {
@@ -614,7 +616,7 @@ func checkOutcome(t *testing.T, op int, k *fakeKey, out *Outcome) {
 			t.Fatalf("DEL of a missing key, or by a refusal: %+v", o)
 		}
 	case resZLog:
-		if op != OpSLHit || o.w.ZScore*1000 > now || o.w.ExpireMs*1e6 <= now || o.w.ZCutoff >= o.w.ZScore ||
+		if op != spec.OpSLHit || o.w.ZScore*1000 > now || o.w.ExpireMs*1e6 <= now || o.w.ZCutoff >= o.w.ZScore ||
 			(!refused && o.w.ZAdd < 1) || (refused && (o.w.ZAdd != 0 || !o.w.ZRedate)) {
 			t.Fatalf("sliding log write %+v at now %d", o, now)
 		}
@@ -624,14 +626,14 @@ func checkOutcome(t *testing.T, op int, k *fakeKey, out *Outcome) {
 			t.Fatalf("wrote %q expiring at %d ms, not after now %d", v, o.w.ExpireMs, now)
 		}
 		switch op {
-		case OpSWHit:
+		case spec.OpSWHit:
 			c, ok := parseCounts(v)
 			old, _ := parseCounts(stored.Value)
 			repair := old.Index > c.Index // a window from a stepped-back clock, stored as now's
 			if !ok || (!repair && (refused || c.Current < 1)) {
 				t.Fatalf("wrote counts %q over %q", v, stored.Value)
 			}
-		case OpFWHit:
+		case spec.OpFWHit:
 			n, ok := parseInstant(v)
 			if old, _ := parseInstant(stored.Value); !ok || n < 1 || (refused && n != old) {
 				t.Fatalf("wrote count %q over %q", v, stored.Value)
@@ -648,12 +650,12 @@ func checkOutcome(t *testing.T, op int, k *fakeKey, out *Outcome) {
 	}
 }
 
-var opNames = [OpCount]string{
-	OpGCRAThrottle: "gcra.throttle", OpGCRAPeek: "gcra.peek", OpTBTake: "tb.take", OpTBPeek: "tb.peek",
-	OpLBEnqueue: "lb.enqueue", OpLBPeek: "lb.peek", OpSWHit: "sw.hit", OpSWPeek: "sw.peek",
-	OpFWHit: "fw.hit", OpFWPeek: "fw.peek", OpSLHit: "sl.hit", OpSLPeek: "sl.peek",
-	OpRLAll: "rl.all", OpRLPeek: "rl.peek", OpConcAcquire: "conc.acquire", OpConcRelease: "conc.release",
-	OpConcPeek: "conc.peek",
+var opNames = [spec.NumOps]string{
+	spec.OpGCRAThrottle: "gcra.throttle", spec.OpGCRAPeek: "gcra.peek", spec.OpTBTake: "tb.take", spec.OpTBPeek: "tb.peek",
+	spec.OpLBEnqueue: "lb.enqueue", spec.OpLBPeek: "lb.peek", spec.OpSWHit: "sw.hit", spec.OpSWPeek: "sw.peek",
+	spec.OpFWHit: "fw.hit", spec.OpFWPeek: "fw.peek", spec.OpSLHit: "sl.hit", spec.OpSLPeek: "sl.peek",
+	spec.OpRLAll: "rl.all", spec.OpRLPeek: "rl.peek", spec.OpConcAcquire: "conc.acquire", spec.OpConcRelease: "conc.release",
+	spec.OpConcPeek: "conc.peek",
 }
 
 // fakeKeys is a Reader of several keys, each a fakeKey.
@@ -668,7 +670,7 @@ func (f fakeKeys) Holders(i int) HolderSet { return f[i].Holders(0) }
 // BenchmarkCommands runs the Go side of each command — parse, compute,
 // decide — on live keys, without the server. make bench reports it.
 func BenchmarkCommands(b *testing.B) {
-	for op := range OpCount {
+	for op := range spec.NumOps {
 		b.Run(opNames[op], func(b *testing.B) {
 			args, r := validReader(op)
 			b.ReportAllocs()
@@ -682,26 +684,26 @@ func BenchmarkCommands(b *testing.B) {
 
 // validCall is arguments a command of one key accepts, and a stored state
 // it reads, for the tests that need a valid call of each.
-func validCall(op int) (args []string, st KeyState, log fakeLog) {
+func validCall(op spec.Op) (args []string, st KeyState, log fakeLog) {
 	st = KeyState{Now: t0, Kind: KeyString, Value: "1700000010000000000", ExpireMs: 1700000010000}
 	args = []string{"cmd", "user123", "15", "30", "60", "1", "MS"}
 	switch op {
-	case OpSWHit, OpSWPeek:
+	case spec.OpSWHit, spec.OpSWPeek:
 		st.Value = strconv.FormatInt(t0/(30*int64(time.Second)), 10) + ":3:4"
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
-	case OpFWHit, OpFWPeek:
+	case spec.OpFWHit, spec.OpFWPeek:
 		st.Value = "3"
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
-	case OpSLHit, OpSLPeek:
+	case spec.OpSLHit, spec.OpSLPeek:
 		st.Kind, st.Value = KeyZSet, ""
 		log = fakeLog{t0 - 40*int64(time.Second), t0 - 2*int64(time.Second), t0 - int64(time.Second)}
 		args = []string{"cmd", "user123", "15", "30", "1", "MS"}
-	case OpConcAcquire, OpConcRelease, OpConcPeek:
+	case spec.OpConcAcquire, spec.OpConcRelease, spec.OpConcPeek:
 		st.Kind, st.Value, st.ExpireMs = KeyZSet, "", 0
-		args = map[int][]string{
-			OpConcAcquire: {"cmd", "export", "10", "30", "req-2", "MS"},
-			OpConcRelease: {"cmd", "export", "req-2"},
-			OpConcPeek:    {"cmd", "export", "10", "MS"},
+		args = map[spec.Op][]string{
+			spec.OpConcAcquire: {"cmd", "export", "10", "30", "req-2", "MS"},
+			spec.OpConcRelease: {"cmd", "export", "req-2"},
+			spec.OpConcPeek:    {"cmd", "export", "10", "MS"},
 		}[op]
 	}
 	return args, st, log
@@ -709,23 +711,23 @@ func validCall(op int) (args []string, st KeyState, log fakeLog) {
 
 // validReader is a valid call of every command with the keys it reads:
 // RL.ALL and RL.PEEK over a GCRA limit and a sliding window, both live.
-func validReader(op int) ([]string, Reader) {
-	if op >= OpConcAcquire {
+func validReader(op spec.Op) ([]string, Reader) {
+	if op >= spec.OpConcAcquire {
 		args, st, _ := validCall(op)
 		return args, &fakeKey{st: st, leases: fakeLeases{"req-1": t0 + 9e9, "req-2": t0 + 20e9, "req-3": t0 - 1e9}}
 	}
-	if op != OpRLAll && op != OpRLPeek {
+	if op != spec.OpRLAll && op != spec.OpRLPeek {
 		args, st, log := validCall(op)
 		return args, &fakeKey{st: st, entries: log}
 	}
-	_, g, _ := validCall(OpGCRAThrottle)
-	_, w, _ := validCall(OpSWHit)
+	_, g, _ := validCall(spec.OpGCRAThrottle)
+	_, w, _ := validCall(spec.OpSWHit)
 	args := []string{"cmd", "2", "{u}:rpm", "{u}:tpm", "GCRA", "15", "30", "60", "1", "SW", "1000", "30", "40", "MS"}
 	return args, fakeKeys{{st: g}, {st: w}}
 }
 
 func TestCommandsAllocateNothing(t *testing.T) {
-	for op := range OpCount {
+	for op := range spec.NumOps {
 		args, r := validReader(op)
 		var o Outcome
 		Execute(op, args, r, &o)
@@ -747,14 +749,14 @@ func TestWindowCommands(t *testing.T) {
 	// Sliding window: the state is "index:current:previous", expiring
 	// when the estimate is zero (two windows after this one starts).
 	k := &fakeKey{st: KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: strconv.FormatInt(idx-1, 10) + ":8:3"}}
-	o := run(OpSWHit, k, "10", "10", "2")
+	o := run(spec.OpSWHit, k, "10", "10", "2")
 	if o.Action != resSet || string(o.w.Value[:o.w.ValueLen]) != strconv.FormatInt(idx, 10)+":2:8" ||
 		o.Reply != [5]int64{0, 10, 4, -1, 15} || o.w.ExpireMs != (t0+20*sec)/1e6 {
 		t.Fatalf("SW.HIT: %+v %q", o, o.w.Value[:o.w.ValueLen])
 	}
 	for _, bad := range []string{"1:2", "1:2:3:4", "a:1:2", "1::2", "-1:2:3", ""} {
 		k.st.Value = bad
-		if o := run(OpSWHit, k, "10", "10"); !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+counterState) {
+		if o := run(spec.OpSWHit, k, "10", "10"); !strings.HasPrefix(o.Err, "ERR the key holds other data, not "+counterState) {
 			t.Errorf("SW state %q: %+v", bad, o)
 		}
 	}
@@ -762,26 +764,26 @@ func TestWindowCommands(t *testing.T) {
 	// Fixed window: the count, expiring at the window's end; a count whose
 	// expiry is not after this window's start is stale.
 	k = &fakeKey{st: KeyState{Now: t0 + 5*sec, Kind: KeyString, Value: "9", ExpireMs: (t0 + 10*sec) / 1e6}}
-	if o := run(OpFWHit, k, "10", "10", "2"); o.Action != ActReply || o.Reply != [5]int64{1, 10, 1, 5, 5} {
+	if o := run(spec.OpFWHit, k, "10", "10", "2"); o.Action != ActReply || o.Reply != [5]int64{1, 10, 1, 5, 5} {
 		t.Fatalf("FW.HIT on 9: %+v", o)
 	}
 	k.st.ExpireMs = t0 / 1e6 // the previous window's
-	if o := run(OpFWHit, k, "10", "10", "2"); o.Action != resSet || o.Reply != [5]int64{0, 10, 8, -1, 5} || o.w.ExpireMs != (t0+10*sec)/1e6 {
+	if o := run(spec.OpFWHit, k, "10", "10", "2"); o.Action != resSet || o.Reply != [5]int64{0, 10, 8, -1, 5} || o.w.ExpireMs != (t0+10*sec)/1e6 {
 		t.Fatalf("FW.HIT on a stale count: %+v", o)
 	}
 
 	// Sliding log: trim what left, add cost entries at now, in µs.
 	k = &fakeKey{st: KeyState{Now: t0, Kind: KeyZSet}, entries: fakeLog{t0 - 20*sec, t0 - 3*sec}}
-	o = run(OpSLHit, k, "3", "10", "2", "MS")
+	o = run(spec.OpSLHit, k, "3", "10", "2", "MS")
 	if o.Action != resZLog || o.w.ZAdd != 2 || o.w.ZScore != t0/1000 || o.w.ZCutoff != (t0-10*sec)/1000 ||
 		o.w.ExpireMs != (t0+10*sec)/1e6 || o.Reply != [5]int64{0, 3, 0, -1, 10000} {
 		t.Fatalf("SL.HIT: %+v", o)
 	}
-	if o := run(OpSLHit, k, "3", "10", "3", "MS"); o.Action != ActReply || o.Reply != [5]int64{1, 3, 2, 7000, 7000} {
+	if o := run(spec.OpSLHit, k, "3", "10", "3", "MS"); o.Action != ActReply || o.Reply != [5]int64{1, 3, 2, 7000, 7000} {
 		t.Fatalf("SL.HIT refused: %+v", o)
 	}
 	k.st.Kind = KeyString
-	if o := run(OpSLHit, k, "3", "10"); o.Action != ActWrongType {
+	if o := run(spec.OpSLHit, k, "3", "10"); o.Action != ActWrongType {
 		t.Fatalf("SL.HIT on a string: %+v", o)
 	}
 }
@@ -820,7 +822,7 @@ func TestErrorsFit(t *testing.T) {
 	}
 	args = append(args, "SL", "1", "1", "1")
 	var o Outcome
-	Execute(OpRLAll, args, keys, &o)
+	Execute(spec.OpRLAll, args, keys, &o)
 	if !strings.Contains(o.Err, "limiter 16 (SL") || !strings.HasSuffix(o.Err, "(use a key prefix per limiter)") {
 		t.Fatalf("got %q", o.Err)
 	}

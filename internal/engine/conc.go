@@ -6,7 +6,8 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/conc"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
-	"github.com/seed-6b3823f5/ratelimit/window"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // The concurrency limiter's commands:
@@ -19,11 +20,8 @@ import (
 // lease in Unix microseconds (the sliding log's unit); the key expires with
 // the latest lease, so an abandoned key goes by itself.
 
-// maxConcLimit bounds the holders: one sorted-set entry each.
-const maxConcLimit = 100000
-
 // maxID is the longest holder id, in bytes.
-const maxID = 128
+const maxID = spec.MaxID
 
 // ConcSweep is RL_CONC_SWEEP: the most lapsed holders one write removes.
 // Each acquire adds at most one holder, so a call removing up to 64 clears
@@ -33,8 +31,8 @@ const maxID = 128
 const ConcSweep = 64
 
 var (
-	concLimitArg = arg{name: "limit", min: 1, max: maxConcLimit}
-	leaseArg     = arg{name: "lease", min: 1, max: window.MaxWindow, seconds: true}
+	concLimitArg = argOf(spec.Families[spec.CONC].Args[0])
+	leaseArg     = argOf(spec.Families[spec.CONC].Args[1])
 )
 
 // concState names the state in errors.
@@ -56,28 +54,28 @@ type concCall struct {
 
 // parseConc reads a concurrency command's arguments: args are the command
 // name, the key, the arguments. On failure it sets o and returns false.
-func parseConc(op int, args []string, c *concCall, o *Outcome) bool {
+func parseConc(op spec.Op, args []string, c *concCall, o *Outcome) bool {
 	i := 0 // the first option
 	switch op {
-	case OpConcAcquire:
+	case spec.OpConcAcquire:
 		c.idAt, i = 4, 5
-	case OpConcPeek:
+	case spec.OpConcPeek:
 		i = 3
-	case OpConcRelease:
+	case spec.OpConcRelease:
 		c.idAt, i = 2, 3
 	}
-	if len(args) < i || len(args) > maxOneKeyArgs || (op == OpConcRelease && len(args) != i) {
+	if len(args) < i || len(args) > maxOneKeyArgs || (op == spec.OpConcRelease && len(args) != i) {
 		o.Action = ActArity
 		return false
 	}
-	if op != OpConcRelease {
+	if op != spec.OpConcRelease {
 		var ok bool
 		if c.limit, ok = concLimitArg.parse(args[2]); !ok {
 			o.fail(concLimitArg.rangeError(""))
 			return false
 		}
 	}
-	if op == OpConcAcquire {
+	if op == spec.OpConcAcquire {
 		var ok bool
 		if c.lease, ok = leaseArg.parse(args[3]); !ok {
 			o.fail(leaseArg.rangeError(""))
@@ -104,7 +102,7 @@ func parseConc(op int, args []string, c *concCall, o *Outcome) bool {
 }
 
 // executeConc runs CONC.ACQUIRE, CONC.PEEK or CONC.RELEASE.
-func executeConc(op int, args []string, r Reader, o *Outcome) {
+func executeConc(op spec.Op, args []string, r Reader, o *Outcome) {
 	var c concCall
 	if !parseConc(op, args, &c, o) {
 		return
@@ -119,7 +117,7 @@ func executeConc(op int, args []string, r Reader, o *Outcome) {
 	}
 	set := r.Holders(0)
 	w := &o.Writes[0]
-	if op == OpConcRelease {
+	if op == spec.OpConcRelease {
 		rel := conc.Free(set.Holder(args[c.idAt]), st.Now)
 		o.Action, o.ReplyLen = ActReply, 1
 		if rel.Held {
@@ -143,7 +141,7 @@ func executeConc(op int, args []string, r Reader, o *Outcome) {
 	}
 	var d conc.Decision
 	var h conc.Holder
-	if op == OpConcPeek {
+	if op == spec.OpConcPeek {
 		var latest int64
 		if st.Kind == KeyZSet {
 			latest = ScoreNs(st.Newest.Score)
@@ -167,7 +165,7 @@ func executeConc(op int, args []string, r Reader, o *Outcome) {
 	setReply(&rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, c.ms)
 	o.Action, o.ReplyLen = ActReply, 5
 	copy(o.Reply[:5], rep[:])
-	if op == OpConcAcquire && !d.Limited {
+	if op == spec.OpConcAcquire && !d.Limited {
 		w.Action, w.ConcID, w.ConcAdd = WriteConc, c.idAt, true
 		w.ZCutoff = FloorDiv(st.Now, 1000)
 		w.ZScore = checked.CeilDiv(d.End, 1000)

@@ -10,6 +10,8 @@ import (
 	"unicode/utf8"
 
 	"github.com/seed-6b3823f5/ratelimit/conc"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // fakeLeases is a concurrency key: id → when its lease ends (Unix ns).
@@ -127,7 +129,7 @@ func (l fakeLeases) apply(t *testing.T, args []string, w KeyWrite, now int64) {
 func TestConcCommands(t *testing.T) {
 	sec := int64(time.Second)
 	leases := fakeLeases{}
-	call := func(op int, now int64, args ...string) Outcome {
+	call := func(op spec.Op, now int64, args ...string) Outcome {
 		t.Helper()
 		k := concKeyAt(now, leases)
 		full := append([]string{"cmd", "k"}, args...)
@@ -139,28 +141,28 @@ func TestConcCommands(t *testing.T) {
 		return o
 	}
 	steps := []struct {
-		op    int
+		op    spec.Op
 		at    int64
 		args  []string
 		Reply [5]int64
 		write int
 	}{
-		{OpConcAcquire, 0, []string{"2", "30", "a"}, [5]int64{0, 2, 1, -1, 30}, WriteConc},
-		{OpConcAcquire, sec, []string{"2", "30", "b", "MS"}, [5]int64{0, 2, 0, -1, 30000}, WriteConc},
-		{OpConcPeek, 2 * sec, []string{"2"}, [5]int64{1, 2, 0, 28, 29}, WriteNone},
-		{OpConcAcquire, 2 * sec, []string{"2", "30", "c"}, [5]int64{1, 2, 0, 28, 29}, WriteNone},
-		{OpConcAcquire, 3 * sec, []string{"2", "10", "a"}, [5]int64{0, 2, 0, -1, 28}, WriteConc}, // renewal, shorter
-		{OpConcRelease, 4 * sec, []string{"b"}, [5]int64{1}, WriteConc},
-		{OpConcRelease, 4 * sec, []string{"b"}, [5]int64{0}, WriteNone},
-		{OpConcAcquire, 5 * sec, []string{"2", "30", "c", "RESERVE", "1"}, [5]int64{1, 2, 1, 8, 8}, WriteNone},
-		{OpConcAcquire, 5 * sec, []string{"2", "30", "c"}, [5]int64{0, 2, 0, -1, 30}, WriteConc},
+		{spec.OpConcAcquire, 0, []string{"2", "30", "a"}, [5]int64{0, 2, 1, -1, 30}, WriteConc},
+		{spec.OpConcAcquire, sec, []string{"2", "30", "b", "MS"}, [5]int64{0, 2, 0, -1, 30000}, WriteConc},
+		{spec.OpConcPeek, 2 * sec, []string{"2"}, [5]int64{1, 2, 0, 28, 29}, WriteNone},
+		{spec.OpConcAcquire, 2 * sec, []string{"2", "30", "c"}, [5]int64{1, 2, 0, 28, 29}, WriteNone},
+		{spec.OpConcAcquire, 3 * sec, []string{"2", "10", "a"}, [5]int64{0, 2, 0, -1, 28}, WriteConc}, // renewal, shorter
+		{spec.OpConcRelease, 4 * sec, []string{"b"}, [5]int64{1}, WriteConc},
+		{spec.OpConcRelease, 4 * sec, []string{"b"}, [5]int64{0}, WriteNone},
+		{spec.OpConcAcquire, 5 * sec, []string{"2", "30", "c", "RESERVE", "1"}, [5]int64{1, 2, 1, 8, 8}, WriteNone},
+		{spec.OpConcAcquire, 5 * sec, []string{"2", "30", "c"}, [5]int64{0, 2, 0, -1, 30}, WriteConc},
 		// the same renewal at the same instant changes nothing: no write
-		{OpConcAcquire, 5 * sec, []string{"2", "30", "c"}, [5]int64{0, 2, 0, -1, 30}, WriteNone},
+		{spec.OpConcAcquire, 5 * sec, []string{"2", "30", "c"}, [5]int64{0, 2, 0, -1, 30}, WriteNone},
 		// a millisecond later the lease moves: a write
-		{OpConcAcquire, 5*sec + int64(time.Millisecond), []string{"2", "30", "c", "MS"}, [5]int64{0, 2, 0, -1, 30000}, WriteConc},
+		{spec.OpConcAcquire, 5*sec + int64(time.Millisecond), []string{"2", "30", "c", "MS"}, [5]int64{0, 2, 0, -1, 30000}, WriteConc},
 		// a's lease lapsed at 13 s; releasing it replies 0 and removes it.
-		{OpConcRelease, 14 * sec, []string{"a"}, [5]int64{0}, WriteConc},
-		{OpConcRelease, 15 * sec, []string{"c"}, [5]int64{1}, WriteDel},
+		{spec.OpConcRelease, 14 * sec, []string{"a"}, [5]int64{0}, WriteConc},
+		{spec.OpConcRelease, 15 * sec, []string{"c"}, [5]int64{1}, WriteDel},
 	}
 	for i, st := range steps {
 		o := call(st.op, t0+st.at, st.args...)
@@ -186,13 +188,13 @@ func TestConcSweepAndRefusal(t *testing.T) {
 	k := concKeyAt(t0, leases)
 	args := []string{"cmd", "k", "1", "30", "new"}
 	var o Outcome
-	Execute(OpConcAcquire, args, k, &o)
+	Execute(spec.OpConcAcquire, args, k, &o)
 	if o.Action != ActReply || o.Reply[0] != 1 || o.Writes[0].Action != WriteNone {
 		t.Fatalf("a full set: %+v", o)
 	}
 	args[2] = "2"
 	o = Outcome{}
-	Execute(OpConcAcquire, args, concKeyAt(t0, leases), &o)
+	Execute(spec.OpConcAcquire, args, concKeyAt(t0, leases), &o)
 	if o.Reply[0] != 0 || o.Writes[0].Action != WriteConc {
 		t.Fatalf("a free slot: %+v", o)
 	}
@@ -205,24 +207,24 @@ func TestConcSweepAndRefusal(t *testing.T) {
 func TestConcArguments(t *testing.T) {
 	long := strings.Repeat("x", 129)
 	for _, c := range []struct {
-		op   int
+		op   spec.Op
 		args []string
 		Err  string
 	}{
-		{OpConcAcquire, []string{"0", "30", "a"}, "ERR limit must be an integer from 1 to 100000"},
-		{OpConcAcquire, []string{"100001", "30", "a"}, "ERR limit must be an integer from 1 to 100000"},
-		{OpConcAcquire, []string{"1.5", "30", "a"}, "ERR limit must be an integer from 1 to 100000"},
-		{OpConcAcquire, []string{"5", "0", "a"}, "ERR lease must be whole seconds from 1 to 9223372036"},
-		{OpConcAcquire, []string{"5", "9223372036", "a"}, "ERR lease must end before the year 2255"},
-		{OpConcAcquire, []string{"5", "30", ""}, "ERR id must be 1 to 128 bytes (a request id), not 0"},
-		{OpConcAcquire, []string{"5", "30", long}, "ERR id must be 1 to 128 bytes (a request id), not 129"},
-		{OpConcAcquire, []string{"5", "30", "a", "extra"}, `ERR unknown option "extra": the options are MS and RESERVE n`},
-		{OpConcAcquire, []string{"5", "30", "a", "RESERVE", "6"}, "ERR RESERVE must be an integer from 0 to 5 (the limit)"},
-		{OpConcAcquire, []string{"5", "30", "a", "RESERVE"}, "ERR RESERVE needs a number"},
-		{OpConcPeek, []string{"0"}, "ERR limit must be an integer from 1 to 100000"},
-		{OpConcPeek, []string{"5", "30"}, `ERR unknown option "30"`},
-		{OpConcRelease, []string{""}, "ERR id must be 1 to 128 bytes"},
-		{OpConcRelease, []string{long}, "ERR id must be 1 to 128 bytes"},
+		{spec.OpConcAcquire, []string{"0", "30", "a"}, "ERR limit must be an integer from 1 to 100000"},
+		{spec.OpConcAcquire, []string{"100001", "30", "a"}, "ERR limit must be an integer from 1 to 100000"},
+		{spec.OpConcAcquire, []string{"1.5", "30", "a"}, "ERR limit must be an integer from 1 to 100000"},
+		{spec.OpConcAcquire, []string{"5", "0", "a"}, "ERR lease must be whole seconds from 1 to 9223372036"},
+		{spec.OpConcAcquire, []string{"5", "9223372036", "a"}, "ERR lease must end before the year 2255"},
+		{spec.OpConcAcquire, []string{"5", "30", ""}, "ERR id must be 1 to 128 bytes (a request id), not 0"},
+		{spec.OpConcAcquire, []string{"5", "30", long}, "ERR id must be 1 to 128 bytes (a request id), not 129"},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "extra"}, `ERR unknown option "extra": the options are MS and RESERVE n`},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "RESERVE", "6"}, "ERR RESERVE must be an integer from 0 to 5 (the limit)"},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "RESERVE"}, "ERR RESERVE needs a number"},
+		{spec.OpConcPeek, []string{"0"}, "ERR limit must be an integer from 1 to 100000"},
+		{spec.OpConcPeek, []string{"5", "30"}, `ERR unknown option "30"`},
+		{spec.OpConcRelease, []string{""}, "ERR id must be 1 to 128 bytes"},
+		{spec.OpConcRelease, []string{long}, "ERR id must be 1 to 128 bytes"},
 	} {
 		leases := fakeLeases{"h": t0 + 5e9}
 		k := concKeyAt(t0, leases)
@@ -233,13 +235,13 @@ func TestConcArguments(t *testing.T) {
 		}
 	}
 	for _, c := range []struct {
-		op   int
+		op   spec.Op
 		args []string
 	}{
-		{OpConcAcquire, []string{"5", "30"}},
-		{OpConcPeek, nil},
-		{OpConcRelease, nil},
-		{OpConcRelease, []string{"a", "b"}},
+		{spec.OpConcAcquire, []string{"5", "30"}},
+		{spec.OpConcPeek, nil},
+		{spec.OpConcRelease, nil},
+		{spec.OpConcRelease, []string{"a", "b"}},
 	} {
 		var o Outcome
 		Execute(c.op, append([]string{"cmd", "k"}, c.args...), concKeyAt(t0, fakeLeases{}), &o)
@@ -272,9 +274,9 @@ func TestConcForeignState(t *testing.T) {
 			entry(live, strconv.FormatInt(int64(live), 10)+"-1"), leaseExpiry(int64(live)*1000 + 60e9)},
 	} {
 		for _, c := range []struct {
-			op   int
+			op   spec.Op
 			args []string
-		}{{OpConcAcquire, []string{"5", "30", "x"}}, {OpConcPeek, []string{"5"}}, {OpConcRelease, []string{"x"}}} {
+		}{{spec.OpConcAcquire, []string{"5", "30", "x"}}, {spec.OpConcPeek, []string{"5"}}, {spec.OpConcRelease, []string{"x"}}} {
 			k := &fakeKey{st: KeyState{Now: t0, Kind: KeyZSet, ZLen: 2, Oldest: z.Oldest, Newest: z.Newest, ExpireMs: z.ExpireMs},
 				rawZSet: true, noExpiry: z.ExpireMs == 0, leases: fakeLeases{}}
 			var o Outcome
@@ -287,7 +289,7 @@ func TestConcForeignState(t *testing.T) {
 	for _, kind := range []KeyKind{KeyString, KeyOther} {
 		k := &fakeKey{st: KeyState{Now: t0, Kind: kind, Value: "1"}}
 		var o Outcome
-		Execute(OpConcRelease, []string{"cmd", "k", "x"}, k, &o)
+		Execute(spec.OpConcRelease, []string{"cmd", "k", "x"}, k, &o)
 		if o.Action != ActWrongType {
 			t.Errorf("kind %d: %+v", kind, o)
 		}
@@ -304,7 +306,7 @@ func FuzzConc(f *testing.F) {
 	f.Add(uint8(1), "a", []byte{0, 50}, int64(5e9))
 	f.Add(uint8(2), "2 MS", []byte{10, 20, 30}, int64(0))
 	f.Fuzz(func(t *testing.T, op8 uint8, line string, ends []byte, step int64) {
-		op := OpConcAcquire + int(op8)%3
+		op := spec.OpConcAcquire + spec.Op(op8)%3
 		now := t0 + step%int64(time.Hour)
 		leases := fakeLeases{}
 		for i, e := range ends {
@@ -326,7 +328,7 @@ func FuzzConc(f *testing.F) {
 		}
 		r := o.Reply
 		w := o.Writes[0]
-		if op == OpConcRelease {
+		if op == spec.OpConcRelease {
 			if o.ReplyLen != 1 || (r[0] != 0 && r[0] != 1) || (r[0] == 1 && w.Action == WriteNone) {
 				t.Fatalf("release: %+v", o)
 			}
@@ -336,10 +338,10 @@ func FuzzConc(f *testing.F) {
 		if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 || (r[0] == 0 && r[3] != -1) {
 			t.Fatalf("reply %v", r)
 		}
-		if (r[0] == 1 || op == OpConcPeek) && w.Action != WriteNone {
+		if (r[0] == 1 || op == spec.OpConcPeek) && w.Action != WriteNone {
 			t.Fatalf("a refusal or a peek writes: %+v", o)
 		}
-		if op == OpConcAcquire {
+		if op == spec.OpConcAcquire {
 			held := fakeHolders(leases).Holder(args[4]).Own > now
 			if held && r[0] == 1 {
 				t.Fatalf("a renewal refused: %+v", o)

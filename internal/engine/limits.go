@@ -1,45 +1,33 @@
 package engine
 
-// maxLimit bounds what a limiter admits at once (GCRA's max_burst + 1, a
-// bucket's capacity, a window's limit): 2^53 - 1, so that every integer of
-// a reply is exact as a double, as the Lua engine's replies must be.
-const maxLimit = 1<<53 - 1
+import "github.com/seed-6b3823f5/ratelimit/internal/spec"
 
-// The limiter families, as RL.ALL names them (LB is not part of RL.ALL).
+// The limiter families of one key, numbered as spec numbers them.
 const (
-	famGCRA = iota
-	famTB
-	famLB
-	famSW
-	famFW
-	famSL
-	famCount
+	famGCRA  = spec.GCRA
+	famTB    = spec.TB
+	famLB    = spec.LB
+	famSW    = spec.SW
+	famFW    = spec.FW
+	famSL    = spec.SL
+	famCount = spec.CONC // the concurrency limiter is not one of them
 )
 
 // family is one limiter family: its name in RL.ALL and its arguments.
 type family struct {
 	name   string
 	syntax *syntax
+	plus   int64 // what it admits at once is its first argument plus this
 }
 
-var families = [famCount]family{
-	famGCRA: {"GCRA", &gcraSyntax},
-	famTB:   {"TB", &tbSyntax},
-	famLB:   {"LB", &lbSyntax},
-	famSW:   {"SW", &windowSyntax},
-	famFW:   {"FW", &windowSyntax},
-	famSL:   {"SL", &logSyntax},
-}
-
-// familyNamed is the family whose name is s, in any case, or -1.
-func familyNamed(s string) int {
+// families are the table's, with each family's syntax made once.
+var families = func() (fs [famCount]family) {
 	for f := range famCount {
-		if equalFold(s, families[f].name) {
-			return f
-		}
+		sf := &spec.Families[f]
+		fs[f] = family{sf.Name, syntaxOf(sf), sf.LimitPlus}
 	}
-	return -1
-}
+	return fs
+}()
 
 // limit is one limit of a command, parsed: its family, the family's
 // positional arguments and then the cost in v, and the reserve.
@@ -52,10 +40,7 @@ type limit struct {
 // limit is what the limiter admits at once from a full state, the bound
 // of RESERVE: max_burst + 1 for GCRA, the capacity or the limit otherwise.
 func (l *limit) limit() int64 {
-	if l.family == famGCRA {
-		return l.v[0] + 1 // max_burst < maxLimit
-	}
-	return l.v[0]
+	return l.v[0] + families[l.family].plus // max_burst < spec.MaxLimit
 }
 
 // cost is the limit's cost: the argument after the positional ones.

@@ -8,32 +8,6 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
-// SW.HIT / SW.PEEK / FW.HIT / FW.PEEK key limit window [cost] [MS]
-var windowSyntax = syntax{
-	positional: []arg{
-		{name: "limit", min: 1, max: maxLimit},
-		{name: "window", min: 1, max: window.MaxWindow, seconds: true},
-	},
-	optional: arg{name: "cost", min: 0, max: math.MaxInt64},
-	def:      1,
-	reserve:  true,
-}
-
-// maxLogLimit bounds the sliding log: one sorted-set entry per admitted
-// unit, so memory and the work of one call grow with the limit.
-const maxLogLimit = 100000
-
-// SL.HIT / SL.PEEK key limit window [cost] [MS]
-var logSyntax = syntax{
-	positional: []arg{
-		{name: "limit", min: 1, max: maxLogLimit},
-		{name: "window", min: 1, max: window.MaxWindow, seconds: true},
-	},
-	optional: arg{name: "cost", min: 0, max: math.MaxInt64},
-	def:      1,
-	reserve:  true,
-}
-
 // The window families' states, as errors name them.
 const (
 	counterState = "sliding window state (index:current:previous)"

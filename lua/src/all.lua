@@ -3,19 +3,11 @@
 -- nothing is taken; the reply is the deciding limit's five integers and
 -- its position, and with EACH every limit's own five after them.
 
-local FAMILIES = {'GCRA', 'TB', 'LB', 'SW', 'FW', 'SL'}
-
 local function family_named(s)
   local u = string.upper(s)
   for _, f in ipairs(FAMILIES) do
     if u == f then return string.lower(f) end
   end
-end
-
-local function family_syntax(f)
-  if f == 'gcra' or f == 'tb' then return instant_syntax(f) end
-  if f == 'sl' then return log_syntax() end
-  return window_syntax
 end
 
 local function arg_names(syn)
@@ -29,8 +21,8 @@ end
 -- limits ({family, v}), ms, each, or an error, in the module's order.
 local function parse_all(name)
   local n = #KEYS
-  if 2 + n + #ARGV > 128 then return nil, nil, nil, arity(name) end
-  if n < 1 or n > 16 then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to 16') end
+  if 2 + n + #ARGV > MAX_ARGS then return nil, nil, nil, arity(name) end
+  if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to ' .. MAX_KEYS) end
   for a = 1, n do
     for b = a + 1, n do
       if KEYS[a] == KEYS[b] then
@@ -46,11 +38,11 @@ local function parse_all(name)
     end
     local f = family_named(w)
     if f == nil then
-      return nil, nil, nil, fail('ERR unknown limiter ' .. quote(w) .. ' for key ' .. j .. ': the limiters are GCRA, TB, SW, FW and SL')
+      return nil, nil, nil, fail('ERR unknown limiter ' .. quote(w) .. ' for key ' .. j .. ': the limiters are ' .. LIMITERS)
     elseif f == 'lb' then
       return nil, nil, nil, fail('ERR limiter ' .. j .. ': LB is a shaper (it answers with a delay) and is not part of RL.ALL')
     end
-    local syn = family_syntax(f)
+    local syn = syntax(f)
     local words = #syn.positional + 1
     if i + words > #ARGV then
       return nil, nil, nil, fail('ERR limiter ' .. j .. ' (' .. string.upper(f) .. ') takes ' .. words .. ' arguments: ' .. arg_names(syn))
@@ -77,13 +69,13 @@ local function parse_all(name)
       if err then return nil, nil, nil, err end
     end
   end
-  -- One call adds at most 100000 sliding-log entries (the module's maxLogAdd).
+  -- One call adds at most MAX_LOG_ADD sliding-log entries (the module's maxLogAdd).
   local entries = 0
   for _, l in ipairs(lims) do
     if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
   end
-  if entries > 100000 then
-    return nil, nil, nil, fail('ERR the sliding logs of one call may add at most 100000 entries, not ' .. fmt(entries) .. ': split the call')
+  if entries > MAX_LOG_ADD then
+    return nil, nil, nil, fail('ERR the sliding logs of one call may add at most ' .. MAX_LOG_ADD .. ' entries, not ' .. fmt(entries) .. ': split the call')
   end
   return lims, ms, each
 end

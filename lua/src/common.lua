@@ -3,8 +3,6 @@
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
-local MAX_SECONDS = 9223372036 -- the longest period or window: whole seconds of 64-bit ns
-local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 
 local function fail(msg) return {err = msg} end
 
@@ -83,7 +81,7 @@ end
 -- or an error reply.
 local function parse_one(syn, args, name)
   local np = #syn.positional
-  if #args < np or #args + 2 > 16 then return nil, nil, nil, arity(name) end
+  if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, arity(name) end
   local v = {}
   for j, a in ipairs(syn.positional) do
     v[j] = parse_arg(a, args[j])
@@ -96,8 +94,7 @@ local function parse_one(syn, args, name)
     if v[np + 1] == nil then return nil, nil, nil, range_error(syn.optional, '') end
     i = i + 1
   end
-  local names = syn.reserve and 'MS and RESERVE n' or 'MS'
-  local ms, reserve_at, _, err = parse_options(args, i, syn.reserve, names, false)
+  local ms, reserve_at, _, err = parse_options(args, i, syn.reserve, syn.options, false)
   if err then return nil, nil, nil, err end
   local reserve = 0
   if reserve_at > 0 then
@@ -238,8 +235,6 @@ local function sat_add(a, b)
   if lt(MAXI, c) then return MAXI end
   return c
 end
-
-local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
 
 -- parse_count reads a decimal count as the module reads an instant:
 -- digits only, within 64 bits.

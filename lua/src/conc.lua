@@ -19,25 +19,26 @@ end
 local function parse_conc(op, name)
   local first = ({acquire = 4, peek = 2, release = 2})[op] -- the first option in ARGV
   local nargs = 2 + #ARGV
-  if nargs < first + 1 or nargs > 16 or (op == 'release' and nargs ~= 3) then return nil, arity(name) end
+  if nargs < first + 1 or nargs > MAX_ONE_KEY_ARGS or (op == 'release' and nargs ~= 3) then return nil, arity(name) end
   local c = {reserve = 0, ms = false}
-  local limit_arg = {name = 'limit', min = 1, max = 100000}
+  local syn = syntax('conc')
+  local limit_arg = syn.positional[1]
   if op ~= 'release' then
     c.limit = parse_arg(limit_arg, ARGV[1])
     if c.limit == nil then return nil, range_error(limit_arg, '') end
   end
   if op == 'acquire' then
-    local lease_arg = {name = 'lease', min = 1, max = MAX_SECONDS, seconds = true}
+    local lease_arg = syn.positional[2]
     c.lease = parse_arg(lease_arg, ARGV[2])
     if c.lease == nil then return nil, range_error(lease_arg, '') end
     c.id = ARGV[3]
   elseif op == 'release' then
     c.id = ARGV[1]
   end
-  if c.id and (#c.id < 1 or #c.id > 128) then
-    return nil, fail('ERR id must be 1 to 128 bytes (a request id), not ' .. #c.id)
+  if c.id and (#c.id < 1 or #c.id > MAX_ID) then
+    return nil, fail('ERR id must be 1 to ' .. MAX_ID .. ' bytes (a request id), not ' .. #c.id)
   end
-  local ms, reserve_at, _, err = parse_options(ARGV, first, true, 'MS and RESERVE n', false)
+  local ms, reserve_at, _, err = parse_options(ARGV, first, syn.reserve, syn.options, false)
   if err then return nil, err end
   c.ms = ms
   if reserve_at > 0 then
@@ -64,7 +65,7 @@ local function read_conc(key)
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local fs, ls = tonumber(first[2]), tonumber(last[2])
-  if #first[1] < 1 or #first[1] > 128 or not state_score(fs) or #last[1] < 1 or #last[1] > 128 or not state_score(ls) then
+  if #first[1] < 1 or #first[1] > MAX_ID or not state_score(fs) or #last[1] < 1 or #last[1] > MAX_ID or not state_score(ls) then
     return nil, other_data(CONC_STATE, 'its members are not holder ids of 1 to 128 bytes scored with a lease\'s end')
   end
   if cmp(lease_expiry(mul(ls, 1000)), expire) ~= 0 then

@@ -1,51 +1,9 @@
 -- GCRA, the token bucket and the shaper: one instant of state each (see
 -- the gcra and bucket packages, which this follows step for step).
 
--- instant_syntax is a family's arguments (built for the one family a
--- script runs: every table costs on every call).
-local function instant_syntax(kind)
-  if kind == 'gcra' then
-    return {
-      positional = {
-        {name = 'max_burst', min = 0, max = MAX_LIMIT - 1},
-        {name = 'count', min = 1, max = MAXI},
-        {name = 'period', min = 1, max = MAX_SECONDS, seconds = true},
-      },
-      optional = {name = 'quantity', min = MINI, max = MAXI},
-      def = 1, reserve = true,
-      limit = function(v) return add(v[1], 1) end,
-    }
-  elseif kind == 'tb' then
-    return {
-      positional = {
-        {name = 'capacity', min = 1, max = MAX_LIMIT},
-        {name = 'refill_tokens', min = 1, max = MAXI},
-        {name = 'refill_period', min = 1, max = MAX_SECONDS, seconds = true},
-      },
-      optional = {name = 'tokens', min = MINI, max = MAXI},
-      def = 1, reserve = true,
-      limit = function(v) return v[1] end,
-    }
-  end
-  return {
-    positional = {
-      {name = 'capacity', min = 0, max = MAX_LIMIT},
-      {name = 'leak_count', min = 1, max = MAXI},
-      {name = 'leak_period', min = 1, max = MAX_SECONDS, seconds = true},
-    },
-    optional = {name = 'quantity', min = 0, max = MAXI},
-    def = 1, reserve = false,
-  }
-end
-
 local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
 local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
 local SHAPER_STATE = 'shaper state (a Unix time in nanoseconds)'
-
-local GCRA_RATE = 'ERR count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)'
-local GCRA_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter\'s state would lie beyond the year 2262)'
-local BUCKET_RATE = 'ERR the rate is above one per nanosecond: the count must be at most period x 1000000000'
-local BUCKET_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)'
 
 -- A schedule spaces units interval ns apart and lets the state run up to
 -- tolerance = interval x slots ahead of now. GCRA's interval is
@@ -144,7 +102,7 @@ end
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek)
   if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(instant_syntax(kind), ARGV, name)
+  local v, ms, reserve, err = parse_one(syntax(kind), ARGV, name)
   if err then return err end
   local now = clock()
   local reply, w

@@ -5,18 +5,6 @@
 local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
 
-local function log_syntax()
-  return {
-    positional = {
-      {name = 'limit', min = 1, max = 100000},
-      {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
-    },
-    optional = {name = 'cost', min = 0, max = MAXI},
-    def = 1, reserve = true,
-    limit = function(v) return v[1] end,
-  }
-end
-
 -- read_zset returns what the module reads of a key whose state is a sorted
 -- set: its type ('none', 'zset' or 'other'), expiry (Unix ms, -1: none)
 -- and size.
@@ -155,9 +143,9 @@ local function store_log(w)
 end
 
 -- log_command is SL.HIT and SL.PEEK.
-local function log_command(_, name, peek)
+local function log_command(kind, name, peek)
   if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(log_syntax(), ARGV, name)
+  local v, ms, reserve, err = parse_one(syntax(kind), ARGV, name)
   if err then return err end
   local now = clock()
   local reply, w

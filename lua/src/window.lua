@@ -2,16 +2,6 @@
 -- (see the window package, which this follows step for step).
 
 
-local window_syntax = {
-  positional = {
-    {name = 'limit', min = 1, max = MAX_LIMIT},
-    {name = 'window', min = 1, max = MAX_SECONDS, seconds = true},
-  },
-  optional = {name = 'cost', min = 0, max = MAXI},
-  def = 1, reserve = true,
-  limit = function(v) return v[1] end,
-}
-
 local COUNTER_STATE = 'sliding window state (index:current:previous)'
 local FIXED_STATE = 'fixed window state (a count)'
 
@@ -178,7 +168,7 @@ end
 -- window_command is SW.HIT, FW.HIT and their peeks.
 local function window_command(kind, name, peek)
   if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(window_syntax, ARGV, name)
+  local v, ms, reserve, err = parse_one(syntax(kind), ARGV, name)
   if err then return err end
   local now = clock()
   local reply, w

@@ -1,0 +1,101 @@
+package main
+
+import (
+	"bytes"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+
+	"github.com/seed-6b3823f5/ratelimit/bucket"
+	"github.com/seed-6b3823f5/ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
+	"github.com/seed-6b3823f5/ratelimit/window"
+)
+
+// TestGeneratedFilesAreCurrent fails when a file made from the table is
+// not what go generate writes now: the table, an error text of an
+// algorithm package or a Lua source changed without `make generate`.
+func TestGeneratedFilesAreCurrent(t *testing.T) {
+	root, err := repoRoot()
+	if err != nil {
+		t.Fatal(err)
+	}
+	files, err := outputs(root)
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, name := range sortedNames(files) {
+		got, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
+		if err != nil || !bytes.Equal(got, files[name]) {
+			t.Errorf("%s is not what internal/spec and lua/src make: run `make generate`", name)
+		}
+		if !bytes.Contains(bytes.SplitN(files[name], []byte("\n"), 3)[0], []byte("Code generated")) &&
+			!bytes.Contains(bytes.SplitN(files[name], []byte("\n"), 3)[1], []byte("Code generated")) {
+			t.Errorf("%s does not say it is generated", name)
+		}
+	}
+	// No script is left from a command the table no longer has.
+	scripts, _ := filepath.Glob(filepath.Join(root, "lua", "*.lua"))
+	for _, s := range scripts {
+		if _, ok := files["lua/"+filepath.Base(s)]; !ok {
+			t.Errorf("lua/%s is no command's script", filepath.Base(s))
+		}
+	}
+}
+
+// The table's bounds are the algorithm packages' own.
+func TestBoundsMatchPackages(t *testing.T) {
+	for name, v := range map[string]int64{"gcra.MaxPeriod": gcra.MaxPeriod, "bucket.MaxPeriod": bucket.MaxPeriod, "window.MaxWindow": window.MaxWindow} {
+		if v != spec.MaxSeconds {
+			t.Errorf("%s = %d, spec.MaxSeconds = %d", name, v, spec.MaxSeconds)
+		}
+	}
+}
+
+// Summaries state each argument's range as the parser accepts it.
+func TestSummaries(t *testing.T) {
+	for _, c := range []struct {
+		a    spec.Arg
+		want string
+	}{
+		{spec.Families[spec.GCRA].Args[0], "extra requests allowed at once: the limit is max_burst + 1 (0 to 9007199254740990)"},
+		{spec.Families[spec.GCRA].Args[1], "requests admitted per period (1 or more)"},
+		{spec.Families[spec.GCRA].Cost, "the cost of this call"},
+		{spec.Families[spec.CONC].Args[2], "the holder (a request id); acquiring again renews its lease (1 to 128 bytes)"},
+	} {
+		if got := argSummary(c.a); got != c.want {
+			t.Errorf("argSummary(%s) = %q, want %q", c.a.Name, got, c.want)
+		}
+	}
+	if got := limiterSummary(); got != "one per key, in order: GCRA max_burst count period quantity | "+
+		"TB capacity refill_tokens refill_period tokens | SW limit window cost | FW limit window cost | SL limit window cost" {
+		t.Errorf("limiterSummary() = %q", got)
+	}
+	if got := costSummary(&spec.Families[spec.LB]); !strings.HasPrefix(got, "the cost of this request (0 or more), default 1;") {
+		t.Errorf("costSummary(LB) = %q", got)
+	}
+}
+
+// Each command's recipe runs its family's part with its own name.
+func TestRecipes(t *testing.T) {
+	for name, want := range map[string]string{
+		"CL.THROTTLE":  `return instant_command("gcra", "cl.throttle", false)`,
+		"SL.PEEK":      `return log_command("sl", "sl.peek", true)`,
+		"RL.ALL":       `return all_command("all", "rl.all", false)`,
+		"CONC.RELEASE": `return conc_command("release", "conc.release", false)`,
+	} {
+		found := false
+		for i := range spec.Commands {
+			if c := &spec.Commands[i]; c.Name == name {
+				found = true
+				if r := recipeOf(c); r.call != want {
+					t.Errorf("%s: %s, want %s", name, r.call, want)
+				}
+			}
+		}
+		if !found {
+			t.Errorf("no command %s", name)
+		}
+	}
+}

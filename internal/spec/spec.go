@@ -1,0 +1,396 @@
+// Package spec is the command table: every limiter family, command and
+// argument the module registers, the Lua engine implements and the client
+// calls, with its bounds, declared once.
+//
+// The engine parses by it; `go generate ./internal/spec` writes from it the
+// C registration (module/commands_gen.c: argument arrays, key specs, rows,
+// handlers), the protocol's enums and sizes (module/protocol_gen.h), the Lua
+// engine's syntax, bounds and error texts (lua/src/spec.lua) and the
+// assembled scripts (lua/*.lua). internal/gen's tests fail when a generated
+// file is not what the table makes.
+//
+// Adding a family: a Family here and its commands in Commands, its
+// algorithm package, its adapter in internal/engine (limit.run) and in
+// lua/src, then go generate.
+package spec
+
+//go:generate go run ../gen
+
+// Bounds, named once.
+const (
+	// MaxLimit bounds what a limiter admits at once (GCRA's max_burst + 1,
+	// a bucket's capacity, a window's limit): 2^53 - 1, so that every
+	// integer of a reply is exact as a double, as the Lua engine's must be.
+	MaxLimit = 1<<53 - 1
+	// MaxSeconds is the longest period, window or lease: whole seconds of
+	// 64-bit nanoseconds (gcra.MaxPeriod, bucket.MaxPeriod,
+	// window.MaxWindow).
+	MaxSeconds = (1<<63 - 1) / 1_000_000_000
+	// MaxLogLimit bounds the sliding log (one sorted-set entry per admitted
+	// unit), and MaxLogAdd the entries one RL.ALL call adds to its logs.
+	MaxLogLimit = 100000
+	MaxLogAdd   = MaxLogLimit
+	// MaxConcLimit bounds the concurrency limiter's holders (one entry
+	// each), MaxID the length of a holder id in bytes.
+	MaxConcLimit = 100000
+	MaxID        = 128
+	// MaxKeys is the most keys, and limiters, one RL.ALL names.
+	MaxKeys = 16
+	// MaxOneKeyArgs is the most arguments a command of one key takes,
+	// command name included (options may repeat).
+	MaxOneKeyArgs = 16
+
+	minInt64 = -1 << 63
+	maxInt64 = 1<<63 - 1
+)
+
+// Arg is one argument and what it accepts.
+type Arg struct {
+	Name string
+	// Min and Max bound an integer, or a string's length in bytes.
+	Min, Max int64
+	Seconds  bool // an integer of whole seconds
+	String   bool // a string, not an integer
+	// Summary says what it means, without its range (Range says that).
+	Summary string
+}
+
+// Range states what the argument accepts, as COMMAND DOCS shows it:
+// "(1 to 9223372036)", "(0 or more)", "(1 to 128 bytes)"; "" when every
+// 64-bit integer is accepted.
+func (a Arg) Range() string {
+	switch {
+	case a.String:
+		return "(" + itoa(a.Min) + " to " + itoa(a.Max) + " bytes)"
+	case a.Min == minInt64 && a.Max == maxInt64:
+		return ""
+	case a.Max == maxInt64:
+		return "(" + itoa(a.Min) + " or more)"
+	}
+	return "(" + itoa(a.Min) + " to " + itoa(a.Max) + ")"
+}
+
+// Family is a limiter: the arguments after the key, then an optional cost,
+// then the options MS and (where Reserve) RESERVE n.
+type Family struct {
+	Name  string // as RL.ALL names it: "GCRA"
+	Kind  string // the Lua engine's name: "gcra"
+	Args  []Arg  // positional, after the key
+	Cost  Arg    // the optional argument after them
+	Def   int64  // the cost when it is absent
+	Costs string // what the cost does beyond its range: "0 reports, negative gives back"
+	// Reserve: RESERVE n is an option; n runs from 0 to Args[0] + LimitPlus,
+	// what the limiter admits at once from a full state.
+	Reserve   bool
+	LimitPlus int64
+	InAll     bool // RL.ALL and RL.PEEK take it
+}
+
+// The families, indexed by their number.
+const (
+	GCRA = iota
+	TB
+	LB
+	SW
+	FW
+	SL
+	CONC
+	NumFamilies
+)
+
+// Family is the number of the family s names in RL.ALL, in any case, or
+// -1: "gcra" is GCRA.
+func FamilyNamed(s string) int {
+	for f := range NumFamilies {
+		if Families[f].InAll && equalFold(s, Families[f].Name) || f == LB && equalFold(s, "LB") {
+			return f
+		}
+	}
+	return -1
+}
+
+func period(name, what string) Arg {
+	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
+}
+
+func windowFamily(name, kind string, limit int64) Family {
+	return Family{
+		Name: name, Kind: kind,
+		Args: []Arg{
+			{Name: "limit", Min: 1, Max: limit, Summary: "hits admitted per window"},
+			period("window", "the window in whole seconds, aligned to the Unix epoch"),
+		},
+		Cost:    Arg{Name: "cost", Min: 0, Max: maxInt64, Summary: "the cost of this hit"},
+		Def:     1,
+		Costs:   "0 reports",
+		Reserve: true, InAll: true,
+	}
+}
+
+// Families are the limiter families.
+var Families = [NumFamilies]Family{
+	GCRA: {
+		Name: "GCRA", Kind: "gcra",
+		Args: []Arg{
+			{Name: "max_burst", Min: 0, Max: MaxLimit - 1, Summary: "extra requests allowed at once: the limit is max_burst + 1"},
+			{Name: "count", Min: 1, Max: maxInt64, Summary: "requests admitted per period"},
+			period("period", "the period in whole seconds"),
+		},
+		Cost:    Arg{Name: "quantity", Min: minInt64, Max: maxInt64, Summary: "the cost of this call"},
+		Def:     1,
+		Costs:   "0 reports, negative gives back",
+		Reserve: true, LimitPlus: 1, InAll: true,
+	},
+	TB: {
+		Name: "TB", Kind: "tb",
+		Args: []Arg{
+			{Name: "capacity", Min: 1, Max: MaxLimit, Summary: "the most tokens the bucket holds; it starts full"},
+			{Name: "refill_tokens", Min: 1, Max: maxInt64, Summary: "tokens added per refill_period, continuously"},
+			period("refill_period", "the refill period in whole seconds"),
+		},
+		Cost:    Arg{Name: "tokens", Min: minInt64, Max: maxInt64, Summary: "tokens to take"},
+		Def:     1,
+		Costs:   "0 reports, negative puts back",
+		Reserve: true, InAll: true,
+	},
+	LB: {
+		Name: "LB", Kind: "lb",
+		Args: []Arg{
+			{Name: "capacity", Min: 0, Max: MaxLimit, Summary: "the most requests that may wait"},
+			{Name: "leak_count", Min: 1, Max: maxInt64, Summary: "requests that leave per leak_period"},
+			period("leak_period", "the leak period in whole seconds"),
+		},
+		Cost:  Arg{Name: "quantity", Min: 0, Max: maxInt64, Summary: "the cost of this request"},
+		Def:   1,
+		Costs: "0 reports",
+	},
+	SW: windowFamily("SW", "sw", MaxLimit),
+	FW: windowFamily("FW", "fw", MaxLimit),
+	SL: windowFamily("SL", "sl", MaxLogLimit),
+	CONC: {
+		Name: "CONC", Kind: "conc",
+		Args: []Arg{
+			{Name: "limit", Min: 1, Max: MaxConcLimit, Summary: "the most holders at once"},
+			period("lease", "whole seconds a slot stays held after the last acquire, unless released"),
+			{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder (a request id); acquiring again renews its lease"},
+		},
+		Reserve: true,
+	},
+}
+
+// NumKeysArg is RL.ALL's and RL.PEEK's first argument.
+var NumKeysArg = Arg{Name: "numkeys", Min: 1, Max: MaxKeys, Summary: "how many keys, and limiters, follow"}
+
+// Op numbers a command as the engine dispatches it.
+type Op int
+
+// The commands' operations. An alias (CL.THROTTLE) shares its command's.
+const (
+	OpGCRAThrottle Op = iota
+	OpGCRAPeek
+	OpTBTake
+	OpTBPeek
+	OpLBEnqueue
+	OpLBPeek
+	OpSWHit
+	OpSWPeek
+	OpFWHit
+	OpFWPeek
+	OpSLHit
+	OpSLPeek
+	OpRLAll
+	OpRLPeek
+	OpConcAcquire
+	OpConcRelease
+	OpConcPeek
+	NumOps
+)
+
+// Command is one command the module registers.
+type Command struct {
+	Name   string // as registered, in upper case: "GCRA.THROTTLE"
+	Op     Op
+	Family int  // its family, or -1 for RL.ALL and RL.PEEK
+	Peek   bool // changes nothing: readonly, no-writes, FCALL_RO
+	Alias  bool // registered only while the CL.THROTTLE alias is on
+	// NumKeys: numkeys, its keys, then a limiter per key (RL.ALL).
+	NumKeys bool
+	// Args are the arguments after the key; Cost whether the family's cost
+	// follows them; Options whether MS and RESERVE may follow.
+	Args    []Arg
+	Cost    bool
+	Options bool
+	// Frees: it only frees memory, so it runs past maxmemory (no deny-oom).
+	Frees      bool
+	Summary    string
+	Complexity string
+}
+
+// Arity is the command's arity as the server checks it: negative for "at
+// least", command name included.
+func (c *Command) Arity() int {
+	switch {
+	case c.NumKeys:
+		return -2
+	case !c.Options && !c.Cost:
+		return 2 + len(c.Args)
+	}
+	return -(2 + len(c.Args))
+}
+
+// File is the command's name in lower case with its dot an underscore, as
+// its script, INFO field and FUNCTION are named: "gcra_throttle".
+func (c *Command) File() string {
+	b := []byte(c.Name)
+	for i, ch := range b {
+		switch {
+		case ch == '.':
+			b[i] = '_'
+		case ch >= 'A' && ch <= 'Z':
+			b[i] = ch + 'a' - 'A'
+		}
+	}
+	return string(b)
+}
+
+// OptionNames lists the options a command takes, for errors.
+func (c *Command) OptionNames() string {
+	switch {
+	case c.NumKeys:
+		return "MS, RESERVE n and EACH"
+	case c.Family >= 0 && Families[c.Family].Reserve:
+		return "MS and RESERVE n"
+	}
+	return "MS"
+}
+
+const oneKey = "O(1)"
+
+// family makes a command of one key on family f: the family's arguments,
+// its cost and options.
+func family(name string, op Op, f int, peek bool, summary, complexity string) Command {
+	return Command{Name: name, Op: op, Family: f, Peek: peek, Args: Families[f].Args, Cost: true, Options: true,
+		Summary: summary, Complexity: complexity}
+}
+
+// peekOf is the peek of command c.
+func peekOf(name string, op Op, f int, c, complexity string) Command {
+	return family(name, op, f, true, "What "+c+" would reply now, changing nothing", complexity)
+}
+
+const logComplexity = "O(log N + M)"
+const allComplexity = "O(N) for N keys, O(log N + M) per sliding log"
+
+// Commands are the commands, in the order the module registers them and
+// reports them in INFO ratelimit. The module's C passes Go a row's index.
+var Commands = []Command{
+	family("GCRA.THROTTLE", OpGCRAThrottle, GCRA, false,
+		"GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply", oneKey),
+	func() Command {
+		c := family("CL.THROTTLE", OpGCRAThrottle, GCRA, false, "redis-cell compatible alias of GCRA.THROTTLE", oneKey)
+		c.Alias = true
+		return c
+	}(),
+	peekOf("GCRA.PEEK", OpGCRAPeek, GCRA, "GCRA.THROTTLE", oneKey),
+	family("TB.TAKE", OpTBTake, TB, false,
+		"Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in", oneKey),
+	peekOf("TB.PEEK", OpTBPeek, TB, "TB.TAKE", oneKey),
+	family("LB.ENQUEUE", OpLBEnqueue, LB, false,
+		"Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes", oneKey),
+	peekOf("LB.PEEK", OpLBPeek, LB, "LB.ENQUEUE", oneKey),
+	family("SW.HIT", OpSWHit, SW, false,
+		"Sliding window counter: the previous window weighted by its overlap plus the current one", oneKey),
+	peekOf("SW.PEEK", OpSWPeek, SW, "SW.HIT", oneKey),
+	family("FW.HIT", OpFWHit, FW, false,
+		"Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary", oneKey),
+	peekOf("FW.PEEK", OpFWPeek, FW, "FW.HIT", oneKey),
+	family("SL.HIT", OpSLHit, SL, false,
+		"Sliding log: the exact count of hits in the trailing window, in a sorted set", logComplexity),
+	peekOf("SL.PEEK", OpSLPeek, SL, "SL.HIT", logComplexity),
+	{Name: "RL.ALL", Op: OpRLAll, Family: -1, NumKeys: true, Options: true,
+		Summary: "Several limits in one atomic decision: every limit admits or nothing is written; replies the " +
+			"deciding limit's five integers and its position",
+		Complexity: allComplexity},
+	{Name: "RL.PEEK", Op: OpRLPeek, Family: -1, Peek: true, NumKeys: true, Options: true,
+		Summary: "What RL.ALL would reply now, changing nothing", Complexity: allComplexity},
+	{Name: "CONC.ACQUIRE", Op: OpConcAcquire, Family: CONC, Args: Families[CONC].Args, Options: true,
+		Summary:    "Concurrency limit: take a slot for id, or renew its lease; reply limited, limit, free slots, retry, reset",
+		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse"},
+	{Name: "CONC.RELEASE", Op: OpConcRelease, Family: CONC, Frees: true,
+		Args:       []Arg{{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder whose slot is freed"}},
+		Summary:    "Free id's slot at once: 1 if it held one, else 0",
+		Complexity: "O(log N), plus up to 64 lapsed holders removed"},
+	{Name: "CONC.PEEK", Op: OpConcPeek, Family: CONC, Peek: true, Args: Families[CONC].Args[:1], Options: true,
+		Summary: "What CONC.ACQUIRE by a new id would reply now, changing nothing", Complexity: "O(log N + K)"},
+}
+
+// Of is the first command of op (not an alias): its name and family.
+func Of(op Op) *Command {
+	for i := range Commands {
+		if Commands[i].Op == op && !Commands[i].Alias {
+			return &Commands[i]
+		}
+	}
+	panic("spec: no command for op " + itoa(int64(op)))
+}
+
+// Limiters lists the families RL.ALL takes, for its error: "GCRA, TB, SW,
+// FW and SL".
+func Limiters() string {
+	var names []string
+	for _, f := range Families {
+		if f.InAll {
+			names = append(names, f.Name)
+		}
+	}
+	s := ""
+	for i, n := range names {
+		switch {
+		case i == 0:
+		case i == len(names)-1:
+			s += " and "
+		default:
+			s += ", "
+		}
+		s += n
+	}
+	return s
+}
+
+func itoa(v int64) string {
+	if v == minInt64 {
+		return "-9223372036854775808"
+	}
+	neg := v < 0
+	if neg {
+		v = -v
+	}
+	var b [20]byte
+	i := len(b)
+	for {
+		i--
+		b[i] = byte('0' + v%10)
+		v /= 10
+		if v == 0 {
+			break
+		}
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// equalFold reports whether s is word, a word of ASCII letters, in any case.
+func equalFold(s, word string) bool {
+	if len(s) != len(word) {
+		return false
+	}
+	for i := 0; i < len(s); i++ {
+		if s[i]|0x20 != word[i]|0x20 {
+			return false
+		}
+	}
+	return true
+}
