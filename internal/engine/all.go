@@ -18,23 +18,21 @@ import (
 // that would have admitted a refused call reports its state untouched).
 
 // executeAll runs RL.ALL (or, with peek, RL.PEEK).
-func executeAll(args []string, r Reader, o *Outcome, peek bool) {
+func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 	var lims [MaxKeys]limit
 	var ms, each bool
-	n, ok := parseAll(args, &lims, &ms, &each, o)
-	if !ok {
-		return
+	n, err := parseAll(args, &lims, &ms, &each)
+	if err != nil {
+		return err
 	}
 	if r.Keys() != n {
-		o.fail("ERR internal error: the keys were not read")
-		return
+		return fail("ERR internal error: the keys were not read")
 	}
 	var reps [MaxKeys][5]int64
 	for i := range n {
 		st := r.Key(i)
-		if !lims[i].run(&st, r, i, ms, o, &reps[i], &o.Writes[i]) {
-			nameLimiter(o, i, &lims[i], args[2+i])
-			return
+		if err := lims[i].run(&st, r, i, ms, &reps[i], &o.Writes[i]); err != nil {
+			return nameLimiter(err, i, &lims[i], args[2+i])
 		}
 	}
 
@@ -57,9 +55,8 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) {
 				l := lims[i]
 				*l.cost(), l.reserve = 0, 0
 				st := r.Key(i)
-				if !l.run(&st, r, i, ms, o, &reps[i], &o.Writes[i]) { // nothing taken: its state as it stands
-					nameLimiter(o, i, &lims[i], args[2+i])
-					return
+				if err := l.run(&st, r, i, ms, &reps[i], &o.Writes[i]); err != nil { // nothing taken: its state as it stands
+					return nameLimiter(err, i, &lims[i], args[2+i])
 				}
 			}
 		}
@@ -85,9 +82,9 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) {
 		for i := range n {
 			o.Writes[i] = KeyWrite{}
 		}
-		return
+		return nil
 	}
-	checkMemory(o, r, n)
+	return checkMemory(o, r, n)
 }
 
 // later reports whether retry a is later than b: -1 (never) is the latest.
@@ -99,77 +96,66 @@ func later(a, b int64) bool {
 }
 
 // parseAll reads RL.ALL's arguments into lims and ms and returns how many
-// keys and limiters there are. On bad input it sets the error in o, naming
-// the problem, and returns false.
-func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (int, bool) {
+// keys and limiters there are, or the error naming the problem.
+func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) {
 	if len(args) < 2 || len(args) > MaxArgs {
-		o.Action = ActArity
-		return 0, false
+		return 0, errArity
 	}
 	n64, ok := parseInt(args[1])
 	if !ok || n64 < 1 || n64 > MaxKeys {
-		o.fail(fmt.Sprintf("ERR numkeys must be an integer from 1 to %d", MaxKeys))
-		return 0, false
+		return 0, fail(fmt.Sprintf("ERR numkeys must be an integer from 1 to %d", MaxKeys))
 	}
 	n := int(n64)
 	if 2+n > len(args) {
-		o.fail(fmt.Sprintf("ERR numkeys is %d but %d arguments follow it", n, len(args)-2))
-		return 0, false
+		return 0, fail(fmt.Sprintf("ERR numkeys is %d but %d arguments follow it", n, len(args)-2))
 	}
 	for a := range n {
 		for b := a + 1; b < n; b++ {
 			if args[2+a] == args[2+b] {
-				o.fail(fmt.Sprintf("ERR key %s is named twice: each limiter needs a key of its own", quote(args[2+a])))
-				return 0, false
+				return 0, fail(fmt.Sprintf("ERR key %s is named twice: each limiter needs a key of its own", quote(args[2+a])))
 			}
 		}
 	}
 	i := 2 + n
 	for j := range n {
 		if i >= len(args) || isOption(args[i]) || isReserve(args[i]) {
-			o.fail(fmt.Sprintf("ERR numkeys is %d but %d limiters follow the keys", n, j))
-			return 0, false
+			return 0, fail(fmt.Sprintf("ERR numkeys is %d but %d limiters follow the keys", n, j))
 		}
 		f := spec.FamilyNamed(args[i])
 		switch f {
 		case -1:
-			o.fail(fmt.Sprintf("ERR unknown limiter %s for key %d: the limiters are %s", quote(args[i]), j+1, limiters))
-			return 0, false
+			return 0, fail(fmt.Sprintf("ERR unknown limiter %s for key %d: the limiters are %s", quote(args[i]), j+1, limiters))
 		case famLB:
-			o.fail(fmt.Sprintf("ERR limiter %d: LB is a shaper (it answers with a delay) and is not part of RL.ALL", j+1))
-			return 0, false
+			return 0, fail(fmt.Sprintf("ERR limiter %d: LB is a shaper (it answers with a delay) and is not part of RL.ALL", j+1))
 		}
 		syn := families[f].syntax
 		words := len(syn.positional) + 1 // the cost is written out
 		if i+1+words > len(args) {
-			o.fail(fmt.Sprintf("ERR limiter %d (%s) takes %d arguments: %s", j+1, families[f].name, words, argNames(syn)))
-			return 0, false
+			return 0, fail(fmt.Sprintf("ERR limiter %d (%s) takes %d arguments: %s", j+1, families[f].name, words, argNames(syn)))
 		}
 		l := &lims[j]
 		l.family = f
-		if !syn.parseNumbers(args[i+1:i+words], l, o, j) {
-			return 0, false
+		if err := syn.parseNumbers(args[i+1:i+words], l, j); err != nil {
+			return 0, err
 		}
 		c, ok := syn.optional.parse(args[i+words])
 		if !ok {
-			o.fail(syn.optional.rangeError(l.prefix(j)))
-			return 0, false
+			return 0, fail(syn.optional.rangeError(l.prefix(j)))
 		}
 		*l.cost() = c
 		i += 1 + words
 	}
 	if i < len(args) && spec.FamilyNamed(args[i]) >= 0 {
-		o.fail(fmt.Sprintf("ERR numkeys is %d but more limiters follow", n))
-		return 0, false
+		return 0, fail(fmt.Sprintf("ERR numkeys is %d but more limiters follow", n))
 	}
 	reserveAt := 0
-	if !parseOptions(args, i, true, "MS, RESERVE n and EACH", ms, &reserveAt, each, o) {
-		return 0, false
+	if err := parseOptions(args, i, true, "MS, RESERVE n and EACH", ms, &reserveAt, each); err != nil {
+		return 0, err
 	}
 	if reserveAt > 0 {
 		for j := range n {
-			if !lims[j].setReserve(args[reserveAt], o, j) {
-				return 0, false
+			if err := lims[j].setReserve(args[reserveAt], j); err != nil {
+				return 0, err
 			}
 		}
 	}
@@ -182,10 +168,9 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, o *Outcome) (
 		}
 	}
 	if entries > maxLogAdd {
-		o.fail(fmt.Sprintf("ERR the sliding logs of one call may add at most %d entries, not %d: split the call", maxLogAdd, entries))
-		return 0, false
+		return 0, fail(fmt.Sprintf("ERR the sliding logs of one call may add at most %d entries, not %d: split the call", maxLogAdd, entries))
 	}
-	return n, true
+	return n, nil
 }
 
 // maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the
@@ -207,12 +192,17 @@ func argNames(s *syntax) string {
 
 // nameLimiter puts the limiter, and its key, in an error that came from
 // running it: RL.ALL has several, and the user must know which failed.
-func nameLimiter(o *Outcome, i int, l *limit, key string) {
+func nameLimiter(err error, i int, l *limit, key string) error {
+	f, ok := err.(*failure)
+	if !ok {
+		return err
+	}
 	where := fmt.Sprintf("limiter %d (%s, key %s)", i+1, families[l.family].name, quote(key))
 	switch {
-	case o.Action == ActWrongType:
-		o.Err = "WRONGTYPE " + where + ": the key holds the wrong kind of value"
-	case strings.HasPrefix(o.Err, "ERR "):
-		o.Err = "ERR " + where + ": " + o.Err[len("ERR "):]
+	case f.action == ActWrongType:
+		return &failure{ActWrongType, "WRONGTYPE " + where + ": the key holds the wrong kind of value"}
+	case strings.HasPrefix(f.msg, "ERR "):
+		return &failure{f.action, "ERR " + where + ": " + f.msg[len("ERR "):]}
 	}
+	return err
 }

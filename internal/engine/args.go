@@ -64,46 +64,45 @@ func (s *syntax) options() string {
 }
 
 // parse fills l and ms from a command of one key: args are the command
-// name, the key, the arguments. On failure it sets o to the error reply and
-// returns false.
-func (s *syntax) parse(args []string, l *limit, ms *bool, o *Outcome) bool {
+// name, the key, the arguments. The error is the reply.
+func (s *syntax) parse(args []string, l *limit, ms *bool) error {
 	i := 2 + len(s.positional)
 	if len(args) < i || len(args) > maxOneKeyArgs {
-		o.Action = ActArity
-		return false
+		return errArity
 	}
-	if !s.parseNumbers(args[2:i], l, o, -1) {
-		return false
+	if err := s.parseNumbers(args[2:i], l, -1); err != nil {
+		return err
 	}
 	l.v[len(s.positional)] = s.def
 	if i < len(args) && !isOption(args[i]) && !isReserve(args[i]) {
 		v, ok := s.optional.parse(args[i])
 		if !ok {
-			o.fail(s.optional.rangeError(""))
-			return false
+			return fail(s.optional.rangeError(""))
 		}
 		l.v[len(s.positional)] = v
 		i++
 	}
 	reserveAt := 0
-	if !parseOptions(args, i, s.reserve, s.options(), ms, &reserveAt, nil, o) {
-		return false
+	if err := parseOptions(args, i, s.reserve, s.options(), ms, &reserveAt, nil); err != nil {
+		return err
 	}
-	return reserveAt == 0 || l.setReserve(args[reserveAt], o, -1)
+	if reserveAt == 0 {
+		return nil
+	}
+	return l.setReserve(args[reserveAt], -1)
 }
 
 // parseNumbers reads the positional arguments into l.v; errors name the
 // limiter when it is RL.ALL's n-th (n ≥ 0).
-func (s *syntax) parseNumbers(args []string, l *limit, o *Outcome, n int) bool {
+func (s *syntax) parseNumbers(args []string, l *limit, n int) error {
 	for j, a := range s.positional {
 		v, ok := a.parse(args[j])
 		if !ok {
-			o.fail(a.rangeError(l.prefix(n)))
-			return false
+			return fail(a.rangeError(l.prefix(n)))
 		}
 		l.v[j] = v
 	}
-	return true
+	return nil
 }
 
 // prefix names RL.ALL's n-th limiter in errors ("" for a command of one
@@ -118,60 +117,54 @@ func (l *limit) prefix(n int) string {
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
 // allowed, and EACH when each is not nil. reserveAt is set to the index of
 // n (0 when RESERVE is absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, o *Outcome) bool {
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool) error {
 	for ; i < len(args); i++ {
 		switch {
 		case isOption(args[i]):
 			if *ms {
-				return twice(o, "MS")
+				return twice("MS")
 			}
 			*ms = true
 		case each != nil && equalFold(args[i], "EACH"):
 			if *each {
-				return twice(o, "EACH")
+				return twice("EACH")
 			}
 			*each = true
 		case allowed && isReserve(args[i]):
 			if *reserveAt > 0 {
-				return twice(o, "RESERVE")
+				return twice("RESERVE")
 			}
 			if i+1 >= len(args) {
-				o.fail("ERR RESERVE needs a number: RESERVE n, n from 0 to the limit")
-				return false
+				return fail("ERR RESERVE needs a number: RESERVE n, n from 0 to the limit")
 			}
 			i++
 			*reserveAt = i
 		default:
-			o.fail(fmt.Sprintf("ERR unknown option %s: the options are %s", quote(args[i]), names))
-			return false
+			return fail(fmt.Sprintf("ERR unknown option %s: the options are %s", quote(args[i]), names))
 		}
 	}
-	return true
+	return nil
 }
 
 // twice refuses an option given twice: which of the two was meant?
-func twice(o *Outcome, name string) bool {
-	o.fail("ERR the option " + name + " is given twice")
-	return false
-}
+func twice(name string) error { return fail("ERR the option " + name + " is given twice") }
 
 // setReserve reads RESERVE's n, 0 to the limit; errors name the limiter
 // when it is RL.ALL's j-th (j ≥ 0).
-func (l *limit) setReserve(s string, o *Outcome, j int) bool {
-	n, ok := parseReserve(s, l.limit(), l.prefix(j), o)
+func (l *limit) setReserve(s string, j int) error {
+	n, err := parseReserve(s, l.limit(), l.prefix(j))
 	l.reserve = n
-	return ok
+	return err
 }
 
 // parseReserve reads RESERVE's n, 0 to max (the limit); errors start with
 // prefix.
-func parseReserve(s string, max int64, prefix string, o *Outcome) (int64, bool) {
+func parseReserve(s string, max int64, prefix string) (int64, error) {
 	n, ok := parseInt(s)
 	if !ok || n < 0 || n > max {
-		o.fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", prefix, max))
-		return 0, false
+		return 0, fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", prefix, max))
 	}
-	return n, true
+	return n, nil
 }
 
 // parseInt accepts base-10 signed 64-bit integers: an optional sign, then

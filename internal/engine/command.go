@@ -124,14 +124,38 @@ func (o *Outcome) Reset(n int) {
 	}
 }
 
-func (o *Outcome) fail(msg string) {
-	o.Action = ActError
-	o.Err = msg
+// A failure is why a command replies an error instead of its integers:
+// the text C replies (starting ERR or OOM), or one of the server's standard
+// errors (action ActWrongType or ActArity).
+type failure struct {
+	action int
+	msg    string
 }
+
+func (f *failure) Error() string { return f.msg }
+
+// The server's standard errors, which C replies itself.
+var (
+	errWrongType = &failure{action: ActWrongType}
+	errArity     = &failure{action: ActArity}
+)
+
+// fail is the error reply msg. Errors are made only on the way out, never
+// on a call that succeeds (making one allocates).
+func fail(msg string) error { return &failure{ActError, msg} }
 
 // failErr replies an error from an algorithm package, which names the
 // arguments at fault.
-func (o *Outcome) failErr(err error) { o.fail("ERR " + err.Error()) }
+func failErr(err error) error { return fail("ERR " + err.Error()) }
+
+// setErr makes err the outcome.
+func (o *Outcome) setErr(err error) {
+	if f, ok := err.(*failure); ok {
+		o.Action, o.Err = f.action, f.msg
+		return
+	}
+	o.Action, o.Err = ActError, "ERR internal error: "+err.Error()
+}
 
 // setReply fills five integers. Times are whole seconds rounded as
 // redis-cell rounds them, or milliseconds rounded up with MS; a negative
@@ -190,61 +214,65 @@ var opFamily, opPeek = func() (f [spec.NumOps]int, p [spec.NumOps]bool) {
 // whole command parsed and computed. Dispatch is by switch, not a table of
 // functions, so that nothing here escapes to the heap.
 func Execute(op spec.Op, args []string, r Reader, o *Outcome) {
+	var err error
 	switch {
 	case op < 0 || op >= spec.NumOps:
-		o.fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
+		err = fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
 	case op == spec.OpRLAll || op == spec.OpRLPeek:
-		executeAll(args, r, o, opPeek[op])
+		err = executeAll(args, r, o, opPeek[op])
 	case op >= spec.OpConcAcquire:
-		executeConc(op, args, r, o)
+		err = executeConc(op, args, r, o)
 	default:
-		executeOne(opFamily[op], args, r, o, opPeek[op])
+		err = executeOne(opFamily[op], args, r, o, opPeek[op])
+	}
+	if err != nil {
+		o.setErr(err)
 	}
 }
 
 // executeOne runs a command of one key: key first, then the family's
 // arguments and options.
-func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) {
+func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) error {
 	l := limit{family: family}
 	var ms bool
-	if !families[family].syntax.parse(args, &l, &ms, o) {
-		return
+	if err := families[family].syntax.parse(args, &l, &ms); err != nil {
+		return err
 	}
 	if r.Keys() != 1 {
-		o.fail("ERR internal error: the key was not read")
-		return
+		return fail("ERR internal error: the key was not read")
 	}
 	st := r.Key(0)
 	var rep [5]int64
 	w := &o.Writes[0]
-	if !l.run(&st, r, 0, ms, o, &rep, w) {
-		return
+	if err := l.run(&st, r, 0, ms, &rep, w); err != nil {
+		return err
 	}
 	o.Action = ActReply
 	o.ReplyLen = 5
 	copy(o.Reply[:5], rep[:])
 	if peek {
 		*w = KeyWrite{}
-		return
+		return nil
 	}
-	checkMemory(o, r, 1)
+	return checkMemory(o, r, 1)
 }
 
 // checkMemory refuses, with the server's OOM error, writes that would take
 // the server past maxmemory. deny-oom is checked before a command runs; one
 // sliding-log write can add 100000 entries, so log writes are checked here
 // against what the server has left.
-func checkMemory(o *Outcome, r Reader, n int) {
+func checkMemory(o *Outcome, r Reader, n int) error {
 	var entries int64
 	for i := range n {
 		entries += o.Writes[i].ZGrowth
 	}
 	if entries == 0 {
-		return
+		return nil
 	}
 	if room := r.MemoryRoom(); room >= 0 && entries > room/bytesPerLogEntry {
-		o.fail(errOOM)
+		return fail(errOOM)
 	}
+	return nil
 }
 
 // errOOM is the server's own reply to a command refused for memory.

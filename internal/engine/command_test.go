@@ -201,7 +201,7 @@ func TestParse(t *testing.T) {
 		var got parsed
 		var o Outcome
 		args := append([]string{"gcra.throttle", "k"}, c.args...)
-		if !families[famGCRA].syntax.parse(args, &got.l, &got.ms, &o) {
+		if !parseOutcome(families[famGCRA].syntax, args, &got.l, &got.ms, &o) {
 			t.Errorf("parse %q: %s", c.args, o.Err)
 		} else if got != c.want {
 			t.Errorf("parse %q = %+v, want %+v", c.args, got, c.want)
@@ -233,7 +233,7 @@ func TestParse(t *testing.T) {
 		var got parsed
 		var o Outcome
 		args := append([]string{"gcra.throttle", "k"}, c.args...)
-		if families[famGCRA].syntax.parse(args, &got.l, &got.ms, &o) {
+		if parseOutcome(families[famGCRA].syntax, args, &got.l, &got.ms, &o) {
 			t.Errorf("parse %q succeeded: %+v", c.args, got)
 			continue
 		}
@@ -248,10 +248,20 @@ func TestParse(t *testing.T) {
 	// The shaper takes no RESERVE.
 	var got parsed
 	var o Outcome
-	if families[famLB].syntax.parse([]string{"lb.enqueue", "k", "2", "1", "1", "RESERVE", "1"}, &got.l, &got.ms, &o) ||
+	if parseOutcome(families[famLB].syntax, []string{"lb.enqueue", "k", "2", "1", "1", "RESERVE", "1"}, &got.l, &got.ms, &o) ||
 		o.Err != `ERR unknown option "RESERVE": the options are MS` {
 		t.Errorf("LB.ENQUEUE with RESERVE: %q", o.Err)
 	}
+}
+
+// parseOutcome parses a command of one key as Execute does, its error
+// into o: whether it parsed.
+func parseOutcome(s *syntax, args []string, l *limit, ms *bool, o *Outcome) bool {
+	if err := s.parse(args, l, ms); err != nil {
+		o.setErr(err)
+		return false
+	}
+	return true
 }
 
 func TestGCRACommand(t *testing.T) {
@@ -469,7 +479,7 @@ func FuzzParse(f *testing.F) {
 		p := limit{family: opFamily[spec.Op(op)%spec.OpRLAll]}
 		var ms bool
 		var o Outcome
-		if syn.parse(args, &p, &ms, &o) {
+		if parseOutcome(syn, args, &p, &ms, &o) {
 			for i, a := range syn.positional {
 				if p.v[i] < a.min || p.v[i] > a.max {
 					t.Fatalf("%s = %d accepted out of range", a.name, p.v[i])

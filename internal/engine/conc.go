@@ -53,8 +53,8 @@ type concCall struct {
 }
 
 // parseConc reads a concurrency command's arguments: args are the command
-// name, the key, the arguments. On failure it sets o and returns false.
-func parseConc(op spec.Op, args []string, c *concCall, o *Outcome) bool {
+// name, the key, the arguments. The error is the reply.
+func parseConc(op spec.Op, args []string, c *concCall) error {
 	i := 0 // the first option
 	switch op {
 	case spec.OpConcAcquire:
@@ -65,55 +65,49 @@ func parseConc(op spec.Op, args []string, c *concCall, o *Outcome) bool {
 		c.idAt, i = 2, 3
 	}
 	if len(args) < i || len(args) > maxOneKeyArgs || (op == spec.OpConcRelease && len(args) != i) {
-		o.Action = ActArity
-		return false
+		return errArity
 	}
 	if op != spec.OpConcRelease {
 		var ok bool
 		if c.limit, ok = concLimitArg.parse(args[2]); !ok {
-			o.fail(concLimitArg.rangeError(""))
-			return false
+			return fail(concLimitArg.rangeError(""))
 		}
 	}
 	if op == spec.OpConcAcquire {
 		var ok bool
 		if c.lease, ok = leaseArg.parse(args[3]); !ok {
-			o.fail(leaseArg.rangeError(""))
-			return false
+			return fail(leaseArg.rangeError(""))
 		}
 	}
 	if c.idAt > 0 {
 		if n := len(args[c.idAt]); n < 1 || n > maxID {
-			o.fail(fmt.Sprintf("ERR id must be 1 to %d bytes (a request id), not %d", maxID, n))
-			return false
+			return fail(fmt.Sprintf("ERR id must be 1 to %d bytes (a request id), not %d", maxID, n))
 		}
 	}
 	reserveAt := 0
-	if !parseOptions(args, i, true, "MS and RESERVE n", &c.ms, &reserveAt, nil, o) {
-		return false
+	if err := parseOptions(args, i, true, "MS and RESERVE n", &c.ms, &reserveAt, nil); err != nil {
+		return err
 	}
 	if reserveAt > 0 {
-		var ok bool
-		if c.reserve, ok = parseReserve(args[reserveAt], c.limit, "", o); !ok {
-			return false
-		}
+		var err error
+		c.reserve, err = parseReserve(args[reserveAt], c.limit, "")
+		return err
 	}
-	return true
+	return nil
 }
 
 // executeConc runs CONC.ACQUIRE, CONC.PEEK or CONC.RELEASE.
-func executeConc(op spec.Op, args []string, r Reader, o *Outcome) {
+func executeConc(op spec.Op, args []string, r Reader, o *Outcome) error {
 	var c concCall
-	if !parseConc(op, args, &c, o) {
-		return
+	if err := parseConc(op, args, &c); err != nil {
+		return err
 	}
 	if r.Keys() != 1 {
-		o.fail("ERR internal error: the key was not read")
-		return
+		return fail("ERR internal error: the key was not read")
 	}
 	st := r.Key(0)
-	if !concKey(&st, o) {
-		return
+	if err := concKey(&st); err != nil {
+		return err
 	}
 	set := r.Holders(0)
 	w := &o.Writes[0]
@@ -132,12 +126,11 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) {
 			w.ZCutoff = FloorDiv(st.Now, 1000)
 			w.ExpireMs = leaseExpiry(rel.Expire)
 		}
-		return
+		return nil
 	}
 	l, err := conc.New(c.limit)
 	if err != nil {
-		o.failErr(err)
-		return
+		return failErr(err)
 	}
 	var d conc.Decision
 	var h conc.Holder
@@ -150,16 +143,14 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) {
 	} else {
 		// A lease ends before 2^53 µs, the largest score a double holds exactly.
 		if maxLease := ((maxScoreUs-1)*1000 - st.Now) / int64(time.Second); c.lease > maxLease {
-			o.fail(fmt.Sprintf("ERR lease must end before the year 2255 (2^53 microseconds, the largest "+
+			return fail(fmt.Sprintf("ERR lease must end before the year 2255 (2^53 microseconds, the largest "+
 				"sorted-set score held exactly): at most %d seconds from now", maxLease))
-			return
 		}
 		h = set.Holder(args[c.idAt])
 		d, err = l.Acquire(set, h, st.Now, time.Duration(c.lease)*time.Second, c.reserve)
 	}
 	if err != nil {
-		o.failErr(err)
-		return
+		return failErr(err)
 	}
 	var rep [5]int64
 	setReply(&rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, c.ms)
@@ -178,6 +169,7 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) {
 			*w = KeyWrite{}
 		}
 	}
+	return nil
 }
 
 // concKey checks that a key holds a concurrency limiter's state, or
@@ -185,22 +177,20 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) {
 // 128 bytes scored with whole Unix microseconds from 2015 to 2^53, in a key
 // expiring with its latest lease (leaseExpiry), as every write leaves it:
 // an application's sorted set of timestamps rarely expires exactly there.
-// On anything else it sets the error in o.
-func concKey(st *KeyState, o *Outcome) bool {
-	if !checkKey(st, o, KeyZSet, concState) {
-		return false
+// On anything else it returns the error.
+func concKey(st *KeyState) error {
+	if err := checkKey(st, KeyZSet, concState); err != nil {
+		return err
 	}
 	switch {
 	case st.Kind != KeyZSet:
-		return true
+		return nil
 	case !holderEntry(st.Oldest) || !holderEntry(st.Newest):
-		o.fail(otherData(concState, "its members are not holder ids of 1 to 128 bytes scored with a lease's end"))
+		return fail(otherData(concState, "its members are not holder ids of 1 to 128 bytes scored with a lease's end"))
 	case leaseExpiry(int64(st.Newest.Score)*1000) != st.ExpireMs:
-		o.fail(otherData(concState, "the key does not expire with its latest lease"))
-	default:
-		return true
+		return fail(otherData(concState, "the key does not expire with its latest lease"))
 	}
-	return false
+	return nil
 }
 
 // leaseExpiry is the key's expiry for a latest lease ending at ns: the

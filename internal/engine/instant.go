@@ -21,44 +21,40 @@ const (
 )
 
 // checkKey checks a key whose state is of the given kind (a string, or a
-// sorted set for the sliding log): on a key of another type it sets
-// WRONGTYPE in o and returns false; on one without an expiry, which no
-// limiter writes, the error that it holds other data.
-func checkKey(st *KeyState, o *Outcome, kind KeyKind, state string) bool {
+// sorted set for the sliding log): on a key of another type it returns
+// WRONGTYPE; on one without an expiry, which no limiter writes, the error
+// that it holds other data.
+func checkKey(st *KeyState, kind KeyKind, state string) error {
 	switch {
 	case st.Kind != KeyEmpty && st.Kind != kind:
-		o.Action = ActWrongType
-		return false
+		return errWrongType
 	case st.Kind == kind && st.ExpireMs < 0:
-		o.fail(otherData(state, "it has no expiry, and limiter keys always expire"))
-		return false
+		return fail(otherData(state, "it has no expiry, and limiter keys always expire"))
 	}
-	return true
+	return nil
 }
 
 // loadInstant reads the stored instant (0 when the key is empty).
 // tolerance is how far ahead of now the limiter's state can legitimately
-// be. On a key of another type, or one that holds other data, it sets the
-// error in o and returns false.
-func loadInstant(st *KeyState, o *Outcome, state string, tolerance time.Duration) (int64, bool) {
-	if !checkKey(st, o, KeyString, state) {
-		return 0, false
+// be. On a key of another type, or one that holds other data, it returns
+// the error.
+func loadInstant(st *KeyState, state string, tolerance time.Duration) (int64, error) {
+	if err := checkKey(st, KeyString, state); err != nil {
+		return 0, err
 	}
 	if st.Kind == KeyEmpty {
-		return 0, true
+		return 0, nil
 	}
 	v, ok := parseInstant(st.Value)
 	switch {
 	case !ok:
-		o.fail(otherData(state, "not a decimal integer"))
+		return 0, fail(otherData(state, "not a decimal integer"))
 	case v < minState:
-		o.fail(otherData(state, "an instant before 2015"))
+		return 0, fail(otherData(state, "an instant before 2015"))
 	case strayInstant(st, v, int64(tolerance)):
-		o.fail(otherData(state, "an instant far past the key's own expiry"))
-	default:
-		return v, true
+		return 0, fail(otherData(state, "an instant far past the key's own expiry"))
 	}
-	return 0, false
+	return v, nil
 }
 
 // strayInstant reports an instant no limiter wrote into this key: further
@@ -101,7 +97,7 @@ func parseInstant(s string) (int64, bool) {
 // store the instant with an expiry at it. The shaper's field 5 is the
 // delay before the request proceeds (0: go now, and 0 for a refused
 // request, which does not go at all).
-func runInstant(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
+func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) error {
 	var (
 		g     gcra.Limiter
 		b     bucket.TokenBucket
@@ -122,12 +118,11 @@ func runInstant(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *K
 		tol, state = q.Tolerance(), shaperState
 	}
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
-	at, ok := loadInstant(st, o, state, tol)
-	if !ok {
-		return false
+	at, err := loadInstant(st, state, tol)
+	if err != nil {
+		return err
 	}
 	var v verdict.Verdict
 	var next int64
@@ -148,10 +143,9 @@ func runInstant(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *K
 		v.ResetAfter = d.Delay // field 5
 	}
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
 	setReply(rep, v.Limited, v.Limit, v.Remaining, v.RetryAfter, v.ResetAfter, ms)
 	storeInstant(w, st, next, write)
-	return true
+	return nil
 }

@@ -48,19 +48,17 @@ func (l *limit) cost() *int64 { return &l.v[len(families[l.family].syntax.positi
 
 // run computes the limit on its key, the i-th of the command: the five
 // integers into rep and what to store into w. On a key that is not this
-// limiter's, or arguments the arithmetic cannot take, it sets the error in
-// o and returns false.
-func (l *limit) run(st *KeyState, r Reader, i int, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
+// limiter's, or arguments the arithmetic cannot take, it returns the error.
+func (l *limit) run(st *KeyState, r Reader, i int, ms bool, rep *[5]int64, w *KeyWrite) error {
 	switch l.family {
 	case famGCRA, famTB, famLB:
-		return runInstant(l, st, ms, o, rep, w)
+		return runInstant(l, st, ms, rep, w)
 	case famSW:
-		return runSlidingWindow(l, st, ms, o, rep, w)
+		return runSlidingWindow(l, st, ms, rep, w)
 	case famFW:
-		return runFixedWindow(l, st, ms, o, rep, w)
+		return runFixedWindow(l, st, ms, rep, w)
 	case famSL:
-		return runSlidingLog(l, st, r, i, ms, o, rep, w)
+		return runSlidingLog(l, st, r, i, ms, rep, w)
 	}
-	o.fail("ERR internal error: unknown limiter")
-	return false
+	return fail("ERR internal error: unknown limiter")
 }

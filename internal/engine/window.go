@@ -16,27 +16,24 @@ const (
 )
 
 // The sliding window counter's state: "<window index>:<current>:<previous>".
-func runSlidingWindow(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
+func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) error {
 	sw, err := window.NewSlidingWindow(l.v[0], l.v[1])
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
-	if !checkKey(st, o, KeyString, counterState) {
-		return false
+	if err := checkKey(st, KeyString, counterState); err != nil {
+		return err
 	}
 	var counts window.Counts
 	if st.Kind == KeyString {
 		var ok bool
 		if counts, ok = parseCounts(st.Value); !ok {
-			o.fail(otherData(counterState, "not three decimal integers"))
-			return false
+			return fail(otherData(counterState, "not three decimal integers"))
 		}
 	}
 	d, next, expire, err := sw.HitReserve(counts, st.Now, l.v[2], l.reserve)
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	switch {
@@ -55,7 +52,7 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64
 		w.ValueLen = len(b)
 		w.ExpireMs = ceilMs(expire)
 	}
-	return true
+	return nil
 }
 
 func parseCounts(s string) (window.Counts, bool) {
@@ -71,33 +68,30 @@ func parseCounts(s string) (window.Counts, bool) {
 // end. A count whose expiry is not after the current window's start (a
 // script on a server whose expiry clock lags the module's) is stale; one
 // expiring after the current window's end is the current window's.
-func runFixedWindow(l *limit, st *KeyState, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
+func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) error {
 	f, err := window.NewFixedWindow(l.v[0], l.v[1])
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
-	if !checkKey(st, o, KeyString, fixedState) {
-		return false
+	if err := checkKey(st, KeyString, fixedState); err != nil {
+		return err
 	}
 	var count int64
 	if st.Kind == KeyString {
 		var ok bool
 		if count, ok = parseInstant(st.Value); !ok {
-			o.fail(otherData(fixedState, "not a decimal integer"))
-			return false
+			return fail(otherData(fixedState, "not a decimal integer"))
 		}
 	}
 	d, n, end, err := f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, l.v[2], l.reserve)
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	if d.Write {
 		w.setInt(n, end)
 	}
-	return true
+	return nil
 }
 
 // bytesPerLogEntry is what one sliding-log entry costs the server, rounded
@@ -115,27 +109,24 @@ const maxScoreUs = 1 << 53
 
 // The sliding log's state: a sorted set, one entry per admitted unit,
 // scored with its time in Unix microseconds. It is the i-th key.
-func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, o *Outcome, rep *[5]int64, w *KeyWrite) bool {
+func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, rep *[5]int64, w *KeyWrite) error {
 	sl, err := window.NewSlidingLog(l.v[0], l.v[1])
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
-	if !checkKey(st, o, KeyZSet, logState) {
-		return false
+	if err := checkKey(st, KeyZSet, logState); err != nil {
+		return err
 	}
 	if st.Kind == KeyZSet && (!logEntry(st.Oldest) || !logEntry(st.Newest)) {
-		o.fail(otherData(logState, "its members are not the log's own"))
-		return false
+		return fail(otherData(logState, "its members are not the log's own"))
 	}
 	d, err := sl.HitReserve(r.Log(i), st.Now, l.v[2], l.reserve)
 	if err != nil {
-		o.failErr(err)
-		return false
+		return failErr(err)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	if !d.Write {
-		return true
+		return nil
 	}
 	w.Action = WriteZLog
 	if !d.Limited {
@@ -149,7 +140,7 @@ func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, o *Outcome,
 	w.ZCutoff = FloorDiv(d.Cutoff, 1000)
 	w.ZScore = FloorDiv(st.Now, 1000)
 	w.ExpireMs = ceilMs(d.Expire)
-	return true
+	return nil
 }
 
 // logEntry reports a member the sliding log wrote: "<score>-<n>", the
