@@ -163,8 +163,8 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) 
 	// 100000 each would stall the server for seconds.
 	var entries int64
 	for j := range n {
-		if l := &lims[j]; l.family == famSL && *l.cost() <= l.v[0] {
-			entries += *l.cost() // each cost ≤ spec.MaxLogLimit: no overflow
+		if l := &lims[j]; l.family == famSL && l.sl().cost <= l.sl().limit {
+			entries += l.sl().cost // each cost ≤ spec.MaxLogLimit: no overflow
 		}
 	}
 	if entries > maxLogAdd {

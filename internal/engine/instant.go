@@ -108,13 +108,16 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 	)
 	switch l.family {
 	case famGCRA:
-		g, err = gcra.New(l.v[0], l.v[1], l.v[2])
+		p := l.gcra()
+		g, err = gcra.New(p.maxBurst, p.count, p.period)
 		tol, state = g.Tolerance(), gcraState
 	case famTB:
-		b, err = bucket.NewTokenBucket(l.v[0], l.v[1], l.v[2])
+		p := l.tb()
+		b, err = bucket.NewTokenBucket(p.capacity, p.refillTokens, p.refillPeriod)
 		tol, state = b.Tolerance(), bucketState
 	default:
-		q, err = bucket.NewShaper(l.v[0], l.v[1], l.v[2])
+		p := l.lb()
+		q, err = bucket.NewShaper(p.capacity, p.leakCount, p.leakPeriod)
 		tol, state = q.Tolerance(), shaperState
 	}
 	if err != nil {
@@ -130,15 +133,15 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 	switch l.family {
 	case famGCRA:
 		var d gcra.Decision
-		d, err = g.ThrottleReserve(at, st.Now, l.v[3], l.reserve)
+		d, err = g.ThrottleReserve(at, st.Now, l.gcra().quantity, l.reserve)
 		v, next, write = d.Verdict, d.TAT, d.Write
 	case famTB:
 		var d bucket.Decision
-		d, err = b.TakeReserve(at, st.Now, l.v[3], l.reserve)
+		d, err = b.TakeReserve(at, st.Now, l.tb().tokens, l.reserve)
 		v, next, write = d.Verdict, d.State, d.Write
 	default:
 		var d bucket.Decision
-		d, err = q.Enqueue(at, st.Now, l.v[3])
+		d, err = q.Enqueue(at, st.Now, l.lb().quantity)
 		v, next, write = d.Verdict, d.State, d.Write
 		v.ResetAfter = d.Delay // field 5
 	}

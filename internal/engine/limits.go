@@ -30,17 +30,19 @@ var families = func() (fs [famCount]family) {
 }()
 
 // limit is one limit of a command, parsed: its family, the family's
-// positional arguments and then the cost in v, and the reserve.
+// positional arguments and then the cost in v, in the table's order (read
+// them by name through the family's view: l.gcra().maxBurst, l.sw().cost;
+// params_gen.go), and the reserve.
 type limit struct {
 	family  int
-	v       [4]int64
+	v       [maxWords]int64
 	reserve int64
 }
 
 // limit is what the limiter admits at once from a full state, the bound
 // of RESERVE: max_burst + 1 for GCRA, the capacity or the limit otherwise.
 func (l *limit) limit() int64 {
-	return l.v[0] + families[l.family].plus // max_burst < spec.MaxLimit
+	return l.v[0] + families[l.family].plus // the first argument; max_burst < spec.MaxLimit
 }
 
 // cost is the limit's cost: the argument after the positional ones.

@@ -17,7 +17,8 @@ const (
 
 // The sliding window counter's state: "<window index>:<current>:<previous>".
 func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) error {
-	sw, err := window.NewSlidingWindow(l.v[0], l.v[1])
+	p := l.sw()
+	sw, err := window.NewSlidingWindow(p.limit, p.window)
 	if err != nil {
 		return failErr(err)
 	}
@@ -31,7 +32,7 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 			return fail(otherData(counterState, "not three decimal integers"))
 		}
 	}
-	d, next, expire, err := sw.HitReserve(counts, st.Now, l.v[2], l.reserve)
+	d, next, expire, err := sw.HitReserve(counts, st.Now, p.cost, l.reserve)
 	if err != nil {
 		return failErr(err)
 	}
@@ -69,7 +70,8 @@ func parseCounts(s string) (window.Counts, bool) {
 // script on a server whose expiry clock lags the module's) is stale; one
 // expiring after the current window's end is the current window's.
 func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) error {
-	f, err := window.NewFixedWindow(l.v[0], l.v[1])
+	p := l.fw()
+	f, err := window.NewFixedWindow(p.limit, p.window)
 	if err != nil {
 		return failErr(err)
 	}
@@ -83,7 +85,7 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 			return fail(otherData(fixedState, "not a decimal integer"))
 		}
 	}
-	d, n, end, err := f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, l.v[2], l.reserve)
+	d, n, end, err := f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, p.cost, l.reserve)
 	if err != nil {
 		return failErr(err)
 	}
@@ -110,7 +112,8 @@ const maxScoreUs = 1 << 53
 // The sliding log's state: a sorted set, one entry per admitted unit,
 // scored with its time in Unix microseconds. It is the i-th key.
 func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, rep *[5]int64, w *KeyWrite) error {
-	sl, err := window.NewSlidingLog(l.v[0], l.v[1])
+	p := l.sl()
+	sl, err := window.NewSlidingLog(p.limit, p.window)
 	if err != nil {
 		return failErr(err)
 	}
@@ -120,7 +123,7 @@ func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, rep *[5]int
 	if st.Kind == KeyZSet && (!logEntry(st.Oldest) || !logEntry(st.Newest)) {
 		return fail(otherData(logState, "its members are not the log's own"))
 	}
-	d, err := sl.HitReserve(r.Log(i), st.Now, l.v[2], l.reserve)
+	d, err := sl.HitReserve(r.Log(i), st.Now, p.cost, l.reserve)
 	if err != nil {
 		return failErr(err)
 	}
@@ -130,7 +133,7 @@ func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, rep *[5]int
 	}
 	w.Action = WriteZLog
 	if !d.Limited {
-		w.ZAdd = l.v[2]
+		w.ZAdd = p.cost
 		w.ZGrowth = w.ZAdd
 		if st.ZLen <= compactLog && st.ZLen+w.ZAdd > compactLog { // leaves the compact encoding
 			w.ZGrowth += st.ZLen

@@ -38,9 +38,10 @@ func main() {
 // outputs is every generated file, by its path from the repository's root.
 func outputs(root string) (map[string][]byte, error) {
 	files := map[string][]byte{
-		"module/commands_gen.c": commandsC(),
-		"module/protocol_gen.h": protocolH(),
-		"lua/src/spec.lua":      specLua(),
+		"module/commands_gen.c":         commandsC(),
+		"module/protocol_gen.h":         protocolH(),
+		"lua/src/spec.lua":              specLua(),
+		"internal/engine/params_gen.go": paramsGo(),
 	}
 	scripts, err := luaScripts(filepath.Join(root, "lua", "src"), files["lua/src/spec.lua"])
 	if err != nil {
