@@ -285,10 +285,19 @@ local MAX_KEYS = 16 -- RL.ALL's numkeys
 local MAX_ONE_KEY_ARGS = 16 -- a command of one key's arguments, its name included
 local MAX_LOG_ADD = 100000 -- the sliding-log entries one RL.ALL adds
 local MAX_ID = 128 -- a holder id's bytes
+local CONC_SWEEP = 64 -- the most lapsed holders one concurrency write removes
 
 -- The families RL.ALL's limiters name (LB only to say it is not one).
 local FAMILIES = {'GCRA', 'TB', 'LB', 'SW', 'FW', 'SL'}
 local LIMITERS = 'GCRA, TB, SW, FW and SL'
+
+local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
+local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
+local SHAPER_STATE = 'shaper state (a Unix time in nanoseconds)'
+local COUNTER_STATE = 'sliding window state (index:current:previous)'
+local FIXED_STATE = 'fixed window state (a count)'
+local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
+local CONC_STATE = 'concurrency state (holder ids scored with their lease\'s end in Unix microseconds)'
 
 local GCRA_RATE = 'ERR count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)'
 local GCRA_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter\'s state would lie beyond the year 2262)'
@@ -631,7 +640,6 @@ end
 -- "<score>-<n>", scored with its time in Unix microseconds (see the window
 -- package's SlidingLog and the module's runSlidingLog).
 
-local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
 
 -- read_zset returns what the module reads of a key whose state is a sorted

@@ -36,7 +36,7 @@ var (
 )
 
 // concState names the state in errors.
-const concState = "concurrency state (holder ids scored with their lease's end in Unix microseconds)"
+var concState = spec.Families[spec.CONC].State
 
 // HolderSet reads a sorted set key as a concurrency limiter's leases, in
 // Unix ns; holder finds the caller's lease and the latest other one.

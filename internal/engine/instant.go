@@ -6,6 +6,8 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/bucket"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
 	"github.com/seed-6b3823f5/ratelimit/verdict"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // GCRA, the token bucket and the shaper keep their whole state in one
@@ -14,10 +16,10 @@ import (
 // format redis-cell uses — in a key that expires at that instant.
 
 // The families whose state is an instant, as errors name them.
-const (
-	gcraState   = "GCRA state (a Unix time in nanoseconds)"
-	bucketState = "token bucket state (a Unix time in nanoseconds)"
-	shaperState = "shaper state (a Unix time in nanoseconds)"
+var (
+	gcraState   = spec.Families[spec.GCRA].State
+	bucketState = spec.Families[spec.TB].State
+	shaperState = spec.Families[spec.LB].State
 )
 
 // checkKey checks a key whose state is of the given kind (a string, or a

@@ -6,13 +6,15 @@ import (
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit/window"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // The window families' states, as errors name them.
-const (
-	counterState = "sliding window state (index:current:previous)"
-	fixedState   = "fixed window state (a count)"
-	logState     = "a sliding log (members <score>-<n>, scored in Unix microseconds)"
+var (
+	counterState = spec.Families[spec.SW].State
+	fixedState   = spec.Families[spec.FW].State
+	logState     = spec.Families[spec.SL].State
 )
 
 // The sliding window counter's state: "<window index>:<current>:<previous>".

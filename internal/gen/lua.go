@@ -68,8 +68,16 @@ var luaErrors = []struct {
 	{"WINDOW_OVERFLOW", window.ErrOverflow},
 }
 
+// luaStates name each family's state, in the error a key of other data
+// gets, as the scripts name them.
+var luaStates = [spec.NumFamilies]string{
+	spec.GCRA: "GCRA_STATE", spec.TB: "BUCKET_STATE", spec.LB: "SHAPER_STATE", spec.SW: "COUNTER_STATE",
+	spec.FW: "FIXED_STATE", spec.SL: "LOG_STATE", spec.CONC: "CONC_STATE",
+}
+
 // specLua is lua/src/spec.lua: the bounds, each family's syntax, the
-// families RL.ALL names and the algorithm packages' error texts.
+// families RL.ALL names, what each keeps in its key and the algorithm
+// packages' error texts.
 func specLua() []byte {
 	var b strings.Builder
 	fmt.Fprintf(&b, "-- %s\n", generated)
@@ -80,7 +88,8 @@ func specLua() []byte {
 	fmt.Fprintf(&b, "local MAX_KEYS = %d -- RL.ALL's numkeys\n", spec.MaxKeys)
 	fmt.Fprintf(&b, "local MAX_ONE_KEY_ARGS = %d -- a command of one key's arguments, its name included\n", spec.MaxOneKeyArgs)
 	fmt.Fprintf(&b, "local MAX_LOG_ADD = %d -- the sliding-log entries one RL.ALL adds\n", spec.MaxLogAdd)
-	fmt.Fprintf(&b, "local MAX_ID = %d -- a holder id's bytes\n\n", spec.MaxID)
+	fmt.Fprintf(&b, "local MAX_ID = %d -- a holder id's bytes\n", spec.MaxID)
+	fmt.Fprintf(&b, "local CONC_SWEEP = %d -- the most lapsed holders one concurrency write removes\n\n", engine.ConcSweep)
 
 	var names []string
 	for f, fam := range spec.Families {
@@ -91,6 +100,10 @@ func specLua() []byte {
 	fmt.Fprintf(&b, "-- The families RL.ALL's limiters name (LB only to say it is not one).\nlocal FAMILIES = {%s}\n", strings.Join(names, ", "))
 	fmt.Fprintf(&b, "local LIMITERS = %s\n\n", luaString(spec.Limiters()))
 
+	for f, name := range luaStates {
+		fmt.Fprintf(&b, "local %s = %s\n", name, luaString(spec.Families[f].State))
+	}
+	b.WriteString("\n")
 	for _, e := range luaErrors {
 		fmt.Fprintf(&b, "local %s = %s\n", e.name, luaString("ERR "+e.err.Error()))
 	}

@@ -84,6 +84,9 @@ type Family struct {
 	Reserve   bool
 	LimitPlus int64
 	InAll     bool // RL.ALL and RL.PEEK take it
+	// State names what the family keeps in its key, in the error a key of
+	// other data gets.
+	State string
 }
 
 // The families, indexed by their number.
@@ -113,7 +116,7 @@ func period(name, what string) Arg {
 	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
 }
 
-func windowFamily(name, kind string, limit int64) Family {
+func windowFamily(name, kind string, limit int64, state string) Family {
 	return Family{
 		Name: name, Kind: kind,
 		Args: []Arg{
@@ -124,6 +127,7 @@ func windowFamily(name, kind string, limit int64) Family {
 		Def:     1,
 		Costs:   "0 reports",
 		Reserve: true, InAll: true,
+		State: state,
 	}
 }
 
@@ -140,6 +144,7 @@ var Families = [NumFamilies]Family{
 		Def:     1,
 		Costs:   "0 reports, negative gives back",
 		Reserve: true, LimitPlus: 1, InAll: true,
+		State: "GCRA state (a Unix time in nanoseconds)",
 	},
 	TB: {
 		Name: "TB", Kind: "tb",
@@ -152,6 +157,7 @@ var Families = [NumFamilies]Family{
 		Def:     1,
 		Costs:   "0 reports, negative puts back",
 		Reserve: true, InAll: true,
+		State: "token bucket state (a Unix time in nanoseconds)",
 	},
 	LB: {
 		Name: "LB", Kind: "lb",
@@ -163,10 +169,11 @@ var Families = [NumFamilies]Family{
 		Cost:  Arg{Name: "quantity", Min: 0, Max: maxInt64, Summary: "the cost of this request"},
 		Def:   1,
 		Costs: "0 reports",
+		State: "shaper state (a Unix time in nanoseconds)",
 	},
-	SW: windowFamily("SW", "sw", MaxLimit),
-	FW: windowFamily("FW", "fw", MaxLimit),
-	SL: windowFamily("SL", "sl", MaxLogLimit),
+	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)"),
+	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)"),
+	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)"),
 	CONC: {
 		Name: "CONC", Kind: "conc",
 		Args: []Arg{
@@ -175,6 +182,7 @@ var Families = [NumFamilies]Family{
 			{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder (a request id); acquiring again renews its lease"},
 		},
 		Reserve: true,
+		State:   "concurrency state (holder ids scored with their lease's end in Unix microseconds)",
 	},
 }
 

@@ -3,9 +3,6 @@
 -- after its latest lease (see the conc package and the module's conc.go,
 -- which this follows step for step).
 
-local CONC_STATE = 'concurrency state (holder ids scored with their lease\'s end in Unix microseconds)'
-local CONC_SWEEP = 64
-
 -- lease_expiry is the key's expiry (Unix ms) for a latest lease ending at
 -- ns: the whole second at or after it.
 local function lease_expiry(ns)

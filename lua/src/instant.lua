@@ -1,10 +1,6 @@
 -- GCRA, the token bucket and the shaper: one instant of state each (see
 -- the gcra and bucket packages, which this follows step for step).
 
-local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
-local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
-local SHAPER_STATE = 'shaper state (a Unix time in nanoseconds)'
-
 -- A schedule spaces units interval ns apart and lets the state run up to
 -- tolerance = interval x slots ahead of now. GCRA's interval is
 -- period / count as a double truncated (redis-cell's), the buckets' is

@@ -2,7 +2,6 @@
 -- "<score>-<n>", scored with its time in Unix microseconds (see the window
 -- package's SlidingLog and the module's runSlidingLog).
 
-local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
 
 -- read_zset returns what the module reads of a key whose state is a sorted

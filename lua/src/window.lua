@@ -1,10 +1,6 @@
 -- The sliding window counter and the fixed window: a string state each
 -- (see the window package, which this follows step for step).
 
-
-local COUNTER_STATE = 'sliding window state (index:current:previous)'
-local FIXED_STATE = 'fixed window state (a count)'
-
 -- muldiv is floor(a x b / c) and whether the ceiling fits 64 bits, for
 -- a, b >= 0 and c > 0: the exact product, as the module's 128-bit one.
 local function muldiv_ceil(a, b, c)
