@@ -125,7 +125,7 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 				return twice("MS")
 			}
 			*ms = true
-		case each != nil && equalFold(args[i], "EACH"):
+		case each != nil && spec.EqualFold(args[i], "EACH"):
 			if *each {
 				return twice("EACH")
 			}
@@ -206,23 +206,10 @@ func parseInt(s string) (int64, bool) {
 }
 
 // isOption reports whether s is the MS option, in any case.
-func isOption(s string) bool { return equalFold(s, "MS") }
+func isOption(s string) bool { return spec.EqualFold(s, "MS") }
 
 // isReserve reports whether s is the RESERVE option, in any case.
-func isReserve(s string) bool { return equalFold(s, "RESERVE") }
-
-// equalFold reports whether s is word, a word of ASCII letters, in any case.
-func equalFold(s, word string) bool {
-	if len(s) != len(word) {
-		return false
-	}
-	for i := 0; i < len(s); i++ {
-		if s[i]|0x20 != word[i]|0x20 {
-			return false
-		}
-	}
-	return true
-}
+func isReserve(s string) bool { return spec.EqualFold(s, "RESERVE") }
 
 // quote shows untrusted input in an error: at most 32 bytes between double
 // quotes, printable ASCII as it is (with " and \\ escaped by a backslash),

@@ -14,6 +14,8 @@
 // lua/src, then go generate.
 package spec
 
+import "strconv"
+
 //go:generate go run ../gen
 
 // Bounds, named once.
@@ -105,7 +107,7 @@ const (
 // -1: "gcra" is GCRA.
 func FamilyNamed(s string) int {
 	for f := range NumFamilies {
-		if Families[f].InAll && equalFold(s, Families[f].Name) || f == LB && equalFold(s, "LB") {
+		if Families[f].InAll && EqualFold(s, Families[f].Name) || f == LB && EqualFold(s, "LB") {
 			return f
 		}
 	}
@@ -365,33 +367,11 @@ func Limiters() string {
 	return s
 }
 
-func itoa(v int64) string {
-	if v == minInt64 {
-		return "-9223372036854775808"
-	}
-	neg := v < 0
-	if neg {
-		v = -v
-	}
-	var b [20]byte
-	i := len(b)
-	for {
-		i--
-		b[i] = byte('0' + v%10)
-		v /= 10
-		if v == 0 {
-			break
-		}
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
-}
+func itoa(v int64) string { return strconv.FormatInt(v, 10) }
 
-// equalFold reports whether s is word, a word of ASCII letters, in any case.
-func equalFold(s, word string) bool {
+// EqualFold reports whether s is word, a word of ASCII letters, in any
+// case, as commands and options are matched.
+func EqualFold(s, word string) bool {
 	if len(s) != len(word) {
 		return false
 	}
