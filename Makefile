@@ -107,10 +107,11 @@ build/cref.so: bench/cref/cref.c module/rmapi.h
 soak: build ## ten million calls per server, RSS and the Go runtime's share sampled (not part of make test)
 	cd integration && SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' . | grep -E 'soak_test|^(---|ok|FAIL)'
 
-generate: ## write the files made from the command table (internal/spec): module/*_gen.*, lua/src/spec.lua, lua/*.lua (unit tests check they match)
+generate: ## write the files made from the command table (internal/spec): module/*_gen.*, internal/engine/params_gen.go, lua/ratelimit.lua (unit tests check they match)
 	$(GO) generate ./internal/spec
 
-lua: generate ## write lua/*.lua from lua/src (same as make generate)
+lua: ## write each command's EVAL script to build/lua/<command>.lua, for other languages (lua/ratelimit.lua is the FUNCTION library)
+	$(GO) run ./internal/gen -scripts build/lua
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@for p in $$($(GO) list ./...); do \

@@ -46,13 +46,21 @@ func stopClock(t *testing.T, dir string, start int64) func(ns int64) {
 	return set
 }
 
-// engines calls a command through the module or through its script.
+// engines calls a command through the module, its script or its function.
 type engines struct {
 	shas map[string]string // command, lower case -> SHA1
 }
 
+// loadScripts loads every script and the FUNCTION library into c's server.
 func loadScripts(t *testing.T, c *redis.Client) engines {
 	t.Helper()
+	lib, version := lua.Library()
+	if name, err := c.FunctionLoadReplace(ctx, lib).Result(); err != nil || name != lua.LibraryName {
+		t.Fatalf("FUNCTION LOAD: %q %v", name, err)
+	}
+	if v, err := c.FCallRO(ctx, lua.VersionFunction, nil).Text(); err != nil || v != version {
+		t.Fatalf("FCALL_RO %s: %q %v, want %q", lua.VersionFunction, v, err, version)
+	}
 	e := engines{shas: map[string]string{}}
 	for _, name := range lua.Commands() {
 		s, _ := lua.Get(name)
@@ -91,6 +99,19 @@ func (e engines) script(c *redis.Client, cmd string, keys, args []string) string
 		return replyText(c.EvalShaRO(ctx, sha, keys, anys(args)...).Result())
 	}
 	return replyText(c.EvalSha(ctx, sha, keys, anys(args)...).Result())
+}
+
+// function calls the command's function with FCALL, or FCALL_RO for a
+// peek.
+func (e engines) function(c *redis.Client, cmd string, keys, args []string) string {
+	s, ok := lua.Get(cmd)
+	if !ok {
+		return "no function for " + cmd
+	}
+	if s.ReadOnly {
+		return replyText(c.FCallRO(ctx, s.Function, keys, anys(args)...).Result())
+	}
+	return replyText(c.FCall(ctx, s.Function, keys, anys(args)...).Result())
 }
 
 func anys(args []string) []any {
@@ -375,12 +396,13 @@ type sequence struct {
 }
 
 // differential runs random sequences through the module on database 0, the
-// scripts on database 1, and a random engine per call on database 2 (so
-// that key names, which errors quote, are the same), at instants the test
-// sets, and fails at the first reply or stored state that differs.
+// scripts on database 1, the library's functions on database 2, and a
+// random engine per call on database 3 (so that key names, which errors
+// quote, are the same), at instants the test sets, and fails at the first
+// reply or stored state (value, members, PEXPIRETIME) that differs.
 func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence) {
-	st := startStopped(t, f, 4) // database 3 probes arguments
-	e, dbs, probe, setClock := st.e, st.dbs[:3], st.dbs[3], st.setClock
+	st := startStopped(t, f, 5) // database 4 probes arguments
+	e, dbs, probe, setClock := st.e, st.dbs[:4], st.dbs[4], st.setClock
 	now := luaStart.UnixNano()
 	// Redis 7.0's module clock is in ms: instants there are whole ms.
 	res := int64(time.Microsecond)
@@ -412,19 +434,16 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 			cmd, keys, args := sq.next(r)
 			viaM := e.module(dbs[0], cmd, keys, args)
 			viaS := e.script(dbs[1], cmd, keys, args)
-			via := e.script
-			if r.IntN(2) == 0 {
-				via = e.module
-			}
-			viaX := via(dbs[2], cmd, keys, args)
+			viaF := e.function(dbs[2], cmd, keys, args)
+			viaX := []func(*redis.Client, string, []string, []string) string{e.module, e.script, e.function}[r.IntN(3)](dbs[3], cmd, keys, args)
 			what := fmt.Sprintf("seed %d, sequence %d step %d at %d: %s %s %s", seed, n, step, now, cmd, strings.Join(keys, " "), strings.Join(args, " "))
-			if viaS != viaM || viaX != viaM {
-				t.Fatalf("%s\nmodule  %s\nscript  %s\neither  %s", what, viaM, viaS, viaX)
+			if viaS != viaM || viaF != viaM || viaX != viaM {
+				t.Fatalf("%s\nmodule    %s\nscript    %s\nfunction  %s\nany       %s", what, viaM, viaS, viaF, viaX)
 			}
 			for _, k := range sq.keys {
-				stM, stS, stX := state(dbs[0], k), state(dbs[1], k), state(dbs[2], k)
-				if stS != stM || stX != stM {
-					t.Fatalf("%s: reply %s\n%s after the module  %s\nafter the script  %s\nafter either  %s", what, viaM, k, stM, stS, stX)
+				stM, stS, stF, stX := state(dbs[0], k), state(dbs[1], k), state(dbs[2], k), state(dbs[3], k)
+				if stS != stM || stF != stM || stX != stM {
+					t.Fatalf("%s: reply %s\n%s after the module  %s\nafter the script  %s\nafter the function  %s\nafter any  %s", what, viaM, k, stM, stS, stF, stX)
 				}
 			}
 			calls++
@@ -593,7 +612,8 @@ func TestLuaMatchesModuleConc(t *testing.T) {
 }
 
 // Every kind of foreign data against every command of one key, once each:
-// the same error (or the same continuation) from both engines.
+// the same error (or the same continuation) from the module, the script
+// and the function.
 func TestLuaForeignValues(t *testing.T) {
 	calls := [][]string{
 		{"gcra.throttle", "5", "1", "60", "1"}, {"tb.take", "5", "1", "60", "1"}, {"lb.enqueue", "5", "1", "60", "1"},
@@ -601,7 +621,7 @@ func TestLuaForeignValues(t *testing.T) {
 		{"conc.acquire", "5", "60", "r1"}, {"conc.release", "r1"}, {"gcra.peek", "5", "1", "60", "0"},
 	}
 	eachFlavor(t, func(t *testing.T, f flavor) {
-		st := startStopped(t, f, 2)
+		st := startStopped(t, f, 3)
 		e, dbs, now := st.e, st.dbs, luaStart
 		for v, put := range foreignValues {
 			for _, call := range calls {
@@ -613,11 +633,13 @@ func TestLuaForeignValues(t *testing.T) {
 				}
 				m := e.module(dbs[0], call[0], []string{key}, call[1:])
 				sc := e.script(dbs[1], call[0], []string{key}, call[1:])
-				if m != sc {
-					t.Fatalf("foreign value %d, %v: module %s, script %s", v, call, m, sc)
+				fn := e.function(dbs[2], call[0], []string{key}, call[1:])
+				if m != sc || m != fn {
+					t.Fatalf("foreign value %d, %v: module %s, script %s, function %s", v, call, m, sc, fn)
 				}
-				if sm, ss := state(dbs[0], key), state(dbs[1], key); sm != ss {
-					t.Fatalf("foreign value %d, %v: state after the module %s, after the script %s", v, call, sm, ss)
+				sm, ss, sf := state(dbs[0], key), state(dbs[1], key), state(dbs[2], key)
+				if sm != ss || sm != sf {
+					t.Fatalf("foreign value %d, %v: state after the module %s, after the script %s, after the function %s", v, call, sm, ss, sf)
 				}
 			}
 		}
@@ -628,7 +650,7 @@ func TestLuaForeignValues(t *testing.T) {
 // removes the same 64 (the sweep bound), and the next the other 36.
 func TestLuaConcSweep(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
-		st := startStopped(t, f, 2)
+		st := startStopped(t, f, 3)
 		e, dbs, now := st.e, st.dbs, luaStart
 		for _, c := range dbs {
 			if err := foreignValues[len(foreignValues)-1](c, "{c}", now); err != nil {
@@ -639,22 +661,24 @@ func TestLuaConcSweep(t *testing.T) {
 		for i, id := range []string{"new1", "new2"} {
 			args := []string{"5", "10", id}
 			m, sc := e.module(dbs[0], "conc.acquire", []string{"{c}"}, args), e.script(dbs[1], "conc.acquire", []string{"{c}"}, args)
-			if m != sc {
-				t.Fatalf("acquire %d: module %s, script %s", i, m, sc)
+			fn := e.function(dbs[2], "conc.acquire", []string{"{c}"}, args)
+			if m != sc || m != fn {
+				t.Fatalf("acquire %d: module %s, script %s, function %s", i, m, sc, fn)
 			}
 			n := dbs[0].ZCard(ctx, "{c}").Val()
 			if want := []int64{100 - 64 + 1, 2}[i]; n != want {
 				t.Fatalf("after acquire %d the module's key holds %d, want %d", i, n, want)
 			}
-			if sm, ss := state(dbs[0], "{c}"), state(dbs[1], "{c}"); sm != ss {
-				t.Fatalf("after acquire %d:\nmodule %s\nscript %s", i, sm, ss)
+			if sm, ss, sf := state(dbs[0], "{c}"), state(dbs[1], "{c}"), state(dbs[2], "{c}"); sm != ss || sm != sf {
+				t.Fatalf("after acquire %d:\nmodule %s\nscript %s\nfunction %s", i, sm, ss, sf)
 			}
 		}
 	})
 }
 
-// The scripts run on a server that has no module, and reply there what the
-// module replies on another server at the same stopped instant.
+// The scripts and the functions run on a server that has no module, and
+// reply there what the module replies on another server at the same
+// stopped instant.
 func TestLuaWithoutModule(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
 		dir := t.TempDir()
@@ -681,6 +705,13 @@ func TestLuaWithoutModule(t *testing.T) {
 				}
 				if gs, ms := state(plain.rdb, keys[0]), state(withModule.rdb, keys[0]); gs != ms {
 					t.Fatalf("step %d, %s: state %s, module's %s", i, cmd, gs, ms)
+				}
+				fkeys := []string{"{f}:" + cmd}
+				if got, want := e.function(plain.rdb, cmd, fkeys, args), e.module(withModule.rdb, cmd, fkeys, args); got != want {
+					t.Fatalf("step %d, %s: function without the module %s, module %s", i, cmd, got, want)
+				}
+				if gs, ms := state(plain.rdb, fkeys[0]), state(withModule.rdb, fkeys[0]); gs != ms {
+					t.Fatalf("step %d, %s: state after the function %s, module's %s", i, cmd, gs, ms)
 				}
 			}
 		}

@@ -15,6 +15,16 @@
 // Peek scripts are flagged no-writes, so they run with EVALSHA_RO and on
 // replicas.
 //
+// On Redis 7 and later (and Valkey), every command is also a function of
+// one FUNCTION library, Library, loaded once per primary and called by the
+// same name with FCALL (FCALL_RO for a peek):
+//
+//	FCALL gcra_throttle 1 user:42 15 30 60 1 MS
+//
+// The library defines its helpers once per load, where a script builds
+// them on every call. lua/ratelimit.lua is the library as a file, for other
+// languages; `make lua` writes each script to build/lua.
+//
 // Lua numbers are doubles, exact only below 2^53, while the module
 // computes on 64-bit nanoseconds: the scripts keep instants as seconds and
 // nanoseconds and compute on exact integers of any size (a number while it
@@ -25,14 +35,13 @@ package lua
 
 import (
 	"crypto/sha1"
-	"embed"
 	"encoding/hex"
 	"sort"
 	"strings"
-)
+	"sync"
 
-//go:embed *.lua
-var files embed.FS
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
+)
 
 // Script is one command's script.
 type Script struct {
@@ -43,36 +52,42 @@ type Script struct {
 	Source string
 	// SHA1 is the hex digest EVALSHA names it by.
 	SHA1 string
-	// ReadOnly reports a peek: flagged no-writes, for EVALSHA_RO.
+	// ReadOnly reports a peek: flagged no-writes, for EVALSHA_RO and
+	// FCALL_RO.
 	ReadOnly bool
+	// Function is its function in the library: "gcra_throttle".
+	Function string
 }
 
-var scripts = map[string]Script{}
+type assembled struct {
+	scripts          map[string]Script
+	library, version string
+}
 
-func init() {
-	entries, err := files.ReadDir(".")
-	if err != nil {
-		panic(err)
+// built assembles the scripts and the library once, when first asked.
+var built = sync.OnceValue(func() *assembled {
+	a := &assembled{scripts: map[string]Script{}}
+	for i := range spec.Commands {
+		c := &spec.Commands[i]
+		src := script(c)
+		sum := sha1.Sum([]byte(src))
+		a.scripts[c.Name] = Script{Command: c.Name, Source: src, SHA1: hex.EncodeToString(sum[:]), ReadOnly: c.Peek, Function: c.File()}
 	}
-	for _, e := range entries {
-		b, err := files.ReadFile(e.Name())
-		if err != nil {
-			panic(err)
-		}
-		name := strings.ToUpper(strings.Replace(strings.TrimSuffix(e.Name(), ".lua"), "_", ".", 1))
-		sum := sha1.Sum(b)
-		scripts[name] = Script{
-			Command:  name,
-			Source:   string(b),
-			SHA1:     hex.EncodeToString(sum[:]),
-			ReadOnly: strings.HasPrefix(string(b), "#!lua flags=no-writes"),
-		}
-	}
+	a.library, a.version = library()
+	return a
+})
+
+// Library returns the FUNCTION library holding every command as a
+// function named like its script (gcra_throttle), for FUNCTION LOAD, and
+// its version, which the library's ratelimit_version function returns.
+func Library() (source, version string) {
+	a := built()
+	return a.library, a.version
 }
 
 // Get returns the script of a command, named in any case ("gcra.throttle").
 func Get(command string) (Script, bool) {
-	s, ok := scripts[strings.ToUpper(command)]
+	s, ok := built().scripts[strings.ToUpper(command)]
 	return s, ok
 }
 
@@ -88,6 +103,7 @@ func Must(command string) Script {
 
 // Commands lists the commands that have a script, sorted.
 func Commands() []string {
+	scripts := built().scripts
 	names := make([]string, 0, len(scripts))
 	for n := range scripts {
 		names = append(names, n)

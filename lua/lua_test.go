@@ -1,6 +1,8 @@
 package lua
 
 import (
+	"regexp"
+	"strings"
 	"testing"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
@@ -31,5 +33,46 @@ func TestGet(t *testing.T) {
 	}
 	if _, ok := Get("nope"); ok {
 		t.Fatal("Get(nope) found a script")
+	}
+}
+
+// Each command's recipe runs its family's part with its own name.
+func TestRecipes(t *testing.T) {
+	for name, want := range map[string]string{
+		"CL.THROTTLE":  `instant_command("gcra", "cl.throttle", false, KEYS, ARGV)`,
+		"SL.PEEK":      `log_command("sl", "sl.peek", true, KEYS, ARGV)`,
+		"RL.ALL":       `all_command("all", "rl.all", false, KEYS, ARGV)`,
+		"CONC.RELEASE": `conc_command("release", "conc.release", false, KEYS, ARGV)`,
+	} {
+		s, ok := Get(name)
+		if !ok || !strings.HasSuffix(s.Source, "\nreturn "+want+"\n") {
+			t.Errorf("%s does not end by returning %s", name, want)
+		}
+	}
+}
+
+// The library registers one function per command, flagged no-writes
+// exactly for the peeks, and the version function returning its version.
+func TestLibrary(t *testing.T) {
+	src, version := Library()
+	if !strings.HasPrefix(src, "#!lua name="+LibraryName+"\n") || len(version) != 16 {
+		t.Fatalf("library starts %q, version %q", src[:40], version)
+	}
+	for _, c := range spec.Commands {
+		reg := regexp.MustCompile(`(?m)^redis\.register_function\{function_name = '` + c.File() + `', .*\}$`).FindString(src)
+		if reg == "" {
+			t.Errorf("no function %s", c.File())
+			continue
+		}
+		if got := strings.Contains(reg, "flags = {'no-writes'}"); got != c.Peek {
+			t.Errorf("%s: no-writes %v, peek %v", c.File(), got, c.Peek)
+		}
+	}
+	if !strings.Contains(src, "function_name = '"+VersionFunction+"', callback = function() return '"+version+"' end") {
+		t.Errorf("the version function does not return %s", version)
+	}
+	// The version is a digest of the rest: another library, another version.
+	if s2, v2 := Library(); s2 != src || v2 != version {
+		t.Error("two builds of the library differ")
 	}
 }

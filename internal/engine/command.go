@@ -28,7 +28,7 @@ const (
 )
 
 // MaxArgs is RL_MAX_ARGS: the most arguments, command name included.
-const MaxArgs = 128
+const MaxArgs = spec.MaxArgs
 
 // MaxKeys is RL_MAX_KEYS: the most keys one command names.
 const MaxKeys = spec.MaxKeys

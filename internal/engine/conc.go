@@ -23,12 +23,9 @@ import (
 // maxID is the longest holder id, in bytes.
 const maxID = spec.MaxID
 
-// ConcSweep is RL_CONC_SWEEP: the most lapsed holders one write removes.
-// Each acquire adds at most one holder, so a call removing up to 64 clears
-// any backlog (a crash of every worker at once) 63 times faster than it
-// can grow, while the work it adds to one call stays bounded; see the
-// README for the measured cost.
-const ConcSweep = 64
+// ConcSweep is RL_CONC_SWEEP (spec.ConcSweep): the most lapsed holders one
+// write removes.
+const ConcSweep = spec.ConcSweep
 
 var (
 	concLimitArg = argOf(spec.Families[spec.CONC].Args[0])

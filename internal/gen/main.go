@@ -1,28 +1,38 @@
 // Command gen writes the files made from the command table (internal/spec):
-// the module's C registration and protocol header, the Lua engine's syntax
-// and texts, and the assembled Lua scripts. Run it with
-// `go generate ./internal/spec` (or `make generate`); its tests fail when a
-// file on disk is not what it writes.
+// the module's C registration and protocol header, the engine's typed
+// parameters, and the Lua engine's FUNCTION library (lua/ratelimit.lua).
+// Run it with `go generate ./internal/spec` (or `make generate`); its tests
+// fail when a file on disk is not what it writes.
+//
+// With -scripts DIR it also writes each command's EVAL script to DIR
+// (`make lua`: build/lua), for other languages.
 package main
 
 import (
 	"bytes"
+	"flag"
 	"fmt"
 	"log"
 	"os"
 	"path/filepath"
 	"sort"
+
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 func main() {
+	scripts := flag.String("scripts", "", "also write each command's EVAL script to this directory")
+	flag.Parse()
 	root, err := repoRoot()
 	if err != nil {
 		log.Fatal(err)
 	}
-	files, err := outputs(root)
-	if err != nil {
-		log.Fatal(err)
+	if *scripts != "" {
+		if err := writeScripts(*scripts); err != nil {
+			log.Fatal(err)
+		}
 	}
+	files := outputs()
 	for _, name := range sortedNames(files) {
 		path := filepath.Join(root, filepath.FromSlash(name))
 		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, files[name]) {
@@ -36,21 +46,30 @@ func main() {
 }
 
 // outputs is every generated file, by its path from the repository's root.
-func outputs(root string) (map[string][]byte, error) {
-	files := map[string][]byte{
+func outputs() map[string][]byte {
+	library, _ := lua.Library()
+	return map[string][]byte{
 		"module/commands_gen.c":         commandsC(),
 		"module/protocol_gen.h":         protocolH(),
-		"lua/src/spec.lua":              specLua(),
 		"internal/engine/params_gen.go": paramsGo(),
+		"lua/ratelimit.lua":             []byte(library),
 	}
-	scripts, err := luaScripts(filepath.Join(root, "lua", "src"), files["lua/src/spec.lua"])
-	if err != nil {
-		return nil, err
+}
+
+// writeScripts writes every command's EVAL script into dir, as
+// <command>.lua (gcra_throttle.lua).
+func writeScripts(dir string) error {
+	if err := os.MkdirAll(dir, 0o755); err != nil {
+		return err
 	}
-	for name, b := range scripts {
-		files["lua/"+name] = b
+	for _, name := range lua.Commands() {
+		s := lua.Must(name)
+		if err := os.WriteFile(filepath.Join(dir, s.Function+".lua"), []byte(s.Source), 0o644); err != nil {
+			return err
+		}
 	}
-	return files, nil
+	fmt.Println("wrote", len(lua.Commands()), "scripts to", dir)
+	return nil
 }
 
 func sortedNames(files map[string][]byte) []string {

@@ -2,11 +2,12 @@
 // argument the module registers, the Lua engine implements and the client
 // calls, with its bounds, declared once.
 //
-// The engine parses by it; `go generate ./internal/spec` writes from it the
+// The engine parses by it, and package lua writes the Lua engine's syntax,
+// bounds and texts from it; `go generate ./internal/spec` writes from it the
 // C registration (module/commands_gen.c: argument arrays, key specs, rows,
-// handlers), the protocol's enums and sizes (module/protocol_gen.h), the Lua
-// engine's syntax, bounds and error texts (lua/src/spec.lua) and the
-// assembled scripts (lua/*.lua). internal/gen's tests fail when a generated
+// handlers), the protocol's enums and sizes (module/protocol_gen.h), the
+// engine's typed parameters (internal/engine/params_gen.go) and the FUNCTION
+// library (lua/ratelimit.lua). internal/gen's tests fail when a generated
 // file is not what the table makes.
 //
 // Adding a family: a Family here and its commands in Commands, its
@@ -39,8 +40,16 @@ const (
 	// MaxKeys is the most keys, and limiters, one RL.ALL names.
 	MaxKeys = 16
 	// MaxOneKeyArgs is the most arguments a command of one key takes,
-	// command name included (options may repeat).
+	// command name included (options may repeat), MaxArgs the most any
+	// command takes (RL.ALL of 16 keys of 5-word limiters, MS and RESERVE n
+	// is 103).
 	MaxOneKeyArgs = 16
+	MaxArgs       = 128
+	// ConcSweep is the most lapsed holders one concurrency write removes.
+	// Each acquire adds at most one holder, so a call removing up to 64
+	// clears any backlog (a crash of every worker at once) 63 times faster
+	// than it can grow, while the work it adds to one call stays bounded.
+	ConcSweep = 64
 
 	minInt64 = -1 << 63
 	maxInt64 = 1<<63 - 1

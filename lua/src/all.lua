@@ -19,20 +19,20 @@ end
 
 -- parse_all reads the limiters after the keys, and the options: the
 -- limits ({family, v}), ms, each, or an error, in the module's order.
-local function parse_all(name)
-  local n = #KEYS
-  if 2 + n + #ARGV > MAX_ARGS then return nil, nil, nil, arity(name) end
+local function parse_all(name, keys, args)
+  local n = #keys
+  if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
   if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to ' .. MAX_KEYS) end
   for a = 1, n do
     for b = a + 1, n do
-      if KEYS[a] == KEYS[b] then
-        return nil, nil, nil, fail('ERR key ' .. quote(KEYS[a]) .. ' is named twice: each limiter needs a key of its own')
+      if keys[a] == keys[b] then
+        return nil, nil, nil, fail('ERR key ' .. quote(keys[a]) .. ' is named twice: each limiter needs a key of its own')
       end
     end
   end
   local lims, i = {}, 1
   for j = 1, n do
-    local w = ARGV[i]
+    local w = args[i]
     if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') then
       return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but ' .. (j - 1) .. ' limiters follow the keys')
     end
@@ -44,28 +44,28 @@ local function parse_all(name)
     end
     local syn = syntax(f)
     local words = #syn.positional + 1
-    if i + words > #ARGV then
+    if i + words > #args then
       return nil, nil, nil, fail('ERR limiter ' .. j .. ' (' .. string.upper(f) .. ') takes ' .. words .. ' arguments: ' .. arg_names(syn))
     end
     local prefix = 'limiter ' .. j .. ' (' .. string.upper(f) .. '): '
     local v = {}
     for k, a in ipairs(syn.positional) do
-      v[k] = parse_arg(a, ARGV[i + k])
+      v[k] = parse_arg(a, args[i + k])
       if v[k] == nil then return nil, nil, nil, range_error(a, prefix) end
     end
-    v[words] = parse_arg(syn.optional, ARGV[i + words])
+    v[words] = parse_arg(syn.optional, args[i + words])
     if v[words] == nil then return nil, nil, nil, range_error(syn.optional, prefix) end
     lims[j] = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}
     i = i + 1 + words
   end
-  if i <= #ARGV and family_named(ARGV[i]) then
+  if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but more limiters follow')
   end
-  local ms, reserve_at, each, err = parse_options(ARGV, i, true, 'MS, RESERVE n and EACH', true)
+  local ms, reserve_at, each, err = parse_options(args, i, true, 'MS, RESERVE n and EACH', true)
   if err then return nil, nil, nil, err end
   if reserve_at > 0 then
     for _, l in ipairs(lims) do
-      l.reserve, err = parse_reserve(ARGV[reserve_at], l.syn.limit(l.v), l.prefix)
+      l.reserve, err = parse_reserve(args[reserve_at], l.syn.limit(l.v), l.prefix)
       if err then return nil, nil, nil, err end
     end
   end
@@ -109,13 +109,13 @@ local function later_retry(a, b)
   return a == -1 or a > b
 end
 
-local function all_command(_, name, peek)
-  local lims, ms, each, err = parse_all(name)
+local function all_command(_, name, peek, keys, args)
+  local lims, ms, each, err = parse_all(name, keys, args)
   if err then return err end
   local now = clock()
   local reps, writes = {}, {}
   for j, l in ipairs(lims) do
-    reps[j], writes[j], err = run_limit(j, l, KEYS[j], l.v, l.reserve, now, ms)
+    reps[j], writes[j], err = run_limit(j, l, keys[j], l.v, l.reserve, now, ms)
     if err then return err end
   end
   local deciding = nil
@@ -130,7 +130,7 @@ local function all_command(_, name, peek)
         local v = {}
         for k = 1, #l.v do v[k] = l.v[k] end
         v[#v] = 0
-        reps[j], writes[j], err = run_limit(j, l, KEYS[j], v, 0, now, ms)
+        reps[j], writes[j], err = run_limit(j, l, keys[j], v, 0, now, ms)
         if err then return err end
       end
     end

@@ -76,7 +76,7 @@ local function parse_options(args, i, allowed, names, each)
   return ms, reserve_at, each_seen
 end
 
--- parse_one reads a command of one key: args are ARGV (after the key).
+-- parse_one reads a command of one key: args are its arguments after the key.
 -- It returns the values (positional, then the cost), ms and the reserve,
 -- or an error reply.
 local function parse_one(syn, args, name)

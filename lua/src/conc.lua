@@ -13,33 +13,33 @@ end
 
 -- parse_conc reads CONC.ACQUIRE (op 'acquire'), CONC.PEEK or CONC.RELEASE:
 -- {limit, lease, id, reserve, ms} or an error.
-local function parse_conc(op, name)
-  local first = ({acquire = 4, peek = 2, release = 2})[op] -- the first option in ARGV
-  local nargs = 2 + #ARGV
+local function parse_conc(op, name, args)
+  local first = ({acquire = 4, peek = 2, release = 2})[op] -- the first option in args
+  local nargs = 2 + #args
   if nargs < first + 1 or nargs > MAX_ONE_KEY_ARGS or (op == 'release' and nargs ~= 3) then return nil, arity(name) end
   local c = {reserve = 0, ms = false}
   local syn = syntax('conc')
   local limit_arg = syn.positional[1]
   if op ~= 'release' then
-    c.limit = parse_arg(limit_arg, ARGV[1])
+    c.limit = parse_arg(limit_arg, args[1])
     if c.limit == nil then return nil, range_error(limit_arg, '') end
   end
   if op == 'acquire' then
     local lease_arg = syn.positional[2]
-    c.lease = parse_arg(lease_arg, ARGV[2])
+    c.lease = parse_arg(lease_arg, args[2])
     if c.lease == nil then return nil, range_error(lease_arg, '') end
-    c.id = ARGV[3]
+    c.id = args[3]
   elseif op == 'release' then
-    c.id = ARGV[1]
+    c.id = args[1]
   end
   if c.id and (#c.id < 1 or #c.id > MAX_ID) then
     return nil, fail('ERR id must be 1 to ' .. MAX_ID .. ' bytes (a request id), not ' .. #c.id)
   end
-  local ms, reserve_at, _, err = parse_options(ARGV, first, syn.reserve, syn.options, false)
+  local ms, reserve_at, _, err = parse_options(args, first, syn.reserve, syn.options, false)
   if err then return nil, err end
   c.ms = ms
   if reserve_at > 0 then
-    c.reserve, err = parse_reserve(ARGV[reserve_at], c.limit, '')
+    c.reserve, err = parse_reserve(args[reserve_at], c.limit, '')
     if err then return nil, err end
   end
   return c
@@ -122,10 +122,10 @@ local function sweep(key, id, now_us, remove)
   return redis.call('ZREM', key, unpack(gone))
 end
 
-local function conc_command(op, name, peek)
-  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local key = KEYS[1]
-  local c, err = parse_conc(op, name)
+local function conc_command(op, name, peek, keys, args)
+  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local key = keys[1]
+  local c, err = parse_conc(op, name, args)
   if err then return err end
   local now = clock()
   local k

@@ -96,13 +96,13 @@ local function instant_limit(kind, key, v, reserve, now, ms)
 end
 
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
-local function instant_command(kind, name, peek)
-  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(syntax(kind), ARGV, name)
+local function instant_command(kind, name, peek, keys, args)
+  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   local now = clock()
   local reply, w
-  reply, w, err = instant_limit(kind, KEYS[1], v, reserve, now, ms)
+  reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then store_instant(w.key, w.existed, now, w.at, w.write) end
   return reply

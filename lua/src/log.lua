@@ -142,13 +142,13 @@ local function store_log(w)
 end
 
 -- log_command is SL.HIT and SL.PEEK.
-local function log_command(kind, name, peek)
-  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(syntax(kind), ARGV, name)
+local function log_command(kind, name, peek, keys, args)
+  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   local now = clock()
   local reply, w
-  reply, w, err = log_limit(KEYS[1], v, reserve, now, ms)
+  reply, w, err = log_limit(keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek and w.log then store_log(w) end
   return reply

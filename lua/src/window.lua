@@ -162,13 +162,13 @@ local function store(w)
 end
 
 -- window_command is SW.HIT, FW.HIT and their peeks.
-local function window_command(kind, name, peek)
-  if #KEYS ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local v, ms, reserve, err = parse_one(syntax(kind), ARGV, name)
+local function window_command(kind, name, peek, keys, args)
+  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   local now = clock()
   local reply, w
-  reply, w, err = window_limit(kind, KEYS[1], v, reserve, now, ms)
+  reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then store(w) end
   return reply
