@@ -91,7 +91,7 @@ type sent struct {
 	cmd    *onceCmd
 	n      *node
 	ask    doer
-	script bool
+	engine Engine // what runs it
 }
 
 // Exec sends every call and reads every answer into its Call. It returns
@@ -116,19 +116,25 @@ func (b *Batch) Exec(ctx context.Context) error {
 			continue
 		}
 		it := sent{call: call, n: n, ask: ask}
-		if e == Scripts {
+		if e, call.err = c.readyLua(ctx, e, n, ask); call.err != nil {
+			continue
+		}
+		it.engine = e
+		if e == Module {
+			it.cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, call.args...)}
+			it.cmd.SetFirstKeyPos(call.keyPos)
+		} else {
 			i, ok := scriptIndex[commandName(call.args)]
 			if !ok {
 				call.err = fmt.Errorf("%w: no script for %v", ErrNoModule, call.args[0])
 				continue
 			}
-			if call.err = n.load(ctx, c, ask, i); call.err != nil {
-				continue
+			if e == Scripts {
+				if call.err = n.load(ctx, c, ask, i); call.err != nil {
+					continue
+				}
 			}
-			it.cmd, it.script = scriptCmd(ctx, call.args, i), true
-		} else {
-			it.cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, call.args...)}
-			it.cmd.SetFirstKeyPos(call.keyPos)
+			it.cmd = luaCmd(ctx, call.args, i, e == Functions)
 		}
 		pipe.Process(ctx, it.cmd)
 		items = append(items, it)
@@ -145,14 +151,17 @@ func (b *Batch) Exec(ctx context.Context) error {
 	for _, it := range items {
 		cmd, err := it.cmd, it.cmd.Err()
 		switch {
-		case err != nil && it.script && noScript(err): // the server lost its scripts: load, send again
+		case err != nil && it.engine == Scripts && noScript(err): // the server lost its scripts: load, send again
 			it.n.loads[scriptIndex[commandName(it.call.args)]].done.Store(false)
 			cmd, err = c.script(ctx, it.call.args, it.n, it.ask)
-		case err != nil && !it.script && c.engine == Auto && unknownCommand(err): // a server without the module
+		case err != nil && it.engine == Functions && functionNotFound(err): // the server lost the library
+			it.n.lib.done.Store(false)
+			cmd, err = c.function(ctx, it.call.args, it.n, it.ask)
+		case err != nil && it.engine == Module && c.engine == Auto && unknownCommand(err): // a server without the module
 			if it.n != nil {
-				it.n.engine.Store(int32(Scripts))
+				it.n.engine.Store(int32(Functions))
 			}
-			cmd, err = c.script(ctx, it.call.args, it.n, it.ask)
+			cmd, err = c.function(ctx, it.call.args, it.n, it.ask)
 		}
 		it.call.read(cmd, wrap(err))
 	}

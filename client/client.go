@@ -22,13 +22,15 @@
 // # Engines
 //
 // A server without the module (a managed Redis or Valkey service) runs the
-// same commands as Lua scripts (package lua), with the module's replies,
-// errors and stored state: New asks each server once whether it has the
-// module (COMMAND INFO, per node in a Cluster or Ring) and uses the scripts
-// where it does not, so a key moves between engines without a change. On
-// Redis 7.0 the module reads the clock in whole milliseconds and the
-// scripts in microseconds: a key one engine wrote may look up to 1 ms
-// further along to the other. NewEngine forces either engine.
+// same commands in Lua (package lua), with the module's replies, errors and
+// stored state: New asks each server once whether it has the module
+// (COMMAND INFO, per node in a Cluster or Ring) and, where it does not,
+// loads the FUNCTION library there (Redis 7 and later, Valkey) and calls it
+// with FCALL, or, where the server refuses FUNCTION, runs the same commands
+// as EVAL scripts. A key moves between engines without a change. On Redis
+// 7.0 the module reads the clock in whole milliseconds and Lua's TIME in
+// microseconds: a key one engine wrote may look up to 1 ms further along to
+// the other. NewEngine forces an engine; Engines reports each server's.
 //
 // # Deadlines
 //
@@ -47,10 +49,10 @@
 // timeout. A caller whose context has already ended costs Redis nothing:
 // the call returns its context's error without sending anything.
 //
-// Engine probes and script loads are done once per server whatever the
-// number of calls that need them at once (a herd of first requests costs
-// one COMMAND INFO and one SCRIPT LOAD); each call waits for them within
-// its own context.
+// Engine probes, library loads and script loads are done once per server
+// whatever the number of calls that need them at once (a herd of first
+// requests costs one COMMAND INFO and one FUNCTION LOAD, or one SCRIPT
+// LOAD); each call waits for them within its own context.
 //
 // # Errors
 //
@@ -306,13 +308,13 @@ type Client struct {
 }
 
 // New returns a client over rdb that runs the module's commands where a
-// server has the module and the Lua scripts elsewhere (Auto). rdb's retry
+// server has the module and the Lua engine elsewhere (Auto). rdb's retry
 // settings do not apply to limiter calls (see Retries); every call ends
 // when its context does (see Deadlines).
 func New(rdb redis.UniversalClient) *Client { return NewEngine(rdb, Auto) }
 
 // NewEngine returns a client over rdb that runs the limiter commands with
-// engine: Auto (as New), Module or Scripts.
+// engine: Auto (as New), Module, Functions or Scripts.
 func NewEngine(rdb redis.UniversalClient, engine Engine) *Client {
 	return &Client{rdb: rdb, engine: engine, deadlines: honoursDeadlines(rdb), single: newNode()}
 }

@@ -35,6 +35,14 @@ type fakeServer struct {
 	// command wait for it to close.
 	probes int
 	hold   chan struct{}
+	// functions: the server takes FUNCTION (else it answers FCALL,
+	// FCALL_RO and FUNCTION as unknown); lib is the library version it
+	// holds ("": none, so FCALL answers that the function is not found).
+	// The library's version checks and loads are counted, not recorded in
+	// args.
+	functions          bool
+	lib                string
+	versionAsks, loads int
 }
 
 // replyError is an error reply, as go-redis returns one.
@@ -76,7 +84,16 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			cmd.(interface{ SetVal(any) }).SetVal(info)
 			return nil
 		}
-		f.args = append(f.args, cmd.Args())
+		lower := strings.ToLower(first)
+		library := lower == "function" || (lower == "fcall_ro" && cmd.Args()[1] == lua.VersionFunction)
+		if !library {
+			f.args = append(f.args, cmd.Args())
+		}
+		if lower == "fcall" || lower == "fcall_ro" || lower == "function" {
+			if err := f.function(cmd); err != nil || library {
+				return err
+			}
+		}
 		if f.unknown && strings.Contains(first, ".") {
 			err := replyError("ERR unknown command '" + first + "', with args beginning with: ")
 			cmd.SetErr(err)
@@ -105,6 +122,36 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 		cmd.(interface{ SetVal(any) }).SetVal(f.reply)
 		return nil
 	}
+}
+
+// function answers FUNCTION LOAD and the version function as a server
+// with (or without) FUNCTION does, and fails an FCALL of a library it does
+// not hold. Called with f.mu held.
+func (f *fakeServer) function(cmd redis.Cmder) error {
+	first, _ := cmd.Args()[0].(string)
+	fail := func(msg string) error {
+		err := replyError(msg)
+		cmd.SetErr(err)
+		return err
+	}
+	switch {
+	case !f.functions:
+		return fail("ERR unknown command '" + first + "', with args beginning with: ")
+	case strings.EqualFold(first, "function"):
+		f.loads++
+		f.lib = libVersion
+		cmd.(interface{ SetVal(any) }).SetVal(lua.LibraryName)
+		return nil
+	case f.lib == "":
+		if cmd.Args()[1] == lua.VersionFunction {
+			f.versionAsks++
+		}
+		return fail("ERR Function not found")
+	case cmd.Args()[1] == lua.VersionFunction:
+		f.versionAsks++
+		cmd.(interface{ SetVal(any) }).SetVal(f.lib)
+	}
+	return nil
 }
 
 // ProcessPipelineHook answers a pipeline's commands one by one, as
@@ -577,5 +624,126 @@ func TestBatch(t *testing.T) {
 		if held, err := rel.Released(); !held || err != nil {
 			t.Fatalf("release: %v %v", held, err)
 		}
+	}
+}
+
+// A server without the module that takes FUNCTION: the client asks once,
+// loads the library once (only when the server holds another version),
+// then calls FCALL (FCALL_RO for a peek); a server that lost the library
+// (FUNCTION FLUSH, a new primary) gets it loaded again and the call sent
+// again.
+func TestFunctionsEngine(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	f.noModule, f.functions, f.lib = true, true, "an older version"
+	for range 2 {
+		if r, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || r.Remaining != 9 {
+			t.Fatalf("take: %+v %v", r, err)
+		}
+	}
+	call := []any{"fcall", "gcra_throttle", int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"}
+	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, call}); got != want {
+		t.Fatalf("sent %v, want %v", got, want)
+	}
+	if f.probes != 1 || f.versionAsks != 1 || f.loads != 1 || f.lib != libVersion {
+		t.Fatalf("%d probes, %d version checks, %d loads (library %q); want 1, 1, 1", f.probes, f.versionAsks, f.loads, f.lib)
+	}
+	if e := c.Engines(); e["127.0.0.1:1"] != Functions {
+		t.Fatalf("Engines() = %v", e)
+	}
+	f.args, f.lib = nil, "" // flushed
+	if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, call}); got != want || f.loads != 2 {
+		t.Fatalf("after a flush, sent %v and loaded %d times", got, f.loads)
+	}
+	f.args = nil
+	if _, err := c.Peek(ctx, "k", GCRA(9, 10, time.Minute), 0); err != nil {
+		t.Fatal(err)
+	}
+	if _, err := c.All(ctx, []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}); err != nil {
+		t.Fatal(err)
+	}
+	if got := fmt.Sprint(f.args[0][:3], f.args[1][:5]); got != "[fcall_ro gcra_peek 1] [fcall rl_all 2 {u}:a {u}:b]" {
+		t.Fatalf("a peek and RL.ALL sent %s", got)
+	}
+
+	// A server that already holds this version is not loaded again.
+	c2, f2 := newFake(0, 10, 9, -1, 6000)
+	f2.noModule, f2.functions, f2.lib = true, true, libVersion
+	if _, err := c2.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || f2.loads != 0 || f2.versionAsks != 1 {
+		t.Fatalf("%d loads, %d version checks (%v)", f2.loads, f2.versionAsks, err)
+	}
+
+	// Forced: the library on a server that has the module, with no probe.
+	c3, f3 := newFake(0, 10, 9, -1, 6000)
+	f3.functions = true
+	c3.engine = Functions
+	if _, err := c3.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || f3.probes != 0 || f3.args[0][0] != "fcall" {
+		t.Fatalf("Functions sent %v, %d probes (%v)", f3.args, f3.probes, err)
+	}
+	// Forced on a server without FUNCTION: its error, not the scripts.
+	c4, _ := newFake(0, 10, 9, -1, 6000)
+	c4.engine = Functions
+	if _, err := c4.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err == nil || !strings.Contains(err.Error(), "unknown command") {
+		t.Fatalf("Functions without FUNCTION: %v", err)
+	}
+}
+
+// A herd of first calls on a server without the module that takes
+// FUNCTION costs one probe and one library load.
+func TestFirstCallsHerdFunctions(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	f.noModule, f.functions = true, true
+	f.hold = make(chan struct{})
+	var wg sync.WaitGroup
+	errs := make(chan error, 60)
+	for range 60 {
+		wg.Go(func() {
+			_, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
+			errs <- err
+		})
+	}
+	time.Sleep(50 * time.Millisecond) // let every call reach the probe
+	f.mu.Lock()
+	close(f.hold)
+	f.hold = nil
+	f.mu.Unlock()
+	wg.Wait()
+	close(errs)
+	for err := range errs {
+		if err != nil {
+			t.Fatal(err)
+		}
+	}
+	if f.probes != 1 || f.loads != 1 || f.versionAsks != 1 || len(f.args) != 60 {
+		t.Fatalf("%d probes, %d loads, %d version checks, %d commands for 60 calls; want 1, 1, 1, 60", f.probes, f.loads, f.versionAsks, len(f.args))
+	}
+}
+
+// A batch on a server without the module that takes FUNCTION: one FCALL
+// per call in one pipeline.
+func TestBatchFunctions(t *testing.T) {
+	c, f := newFake(0, 10, 9, -1, 6000)
+	f.noModule, f.functions = true, true
+	b := c.Batch()
+	take := b.Take("k1", PerMinute(10), 1)
+	peek := b.Peek("k2", FixedWindow(5, time.Minute), 0)
+	if err := b.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []*Call{take, peek} {
+		if r, err := call.Result(); err != nil || r.Remaining != 9 {
+			t.Fatalf("%+v %v", r, err)
+		}
+	}
+	if got := fmt.Sprint(f.args[0][:2], f.args[1][:2]); got != "[fcall gcra_throttle] [fcall_ro fw_peek]" {
+		t.Fatalf("sent %s", got)
+	}
+	f.lib, f.args = "", nil // flushed: loaded again, the call sent again
+	b = c.Batch()
+	take = b.Take("k1", PerMinute(10), 1)
+	if err := b.Exec(ctx); err != nil || f.loads != 2 || len(f.args) != 2 {
+		t.Fatalf("after a flush: %v, %d loads, sent %v", err, f.loads, f.args)
 	}
 }

@@ -26,6 +26,11 @@ const (
 	// module command answered "unknown command" (a failover to a server
 	// without it) is sent again as its script at once: a command the
 	// server does not know never ran, so nothing is counted twice.
+	//
+	// On a server without the module the Lua engine runs as the FUNCTION
+	// library (Functions) where the server takes it (Redis 7 and later,
+	// Valkey), and as EVAL scripts (Scripts) where it refuses FUNCTION
+	// (Redis 6, an ACL, a service that forbids it).
 	Auto Engine = iota
 	// Module always runs the module's commands: a server without the
 	// module answers with an error wrapping ErrNoModule.
@@ -33,6 +38,13 @@ const (
 	// Scripts always runs the Lua scripts, loading each on a server once
 	// (SCRIPT LOAD) and calling it by its SHA1 from then on.
 	Scripts
+	// Functions always runs the FUNCTION library (lua.Library): loaded on
+	// a server once (FUNCTION LOAD, with REPLACE only when the server holds
+	// another version), then called with FCALL (FCALL_RO for a peek). A
+	// server that lost it (FUNCTION FLUSH, a new primary that never had it)
+	// gets it loaded again and the call sent again: a function not found
+	// ran nothing.
+	Functions
 )
 
 func (e Engine) String() string {
@@ -43,6 +55,8 @@ func (e Engine) String() string {
 		return "module"
 	case Scripts:
 		return "scripts"
+	case Functions:
+		return "functions"
 	}
 	return fmt.Sprintf("Engine(%d)", int(e))
 }
@@ -73,11 +87,15 @@ var scriptList, scriptIndex = func() ([]lua.Script, map[string]int) {
 
 // node is what the client knows of one server.
 type node struct {
-	engine atomic.Int32 // 0 not known yet, else Module or Scripts
+	engine atomic.Int32 // 0 not known yet, else Module, Scripts or Functions
 	asked  atomic.Int64 // when, in Unix ns
-	probe  flight       // the COMMAND INFO in flight
+	probe  flight       // the COMMAND INFO (and library load) in flight
 	loads  []flight     // per script: the SCRIPT LOAD in flight, or done
+	lib    flight       // the library's load in flight, or done
 }
+
+// The library, and its version, as the client loads it.
+var libSource, libVersion = lua.Library()
 
 func newNode() *node { return &node{loads: make([]flight, len(scriptList))} }
 
@@ -139,7 +157,7 @@ func (c *Client) engineFor(ctx context.Context, key string) (Engine, *node, doer
 	switch {
 	case e == Module:
 		return e, n, ask, nil
-	case e == Scripts:
+	case e == Scripts || e == Functions:
 		if asked := n.asked.Load(); time.Since(time.Unix(0, asked)) >= recheck &&
 			n.asked.CompareAndSwap(asked, time.Now().UnixNano()) { // one call a minute asks again, in the background
 			go n.probe.wait(context.WithoutCancel(ctx), func(ctx context.Context) error { return n.detect(ctx, c, ask) })
@@ -152,7 +170,8 @@ func (c *Client) engineFor(ctx context.Context, key string) (Engine, *node, doer
 	return Engine(n.engine.Load()), n, ask, nil
 }
 
-// detect asks the server whether it has the module.
+// detect asks the server whether it has the module and, where it has not,
+// readies the Lua engine it takes: the library, else the scripts.
 func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
 	cmd := redis.NewCmd(ctx, "COMMAND", "INFO", algos[algoGCRA].take)
 	err := c.bound(ctx, ask, cmd)
@@ -168,12 +187,58 @@ func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
 	default:
 		e = Module
 		if info, _ := cmd.Slice(); len(info) != 1 || info[0] == nil {
-			e = Scripts
+			var err error
+			if e, err = n.luaEngine(ctx, c, ask); err != nil {
+				return err
+			}
 		}
 	}
 	n.asked.Store(time.Now().UnixNano())
 	n.engine.Store(int32(e))
 	return nil
+}
+
+// luaEngine readies the library on a server without the module: Functions
+// when the server takes it, Scripts when it refuses FUNCTION, or the error
+// of a server that did not answer.
+func (n *node) luaEngine(ctx context.Context, c *Client, ask doer) (Engine, error) {
+	err := n.library(ctx, c, ask)
+	var refused redis.Error
+	switch {
+	case err == nil:
+		return Functions, nil
+	case errors.As(err, &refused):
+		return Scripts, nil
+	}
+	return 0, err
+}
+
+// library loads the FUNCTION library on the server, once for every call
+// waiting: nothing when its ratelimit_version answers this library's
+// version, FUNCTION LOAD REPLACE otherwise. The server's error reply (no
+// FUNCTION, an ACL) comes back as it is.
+func (n *node) library(ctx context.Context, c *Client, ask doer) error {
+	if n.lib.done.Load() {
+		return nil
+	}
+	return n.lib.wait(ctx, func(ctx context.Context) error {
+		v := redis.NewCmd(ctx, "fcall_ro", lua.VersionFunction, 0)
+		err := c.bound(ctx, ask, v)
+		if got, _ := v.Text(); err == nil && got == libVersion {
+			return nil
+		}
+		if err != nil && !functionNotFound(err) {
+			return err
+		}
+		load := redis.NewCmd(ctx, "FUNCTION", "LOAD", "REPLACE", libSource)
+		if err := c.bound(ctx, ask, load); err != nil {
+			return err
+		}
+		if name, _ := load.Text(); name != lua.LibraryName {
+			return fmt.Errorf("ratelimit: FUNCTION LOAD answered %q, want %s", name, lua.LibraryName)
+		}
+		return nil
+	})
 }
 
 // load loads script i on the server, once for every call waiting.
@@ -263,7 +328,7 @@ func (c *Client) script(ctx context.Context, args []any, n *node, ask doer) (*on
 		if err := n.load(ctx, c, ask, i); err != nil {
 			return nil, err
 		}
-		cmd := scriptCmd(ctx, args, i)
+		cmd := luaCmd(ctx, args, i, false)
 		err := c.bound(ctx, c.rdb, cmd)
 		if err == nil || attempt > 0 || !noScript(err) {
 			return cmd, err
@@ -278,17 +343,21 @@ func commandName(args []any) string {
 	return name
 }
 
-// scriptCmd is the command that runs args (a command's name, then its
-// arguments as the module takes them) as script i: EVALSHA sha numkeys
-// key... arg... (EVALSHA_RO for a peek).
-func scriptCmd(ctx context.Context, args []any, i int) *onceCmd {
+// luaCmd is the command that runs args (a command's name, then its
+// arguments as the module takes them) as script i, EVALSHA sha numkeys
+// key... arg... (EVALSHA_RO for a peek), or as its function, FCALL name
+// numkeys key... arg... (FCALL_RO).
+func luaCmd(ctx context.Context, args []any, i int, function bool) *onceCmd {
 	s := scriptList[i]
 	sargs := make([]any, 0, len(args)+3)
-	verb := "evalsha"
-	if s.ReadOnly {
-		verb = "evalsha_ro"
+	verb, name := "evalsha", s.SHA1
+	if function {
+		verb, name = "fcall", s.Function
 	}
-	sargs = append(sargs, verb, s.SHA1)
+	if s.ReadOnly {
+		verb += "_ro"
+	}
+	sargs = append(sargs, verb, name)
 	if s.Command != cmdAll && s.Command != cmdPeekAll { // RL.ALL and RL.PEEK give numkeys themselves
 		sargs = append(sargs, 1)
 	}
@@ -299,6 +368,56 @@ func scriptCmd(ctx context.Context, args []any, i int) *onceCmd {
 }
 
 func noScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
+
+// function runs the command in args as its function of the library: FCALL
+// (FCALL_RO for a peek), loading the library first where the server does
+// not have it yet, and again, once, if the server answers that the
+// function is not found (the library was flushed, or a failover brought a
+// server that never had it). A server that refuses FUNCTION from then on
+// runs the scripts.
+func (c *Client) function(ctx context.Context, args []any, n *node, ask doer) (*onceCmd, error) {
+	i, ok := scriptIndex[commandName(args)]
+	if !ok {
+		return nil, fmt.Errorf("%w: no function for %v", ErrNoModule, args[0])
+	}
+	for attempt := 0; ; attempt++ {
+		e, err := c.readyLua(ctx, Functions, n, ask)
+		switch {
+		case err != nil:
+			return nil, err
+		case e == Scripts:
+			return c.script(ctx, args, n, ask)
+		}
+		cmd := luaCmd(ctx, args, i, true)
+		err = c.bound(ctx, c.rdb, cmd)
+		if err == nil || attempt > 0 || !functionNotFound(err) {
+			return cmd, err
+		}
+		n.lib.done.Store(false) // it ran nothing: load the library and send it again
+	}
+}
+
+// readyLua is the engine a call on a server whose engine is e runs now:
+// with Functions, the library loaded first (a server that refuses FUNCTION
+// runs the scripts from then on, under Auto).
+func (c *Client) readyLua(ctx context.Context, e Engine, n *node, ask doer) (Engine, error) {
+	if e != Functions {
+		return e, nil
+	}
+	err := n.library(ctx, c, ask)
+	var refused redis.Error
+	if err != nil && c.engine == Auto && errors.As(err, &refused) {
+		n.engine.Store(int32(Scripts))
+		return Scripts, nil
+	}
+	return e, err
+}
+
+// functionNotFound reports the server's answer to a function it does not
+// hold.
+func functionNotFound(err error) bool {
+	return strings.Contains(strings.ToLower(err.Error()), "function not found")
+}
 
 // process sends a limiter command once, through the engine its key's
 // server uses, and returns the command holding the reply.
@@ -311,18 +430,23 @@ func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd
 	if err != nil {
 		return nil, err
 	}
-	if e == Scripts {
+	switch e {
+	case Scripts:
 		return c.script(ctx, args, n, ask)
+	case Functions:
+		return c.function(ctx, args, n, ask)
 	}
 	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
 	cmd.SetFirstKeyPos(keyPos)
 	err = c.bound(ctx, c.rdb, cmd)
 	if err != nil && c.engine == Auto && unknownCommand(err) {
+		// A server without the module after all (a failover): its Lua
+		// engine, from now on.
 		if n != nil {
 			n.asked.Store(time.Now().UnixNano())
-			n.engine.Store(int32(Scripts))
+			n.engine.Store(int32(Functions))
 		}
-		return c.script(ctx, args, n, ask)
+		return c.function(ctx, args, n, ask)
 	}
 	return cmd, wrap(err)
 }

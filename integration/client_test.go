@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -309,13 +310,53 @@ func TestClientEngines(t *testing.T) {
 			}
 		}
 
-		exercise(client.New(plain.rdb), "auto:")
-		if n := calls(plain, "eval") + calls(plain, "evalsha") + calls(plain, "evalsha_ro"); n < 8 {
-			t.Fatalf("the server without the module ran %d scripts", n)
+		// Without the module: the FUNCTION library, loaded once.
+		auto := client.New(plain.rdb)
+		exercise(auto, "auto:")
+		if n := calls(plain, "fcall") + calls(plain, "fcall_ro"); n < 9 {
+			t.Fatalf("the server without the module ran %d functions", n)
 		}
+		if n := calls(plain, "eval") + calls(plain, "evalsha") + calls(plain, "evalsha_ro"); n != 0 {
+			t.Fatalf("the server without the module ran %d scripts, not functions", n)
+		}
+		if e := auto.Engines()[plain.addr()]; e != client.Functions {
+			t.Fatalf("Engines: %v", auto.Engines())
+		}
+		libs := fmt.Sprint(plain.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.LibraryName).Val())
+		if !strings.Contains(libs, "gcra_throttle") || calls(plain, "function|load") != 1 {
+			t.Fatalf("the library after the calls: %d loads, %.200s", calls(plain, "function|load"), libs)
+		}
+		// Flushed (or a new primary): loaded again, the call sent again.
+		if err := plain.rdb.FunctionFlush(ctx).Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := auto.Take(ctx, "auto:flushed", gcra, 1); err != nil || r.Limited {
+			t.Fatalf("a take after FUNCTION FLUSH: %+v %v", r, err)
+		}
+		if calls(plain, "function|load") != 2 {
+			t.Fatalf("%d library loads after a flush, want 2", calls(plain, "function|load"))
+		}
+		// The same library on another client: not loaded again.
+		exercise(client.New(plain.rdb), "auto2:")
+		if calls(plain, "function|load") != 2 {
+			t.Fatalf("a second client loaded the library again: %d loads", calls(plain, "function|load"))
+		}
+
+		// The scripts, forced, and where FUNCTION is refused (an ACL).
+		exercise(client.NewEngine(plain.rdb, client.Scripts), "scripts:")
 		sha := plain.rdb.ScriptExists(ctx, lua.Must("GCRA.THROTTLE").SHA1).Val()
 		if len(sha) != 1 || !sha[0] {
 			t.Fatal("the client did not load GCRA.THROTTLE's script")
+		}
+		if err := plain.rdb.Do(ctx, "ACL", "SETUSER", "nofunc", "on", ">pw", "~*", "+@all", "-function", "-fcall", "-fcall_ro").Err(); err != nil {
+			t.Fatal(err)
+		}
+		nofunc := redis.NewClient(&redis.Options{Addr: plain.addr(), Username: "nofunc", Password: "pw", Protocol: 2})
+		defer nofunc.Close()
+		refused := client.New(nofunc)
+		exercise(refused, "acl:")
+		if e := refused.Engines()[plain.addr()]; e != client.Scripts {
+			t.Fatalf("with FUNCTION refused, Engines: %v", refused.Engines())
 		}
 
 		exercise(client.New(mod.rdb), "auto:")
@@ -345,22 +386,25 @@ func TestClientEngines(t *testing.T) {
 		ring := redis.NewRing(&redis.RingOptions{Addrs: map[string]string{"m": mod.addr(), "p": plain.addr()}, Protocol: 2})
 		defer ring.Close()
 		c := client.New(ring)
-		beforeM, beforeP := calls(mod, "gcra.throttle"), calls(plain, "evalsha")
+		beforeM, beforeP := calls(mod, "gcra.throttle"), calls(plain, "fcall")
 		for i := range 40 {
 			if _, err := c.Take(ctx, fmt.Sprintf("ring:%d", i), gcra, 1); err != nil {
 				t.Fatalf("ring take %d: %v", i, err)
 			}
 		}
-		gotM, gotP := calls(mod, "gcra.throttle")-beforeM, calls(plain, "evalsha")-beforeP
+		gotM, gotP := calls(mod, "gcra.throttle")-beforeM, calls(plain, "fcall")-beforeP
 		if gotM == 0 || gotP == 0 || gotM+gotP != 40 {
-			t.Fatalf("over the Ring: %d GCRA.THROTTLE on the module's shard, %d scripts on the other", gotM, gotP)
+			t.Fatalf("over the Ring: %d GCRA.THROTTLE on the module's shard, %d functions on the other", gotM, gotP)
+		}
+		if e := c.Engines(); e[mod.addr()] != client.Module || e[plain.addr()] != client.Functions {
+			t.Fatalf("over the Ring, Engines: %v", e)
 		}
 	})
 }
 
 // A batch is one round trip deciding each call on its own, as the calls
-// one by one would: on a server with the module, and on one without (each
-// script loaded once, then called by its SHA1).
+// one by one would: on a server with the module, and on one without (the
+// library loaded once, then each call an FCALL).
 func TestClientBatch(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
 		bare := startFor(t, f, opts{})

@@ -210,14 +210,32 @@ func TestHTTPHangUpFlood(t *testing.T) {
 
 // 60 concurrent first requests, released together against a fresh
 // limiter, with a limit of 10 and FailOpen: at most 10 pass, on a server
-// with the module and on one without it (the Lua scripts), and the server
-// is asked once whether it has the module and loads the script once.
+// with the module, on one without it (the FUNCTION library), and for a
+// user refused FUNCTION (the scripts), and the server is asked once
+// whether it has the module and loads the library, or the script, once.
 func TestHTTPFirstRequestHerd(t *testing.T) {
 	bare := startFor(t, flavors[1], opts{})
-	for _, s := range []*server{shared[1], bare} {
-		t.Run(map[bool]string{true: "module", false: "scripts"}[s != bare], func(t *testing.T) {
+	if err := bare.rdb.Do(ctx, "ACL", "SETUSER", "nofunc", "on", ">pw", "~*", "+@all", "-function", "-fcall", "-fcall_ro").Err(); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range []struct {
+		name                  string
+		s                     *server
+		user                  string
+		functions, scriptLoad int64
+	}{
+		{"module", shared[1], "", 0, 0},
+		{"functions", bare, "", 1, 0},
+		{"scripts", bare, "nofunc", 0, 1},
+	} {
+		s := c.s
+		t.Run(c.name, func(t *testing.T) {
 			before := commandCalls(t, s.rdb)
 			rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2, ContextTimeoutEnabled: true, PoolSize: 64})
+			if c.user != "" {
+				rdb = redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2, ContextTimeoutEnabled: true, PoolSize: 64,
+					Username: c.user, Password: "pw"})
+			}
 			defer rdb.Close()
 			lim, err := httplimit.New(rdb, httplimit.Options{Prefix: key(t, ""), OnError: httplimit.FailOpen, Timeout: 250 * time.Millisecond},
 				httplimit.Policy{Name: "api", Limit: client.FixedWindow(10, time.Hour), Key: httplimit.Global()})
@@ -253,12 +271,13 @@ func TestHTTPFirstRequestHerd(t *testing.T) {
 			wg.Wait()
 			after := commandCalls(t, s.rdb)
 			probes, loads := after["command|info"]-before["command|info"], after["script|load"]-before["script|load"]
-			t.Logf("60 first requests: %d admitted, %d refused; %d COMMAND INFO, %d SCRIPT LOAD", ok.Load(), refused.Load(), probes, loads)
+			libs := after["function|load"] - before["function|load"]
+			t.Logf("60 first requests: %d admitted, %d refused; %d COMMAND INFO, %d FUNCTION LOAD, %d SCRIPT LOAD", ok.Load(), refused.Load(), probes, libs, loads)
 			if ok.Load() != 10 || refused.Load() != 50 || probes != 1 {
 				t.Fatalf("60 first requests against 10: %d admitted, %d refused, %d probes", ok.Load(), refused.Load(), probes)
 			}
-			if wantLoads := map[bool]int64{true: 0, false: 1}[s != bare]; loads != wantLoads {
-				t.Fatalf("%d SCRIPT LOADs, want %d", loads, wantLoads)
+			if libs != c.functions || loads != c.scriptLoad {
+				t.Fatalf("%d FUNCTION LOADs and %d SCRIPT LOADs, want %d and %d", libs, loads, c.functions, c.scriptLoad)
 			}
 		})
 	}
