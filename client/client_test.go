@@ -746,4 +746,7 @@ func TestBatchFunctions(t *testing.T) {
 	if err := b.Exec(ctx); err != nil || f.loads != 2 || len(f.args) != 2 {
 		t.Fatalf("after a flush: %v, %d loads, sent %v", err, f.loads, f.args)
 	}
+	if r, err := take.Result(); err != nil || r.Remaining != 9 {
+		t.Fatalf("after a flush: %+v %v", r, err)
+	}
 }
