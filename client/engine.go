@@ -118,7 +118,25 @@ type flightCall struct {
 // ctx. The work gets its own context of prepareTimeout, with ctx's values
 // but not its deadline or cancellation.
 func (f *flight) wait(ctx context.Context, work func(context.Context) error) error {
+	return f.run(ctx, work, false)
+}
+
+// once is wait for work that stays done once it succeeded (until done is
+// reset): a call that finds it done, even as it was finishing, runs
+// nothing.
+func (f *flight) once(ctx context.Context, work func(context.Context) error) error {
+	if f.done.Load() {
+		return nil
+	}
+	return f.run(ctx, work, true)
+}
+
+func (f *flight) run(ctx context.Context, work func(context.Context) error, once bool) error {
 	f.mu.Lock()
+	if once && f.done.Load() { // it finished between the caller's look and now
+		f.mu.Unlock()
+		return nil
+	}
 	call := f.cur
 	if call == nil {
 		call = &flightCall{finished: make(chan struct{})}
@@ -218,10 +236,7 @@ func (n *node) luaEngine(ctx context.Context, c *Client, ask doer) (Engine, erro
 // version, FUNCTION LOAD REPLACE otherwise. The server's error reply (no
 // FUNCTION, an ACL) comes back as it is.
 func (n *node) library(ctx context.Context, c *Client, ask doer) error {
-	if n.lib.done.Load() {
-		return nil
-	}
-	return n.lib.wait(ctx, func(ctx context.Context) error {
+	return n.lib.once(ctx, func(ctx context.Context) error {
 		v := redis.NewCmd(ctx, "fcall_ro", lua.VersionFunction, 0)
 		err := c.bound(ctx, ask, v)
 		if got, _ := v.Text(); err == nil && got == libVersion {
@@ -243,11 +258,7 @@ func (n *node) library(ctx context.Context, c *Client, ask doer) error {
 
 // load loads script i on the server, once for every call waiting.
 func (n *node) load(ctx context.Context, c *Client, ask doer, i int) error {
-	f := &n.loads[i]
-	if f.done.Load() {
-		return nil
-	}
-	return f.wait(ctx, func(ctx context.Context) error {
+	return n.loads[i].once(ctx, func(ctx context.Context) error {
 		s := scriptList[i]
 		cmd := redis.NewCmd(ctx, "SCRIPT", "LOAD", s.Source)
 		if err := c.bound(ctx, ask, cmd); err != nil {
