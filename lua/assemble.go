@@ -164,7 +164,54 @@ local function syntax(kind)
 		b.WriteString("    }\n")
 	}
 	b.WriteString("  end\nend\n")
+	fastArgs(&b)
 	return b.String()
+}
+
+// luaBound is a bound for the fast parser, which reads plain digits only
+// (at most 15: below 2^53): the 64-bit bounds are beyond any of them.
+func luaBound(v int64) string {
+	switch {
+	case v == math.MaxInt64:
+		return "math.huge"
+	case v == math.MinInt64:
+		return "-math.huge"
+	}
+	return luaInt(v)
+}
+
+// fastArgs writes fast_args: each family's arguments read as the full
+// parser reads them, for the common call only: plain digits, an optional
+// plain cost, an optional MS. Anything else (a sign, RESERVE, an option
+// given twice, a bad value) gives nil, and the full parser reads the call
+// and makes its error.
+func fastArgs(b *strings.Builder) {
+	b.WriteString(`
+-- fast_args reads a command of one key's arguments after the key as
+-- parse_one would, for the common call only (plain digits, an optional
+-- plain cost, an optional MS): the words and ms, or nil for any other call,
+-- which parse_one reads.
+local function fast_args(kind, args)
+  local n, v = #args, {}
+`)
+	kw := "if"
+	for _, f := range spec.Families {
+		if f.Cost.Name == "" {
+			continue // the concurrency limiter parses its own
+		}
+		np := len(f.Args)
+		fmt.Fprintf(b, "  %s kind == %s then\n", kw, luaString(f.Kind))
+		kw = "elseif"
+		fmt.Fprintf(b, "    if n < %d or n > %d then return nil end\n", np, np+2)
+		for i, a := range f.Args {
+			fmt.Fprintf(b, "    local a%d = fast_number(args[%d])\n", i+1, i+1)
+			fmt.Fprintf(b, "    if not a%d or a%d < %s or a%d > %s then return nil end\n", i+1, i+1, luaBound(a.Min), i+1, luaBound(a.Max))
+			fmt.Fprintf(b, "    v[%d] = a%d\n", i+1, i+1)
+		}
+		fmt.Fprintf(b, "    v[%d] = %d\n", np+1, f.Def)
+		fmt.Fprintf(b, "    return fast_tail(args, %d, v, %s, %s)\n", np+1, luaBound(f.Cost.Min), luaBound(f.Cost.Max))
+	}
+	b.WriteString("  end\nend\n")
 }
 
 // A recipe is how one command runs: the parts it needs (after the common
@@ -176,7 +223,7 @@ type recipe struct {
 }
 
 // The parts every command needs, in order.
-var common = []string{"int.lua", "spec.lua", "common.lua"}
+var common = []string{"int.lua", "fast.lua", "spec.lua", "common.lua"}
 
 // libraryParts are every part, in an order that gives each what it uses.
 var libraryParts = append(common[:len(common):len(common)],

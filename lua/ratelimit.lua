@@ -284,6 +284,39 @@ local function float(a)
   return tonumber(fmt(a))
 end
 
+-- The fast parser's parts: most calls are plain digits and an optional MS,
+-- which these read without building a syntax; every other call goes to the
+-- full parser (parse_one), which reads it the same way and makes its errors.
+
+-- fast_number reads s when it is plain digits, at most 15 of them (below
+-- 2^53, so exact, and within 64 bits), as parse would; nil otherwise.
+local function fast_number(s)
+  if #s > 15 or not string.find(s, '^%d+$') then return nil end
+  return tonumber(s)
+end
+
+-- fast_tail reads what follows the positional words at args[i]: an optional
+-- plain cost within [cmin, cmax] into v[i], then an optional MS. It gives
+-- v and ms, or nil for anything else (RESERVE, a sign, an option twice).
+local function fast_tail(args, i, v, cmin, cmax)
+  local n = #args
+  if i <= n then
+    local c = fast_number(args[i])
+    if c then
+      if c < cmin or c > cmax then return nil end
+      v[i] = c
+      i = i + 1
+    end
+  end
+  if i < n then return nil end
+  if i == n then
+    local a = args[i]
+    if #a ~= 2 or string.upper(a) ~= 'MS' then return nil end
+    return v, true
+  end
+  return v, false
+end
+
 -- spec.lua, from internal/spec: the command table's bounds, syntaxes and texts.
 
 local MAX_SECONDS = 9223372036 -- the longest period, window or lease: whole seconds of 64-bit ns
@@ -396,6 +429,84 @@ local function syntax(kind)
       reserve = true, options = 'MS and RESERVE n',
       limit = function(v) return v[1] end,
     }
+  end
+end
+
+-- fast_args reads a command of one key's arguments after the key as
+-- parse_one would, for the common call only (plain digits, an optional
+-- plain cost, an optional MS): the words and ms, or nil for any other call,
+-- which parse_one reads.
+local function fast_args(kind, args)
+  local n, v = #args, {}
+  if kind == 'gcra' then
+    if n < 3 or n > 5 then return nil end
+    local a1 = fast_number(args[1])
+    if not a1 or a1 < 0 or a1 > 9007199254740990 then return nil end
+    v[1] = a1
+    local a2 = fast_number(args[2])
+    if not a2 or a2 < 1 or a2 > math.huge then return nil end
+    v[2] = a2
+    local a3 = fast_number(args[3])
+    if not a3 or a3 < 1 or a3 > 9223372036 then return nil end
+    v[3] = a3
+    v[4] = 1
+    return fast_tail(args, 4, v, -math.huge, math.huge)
+  elseif kind == 'tb' then
+    if n < 3 or n > 5 then return nil end
+    local a1 = fast_number(args[1])
+    if not a1 or a1 < 1 or a1 > 9007199254740991 then return nil end
+    v[1] = a1
+    local a2 = fast_number(args[2])
+    if not a2 or a2 < 1 or a2 > math.huge then return nil end
+    v[2] = a2
+    local a3 = fast_number(args[3])
+    if not a3 or a3 < 1 or a3 > 9223372036 then return nil end
+    v[3] = a3
+    v[4] = 1
+    return fast_tail(args, 4, v, -math.huge, math.huge)
+  elseif kind == 'lb' then
+    if n < 3 or n > 5 then return nil end
+    local a1 = fast_number(args[1])
+    if not a1 or a1 < 0 or a1 > 9007199254740991 then return nil end
+    v[1] = a1
+    local a2 = fast_number(args[2])
+    if not a2 or a2 < 1 or a2 > math.huge then return nil end
+    v[2] = a2
+    local a3 = fast_number(args[3])
+    if not a3 or a3 < 1 or a3 > 9223372036 then return nil end
+    v[3] = a3
+    v[4] = 1
+    return fast_tail(args, 4, v, 0, math.huge)
+  elseif kind == 'sw' then
+    if n < 2 or n > 4 then return nil end
+    local a1 = fast_number(args[1])
+    if not a1 or a1 < 1 or a1 > 9007199254740991 then return nil end
+    v[1] = a1
+    local a2 = fast_number(args[2])
+    if not a2 or a2 < 1 or a2 > 9223372036 then return nil end
+    v[2] = a2
+    v[3] = 1
+    return fast_tail(args, 3, v, 0, math.huge)
+  elseif kind == 'fw' then
+    if n < 2 or n > 4 then return nil end
+    local a1 = fast_number(args[1])
+    if not a1 or a1 < 1 or a1 > 9007199254740991 then return nil end
+    v[1] = a1
+    local a2 = fast_number(args[2])
+    if not a2 or a2 < 1 or a2 > 9223372036 then return nil end
+    v[2] = a2
+    v[3] = 1
+    return fast_tail(args, 3, v, 0, math.huge)
+  elseif kind == 'sl' then
+    if n < 2 or n > 4 then return nil end
+    local a1 = fast_number(args[1])
+    if not a1 or a1 < 1 or a1 > 100000 then return nil end
+    v[1] = a1
+    local a2 = fast_number(args[2])
+    if not a2 or a2 < 1 or a2 > 9223372036 then return nil end
+    v[2] = a2
+    v[3] = 1
+    return fast_tail(args, 3, v, 0, math.huge)
   end
 end
 
@@ -547,6 +658,17 @@ local function reply_time(d, ms)
   local q, r = quorem(d, SECOND)
   if r >= 1000000 then q = add(q, 1) end
   return float(q)
+end
+
+-- fast_time is reply_time for a number of nanoseconds below 2^53.
+local function fast_time(d, ms)
+  if d < 0 then return -1 end
+  local unit, over = SECOND, 1000000 -- whole seconds, plus one from a millisecond over
+  if ms then unit, over = 1000000, 1 end
+  local r = math.fmod(d, unit)
+  local q = (d - r) / unit
+  if r >= over then q = q + 1 end
+  return q
 end
 
 local function five(limited, limit, remaining, retry, reset, ms)
@@ -741,12 +863,91 @@ local function instant_limit(kind, key, v, reserve, now, ms)
   return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write}
 end
 
+-- fast_instant is instant_limit and its write on plain numbers, for the
+-- common call (a cost of 0 or more, no RESERVE: what fast_args reads) on
+-- the common key (empty, or a state of 19 digits after 2015 that expires
+-- and runs at most the tolerance ahead), while the interval and the
+-- tolerance are below 2^53 ns (104 days): every step below is then exact
+-- in a double, and so equal to the exact path's. It gives the reply (or
+-- WRONGTYPE), or nil for any other call or key, which the exact path
+-- decides; it writes only when it decides.
+local function fast_instant(kind, key, v, now, ms, peek)
+  local n1, count, period, units = v[1], v[2], v[3], v[4]
+  local limit, slots, interval
+  if kind == 'gcra' then
+    limit = n1 + 1
+    slots = limit
+    interval = math.floor(period * SECOND / count) -- redis-cell's double
+    if interval < 1 or interval >= TWO53 then return nil end
+  else
+    local period_ns = period * SECOND
+    if period_ns >= TWO53 or period_ns < count then return nil end
+    local r = math.fmod(period_ns, count)
+    interval = (period_ns - r) / count
+    if r > 0 then interval = interval + 1 end
+    limit, slots = n1, n1
+    if kind == 'lb' then slots = n1 + 1 end
+  end
+  local tolerance = interval * slots
+  -- Within 105 days of 2262 a state may not fit 64 bits: the exact path.
+  if tolerance >= TWO53 or now[1] >= MAX_SECONDS - 9100000 then return nil end
+  local raw = redis.pcall('GET', key)
+  local ahead = 0
+  if raw then
+    if type(raw) == 'table' then return fail(WRONGTYPE) end
+    local s, ns = string.match(raw, '^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+    if not s or redis.call('PEXPIRETIME', key) < 0 then return nil end
+    s, ns = tonumber(s), tonumber(ns)
+    if s < MIN_STATE or s >= MAX_SECONDS then return nil end
+    local ds = s - now[1]
+    if ds > 0 or (ds == 0 and ns > now[2]) then
+      if ds > 9000000 then return nil end
+      ahead = ds * SECOND + (ns - now[2])
+      if ahead > tolerance then return nil end -- a clock that stepped back
+    end
+  end
+  local limited, retry, nxt, write = false, -1, ahead, false
+  if units <= slots then
+    local cost = interval * units -- at most the tolerance
+    if ahead + cost > tolerance then
+      limited, retry = true, ahead - (tolerance - cost)
+    else
+      nxt, write = ahead + cost, units > 0
+    end
+  else
+    limited = true
+  end
+  local left = tolerance - nxt
+  local remaining = (left - math.fmod(left, interval)) / interval
+  local reset = nxt
+  if kind ~= 'gcra' and remaining > limit then remaining = limit end
+  if kind == 'lb' then
+    reset = ahead
+    if limited then reset = 0 end
+  end
+  if write and not peek then
+    -- nxt > 0: SET the state at now + nxt, expiring then (rounded up to the ms)
+    local r = math.fmod(nxt, SECOND)
+    local s, ns = now[1] + (nxt - r) / SECOND, now[2] + r
+    if ns >= SECOND then s, ns = s + 1, ns - SECOND end
+    redis.call('SET', key, string.format('%d%09d', s, ns), 'PXAT', string.format('%d', s * 1000 + math.ceil(ns / 1000000)))
+  end
+  return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local now
+  local fv, fms = fast_args(kind, args)
+  if fv then
+    now = clock()
+    local reply = fast_instant(kind, keys[1], fv, now, fms, peek)
+    if reply then return reply end
+  end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local reply, w
   reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
@@ -917,12 +1118,156 @@ local function store(w)
   end
 end
 
+-- The fast paths: fixed_hit and sliding_hit with their reads and writes on
+-- plain numbers, for the common call (what fast_args reads: a cost of 0 or
+-- more, no RESERVE) on the common key (empty, or a state of plain counts of
+-- at most 15 digits that expires), while the window is below 9000000 s and
+-- every product below is under 2^53: each step is then exact in a double,
+-- and so equal to the exact path's. Each gives the reply (or WRONGTYPE), or
+-- nil for any other call or key, which the exact path decides; it writes
+-- only when it decides.
+
+-- fast_read reads a window state's raw value and expiry: nil for an empty
+-- key, false for one the fast path leaves to the exact path, or WRONGTYPE.
+local function fast_read(key, pattern)
+  local raw = redis.pcall('GET', key)
+  if not raw then return nil end
+  if type(raw) == 'table' then return nil, nil, fail(WRONGTYPE) end
+  if not string.find(raw, pattern) then return false end
+  local expire = redis.call('PEXPIRETIME', key)
+  if expire < 0 then return false end
+  return raw, expire
+end
+
+local function fast_fixed(key, v, now, ms, peek)
+  local L, window, cost = v[1], v[2], v[3]
+  if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
+  local start = now[1] - math.fmod(now[1], window)
+  local stop = start + window
+  local raw, expire, err = fast_read(key, '^%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$')
+  if err then return err end
+  if raw == false then return nil end
+  local count, write = 0, false
+  if raw then
+    count = tonumber(raw)
+    if count > 0 and expire <= start * 1000 then count = 0 end
+    write = count > 0 and expire > stop * 1000
+  end
+  local left = (stop - now[1]) * SECOND - now[2]
+  local limited, retry, n = false, -1, count + cost
+  if cost > L or n > L then
+    limited, n = true, count
+    if cost <= L then retry = left end
+  else
+    write = write or cost > 0
+  end
+  local remaining, reset = L - n, 0
+  if remaining < 0 then remaining = 0 end
+  if n > 0 then reset = left end
+  if write and not peek then
+    redis.call('SET', key, string.format('%d', n), 'PXAT', string.format('%d', stop * 1000))
+  end
+  return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
+-- ceil_div is the ceiling of a / b for 0 <= a < 2^53 and b > 0.
+local function ceil_div(a, b)
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+local function fast_sliding(key, v, now, ms, peek)
+  local L, window, cost = v[1], v[2], v[3]
+  if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
+  local W = window * SECOND
+  if (L + 1) * W >= TWO53 then return nil end
+  local start = now[1] - math.fmod(now[1], window)
+  local stop = start + window
+  local idx = start / window
+  local raw, _, err = fast_read(key, '^%d+:%d+:%d+$')
+  if err then return err end
+  if raw == false then return nil end
+  local cur, prev, write = 0, 0, false
+  if raw then
+    local a, b, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    if #a > 15 or #b > 15 or #c > 15 then return nil end
+    local index = tonumber(a)
+    cur, prev = tonumber(b), tonumber(c)
+    if index == idx - 1 then
+      cur, prev = 0, cur
+    elseif index < idx then
+      cur, prev = 0, 0
+    elseif index > idx then -- a future window: the clock stepped back
+      write = cur > 0 or prev > 0
+    end
+  end
+  if prev * W >= TWO53 then return nil end
+  local e = (now[1] - start) * SECOND + now[2] -- elapsed in the current window
+  local p = prev * (W - e)
+  local weight = (p - math.fmod(p, W)) / W
+  local est = cur + weight
+  local limited, retry = false, -1
+  if cost > L or est + cost > L then
+    limited = true
+    if cost <= L then
+      local r = W - e
+      local room = (L - cost) - cur
+      local done = false
+      if room >= 0 and prev > 0 then
+        local q = ceil_div((room + 1) * W, prev)
+        if q - 1 < r then retry, done = r - (q - 1), true end
+      end
+      if not done then
+        if cur == 0 then
+          retry = r
+        else
+          local m = ceil_div((L - cost + 1) * W, cur)
+          if W < m then retry = r else retry = r + W + 1 - m end
+        end
+      end
+    end
+  elseif cost > 0 then
+    cur, write = cur + cost, true
+  end
+  local remaining = L - (cur + weight)
+  if remaining < 0 then remaining = 0 elseif remaining > L then remaining = L end
+  local expire_s, reset = nil, 0 -- the key's work ends at expire_s (now when nil)
+  if cur > 0 then
+    expire_s = stop + window
+  elseif prev > 0 then
+    expire_s = stop
+  end
+  if expire_s then reset = (expire_s - now[1]) * SECOND - now[2] end
+  if write and not peek then
+    if expire_s then
+      redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PXAT', string.format('%d', expire_s * 1000))
+    elseif raw then
+      redis.call('DEL', key)
+    end
+  end
+  return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
 -- window_command is SW.HIT, FW.HIT and their peeks.
 local function window_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local now
+  local fv, fms = fast_args(kind, args)
+  if fv then
+    now = clock()
+    local reply
+    if kind == 'fw' then
+      reply = fast_fixed(keys[1], fv, now, fms, peek)
+    else
+      reply = fast_sliding(keys[1], fv, now, fms, peek)
+    end
+    if reply then return reply end
+  end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local reply, w
   reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
@@ -1450,4 +1795,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '70f15391032f1118' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '85f32112eaf8f12d' end, flags = {'no-writes'}}

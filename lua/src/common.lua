@@ -148,6 +148,17 @@ local function reply_time(d, ms)
   return float(q)
 end
 
+-- fast_time is reply_time for a number of nanoseconds below 2^53.
+local function fast_time(d, ms)
+  if d < 0 then return -1 end
+  local unit, over = SECOND, 1000000 -- whole seconds, plus one from a millisecond over
+  if ms then unit, over = 1000000, 1 end
+  local r = math.fmod(d, unit)
+  local q = (d - r) / unit
+  if r >= over then q = q + 1 end
+  return q
+end
+
 local function five(limited, limit, remaining, retry, reset, ms)
   return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
 end

@@ -95,12 +95,91 @@ local function instant_limit(kind, key, v, reserve, now, ms)
   return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write}
 end
 
+-- fast_instant is instant_limit and its write on plain numbers, for the
+-- common call (a cost of 0 or more, no RESERVE: what fast_args reads) on
+-- the common key (empty, or a state of 19 digits after 2015 that expires
+-- and runs at most the tolerance ahead), while the interval and the
+-- tolerance are below 2^53 ns (104 days): every step below is then exact
+-- in a double, and so equal to the exact path's. It gives the reply (or
+-- WRONGTYPE), or nil for any other call or key, which the exact path
+-- decides; it writes only when it decides.
+local function fast_instant(kind, key, v, now, ms, peek)
+  local n1, count, period, units = v[1], v[2], v[3], v[4]
+  local limit, slots, interval
+  if kind == 'gcra' then
+    limit = n1 + 1
+    slots = limit
+    interval = math.floor(period * SECOND / count) -- redis-cell's double
+    if interval < 1 or interval >= TWO53 then return nil end
+  else
+    local period_ns = period * SECOND
+    if period_ns >= TWO53 or period_ns < count then return nil end
+    local r = math.fmod(period_ns, count)
+    interval = (period_ns - r) / count
+    if r > 0 then interval = interval + 1 end
+    limit, slots = n1, n1
+    if kind == 'lb' then slots = n1 + 1 end
+  end
+  local tolerance = interval * slots
+  -- Within 105 days of 2262 a state may not fit 64 bits: the exact path.
+  if tolerance >= TWO53 or now[1] >= MAX_SECONDS - 9100000 then return nil end
+  local raw = redis.pcall('GET', key)
+  local ahead = 0
+  if raw then
+    if type(raw) == 'table' then return fail(WRONGTYPE) end
+    local s, ns = string.match(raw, '^(%d%d%d%d%d%d%d%d%d%d)(%d%d%d%d%d%d%d%d%d)$')
+    if not s or redis.call('PEXPIRETIME', key) < 0 then return nil end
+    s, ns = tonumber(s), tonumber(ns)
+    if s < MIN_STATE or s >= MAX_SECONDS then return nil end
+    local ds = s - now[1]
+    if ds > 0 or (ds == 0 and ns > now[2]) then
+      if ds > 9000000 then return nil end
+      ahead = ds * SECOND + (ns - now[2])
+      if ahead > tolerance then return nil end -- a clock that stepped back
+    end
+  end
+  local limited, retry, nxt, write = false, -1, ahead, false
+  if units <= slots then
+    local cost = interval * units -- at most the tolerance
+    if ahead + cost > tolerance then
+      limited, retry = true, ahead - (tolerance - cost)
+    else
+      nxt, write = ahead + cost, units > 0
+    end
+  else
+    limited = true
+  end
+  local left = tolerance - nxt
+  local remaining = (left - math.fmod(left, interval)) / interval
+  local reset = nxt
+  if kind ~= 'gcra' and remaining > limit then remaining = limit end
+  if kind == 'lb' then
+    reset = ahead
+    if limited then reset = 0 end
+  end
+  if write and not peek then
+    -- nxt > 0: SET the state at now + nxt, expiring then (rounded up to the ms)
+    local r = math.fmod(nxt, SECOND)
+    local s, ns = now[1] + (nxt - r) / SECOND, now[2] + r
+    if ns >= SECOND then s, ns = s + 1, ns - SECOND end
+    redis.call('SET', key, string.format('%d%09d', s, ns), 'PXAT', string.format('%d', s * 1000 + math.ceil(ns / 1000000)))
+  end
+  return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local now
+  local fv, fms = fast_args(kind, args)
+  if fv then
+    now = clock()
+    local reply = fast_instant(kind, keys[1], fv, now, fms, peek)
+    if reply then return reply end
+  end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local reply, w
   reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end

@@ -161,12 +161,156 @@ local function store(w)
   end
 end
 
+-- The fast paths: fixed_hit and sliding_hit with their reads and writes on
+-- plain numbers, for the common call (what fast_args reads: a cost of 0 or
+-- more, no RESERVE) on the common key (empty, or a state of plain counts of
+-- at most 15 digits that expires), while the window is below 9000000 s and
+-- every product below is under 2^53: each step is then exact in a double,
+-- and so equal to the exact path's. Each gives the reply (or WRONGTYPE), or
+-- nil for any other call or key, which the exact path decides; it writes
+-- only when it decides.
+
+-- fast_read reads a window state's raw value and expiry: nil for an empty
+-- key, false for one the fast path leaves to the exact path, or WRONGTYPE.
+local function fast_read(key, pattern)
+  local raw = redis.pcall('GET', key)
+  if not raw then return nil end
+  if type(raw) == 'table' then return nil, nil, fail(WRONGTYPE) end
+  if not string.find(raw, pattern) then return false end
+  local expire = redis.call('PEXPIRETIME', key)
+  if expire < 0 then return false end
+  return raw, expire
+end
+
+local function fast_fixed(key, v, now, ms, peek)
+  local L, window, cost = v[1], v[2], v[3]
+  if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
+  local start = now[1] - math.fmod(now[1], window)
+  local stop = start + window
+  local raw, expire, err = fast_read(key, '^%d%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?%d?$')
+  if err then return err end
+  if raw == false then return nil end
+  local count, write = 0, false
+  if raw then
+    count = tonumber(raw)
+    if count > 0 and expire <= start * 1000 then count = 0 end
+    write = count > 0 and expire > stop * 1000
+  end
+  local left = (stop - now[1]) * SECOND - now[2]
+  local limited, retry, n = false, -1, count + cost
+  if cost > L or n > L then
+    limited, n = true, count
+    if cost <= L then retry = left end
+  else
+    write = write or cost > 0
+  end
+  local remaining, reset = L - n, 0
+  if remaining < 0 then remaining = 0 end
+  if n > 0 then reset = left end
+  if write and not peek then
+    redis.call('SET', key, string.format('%d', n), 'PXAT', string.format('%d', stop * 1000))
+  end
+  return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
+-- ceil_div is the ceiling of a / b for 0 <= a < 2^53 and b > 0.
+local function ceil_div(a, b)
+  local r = math.fmod(a, b)
+  local q = (a - r) / b
+  if r > 0 then q = q + 1 end
+  return q
+end
+
+local function fast_sliding(key, v, now, ms, peek)
+  local L, window, cost = v[1], v[2], v[3]
+  if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
+  local W = window * SECOND
+  if (L + 1) * W >= TWO53 then return nil end
+  local start = now[1] - math.fmod(now[1], window)
+  local stop = start + window
+  local idx = start / window
+  local raw, _, err = fast_read(key, '^%d+:%d+:%d+$')
+  if err then return err end
+  if raw == false then return nil end
+  local cur, prev, write = 0, 0, false
+  if raw then
+    local a, b, c = string.match(raw, '^(%d+):(%d+):(%d+)$')
+    if #a > 15 or #b > 15 or #c > 15 then return nil end
+    local index = tonumber(a)
+    cur, prev = tonumber(b), tonumber(c)
+    if index == idx - 1 then
+      cur, prev = 0, cur
+    elseif index < idx then
+      cur, prev = 0, 0
+    elseif index > idx then -- a future window: the clock stepped back
+      write = cur > 0 or prev > 0
+    end
+  end
+  if prev * W >= TWO53 then return nil end
+  local e = (now[1] - start) * SECOND + now[2] -- elapsed in the current window
+  local p = prev * (W - e)
+  local weight = (p - math.fmod(p, W)) / W
+  local est = cur + weight
+  local limited, retry = false, -1
+  if cost > L or est + cost > L then
+    limited = true
+    if cost <= L then
+      local r = W - e
+      local room = (L - cost) - cur
+      local done = false
+      if room >= 0 and prev > 0 then
+        local q = ceil_div((room + 1) * W, prev)
+        if q - 1 < r then retry, done = r - (q - 1), true end
+      end
+      if not done then
+        if cur == 0 then
+          retry = r
+        else
+          local m = ceil_div((L - cost + 1) * W, cur)
+          if W < m then retry = r else retry = r + W + 1 - m end
+        end
+      end
+    end
+  elseif cost > 0 then
+    cur, write = cur + cost, true
+  end
+  local remaining = L - (cur + weight)
+  if remaining < 0 then remaining = 0 elseif remaining > L then remaining = L end
+  local expire_s, reset = nil, 0 -- the key's work ends at expire_s (now when nil)
+  if cur > 0 then
+    expire_s = stop + window
+  elseif prev > 0 then
+    expire_s = stop
+  end
+  if expire_s then reset = (expire_s - now[1]) * SECOND - now[2] end
+  if write and not peek then
+    if expire_s then
+      redis.call('SET', key, string.format('%d:%d:%d', idx, cur, prev), 'PXAT', string.format('%d', expire_s * 1000))
+    elseif raw then
+      redis.call('DEL', key)
+    end
+  end
+  return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
 -- window_command is SW.HIT, FW.HIT and their peeks.
 local function window_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local now
+  local fv, fms = fast_args(kind, args)
+  if fv then
+    now = clock()
+    local reply
+    if kind == 'fw' then
+      reply = fast_fixed(keys[1], fv, now, fms, peek)
+    else
+      reply = fast_sliding(keys[1], fv, now, fms, peek)
+    end
+    if reply then return reply end
+  end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local reply, w
   reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
