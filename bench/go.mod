@@ -3,6 +3,7 @@ module github.com/seed-6b3823f5/ratelimit/bench
 go 1.26.0
 
 require (
+	github.com/go-redis/redis_rate/v10 v10.0.1
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
 	github.com/seed-6b3823f5/ratelimit v0.0.0-20261123213720-6f113cde060d

@@ -35,6 +35,7 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/lua"
@@ -46,13 +47,13 @@ var scripts embed.FS
 // workload is one command as redis-benchmark sends it.
 type workload struct {
 	name string // row label
-	kind string // "native", "module", "all" (RL.ALL), "multi" (MULTI/EXEC), "cref" (the C reference), "lua" (a recipe) or "engine" (the Lua engine)
+	kind string // "native", "module", "all" (RL.ALL), "multi" (MULTI/EXEC), "cref" (the C reference), "lua" (a recipe), "engine" (the Lua engine's EVAL script), "function" (its FUNCTION library) or "redis_rate" (go-redis/redis_rate's allowN)
 	algo string // pairs a module command with its Lua script
 	stat string // its INFO commandstats name
 	args []string
 	lua  string // script file, for kind "lua"
-	// engine: for kind "engine", the command whose script of the Lua
-	// engine (package lua) runs.
+	// engine: for kinds "engine" and "function", the command whose script
+	// or function of the Lua engine (package lua) runs.
 	engine string
 	// keys: for kind "multi", the GCRA.THROTTLE calls (on keys of their
 	// own) inside one MULTI/EXEC; for RL.ALL, its numkeys.
@@ -210,7 +211,14 @@ func ready(ctx context.Context, port int, stop func()) *server {
 // measure runs every workload on s in alternating rounds, at -P 16 (with
 // the server's µs per call) and, when n1 > 0, at -P 1.
 func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 int) {
+	library, _ := lua.Library()
+	if err := s.rdb.FunctionLoadReplace(ctx, library).Err(); err != nil {
+		log.Fatalf("bench: FUNCTION LOAD: %v", err)
+	}
 	for _, w := range works {
+		if w.kind == "function" {
+			w.args = append([]string{"FCALL", lua.Must(w.engine).Function, "1"}, w.args...)
+		}
 		if w.kind != "lua" && w.kind != "engine" {
 			continue
 		}
@@ -246,9 +254,12 @@ func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 
 					n = n1
 				}
 				var rps float64
-				if w.kind == "multi" {
+				switch w.kind {
+				case "multi":
 					rps = multiBenchmark(ctx, s.port, p, n, w.keys, w.args)
-				} else {
+				case "redis_rate":
+					rps = redisRateBenchmark(ctx, s.port, n)
+				default:
 					rps = benchmark(s.port, p, n, w.args)
 				}
 				if p == 16 {
@@ -327,7 +338,42 @@ func workloads() []*workload {
 		{name: "engine: SW.HIT", kind: "engine", algo: "sw", stat: "evalsha", engine: "sw.hit", args: []string{k("esw"), "16", "60"}},
 		{name: "engine: FW.HIT", kind: "engine", algo: "fw", stat: "evalsha", engine: "fw.hit", args: []string{k("efw"), "16", "60"}},
 		{name: "engine: SL.HIT", kind: "engine", algo: "sl", stat: "evalsha", engine: "sl.hit", args: []string{k("esl"), "16", "60"}},
+		{name: "function: GCRA.THROTTLE", kind: "function", algo: "gcra", stat: "fcall", engine: "gcra.throttle", args: []string{k("fgcra"), "15", "30", "60"}},
+		{name: "function: TB.TAKE", kind: "function", algo: "tb", stat: "fcall", engine: "tb.take", args: []string{k("ftb"), "16", "30", "60"}},
+		{name: "function: LB.ENQUEUE", kind: "function", algo: "lb", stat: "fcall", engine: "lb.enqueue", args: []string{k("flb"), "15", "30", "60"}},
+		{name: "function: SW.HIT", kind: "function", algo: "sw", stat: "fcall", engine: "sw.hit", args: []string{k("fsw"), "16", "60"}},
+		{name: "function: FW.HIT", kind: "function", algo: "fw", stat: "fcall", engine: "fw.hit", args: []string{k("ffw"), "16", "60"}},
+		{name: "function: SL.HIT", kind: "function", algo: "sl", stat: "fcall", engine: "sl.hit", args: []string{k("fsl"), "16", "60"}},
+		{name: "redis_rate allowN (GCRA 16/min)", kind: "redis_rate", algo: "gcra", stat: "evalsha"},
 	}
+}
+
+// redisRateBenchmark sends n calls of go-redis/redis_rate's AllowN (burst
+// 16, 30 a minute: GCRA.THROTTLE 15 30 60's limit) on random keys among
+// 100,000 from 50 goroutines, the script redis_rate users run, and returns
+// calls per second. AllowN sends one EVALSHA per call (no pipeline), so
+// only its µs per call compares with the other rows.
+func redisRateBenchmark(ctx context.Context, port, n int) float64 {
+	const clients = 50
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: clients, Protocol: 2})
+	defer rdb.Close()
+	limiter := redis_rate.NewLimiter(rdb)
+	limit := redis_rate.Limit{Rate: 30, Burst: 16, Period: time.Minute}
+	var next atomic.Int64
+	start := time.Now()
+	var wg sync.WaitGroup
+	for c := range clients {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
+			for next.Add(1) <= int64(n) {
+				if _, err := limiter.AllowN(ctx, fmt.Sprintf("b:rr:%d", r.IntN(100000)), limit, 1); err != nil {
+					log.Fatalf("bench: redis_rate: %v", err)
+				}
+			}
+		})
+	}
+	wg.Wait()
+	return float64(n) / time.Since(start).Seconds()
 }
 
 func freePort() int {

@@ -21,6 +21,8 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	byName := map[string]*workload{}
 	lua := map[string]*workload{}
 	engine := map[string]*workload{}
+	function := map[string]*workload{}
+	var redisRate *workload
 	for _, w := range works {
 		byName[w.name] = w
 		switch w.kind {
@@ -28,6 +30,10 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 			lua[w.algo] = w
 		case "engine":
 			engine[w.algo] = w
+		case "function":
+			function[w.algo] = w
+		case "redis_rate":
+			redisRate = w
 		}
 	}
 	incr := byName["INCR"]
@@ -50,7 +56,7 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	fmt.Fprintf(&b, "| command | µs/call | × INCR | ops/s -P 1 | ops/s -P 16 | × INCR at -P 16 | Lua µs/call | faster than Lua |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, w := range works {
-		if w.kind == "lua" || w.kind == "engine" {
+		if w.kind == "lua" || w.kind == "engine" || w.kind == "function" || w.kind == "redis_rate" {
 			continue
 		}
 		us := w.median(w.usec)
@@ -69,7 +75,7 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 		}
 	}
 
-	engineSection(&b, works, lua, engine)
+	engineSection(&b, works, lua, engine, function, redisRate)
 
 	g := byName["GCRA.THROTTLE"]
 	gUs := g.median(g.usec)
@@ -229,7 +235,7 @@ func svg(works []*workload) []byte {
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" font-family="sans-serif" font-size="12">`+"\n", left+width+70, h)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="white"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="%d" y="18" font-weight="bold">µs per call on the server (INFO commandstats), median</text>`+"\n", left)
-	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "all": "#2f6fb3", "multi": "#8a8a8a", "cref": "#3a9a5b", "lua": "#e08a2c", "engine": "#b0413e"}
+	colors := map[string]string{"native": "#8a8a8a", "module": "#2f6fb3", "all": "#2f6fb3", "multi": "#8a8a8a", "cref": "#3a9a5b", "lua": "#e08a2c", "engine": "#b0413e", "function": "#7a3fb0", "redis_rate": "#e08a2c"}
 	for i, w := range works {
 		y := 30 + i*rowH
 		us := w.median(w.usec)
@@ -306,20 +312,27 @@ func hungSection(b *strings.Builder, rows []*hungRow) {
 	}
 }
 
-// engineSection compares the Lua engine's scripts with the module's
-// commands and with the recipes, from the same run.
-func engineSection(b *strings.Builder, works []*workload, lua, engine map[string]*workload) {
-	fmt.Fprintf(b, "\n## The Lua engine\n\n`lua/*.lua`, the scripts for servers without the module (the module's replies, errors and\n")
-	fmt.Fprintf(b, "state, byte for byte, on exact integers), run with EVALSHA in the same run, beside the module's command and\n")
-	fmt.Fprintf(b, "the recipe of the same algorithm above (which is not exact and does not check its input):\n\n")
-	fmt.Fprintf(b, "| command | module µs/call | engine µs/call | engine ÷ module | recipe µs/call | module ops/s ÷ engine's, -P 16 |\n|---|---|---|---|---|---|\n")
+// engineSection compares the Lua engine, as a FUNCTION library (FCALL) and
+// as EVAL scripts, with the module's commands, the recipes and
+// go-redis/redis_rate's allowN, from the same run.
+func engineSection(b *strings.Builder, works []*workload, lua, engine, function map[string]*workload, redisRate *workload) {
+	fmt.Fprintf(b, "\n## The Lua engine\n\nThe Lua engine (the module's replies, errors and state, byte for byte, on exact integers) for servers\n")
+	fmt.Fprintf(b, "without the module: the FUNCTION library `lua/ratelimit.lua` called with FCALL, and the same commands as EVAL\n")
+	fmt.Fprintf(b, "scripts (package lua) run with EVALSHA, in the same run beside the module's command and the recipe of the\n")
+	fmt.Fprintf(b, "same algorithm above (`bench/lua/`, which is not exact and does not check its input):\n\n")
+	fmt.Fprintf(b, "| command | module µs/call | FCALL µs/call | FCALL ÷ recipe | EVAL script µs/call | recipe µs/call | FCALL ÷ module |\n|---|---|---|---|---|---|---|\n")
 	for _, w := range works {
-		e := engine[w.algo]
-		if w.kind != "module" || e == nil {
+		f, e, l := function[w.algo], engine[w.algo], lua[w.algo]
+		if w.kind != "module" || f == nil || e == nil || l == nil {
 			continue
 		}
-		us, eus := w.median(w.usec), e.median(e.usec)
-		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.1f× | %.2f | %.1f× |\n", w.name, us, eus, eus/us,
-			lua[w.algo].median(lua[w.algo].usec), w.median(w.p16)/e.median(e.p16))
+		us, fus, lus := w.median(w.usec), f.median(f.usec), l.median(l.usec)
+		fmt.Fprintf(b, "| %s | %.2f | %.2f | %.2f× | %.2f | %.2f | %.1f× |\n", w.name, us, fus, fus/lus, e.median(e.usec), lus, fus/us)
+	}
+	if f := function["gcra"]; f != nil && redisRate != nil {
+		rr := redisRate.median(redisRate.usec)
+		fmt.Fprintf(b, "\ngo-redis/redis_rate's allowN (v10, the GCRA script most Go services run; burst 16, 30 a minute, random keys\n")
+		fmt.Fprintf(b, "among 100,000 from 50 goroutines, one EVALSHA per call): %.2f µs per call; GCRA.THROTTLE through FCALL ÷\n", rr)
+		fmt.Fprintf(b, "allowN: **%.2f×**.\n", f.median(f.usec)/rr)
 	}
 }
