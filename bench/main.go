@@ -211,6 +211,7 @@ func ready(ctx context.Context, port int, stop func()) *server {
 // measure runs every workload on s in alternating rounds, at -P 16 (with
 // the server's µs per call) and, when n1 > 0, at -P 1.
 func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 int) {
+	rrScript := redisRateScript(ctx, s.port) // first: it flushes the script cache
 	library, _ := lua.Library()
 	if err := s.rdb.FunctionLoadReplace(ctx, library).Err(); err != nil {
 		log.Fatalf("bench: FUNCTION LOAD: %v", err)
@@ -219,10 +220,13 @@ func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 
 		if w.kind == "function" {
 			w.args = append([]string{"FCALL", lua.Must(w.engine).Function, "1"}, w.args...)
 		}
-		if w.kind != "lua" && w.kind != "engine" {
+		if w.kind != "lua" && w.kind != "engine" && w.kind != "redis_rate" {
 			continue
 		}
 		src, err := scripts.ReadFile("lua/" + w.lua)
+		if w.kind == "redis_rate" {
+			src, err = []byte(rrScript), nil
+		}
 		if w.kind == "engine" {
 			s, ok := lua.Get(w.engine)
 			src, err = []byte(s.Source), nil
@@ -257,8 +261,6 @@ func measure(ctx context.Context, s *server, works []*workload, rounds, n16, n1 
 				switch w.kind {
 				case "multi":
 					rps = multiBenchmark(ctx, s.port, p, n, w.keys, w.args)
-				case "redis_rate":
-					rps = redisRateBenchmark(ctx, s.port, n)
 				default:
 					rps = benchmark(s.port, p, n, w.args)
 				}
@@ -344,36 +346,47 @@ func workloads() []*workload {
 		{name: "function: SW.HIT", kind: "function", algo: "sw", stat: "fcall", engine: "sw.hit", args: []string{k("fsw"), "16", "60"}},
 		{name: "function: FW.HIT", kind: "function", algo: "fw", stat: "fcall", engine: "fw.hit", args: []string{k("ffw"), "16", "60"}},
 		{name: "function: SL.HIT", kind: "function", algo: "sl", stat: "fcall", engine: "sl.hit", args: []string{k("fsl"), "16", "60"}},
-		{name: "redis_rate allowN (GCRA 16/min)", kind: "redis_rate", algo: "gcra", stat: "evalsha"},
+		{name: "redis_rate allowN (GCRA 16/min)", kind: "redis_rate", algo: "gcra", stat: "evalsha", args: []string{k("rr"), "16", "30", "60", "1"}},
 	}
 }
 
-// redisRateBenchmark sends n calls of go-redis/redis_rate's AllowN (burst
-// 16, 30 a minute: GCRA.THROTTLE 15 30 60's limit) on random keys among
-// 100,000 from 50 goroutines, the script redis_rate users run, and returns
-// calls per second. AllowN sends one EVALSHA per call (no pipeline), so
-// only its µs per call compares with the other rows.
-func redisRateBenchmark(ctx context.Context, port, n int) float64 {
-	const clients = 50
-	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), PoolSize: clients, Protocol: 2})
+// redisRateScript is the script go-redis/redis_rate's AllowN runs, as the
+// library sends it: the server's script cache is flushed, so AllowN's
+// EVALSHA misses and go-redis sends the script's text with EVAL, which a
+// hook reads. It is measured as the recipes are, with redis-benchmark.
+func redisRateScript(ctx context.Context, port int) string {
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2})
 	defer rdb.Close()
-	limiter := redis_rate.NewLimiter(rdb)
-	limit := redis_rate.Limit{Rate: 30, Burst: 16, Period: time.Minute}
-	var next atomic.Int64
-	start := time.Now()
-	var wg sync.WaitGroup
-	for c := range clients {
-		wg.Go(func() {
-			r := rand.New(rand.NewPCG(uint64(c), uint64(start.UnixNano())))
-			for next.Add(1) <= int64(n) {
-				if _, err := limiter.AllowN(ctx, fmt.Sprintf("b:rr:%d", r.IntN(100000)), limit, 1); err != nil {
-					log.Fatalf("bench: redis_rate: %v", err)
-				}
-			}
-		})
+	var src evalSource
+	rdb.AddHook(&src)
+	if err := rdb.ScriptFlush(ctx).Err(); err != nil {
+		log.Fatalf("bench: SCRIPT FLUSH: %v", err)
 	}
-	wg.Wait()
-	return float64(n) / time.Since(start).Seconds()
+	if _, err := redis_rate.NewLimiter(rdb).AllowN(ctx, "b:rr:probe", redis_rate.PerMinute(30), 1); err != nil {
+		log.Fatalf("bench: redis_rate: %v", err)
+	}
+	if src.text == "" {
+		log.Fatal("bench: redis_rate sent no EVAL")
+	}
+	return src.text
+}
+
+// evalSource keeps the script text of the EVAL commands a client sends.
+type evalSource struct{ text string }
+
+func (*evalSource) DialHook(next redis.DialHook) redis.DialHook { return next }
+
+func (e *evalSource) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if args := cmd.Args(); len(args) > 1 && strings.EqualFold(fmt.Sprint(args[0]), "eval") {
+			e.text = fmt.Sprint(args[1])
+		}
+		return next(ctx, cmd)
+	}
+}
+
+func (*evalSource) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
 
 func freePort() int {

@@ -331,8 +331,8 @@ func engineSection(b *strings.Builder, works []*workload, lua, engine, function 
 	}
 	if f := function["gcra"]; f != nil && redisRate != nil {
 		rr := redisRate.median(redisRate.usec)
-		fmt.Fprintf(b, "\ngo-redis/redis_rate's allowN (v10, the GCRA script most Go services run; burst 16, 30 a minute, random keys\n")
-		fmt.Fprintf(b, "among 100,000 from 50 goroutines, one EVALSHA per call): %.2f µs per call; GCRA.THROTTLE through FCALL ÷\n", rr)
-		fmt.Fprintf(b, "allowN: **%.2f×**.\n", f.median(f.usec)/rr)
+		fmt.Fprintf(b, "\ngo-redis/redis_rate's allowN (v10, the GCRA script most Go services run, read from the library as it sends\n")
+		fmt.Fprintf(b, "it, run with EVALSHA as the recipes are; burst 16, 30 a minute): %.2f µs per call; GCRA.THROTTLE through\n", rr)
+		fmt.Fprintf(b, "FCALL ÷ allowN: **%.2f×**.\n", f.median(f.usec)/rr)
 	}
 }
