@@ -110,6 +110,7 @@ func specLua() string {
 	fmt.Fprintf(&b, "local MAX_ONE_KEY_ARGS = %d -- a command of one key's arguments, its name included\n", spec.MaxOneKeyArgs)
 	fmt.Fprintf(&b, "local MAX_LOG_ADD = %d -- the sliding-log entries one RL.ALL adds\n", spec.MaxLogAdd)
 	fmt.Fprintf(&b, "local MAX_ID = %d -- a holder id's bytes\n", spec.MaxID)
+	fmt.Fprintf(&b, "local MAX_CONC_LIMIT = %d -- the most holders of one concurrency limit\n", spec.MaxConcLimit)
 	fmt.Fprintf(&b, "local CONC_SWEEP = %d -- the most lapsed holders one concurrency write removes\n\n", spec.ConcSweep)
 
 	var names []string

@@ -122,12 +122,169 @@ local function sweep(key, id, now_us, remove)
   return redis.call('ZREM', key, unpack(gone))
 end
 
+-- fast_conc_args reads CONC.ACQUIRE's and CONC.RELEASE's arguments as
+-- parse_conc would, for the common call only (plain digits, an id of 1 to
+-- MAX_ID bytes, an optional MS on an acquire): nil for any other call,
+-- which parse_conc reads.
+local function fast_conc_args(op, args)
+  local n = #args
+  if op == 'release' then
+    if n ~= 1 or #args[1] < 1 or #args[1] > MAX_ID then return nil end
+    return {id = args[1], reserve = 0, ms = false}
+  end
+  if n < 3 or n > 4 then return nil end
+  local limit, lease, id = fast_number(args[1]), fast_number(args[2]), args[3]
+  if not limit or limit < 1 or limit > MAX_CONC_LIMIT or not lease or lease < 1 or lease > MAX_SECONDS or
+    #id < 1 or #id > MAX_ID then
+    return nil
+  end
+  local ms = false
+  if n == 4 then
+    if #args[4] ~= 2 or string.upper(args[4]) ~= 'MS' then return nil end
+    ms = true
+  end
+  return {limit = limit, lease = lease, id = id, reserve = 0, ms = ms}
+end
+
+-- fast_conc is CONC.ACQUIRE and CONC.RELEASE on plain numbers, for the
+-- common key (empty, or a state whose oldest and newest holders are ids
+-- scored with whole µs, expiring with its latest lease, every score read
+-- within 104 days of now) and a lease below 9000000 s: times are ns from
+-- now, below 2^53, so every step is exact in a double and equal to the
+-- exact path's. It gives the reply (or WRONGTYPE), or nil for any other
+-- call or key, which the exact path decides; it writes only when it
+-- decides.
+local function fast_conc(op, key, c, now)
+  if now[1] >= MAX_SECONDS - 2 * 9000000 or (op == 'acquire' and c.lease >= 9000000) then return nil end
+  local size = redis.pcall('ZCARD', key)
+  if type(size) == 'table' then return fail(WRONGTYPE) end
+  local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
+  local sub_us = math.fmod(now[2], 1000) -- now in ns is now_us * 1000 + sub_us
+  -- rel is a score (µs) in ns from now, nil when the exact path must decide.
+  local function rel(score)
+    if score ~= math.floor(score) or math.abs(score - now_us) >= 9000000000000 then return nil end
+    return (score - now_us) * 1000 - sub_us
+  end
+  local expire, newest_id, newest, lapsed = -1, nil, nil, false
+  if size > 0 then
+    expire = redis.call('PEXPIRETIME', key)
+    if expire < 0 then return nil end
+    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    local fs, ls = tonumber(first[2]), tonumber(last[2])
+    if #first[1] < 1 or #first[1] > MAX_ID or not state_score(fs) or #last[1] < 1 or #last[1] > MAX_ID or not state_score(ls) then
+      return nil
+    end
+    local r = math.fmod(ls, 1000000) -- the key expires at the second after the latest lease
+    local e = (ls - r) / 1000000
+    if r > 0 then e = e + 1 end
+    if e * 1000 ~= expire then return nil end
+    newest_id, newest = last[1], rel(ls)
+    if newest == nil then return nil end
+    lapsed = fs <= now_us -- else no lease has lapsed: ZCOUNT is the size, and a sweep finds nothing
+  end
+  -- The caller's lease's end and the latest other one's (ns from now; nil: none).
+  local own, latest = nil, nil
+  if size > 0 then
+    if newest_id == c.id then
+      own = newest
+      local prev = redis.call('ZRANGE', key, '-2', '-2', 'WITHSCORES')
+      if prev[2] then
+        latest = rel(tonumber(prev[2]))
+        if latest == nil then return nil end
+      end
+    else
+      latest = newest
+      local s = redis.call('ZSCORE', key, c.id)
+      if s then
+        own = rel(tonumber(s))
+        if own == nil then return nil end
+      end
+    end
+  end
+  -- key_expiry is the key's expiry (ms) for a latest lease ending at d ns
+  -- from now (d >= 0): the whole second at or after it.
+  local function key_expiry(d)
+    local x = now[2] + d
+    local r = math.fmod(x, SECOND)
+    local sec = now[1] + (x - r) / SECOND
+    if r > 0 then sec = sec + 1 end
+    return sec * 1000
+  end
+  if op == 'release' then
+    if own == nil then return 0 end
+    if latest == nil or latest <= 0 then
+      redis.call('DEL', key)
+    else
+      local removed = sweep(key, c.id, now_us, true)
+      local e = key_expiry(latest)
+      if removed < size and e ~= expire then redis.call('PEXPIREAT', key, string.format('%d', e)) end
+    end
+    if own > 0 then return 1 end
+    return 0
+  end
+  -- acquire: the conc package's decision, then the write.
+  local L, reserve = c.limit, c.reserve
+  local held = own ~= nil and own > 0
+  local live = 0
+  if lapsed then
+    live = redis.call('ZCOUNT', key, '(' .. string.format('%d', now_us), '+inf')
+  else
+    live = size
+  end
+  local limited, remaining, retry = false, 0, -1
+  if held then
+    remaining = L - live
+  elseif live + 1 + reserve <= L then
+    remaining = L - live - 1
+  else
+    limited, remaining = true, L - live
+    local kth = live + 1 + reserve - L
+    if kth <= live then
+      local r = redis.call('ZRANGE', key, '(' .. string.format('%d', now_us), '+inf', 'BYSCORE', 'LIMIT', string.format('%d', kth - 1), '1', 'WITHSCORES')
+      if r[2] then
+        local t = rel(tonumber(r[2]))
+        if t == nil then return nil end
+        if t > 0 then retry = t end
+      end
+    end
+  end
+  remaining = math.min(math.max(remaining, 0), L)
+  if limited then
+    local until_all, reset = own, 0
+    if latest and (until_all == nil or latest > until_all) then until_all = latest end
+    if until_all and until_all > 0 then reset = until_all end
+    return {1, L, remaining, fast_time(retry, c.ms), fast_time(reset, c.ms)}
+  end
+  local stop = c.lease * SECOND
+  local ends = stop
+  if latest and latest > ends then ends = latest end
+  local reply = {0, L, remaining, fast_time(retry, c.ms), fast_time(ends, c.ms)}
+  local removed = 0
+  if lapsed then removed = sweep(key, c.id, now_us, false) end
+  local score = now_us + c.lease * 1000000 -- the lease's end in µs, rounded up
+  if sub_us > 0 then score = score + 1 end
+  redis.call('ZADD', key, string.format('%d', score), c.id)
+  local e = key_expiry(ends)
+  if size == 0 or removed == size or e ~= expire then redis.call('PEXPIREAT', key, string.format('%d', e)) end
+  return reply
+end
+
 local function conc_command(op, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
   local key = keys[1]
+  local now
+  if op ~= 'peek' then
+    local fc = fast_conc_args(op, args)
+    if fc then
+      now = clock()
+      local reply = fast_conc(op, key, fc, now)
+      if reply then return reply end
+    end
+  end
   local c, err = parse_conc(op, name, args)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local k
   k, err = read_conc(key)
   if err then return err end

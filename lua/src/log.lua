@@ -141,12 +141,116 @@ local function store_log(w)
   redis.call('PEXPIREAT', w.key, fmt(q))
 end
 
+-- fast_entry is log_entry for the fast path: true only for an entry
+-- log_entry accepts ("<score>-<n>", its score's digits, n of at most 18
+-- digits); false sends the call to the exact path, which decides.
+local function fast_entry(member, score)
+  if #member > 63 or not state_score(score) then return false end
+  local p = string.format('%d', score) .. '-'
+  return #member - #p <= 18 and string.sub(member, 1, #p) == p and string.find(member, '^%d+$', #p + 1) ~= nil
+end
+
+-- fast_log is log_limit and store_log on plain numbers, for the common
+-- call (what fast_args reads: a cost of 0 or more, no RESERVE) on the
+-- common key (empty, or a log whose oldest and newest entries are its own,
+-- that expires, its entries within 104 days of now), while the window is
+-- below 9000000 s: times are nanoseconds from now, below 2^53, so every
+-- step is exact in a double and equal to the exact path's. It also leaves
+-- out the calls whose answer it knows: the newest entry read once, ZCOUNT
+-- and the trim when the oldest entry is live, ZCARD after the trim. It
+-- gives the reply (or WRONGTYPE), or nil for any other call or key, which
+-- the exact path decides; it writes only when it decides.
+local function fast_log(key, v, now, ms, peek)
+  local L, window, cost = v[1], v[2], v[3]
+  if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
+  local size = redis.pcall('ZCARD', key)
+  if type(size) == 'table' then return fail(WRONGTYPE) end
+  local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
+  local sub_us = math.fmod(now[2], 1000) -- now in ns is now_us * 1000 + sub_us
+  local cutoff_us = now_us - window * 1000000
+  local W = window * SECOND
+  local live, first_us, newest = 0, nil, nil -- newest: the newest entry, in ns from now
+  if size > 0 then
+    if redis.call('PEXPIRETIME', key) < 0 then return nil end
+    local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
+    local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
+    first_us = tonumber(first[2])
+    local last_us = tonumber(last[2])
+    if not fast_entry(first[1], first_us) or not fast_entry(last[1], last_us) then return nil end
+    if math.abs(last_us - now_us) >= 9000000000000 then return nil end
+    newest = (last_us - now_us) * 1000 - sub_us
+    if first_us > cutoff_us then
+      live = size
+    else
+      live = redis.call('ZCOUNT', key, '(' .. string.format('%d', cutoff_us), '+inf')
+    end
+  end
+  local write, redate, added = false, false, 0
+  if newest and newest > 0 then newest, redate, write = 0, true, true end
+  local total = live + cost
+  local limited, retry = false, -1
+  if cost > L or total > L then
+    limited = true
+    if cost <= L then
+      local r = redis.call('ZRANGE', key, '(' .. string.format('%d', cutoff_us), '+inf', 'BYSCORE', 'LIMIT',
+        string.format('%d', total - L - 1), '1', 'WITHSCORES')
+      local nth = 0
+      if r[2] then
+        local us = tonumber(r[2])
+        if us ~= math.floor(us) or math.abs(us - now_us) >= 9000000000000 then return nil end
+        nth = (us - now_us) * 1000 - sub_us
+        if nth > 0 then nth = 0 end
+      end
+      retry = nth + W
+    end
+    total = live
+  elseif cost > 0 then
+    write, newest, added = true, 0, cost
+  end
+  local remaining, reset = L - total, 0
+  if remaining < 0 then remaining = 0 elseif remaining > L then remaining = L end
+  if total > 0 then reset = newest + W end -- the key's work ends then
+  if write and not peek then
+    local score = string.format('%d', now_us)
+    if first_us and first_us <= cutoff_us then
+      redis.call('ZREMRANGEBYSCORE', key, '-inf', string.format('%d', cutoff_us))
+    end
+    local moved = 0
+    if redate then moved = redis.call('ZREMRANGEBYSCORE', key, '(' .. score, '+inf') end
+    local want, seq = added + moved, live - moved -- seq: what ZCARD answers now
+    while want > 0 do
+      local batch = {key, 'NX'}
+      local k = want
+      if k > 64 then k = 64 end
+      for i = 0, k - 1 do
+        batch[#batch + 1] = score
+        batch[#batch + 1] = score .. '-' .. string.format('%d', seq + i)
+      end
+      seq = seq + k
+      want = want - redis.call('ZADD', unpack(batch))
+    end
+    local x = now[2] + reset -- the key expires at now + reset, rounded up to the ms
+    local r = math.fmod(x, 1000000)
+    local q = now[1] * 1000 + (x - r) / 1000000
+    if r > 0 then q = q + 1 end
+    redis.call('PEXPIREAT', key, string.format('%d', q))
+  end
+  return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
+end
+
 -- log_command is SL.HIT and SL.PEEK.
 local function log_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local now
+  local fv, fms = fast_args(kind, args)
+  if fv then
+    now = clock()
+    local reply = fast_log(keys[1], fv, now, fms, peek)
+    if reply then return reply end
+  end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local reply, w
   reply, w, err = log_limit(keys[1], v, reserve, now, ms)
   if err then return err end
