@@ -455,6 +455,25 @@ func TestAllEach(t *testing.T) {
 func TestFirstCallsHerd(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
 	f.noModule = true
+	herd(t, c, f)
+	loads := 0
+	for _, a := range f.args {
+		if a[0] == "SCRIPT" {
+			loads++
+		}
+	}
+	if f.probes != 1 || loads != 1 || len(f.args) != 61 {
+		t.Fatalf("%d probes, %d loads, %d commands for 60 calls; want 1, 1, 61", f.probes, loads, len(f.args))
+	}
+	if e := c.Engines(); len(e) != 1 || e["127.0.0.1:1"] != Scripts {
+		t.Fatalf("Engines() = %v", e)
+	}
+}
+
+// herd sends 60 first calls at once: the server holds every command until
+// all of them wait on the probe, then answers; each call must succeed.
+func herd(t *testing.T, c *Client, f *fakeServer) {
+	t.Helper()
 	f.hold = make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 60)
@@ -475,18 +494,6 @@ func TestFirstCallsHerd(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-	}
-	loads := 0
-	for _, a := range f.args {
-		if a[0] == "SCRIPT" {
-			loads++
-		}
-	}
-	if f.probes != 1 || loads != 1 || len(f.args) != 61 {
-		t.Fatalf("%d probes, %d loads, %d commands for 60 calls; want 1, 1, 61", f.probes, loads, len(f.args))
-	}
-	if e := c.Engines(); len(e) != 1 || e["127.0.0.1:1"] != Scripts {
-		t.Fatalf("Engines() = %v", e)
 	}
 }
 
@@ -695,27 +702,7 @@ func TestFunctionsEngine(t *testing.T) {
 func TestFirstCallsHerdFunctions(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
 	f.noModule, f.functions = true, true
-	f.hold = make(chan struct{})
-	var wg sync.WaitGroup
-	errs := make(chan error, 60)
-	for range 60 {
-		wg.Go(func() {
-			_, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
-			errs <- err
-		})
-	}
-	time.Sleep(50 * time.Millisecond) // let every call reach the probe
-	f.mu.Lock()
-	close(f.hold)
-	f.hold = nil
-	f.mu.Unlock()
-	wg.Wait()
-	close(errs)
-	for err := range errs {
-		if err != nil {
-			t.Fatal(err)
-		}
-	}
+	herd(t, c, f)
 	if f.probes != 1 || f.loads != 1 || f.versionAsks != 1 || len(f.args) != 60 {
 		t.Fatalf("%d probes, %d loads, %d version checks, %d commands for 60 calls; want 1, 1, 1, 60", f.probes, f.loads, f.versionAsks, len(f.args))
 	}

@@ -623,6 +623,16 @@ local function clock()
   return {tonumber(t[1]), tonumber(t[2]) * 1000}
 end
 
+-- fast_first runs a command of one key's fast path, fast(kind, key, v, now,
+-- ms, peek), when fast_args reads its arguments: its reply, or nil and the
+-- instant it read (nil if none), at which the exact path then decides.
+local function fast_first(fast, kind, key, args, peek)
+  local v, ms = fast_args(kind, args)
+  if not v then return nil, nil end
+  local now = clock()
+  return fast(kind, key, v, now, ms, peek), now
+end
+
 -- Instants are {seconds, nanoseconds} since the Unix epoch: a nanosecond
 -- time does not fit a double, its two parts do.
 local function since(a, b) -- a - b, an exact integer of nanoseconds
@@ -939,17 +949,12 @@ end
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local now
-  local fv, fms = fast_args(kind, args)
-  if fv then
-    now = clock()
-    local reply = fast_instant(kind, keys[1], fv, now, fms, peek)
-    if reply then return reply end
-  end
+  local reply, now = fast_first(fast_instant, kind, keys[1], args, peek)
+  if reply then return reply end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   now = now or clock()
-  local reply, w
+  local w
   reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then store_instant(w.key, w.existed, now, w.at, w.write) end
@@ -1140,7 +1145,7 @@ local function fast_read(key, pattern)
   return raw, expire
 end
 
-local function fast_fixed(key, v, now, ms, peek)
+local function fast_fixed(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
   local start = now[1] - math.fmod(now[1], window)
@@ -1179,7 +1184,7 @@ local function ceil_div(a, b)
   return q
 end
 
-local function fast_sliding(key, v, now, ms, peek)
+local function fast_sliding(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
   local W = window * SECOND
@@ -1254,22 +1259,12 @@ end
 -- window_command is SW.HIT, FW.HIT and their peeks.
 local function window_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local now
-  local fv, fms = fast_args(kind, args)
-  if fv then
-    now = clock()
-    local reply
-    if kind == 'fw' then
-      reply = fast_fixed(keys[1], fv, now, fms, peek)
-    else
-      reply = fast_sliding(keys[1], fv, now, fms, peek)
-    end
-    if reply then return reply end
-  end
+  local reply, now = fast_first(kind == 'fw' and fast_fixed or fast_sliding, kind, keys[1], args, peek)
+  if reply then return reply end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   now = now or clock()
-  local reply, w
+  local w
   reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then store(w) end
@@ -1438,7 +1433,7 @@ end
 -- and the trim when the oldest entry is live, ZCARD after the trim. It
 -- gives the reply (or WRONGTYPE), or nil for any other call or key, which
 -- the exact path decides; it writes only when it decides.
-local function fast_log(key, v, now, ms, peek)
+local function fast_log(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
   local size = redis.pcall('ZCARD', key)
@@ -1519,17 +1514,12 @@ end
 -- log_command is SL.HIT and SL.PEEK.
 local function log_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local now
-  local fv, fms = fast_args(kind, args)
-  if fv then
-    now = clock()
-    local reply = fast_log(keys[1], fv, now, fms, peek)
-    if reply then return reply end
-  end
+  local reply, now = fast_first(fast_log, kind, keys[1], args, peek)
+  if reply then return reply end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   now = now or clock()
-  local reply, w
+  local w
   reply, w, err = log_limit(keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek and w.log then store_log(w) end
@@ -2057,4 +2047,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return 'eae6144f107fc6b3' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '77ba7c59100dcfd5' end, flags = {'no-writes'}}

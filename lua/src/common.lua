@@ -110,6 +110,16 @@ local function clock()
   return {tonumber(t[1]), tonumber(t[2]) * 1000}
 end
 
+-- fast_first runs a command of one key's fast path, fast(kind, key, v, now,
+-- ms, peek), when fast_args reads its arguments: its reply, or nil and the
+-- instant it read (nil if none), at which the exact path then decides.
+local function fast_first(fast, kind, key, args, peek)
+  local v, ms = fast_args(kind, args)
+  if not v then return nil, nil end
+  local now = clock()
+  return fast(kind, key, v, now, ms, peek), now
+end
+
 -- Instants are {seconds, nanoseconds} since the Unix epoch: a nanosecond
 -- time does not fit a double, its two parts do.
 local function since(a, b) -- a - b, an exact integer of nanoseconds

@@ -170,17 +170,12 @@ end
 -- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local now
-  local fv, fms = fast_args(kind, args)
-  if fv then
-    now = clock()
-    local reply = fast_instant(kind, keys[1], fv, now, fms, peek)
-    if reply then return reply end
-  end
+  local reply, now = fast_first(fast_instant, kind, keys[1], args, peek)
+  if reply then return reply end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   now = now or clock()
-  local reply, w
+  local w
   reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then store_instant(w.key, w.existed, now, w.at, w.write) end

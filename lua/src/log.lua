@@ -160,7 +160,7 @@ end
 -- and the trim when the oldest entry is live, ZCARD after the trim. It
 -- gives the reply (or WRONGTYPE), or nil for any other call or key, which
 -- the exact path decides; it writes only when it decides.
-local function fast_log(key, v, now, ms, peek)
+local function fast_log(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
   local size = redis.pcall('ZCARD', key)
@@ -241,17 +241,12 @@ end
 -- log_command is SL.HIT and SL.PEEK.
 local function log_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local now
-  local fv, fms = fast_args(kind, args)
-  if fv then
-    now = clock()
-    local reply = fast_log(keys[1], fv, now, fms, peek)
-    if reply then return reply end
-  end
+  local reply, now = fast_first(fast_log, kind, keys[1], args, peek)
+  if reply then return reply end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   now = now or clock()
-  local reply, w
+  local w
   reply, w, err = log_limit(keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek and w.log then store_log(w) end

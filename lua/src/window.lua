@@ -182,7 +182,7 @@ local function fast_read(key, pattern)
   return raw, expire
 end
 
-local function fast_fixed(key, v, now, ms, peek)
+local function fast_fixed(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
   local start = now[1] - math.fmod(now[1], window)
@@ -221,7 +221,7 @@ local function ceil_div(a, b)
   return q
 end
 
-local function fast_sliding(key, v, now, ms, peek)
+local function fast_sliding(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
   local W = window * SECOND
@@ -296,22 +296,12 @@ end
 -- window_command is SW.HIT, FW.HIT and their peeks.
 local function window_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local now
-  local fv, fms = fast_args(kind, args)
-  if fv then
-    now = clock()
-    local reply
-    if kind == 'fw' then
-      reply = fast_fixed(keys[1], fv, now, fms, peek)
-    else
-      reply = fast_sliding(keys[1], fv, now, fms, peek)
-    end
-    if reply then return reply end
-  end
+  local reply, now = fast_first(kind == 'fw' and fast_fixed or fast_sliding, kind, keys[1], args, peek)
+  if reply then return reply end
   local v, ms, reserve, err = parse_one(syntax(kind), args, name)
   if err then return err end
   now = now or clock()
-  local reply, w
+  local w
   reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then store(w) end
