@@ -270,6 +270,30 @@ func script(c *spec.Command) string {
 	return b.String()
 }
 
+// code is a part without its comment lines and repeated blank lines: the
+// library keeps the code, lua/src the explanations. (No source puts "--" at
+// a line's start inside a string.)
+func code(src string) string {
+	var b strings.Builder
+	blank := false
+	for _, line := range strings.SplitAfter(src, "\n") {
+		t := strings.TrimSpace(line)
+		if strings.HasPrefix(t, "--") {
+			continue
+		}
+		if t == "" {
+			if blank {
+				continue
+			}
+			blank = true
+		} else {
+			blank = false
+		}
+		b.WriteString(line)
+	}
+	return b.String()
+}
+
 // LibraryName is the FUNCTION library's name.
 const LibraryName = "ratelimit"
 
@@ -294,8 +318,9 @@ func library() (source, version string) {
 --
 -- Replies, errors and stored state are the module's, byte for byte.
 `)
+	b.WriteString("-- The sources, with their comments, are lua/src/*.lua.\n")
 	for _, p := range libraryParts {
-		b.WriteString("\n" + sourceOf(p))
+		b.WriteString("\n" + code(sourceOf(p)))
 	}
 	b.WriteString("\n-- One function per command.\n")
 	for i := range spec.Commands {

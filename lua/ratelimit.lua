@@ -9,15 +9,8 @@
 --   FCALL gcra_throttle 1 user:42 15 30 60 1 MS
 --
 -- Replies, errors and stored state are the module's, byte for byte.
+-- The sources, with their comments, are lua/src/*.lua.
 
--- Exact integers. Lua numbers are doubles, exact only below 2^53, and the
--- module computes on 64-bit nanoseconds. An integer here is a Lua number
--- while its magnitude is below 2^53, else a table of base-10^7 limbs,
--- least significant first, with its sign in field s (1 or -1): a table is
--- always further from zero than any number. Every operation is exact at
--- any size; the common case stays a number, and the limb code is only
--- built (Redis's Lua builds a script's functions again on every call) when
--- a call meets a number that needs it.
 local TWO53 = 9007199254740992
 local B = 10000000
 
@@ -26,13 +19,11 @@ local function limbs()
   if limbs_made then return limbs_made end
   local M = {}
 
-  -- big returns the limbs of n (a number holding an integer of any size).
   local function big(n)
     if type(n) == 'table' then return n end
     local t = {s = 1}
     if n < 0 then t.s = -1; n = -n end
     if n >= TWO53 then
-      -- Split exactly: n = hi * 2^26 + lo, both parts exact doubles.
       local hi = math.floor(n / 67108864)
       local lo = n - hi * 67108864
       local h, l = big(hi), big(lo)
@@ -56,9 +47,6 @@ local function limbs()
     return t
   end
 
-  -- small turns limbs back into a number when it is below 2^53. With at
-  -- most three limbs each step is exact until the sum reaches 2^53, and a
-  -- sum at or above 2^53 cannot round below it.
   local function small(t)
     local n = #t
     if n == 0 then return 0 end
@@ -69,7 +57,6 @@ local function limbs()
     return t.s * v
   end
 
-  -- cmpmag compares magnitudes: -1, 0 or 1.
   local function cmpmag(a, b)
     if #a ~= #b then return #a < #b and -1 or 1 end
     for i = #a, 1, -1 do
@@ -88,7 +75,6 @@ local function limbs()
     return r
   end
 
-  -- submag is |a| - |b| for |a| >= |b|.
   local function submag(a, b, s)
     local r, borrow = {s = s}, 0
     for i = 1, #a do
@@ -123,16 +109,12 @@ local function limbs()
     return r
   end
 
-  -- approx is a limb number as a double, within a few units in the last place.
   local function approx(t)
     local v = 0
     for i = #t, 1, -1 do v = v * B + t[i] end
     return v
   end
 
-  -- divmag is |a| / |b| truncated and the remainder, b not zero: estimates
-  -- from doubles, made a little low so that they never overshoot, then
-  -- corrected exactly; each round gains about 40 bits.
   local function divmag(a, b)
     local q, r = {s = 1}, {s = 1}
     for i = 1, #a do r[i] = a[i] end
@@ -203,8 +185,6 @@ local function mul(a, b)
   return limbs().mul(a, b)
 end
 
--- quorem is a / b truncated toward zero and the remainder, with the sign
--- of a: Go's / and %. b is not zero.
 local function quorem(a, b)
   if type(a) == 'number' and type(b) == 'number' then
     local r = math.fmod(a, b) -- exact
@@ -215,14 +195,12 @@ end
 
 local function quo(a, b) return (quorem(a, b)) end
 
--- cmp compares two integers: -1, 0 or 1.
 local function cmp(a, b)
   local ta, tb = type(a) == 'number', type(b) == 'number'
   if ta and tb then
     if a == b then return 0 end
     return a < b and -1 or 1
   end
-  -- A table is further from zero than any number.
   if ta then return -b.s end
   if tb then return a.s end
   if a.s ~= b.s then return a.s < b.s and -1 or 1 end
@@ -236,18 +214,14 @@ local function le(a, b) return cmp(a, b) <= 0 end
 local function imax(a, b) if cmp(a, b) >= 0 then return a end return b end
 local function imin(a, b) if cmp(a, b) <= 0 then return a end return b end
 
--- fmt writes an integer in decimal, as the module does.
 local function fmt(a)
   if type(a) == 'number' then return string.format('%d', a) end
   return limbs().fmt(a)
 end
 
--- The 64-bit range the module computes in: 2^63 - 1 and -2^63.
 local MAXI = {s = 1, 4775807, 7203685, 92233}
 local MINI = {s = -1, 4775808, 7203685, 92233}
 
--- parse reads a base-10 signed 64-bit integer as the module accepts it: an
--- optional sign, then digits, within the 64-bit range. nil otherwise.
 local function parse(s)
   local sign, digits = string.match(s, '^([+-]?)0*(%d-)$')
   if not digits or (digits == '' and not string.match(s, '0$')) then return nil end
@@ -268,36 +242,24 @@ local function parse(s)
   return v
 end
 
--- fits reports whether an integer is within the 64-bit range.
 local function fits(a) return le(MINI, a) and le(a, MAXI) end
 
--- whole is an integer held in a double of any size (a product or quotient
--- of doubles, floored) as an exact integer.
 local function whole(n)
   if n < TWO53 and n > -TWO53 then return n end
   return limbs().big(n)
 end
 
--- float is an integer as the nearest double, as Go's float64(int64) is.
 local function float(a)
   if type(a) == 'number' then return a end
   return tonumber(fmt(a))
 end
 
--- The fast parser's parts: most calls are plain digits and an optional MS,
--- which these read without building a syntax; every other call goes to the
--- full parser (parse_one), which reads it the same way and makes its errors.
 
--- fast_number reads s when it is plain digits, at most 15 of them (below
--- 2^53, so exact, and within 64 bits), as parse would; nil otherwise.
 local function fast_number(s)
   if #s > 15 or not string.find(s, '^%d+$') then return nil end
   return tonumber(s)
 end
 
--- fast_tail reads what follows the positional words at args[i]: an optional
--- plain cost within [cmin, cmax] into v[i], then an optional MS. It gives
--- v and ms, or nil for anything else (RESERVE, a sign, an option twice).
 local function fast_tail(args, i, v, cmin, cmax)
   local n = #args
   if i <= n then
@@ -317,7 +279,6 @@ local function fast_tail(args, i, v, cmin, cmax)
   return v, false
 end
 
--- spec.lua, from internal/spec: the command table's bounds, syntaxes and texts.
 
 local MAX_SECONDS = 9223372036 -- the longest period, window or lease: whole seconds of 64-bit ns
 local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
@@ -329,7 +290,6 @@ local MAX_ID = 128 -- a holder id's bytes
 local MAX_CONC_LIMIT = 100000 -- the most holders of one concurrency limit
 local CONC_SWEEP = 64 -- the most lapsed holders one concurrency write removes
 
--- The families RL.ALL's limiters name (LB only to say it is not one).
 local FAMILIES = {'GCRA', 'TB', 'LB', 'SW', 'FW', 'SL'}
 local LIMITERS = 'GCRA, TB, SW, FW and SL'
 
@@ -347,10 +307,6 @@ local BUCKET_RATE = 'ERR the rate is above one per nanosecond: the count must be
 local BUCKET_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)'
 local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
 
--- syntax is a family's arguments: positional ones, the optional cost, its
--- default, whether RESERVE n is taken, the options' names and what the
--- limiter admits at once (RESERVE's bound); built for the one family a call
--- runs, since every table costs on every call.
 local function syntax(kind)
   if kind == 'gcra' then
     return {
@@ -433,10 +389,6 @@ local function syntax(kind)
   end
 end
 
--- fast_args reads a command of one key's arguments after the key as
--- parse_one would, for the common call only (plain digits, an optional
--- plain cost, an optional MS): the words and ms, or nil for any other call,
--- which parse_one reads.
 local function fast_args(kind, args)
   local n, v = #args, {}
   if kind == 'gcra' then
@@ -511,8 +463,6 @@ local function fast_args(kind, args)
   end
 end
 
--- What every command shares with the module: argument syntax and its
--- errors, the clock, instants, replies, and reading a key.
 
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
@@ -523,8 +473,6 @@ local function arity(name)
   return fail("ERR wrong number of arguments for '" .. name .. "' command")
 end
 
--- quote shows untrusted input in an error as the module does: at most 32
--- bytes, printable ASCII as it is, every other byte as \xNN.
 local function quote(s)
   local more = ''
   if #s > 32 then s = string.sub(s, 1, 32); more = '...' end
@@ -538,8 +486,6 @@ end
 
 local function isword(s, word) return string.upper(s) == word end
 
--- A syntax is {positional args, optional arg, default, reserve allowed};
--- an arg is {name, min, max, seconds} with min and max exact integers.
 local function range_error(a, prefix)
   if a.seconds then
     return fail('ERR ' .. prefix .. a.name .. ' must be whole seconds from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
@@ -553,7 +499,6 @@ local function parse_arg(a, s)
   return v
 end
 
--- parse_reserve reads RESERVE's n, 0 to the limit.
 local function parse_reserve(s, limit, prefix)
   local n = parse(s)
   if n == nil or lt(n, 0) or lt(limit, n) then
@@ -562,8 +507,6 @@ local function parse_reserve(s, limit, prefix)
   return n
 end
 
--- parse_options reads MS, RESERVE n (when allowed) and EACH (when each)
--- from args[i..]: ms, the index of RESERVE's n (0 if none), EACH, or an error.
 local function parse_options(args, i, allowed, names, each)
   local ms, reserve_at, each_seen = false, 0, false
   while i <= #args do
@@ -589,9 +532,6 @@ local function parse_options(args, i, allowed, names, each)
   return ms, reserve_at, each_seen
 end
 
--- parse_one reads a command of one key: args are its arguments after the key.
--- It returns the values (positional, then the cost), ms and the reserve,
--- or an error reply.
 local function parse_one(syn, args, name)
   local np = #syn.positional
   if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, arity(name) end
@@ -617,15 +557,11 @@ local function parse_one(syn, args, name)
   return v, ms, reserve
 end
 
--- The clock: the server's TIME, as an instant {s, ns}.
 local function clock()
   local t = redis.call('TIME')
   return {tonumber(t[1]), tonumber(t[2]) * 1000}
 end
 
--- fast_first runs a command of one key's fast path, fast(kind, key, v, now,
--- ms, peek), when fast_args reads its arguments: its reply, or nil and the
--- instant it read (nil if none), at which the exact path then decides.
 local function fast_first(fast, kind, key, args, peek)
   local v, ms = fast_args(kind, args)
   if not v then return nil, nil end
@@ -633,8 +569,6 @@ local function fast_first(fast, kind, key, args, peek)
   return fast(kind, key, v, now, ms, peek), now
 end
 
--- Instants are {seconds, nanoseconds} since the Unix epoch: a nanosecond
--- time does not fit a double, its two parts do.
 local function since(a, b) -- a - b, an exact integer of nanoseconds
   return add(mul(a[1] - b[1], SECOND), a[2] - b[2])
 end
@@ -653,12 +587,8 @@ end
 
 local function instant_string(a) return string.format('%d%09d', a[1], a[2]) end
 
--- ceil_ms is an instant in Unix ms, rounded up.
 local function ceil_ms(a) return a[1] * 1000 + math.ceil(a[2] / 1000000) end
 
--- reply_time rounds a time of nanoseconds for the reply: milliseconds
--- rounded up with MS, else whole seconds plus one when the remainder has
--- a non-zero millisecond part (redis-cell's rounding); -1 stays -1.
 local function reply_time(d, ms)
   if lt(d, 0) then return -1 end
   if ms then
@@ -671,7 +601,6 @@ local function reply_time(d, ms)
   return float(q)
 end
 
--- fast_time is reply_time for a number of nanoseconds below 2^53.
 local function fast_time(d, ms)
   if d < 0 then return -1 end
   local unit, over = SECOND, 1000000 -- whole seconds, plus one from a millisecond over
@@ -686,9 +615,6 @@ local function five(limited, limit, remaining, retry, reset, ms)
   return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
 end
 
--- read_string returns what the module reads of a key whose state is a
--- string: its type ('none', 'string' or 'other'), its absolute expiry in
--- Unix ms (-1: none) and its value. One GET tells all three types apart.
 local function read_string(key)
   local v = redis.pcall('GET', key)
   if not v then return 'none', -1 end
@@ -701,7 +627,6 @@ local function other_data(state, why)
     '; the limiter changed nothing (use a key prefix per limiter)')
 end
 
--- check_key refuses a key of another type, and one without an expiry.
 local function check_key(kind, expire, want, state)
   if kind ~= 'none' and kind ~= want then return fail(WRONGTYPE) end
   if kind == want and expire < 0 then
@@ -711,9 +636,6 @@ end
 
 local MIN_STATE = 1420070400 -- 2015-01-01, in seconds
 
--- split_instant reads a stored instant as the module does (digits only,
--- leading zeros allowed, at most 2^63 - 1) into {seconds, nanoseconds},
--- straight from its digits: each part is exact as a double.
 local function split_instant(s)
   local d = string.match(s, '^0*(%d+)$')
   if d == nil then return nil end
@@ -722,8 +644,6 @@ local function split_instant(s)
   return {tonumber(string.sub(d, 1, -10)), tonumber(string.sub(d, -9))}
 end
 
--- load_instant reads an instant state: nil for an empty key, the instant,
--- or an error reply.
 local function load_instant(key, now, state, tolerance)
   local kind, expire, s = read_string(key)
   local err = check_key(kind, expire, 'string', state)
@@ -732,8 +652,6 @@ local function load_instant(key, now, state, tolerance)
   local at = split_instant(s)
   if at == nil then return nil, other_data(state, 'not a decimal integer') end
   if at[1] < MIN_STATE then return nil, other_data(state, 'an instant before 2015') end
-  -- An instant further ahead than the state can be, more than a second
-  -- after the key's own expiry, was not written by a limiter.
   if after(at, now) and lt(tolerance, since(at, now)) then
     local e = {math.floor(expire / 1000), math.fmod(expire, 1000) * 1000000}
     if after({at[1] - 1, at[2]}, e) then
@@ -743,9 +661,6 @@ local function load_instant(key, now, state, tolerance)
   return at
 end
 
--- store_instant writes an instant state when write is set: SET with an
--- expiry at the instant, or DEL when it has come (the limiter has no work
--- left).
 local function store_instant(key, existed, now, at, write)
   if not write then return end
   if after(at, now) then
@@ -755,8 +670,6 @@ local function store_instant(key, existed, now, at, write)
   end
 end
 
--- ahead is how far state runs ahead of now, at most limit, and whether it
--- had to be cut to limit (a clock that stepped back).
 local function ahead_of(state, now, limit)
   if state == nil or not after(state, now) then return 0, false end
   local d = since(state, now)
@@ -770,20 +683,12 @@ local function sat_add(a, b)
   return c
 end
 
--- parse_count reads a decimal count as the module reads an instant:
--- digits only, within 64 bits.
 local function parse_count(s)
   if not string.match(s, '^%d') then return nil end
   return parse(s)
 end
 
--- GCRA, the token bucket and the shaper: one instant of state each (see
--- the gcra and bucket packages, which this follows step for step).
 
--- A schedule spaces units interval ns apart and lets the state run up to
--- tolerance = interval x slots ahead of now. GCRA's interval is
--- period / count as a double truncated (redis-cell's), the buckets' is
--- rounded up.
 local function schedule(kind, limit, slots, count, period)
   local interval
   if kind == 'gcra' then
@@ -804,9 +709,6 @@ local function schedule(kind, limit, slots, count, period)
   return {kind = kind, limit = limit, slots = slots, interval = interval, tolerance = tolerance}
 end
 
--- apply takes units (a cost, or a refund below 0) at now from state (an
--- instant or nil): the decision {limited, retry, at, write}, how far the
--- state was ahead, how far it is ahead after, or an error.
 local function apply(s, state, now, units)
   local ahead, clamped = ahead_of(state, now, s.tolerance)
   local d = {limited = false, retry = -1, write = clamped}
@@ -831,7 +733,6 @@ local function apply(s, state, now, units)
   return d, ahead, nxt
 end
 
--- decide is one limit's decision with its five integers' parts.
 local function decide(kind, s, state, now, units, reserve)
   if lt(0, reserve) and le(0, units) then
     local d, ahead, nxt, err = decide(kind, s, state, now, sat_add(units, reserve), 0)
@@ -853,15 +754,12 @@ end
 
 local INSTANT_STATE = {gcra = GCRA_STATE, tb = BUCKET_STATE, lb = SHAPER_STATE}
 
--- new_schedule makes a family's schedule from its parsed arguments.
 local function new_schedule(kind, v)
   if kind == 'gcra' then return schedule(kind, add(v[1], 1), add(v[1], 1), v[2], v[3]) end
   if kind == 'tb' then return schedule(kind, v[1], v[1], v[2], v[3]) end
   return schedule(kind, v[1], add(v[1], 1), v[2], v[3])
 end
 
--- instant_limit runs one limit of an instant family on its key: the five
--- integers and the write to make, or an error.
 local function instant_limit(kind, key, v, reserve, now, ms)
   local s, err = new_schedule(kind, v)
   if err then return nil, nil, err end
@@ -874,14 +772,6 @@ local function instant_limit(kind, key, v, reserve, now, ms)
   return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write}
 end
 
--- fast_instant is instant_limit and its write on plain numbers, for the
--- common call (a cost of 0 or more, no RESERVE: what fast_args reads) on
--- the common key (empty, or a state of 19 digits after 2015 that expires
--- and runs at most the tolerance ahead), while the interval and the
--- tolerance are below 2^53 ns (104 days): every step below is then exact
--- in a double, and so equal to the exact path's. It gives the reply (or
--- WRONGTYPE), or nil for any other call or key, which the exact path
--- decides; it writes only when it decides.
 local function fast_instant(kind, key, v, now, ms, peek)
   local n1, count, period, units = v[1], v[2], v[3], v[4]
   local limit, slots, interval
@@ -900,7 +790,6 @@ local function fast_instant(kind, key, v, now, ms, peek)
     if kind == 'lb' then slots = n1 + 1 end
   end
   local tolerance = interval * slots
-  -- Within 105 days of 2262 a state may not fit 64 bits: the exact path.
   if tolerance >= TWO53 or now[1] >= MAX_SECONDS - 9100000 then return nil end
   local raw = redis.pcall('GET', key)
   local ahead = 0
@@ -937,7 +826,6 @@ local function fast_instant(kind, key, v, now, ms, peek)
     if limited then reset = 0 end
   end
   if write and not peek then
-    -- nxt > 0: SET the state at now + nxt, expiring then (rounded up to the ms)
     local r = math.fmod(nxt, SECOND)
     local s, ns = now[1] + (nxt - r) / SECOND, now[2] + r
     if ns >= SECOND then s, ns = s + 1, ns - SECOND end
@@ -946,7 +834,6 @@ local function fast_instant(kind, key, v, now, ms, peek)
   return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
 local function instant_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
   local reply, now = fast_first(fast_instant, kind, keys[1], args, peek)
@@ -961,19 +848,13 @@ local function instant_command(kind, name, peek, keys, args)
   return reply
 end
 
--- The sliding window counter and the fixed window: a string state each
--- (see the window package, which this follows step for step).
 
--- muldiv is floor(a x b / c) and whether the ceiling fits 64 bits, for
--- a, b >= 0 and c > 0: the exact product, as the module's 128-bit one.
 local function muldiv_ceil(a, b, c)
   local q, r = quorem(mul(a, b), c)
   if lt(0, r) then q = add(q, 1) end
   return q, fits(q)
 end
 
--- The window holding now: its start (whole seconds, since the window is)
--- and its end, or nil past the 64-bit range.
 local function window_at(now, window)
   local start = now[1] - math.fmod(now[1], window)
   return start, start + window
@@ -983,8 +864,6 @@ local function in_range(s) -- an instant of whole second s fits 64-bit ns
   return s <= MAX_SECONDS
 end
 
--- fixed_hit is the fixed window's decision on count (stored, expiring at
--- expire ms) at now: decision, the count to store, the window's end.
 local function fixed_hit(L, window, count, expire, now, cost)
   local d = {limited = false, retry = -1, write = false, reset = 0}
   local start, stop = window_at(now, window)
@@ -1005,8 +884,6 @@ local function fixed_hit(L, window, count, expire, now, cost)
   return d, n, stop
 end
 
--- sliding_hit is the sliding window counter's decision on counts c at now:
--- decision, the counts to store, when the key's work ends.
 local function sliding_hit(L, window, c, now, cost)
   local W = mul(window, SECOND)
   local d = {limited = false, retry = -1, write = false}
@@ -1030,7 +907,6 @@ local function sliding_hit(L, window, c, now, cost)
   if lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
     d.limited = true
     if le(cost, L) then
-      -- retry: when the estimate first admits cost
       local r = sub(W, e)
       local room = sub(sub(L, cost), c.current)
       local done = false
@@ -1065,9 +941,6 @@ local function sliding_hit(L, window, c, now, cost)
   return d, nxt, expire
 end
 
--- window_limit runs one limit of a window family on its key: the five
--- integers and the write to make ({key, set = value, at = instant} or
--- {key, del = true}), or an error.
 local function window_limit(kind, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
   local kindof, expire, raw = read_string(key)
@@ -1115,7 +988,6 @@ local function window_limit(kind, key, v, reserve, now, ms)
   return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
 end
 
--- store applies one key's write.
 local function store(w)
   if w.set then
     redis.call('SET', w.key, w.set, 'PXAT', string.format('%d', ceil_ms(w.at)))
@@ -1124,17 +996,6 @@ local function store(w)
   end
 end
 
--- The fast paths: fixed_hit and sliding_hit with their reads and writes on
--- plain numbers, for the common call (what fast_args reads: a cost of 0 or
--- more, no RESERVE) on the common key (empty, or a state of plain counts of
--- at most 15 digits that expires), while the window is below 9000000 s and
--- every product below is under 2^53: each step is then exact in a double,
--- and so equal to the exact path's. Each gives the reply (or WRONGTYPE), or
--- nil for any other call or key, which the exact path decides; it writes
--- only when it decides.
-
--- fast_read reads a window state's raw value and expiry: nil for an empty
--- key, false for one the fast path leaves to the exact path, or WRONGTYPE.
 local function fast_read(key, pattern)
   local raw = redis.pcall('GET', key)
   if not raw then return nil end
@@ -1176,7 +1037,6 @@ local function fast_fixed(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- ceil_div is the ceiling of a / b for 0 <= a < 2^53 and b > 0.
 local function ceil_div(a, b)
   local r = math.fmod(a, b)
   local q = (a - r) / b
@@ -1256,7 +1116,6 @@ local function fast_sliding(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- window_command is SW.HIT, FW.HIT and their peeks.
 local function window_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
   local reply, now = fast_first(kind == 'fw' and fast_fixed or fast_sliding, kind, keys[1], args, peek)
@@ -1271,15 +1130,9 @@ local function window_command(kind, name, peek, keys, args)
   return reply
 end
 
--- The sliding log: a sorted set, one entry per admitted unit, member
--- "<score>-<n>", scored with its time in Unix microseconds (see the window
--- package's SlidingLog and the module's runSlidingLog).
 
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
 
--- read_zset returns what the module reads of a key whose state is a sorted
--- set: its type ('none', 'zset' or 'other'), expiry (Unix ms, -1: none)
--- and size.
 local function read_zset(key)
   local n = redis.pcall('ZCARD', key)
   if type(n) == 'table' then return 'other', -1, 0 end
@@ -1287,13 +1140,10 @@ local function read_zset(key)
   return 'zset', redis.call('PEXPIRETIME', key), n
 end
 
--- state_score: a whole number of Unix µs from 2015 to 2^53.
 local function state_score(us)
   return us >= MIN_STATE * 1000000 and us < MAX_SCORE and us == math.floor(us)
 end
 
--- log_entry reports an entry the log wrote: "<score>-<n>", at most 63
--- bytes, its score digits (no leading zero) equal to its score.
 local function log_entry(member, score)
   if #member > 63 or not state_score(score) then return false end
   local a, b = string.match(member, '^([^-]*)%-(.*)$')
@@ -1302,8 +1152,6 @@ local function log_entry(member, score)
   return us ~= nil and cmp(us, score) == 0 and parse_count(b) ~= nil
 end
 
--- score_ns is a score (µs, a double) in ns, as the module converts it:
--- saturated at 2^53 µs, and nil (none) at or below -2^53 or for NaN.
 local function score_ns(us)
   if us ~= us or us <= -MAX_SCORE then return nil end
   if us >= MAX_SCORE then us = MAX_SCORE end
@@ -1313,8 +1161,6 @@ end
 
 local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
 
--- log_hit is the log's decision at now: {limited, retry, remaining, reset,
--- write, redate, expire (ns), add (entries)} or an error.
 local function log_hit(key, size, L, window, now, cost, cutoff_us)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
@@ -1356,8 +1202,6 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   return d
 end
 
--- log_limit runs a sliding log on its key: the five integers and the write
--- to make, or an error.
 local function log_limit(key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
   local kind, expire, size = read_zset(key)
@@ -1370,7 +1214,6 @@ local function log_limit(key, v, reserve, now, ms)
       return nil, nil, other_data(LOG_STATE, 'its members are not the log\'s own')
     end
   end
-  -- cutoff = now - window, in µs rounded down (the window is whole seconds)
   local cutoff_us = sub(now[1] * 1000000 + math.floor(now[2] / 1000), mul(window, 1000000))
   local d
   if lt(0, reserve) then
@@ -1387,11 +1230,6 @@ local function log_limit(key, v, reserve, now, ms)
     score = now[1] * 1000000 + math.floor(now[2] / 1000), expire = d.expire}
 end
 
--- store_log writes the log as the module does: remove the entries that
--- left the window, move those dated after now to now (a clock that stepped
--- back), add the new entries "<score>-<n>" numbered from the set's size,
--- skipping members that exist, and expire the key at its newest entry's
--- end, rounded up to the ms.
 local function store_log(w)
   redis.call('ZREMRANGEBYSCORE', w.key, '-inf', fmt(w.cutoff))
   local moved = 0
@@ -1414,25 +1252,12 @@ local function store_log(w)
   redis.call('PEXPIREAT', w.key, fmt(q))
 end
 
--- fast_entry is log_entry for the fast path: true only for an entry
--- log_entry accepts ("<score>-<n>", its score's digits, n of at most 18
--- digits); false sends the call to the exact path, which decides.
 local function fast_entry(member, score)
   if #member > 63 or not state_score(score) then return false end
   local p = string.format('%d', score) .. '-'
   return #member - #p <= 18 and string.sub(member, 1, #p) == p and string.find(member, '^%d+$', #p + 1) ~= nil
 end
 
--- fast_log is log_limit and store_log on plain numbers, for the common
--- call (what fast_args reads: a cost of 0 or more, no RESERVE) on the
--- common key (empty, or a log whose oldest and newest entries are its own,
--- that expires, its entries within 104 days of now), while the window is
--- below 9000000 s: times are nanoseconds from now, below 2^53, so every
--- step is exact in a double and equal to the exact path's. It also leaves
--- out the calls whose answer it knows: the newest entry read once, ZCOUNT
--- and the trim when the oldest entry is live, ZCARD after the trim. It
--- gives the reply (or WRONGTYPE), or nil for any other call or key, which
--- the exact path decides; it writes only when it decides.
 local function fast_log(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
@@ -1511,7 +1336,6 @@ local function fast_log(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- log_command is SL.HIT and SL.PEEK.
 local function log_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
   local reply, now = fast_first(fast_log, kind, keys[1], args, peek)
@@ -1526,21 +1350,13 @@ local function log_command(kind, name, peek, keys, args)
   return reply
 end
 
--- The concurrency limiter: a sorted set, member the holder's id, score the
--- end of its lease in Unix µs, in a key that expires at the whole second
--- after its latest lease (see the conc package and the module's conc.go,
--- which this follows step for step).
 
--- lease_expiry is the key's expiry (Unix ms) for a latest lease ending at
--- ns: the whole second at or after it.
 local function lease_expiry(ns)
   local q, r = quorem(ns, SECOND)
   if lt(0, r) then q = add(q, 1) end
   return mul(q, 1000)
 end
 
--- parse_conc reads CONC.ACQUIRE (op 'acquire'), CONC.PEEK or CONC.RELEASE:
--- {limit, lease, id, reserve, ms} or an error.
 local function parse_conc(op, name, args)
   local first = ({acquire = 4, peek = 2, release = 2})[op] -- the first option in args
   local nargs = 2 + #args
@@ -1573,14 +1389,11 @@ local function parse_conc(op, name, args)
   return c
 end
 
--- lease_ns is a score (µs) in ns; none is 0.
 local function lease_ns(score)
   if score == nil then return 0 end
   return score_ns(score) or MINI
 end
 
--- read_conc checks the key holds a concurrency state or nothing: its
--- {kind, expire, size, newest = {member, score}} or an error.
 local function read_conc(key)
   local kind, expire, size = read_zset(key)
   local err = check_key(kind, expire, 'zset', CONC_STATE)
@@ -1600,8 +1413,6 @@ local function read_conc(key)
   return k
 end
 
--- holder is the caller's lease's end and the latest other lease's end
--- (ns, 0 for none).
 local function holder(key, k, id)
   if k.kind ~= 'zset' then return 0, 0 end
   if k.newest[1] == id then
@@ -1613,7 +1424,6 @@ local function holder(key, k, id)
   return lease_ns(tonumber(own)), lease_ns(k.newest[2])
 end
 
--- decide is the conc package's decide: {limited, remaining, retry}.
 local function conc_decide(key, k, L, held, now, n, reserve)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local live = 0
@@ -1636,8 +1446,6 @@ local function conc_decide(key, k, L, held, now, n, reserve)
   return d
 end
 
--- sweep removes up to 64 lapsed holders (scored at or before now), never
--- the caller, then the caller when remove is set: how many it removed.
 local function sweep(key, id, now_us, remove)
   local gone = {}
   local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1))
@@ -1650,10 +1458,6 @@ local function sweep(key, id, now_us, remove)
   return redis.call('ZREM', key, unpack(gone))
 end
 
--- fast_conc_args reads CONC.ACQUIRE's and CONC.RELEASE's arguments as
--- parse_conc would, for the common call only (plain digits, an id of 1 to
--- MAX_ID bytes, an optional MS on an acquire): nil for any other call,
--- which parse_conc reads.
 local function fast_conc_args(op, args)
   local n = #args
   if op == 'release' then
@@ -1674,21 +1478,12 @@ local function fast_conc_args(op, args)
   return {limit = limit, lease = lease, id = id, reserve = 0, ms = ms}
 end
 
--- fast_conc is CONC.ACQUIRE and CONC.RELEASE on plain numbers, for the
--- common key (empty, or a state whose oldest and newest holders are ids
--- scored with whole µs, expiring with its latest lease, every score read
--- within 104 days of now) and a lease below 9000000 s: times are ns from
--- now, below 2^53, so every step is exact in a double and equal to the
--- exact path's. It gives the reply (or WRONGTYPE), or nil for any other
--- call or key, which the exact path decides; it writes only when it
--- decides.
 local function fast_conc(op, key, c, now)
   if now[1] >= MAX_SECONDS - 2 * 9000000 or (op == 'acquire' and c.lease >= 9000000) then return nil end
   local size = redis.pcall('ZCARD', key)
   if type(size) == 'table' then return fail(WRONGTYPE) end
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local sub_us = math.fmod(now[2], 1000) -- now in ns is now_us * 1000 + sub_us
-  -- rel is a score (µs) in ns from now, nil when the exact path must decide.
   local function rel(score)
     if score ~= math.floor(score) or math.abs(score - now_us) >= 9000000000000 then return nil end
     return (score - now_us) * 1000 - sub_us
@@ -1711,7 +1506,6 @@ local function fast_conc(op, key, c, now)
     if newest == nil then return nil end
     lapsed = fs <= now_us -- else no lease has lapsed: ZCOUNT is the size, and a sweep finds nothing
   end
-  -- The caller's lease's end and the latest other one's (ns from now; nil: none).
   local own, latest = nil, nil
   if size > 0 then
     if newest_id == c.id then
@@ -1730,8 +1524,6 @@ local function fast_conc(op, key, c, now)
       end
     end
   end
-  -- key_expiry is the key's expiry (ms) for a latest lease ending at d ns
-  -- from now (d >= 0): the whole second at or after it.
   local function key_expiry(d)
     local x = now[2] + d
     local r = math.fmod(x, SECOND)
@@ -1751,7 +1543,6 @@ local function fast_conc(op, key, c, now)
     if own > 0 then return 1 end
     return 0
   end
-  -- acquire: the conc package's decision, then the write.
   local L, reserve = c.limit, c.reserve
   local held = own ~= nil and own > 0
   local live = 0
@@ -1840,7 +1631,6 @@ local function conc_command(op, name, peek, keys, args)
     if lt(n, latest) then reset = sub(latest, n) end
     return five(d.limited, L, d.remaining, d.retry, reset, c.ms)
   end
-  -- A lease ends before 2^53 µs, the largest score a double holds exactly.
   local max_lease = quo(sub(mul(MAX_LIMIT, 1000), n), SECOND) -- (2^53 - 1) µs
   if lt(max_lease, c.lease) then
     return fail('ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score held exactly): at most ' .. fmt(max_lease) .. ' seconds from now')
@@ -1866,10 +1656,6 @@ local function conc_command(op, name, peek, keys, args)
   return reply
 end
 
--- RL.ALL and RL.PEEK: several limits in one decision (see the module's
--- all.go, which this follows step for step). Every limit must admit or
--- nothing is taken; the reply is the deciding limit's five integers and
--- its position, and with EACH every limit's own five after them.
 
 local function family_named(s)
   local u = string.upper(s)
@@ -1885,8 +1671,6 @@ local function arg_names(syn)
   return table.concat(names, ' ')
 end
 
--- parse_all reads the limiters after the keys, and the options: the
--- limits ({family, v}), ms, each, or an error, in the module's order.
 local function parse_all(name, keys, args)
   local n = #keys
   if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
@@ -1937,7 +1721,6 @@ local function parse_all(name, keys, args)
       if err then return nil, nil, nil, err end
     end
   end
-  -- One call adds at most MAX_LOG_ADD sliding-log entries (the module's maxLogAdd).
   local entries = 0
   for _, l in ipairs(lims) do
     if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
@@ -1948,8 +1731,6 @@ local function parse_all(name, keys, args)
   return lims, ms, each
 end
 
--- run_limit runs one limit on its key: five integers and a write, or an
--- error naming the limiter and its key.
 local function run_limit(j, l, key, v, reserve, now, ms)
   local reply, w, err
   if l.family == 'gcra' or l.family == 'tb' then
@@ -1971,7 +1752,6 @@ local function run_limit(j, l, key, v, reserve, now, ms)
   return reply, w, err
 end
 
--- later reports whether retry a is later than b: -1 (never) is the latest.
 local function later_retry(a, b)
   if b == -1 then return false end
   return a == -1 or a > b
@@ -1991,8 +1771,6 @@ local function all_command(_, name, peek, keys, args)
     if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
   end
   if deciding then
-    -- Nothing is taken; a limit that admitted still stores a state a
-    -- stepped-back clock left too far ahead: run it at cost 0.
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
         local v = {}
@@ -2047,4 +1825,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '77ba7c59100dcfd5' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '82763d58ce58ec6f' end, flags = {'no-writes'}}
