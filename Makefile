@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind redis-server clean generate lua demo charts chromium
+.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -97,6 +97,10 @@ $(BASELINE)/build/ratelimit.so:
 callgrind: build build/cref.so $(BASELINE)/build/ratelimit.so redis-server ## instructions per call under valgrind: GCRA.THROTTLE, the C reference, SW.HIT, RL.ALL, and BASELINE_REF's build
 	@command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 	BASELINE_SO=$(CURDIR)/$(BASELINE)/build/ratelimit.so bench/callgrind.sh
+
+callgrind-lua: redis-server ## the Lua engine's instructions per call under valgrind: each FCALL beside its recipe (and redis_rate's allowN once make bench has run)
+	@command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
+	bench/callgrind-lua.sh
 
 # The benchmark's C reference: GCRA.THROTTLE's server calls with no Go.
 build/cref.so: bench/cref/cref.c module/rmapi.h
