@@ -137,7 +137,8 @@ func specLua() string {
 -- runs, since every table costs on every call.
 local function syntax(kind)
 `)
-	for i, f := range spec.Families {
+	for i := range spec.Families {
+		f := &spec.Families[i]
 		kw := "elseif"
 		if i == 0 {
 			kw = "if"
@@ -150,11 +151,7 @@ local function syntax(kind)
 		if f.Cost.Name != "" {
 			fmt.Fprintf(&b, "      optional = %s,\n      def = %d,\n", luaArg(f.Cost), f.Def)
 		}
-		options := "MS"
-		if f.Reserve {
-			options = "MS and RESERVE n"
-		}
-		fmt.Fprintf(&b, "      reserve = %v, options = %s,\n", f.Reserve, luaString(options))
+		fmt.Fprintf(&b, "      reserve = %v, options = %s,\n", f.Reserve, luaString(f.Options()))
 		if f.Reserve {
 			if f.LimitPlus != 0 {
 				fmt.Fprintf(&b, "      limit = function(v) return add(v[1], %d) end,\n", f.LimitPlus)

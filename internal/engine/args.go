@@ -42,25 +42,18 @@ const maxOneKeyArgs = spec.MaxOneKeyArgs
 type syntax struct {
 	positional []arg
 	optional   arg
-	def        int64 // the optional argument's default
-	reserve    bool  // RESERVE n is an option
+	def        int64  // the optional argument's default
+	reserve    bool   // RESERVE n is an option
+	options    string // the options' names, for errors
 }
 
 // syntaxOf is family f's syntax.
 func syntaxOf(f *spec.Family) *syntax {
-	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve}
+	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, options: f.Options()}
 	for _, a := range f.Args {
 		s.positional = append(s.positional, argOf(a))
 	}
 	return s
-}
-
-// options names the options a syntax takes, for errors.
-func (s *syntax) options() string {
-	if s.reserve {
-		return "MS and RESERVE n"
-	}
-	return "MS"
 }
 
 // parse fills l and ms from a command of one key: args are the command
@@ -83,7 +76,7 @@ func (s *syntax) parse(args []string, l *limit, ms *bool) error {
 		i++
 	}
 	reserveAt := 0
-	if err := parseOptions(args, i, s.reserve, s.options(), ms, &reserveAt, nil); err != nil {
+	if err := parseOptions(args, i, s.reserve, s.options, ms, &reserveAt, nil); err != nil {
 		return err
 	}
 	if reserveAt == 0 {

@@ -123,6 +123,14 @@ func FamilyNamed(s string) int {
 	return -1
 }
 
+// Options names the options a command of the family takes, for errors.
+func (f *Family) Options() string {
+	if f.Reserve {
+		return "MS and RESERVE n"
+	}
+	return "MS"
+}
+
 func period(name, what string) Arg {
 	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
 }
@@ -270,17 +278,6 @@ func (c *Command) File() string {
 		}
 	}
 	return string(b)
-}
-
-// OptionNames lists the options a command takes, for errors.
-func (c *Command) OptionNames() string {
-	switch {
-	case c.NumKeys:
-		return "MS, RESERVE n and EACH"
-	case c.Family >= 0 && Families[c.Family].Reserve:
-		return "MS and RESERVE n"
-	}
-	return "MS"
 }
 
 const oneKey = "O(1)"
