@@ -32,7 +32,8 @@ type Batch struct {
 type Call struct {
 	args    []any
 	keyPos  int8
-	release bool // CONC.RELEASE: an integer reply, not five
+	release bool     // CONC.RELEASE: an integer reply, not five
+	each    []Result // RL.ALL EACH: filled with each limit's result
 	res     Result
 	held    bool
 	err     error
@@ -70,6 +71,21 @@ func (b *Batch) Peek(key string, l Limit, cost int64, opts ...Option) *Call {
 func (b *Batch) All(limits []Keyed, opts ...Option) *Call {
 	args, err := allArgs(cmdAll, limits, opts)
 	return b.add(args, err, 2)
+}
+
+// AllEach adds Client.AllEach's call: each[i] holds limits[i]'s own result
+// once Exec has returned.
+func (b *Batch) AllEach(limits []Keyed, each []Result, opts ...Option) *Call {
+	if len(each) < len(limits) {
+		return b.add(nil, fmt.Errorf("ratelimit: AllEach: %d results for %d limits", len(each), len(limits)), 2)
+	}
+	args, err := allArgs(cmdAll, limits, opts)
+	if err == nil {
+		args = append(args, "EACH")
+	}
+	call := b.add(args, err, 2)
+	call.each = each[:len(limits)]
+	return call
 }
 
 // Acquire adds Client.Acquire's call.
@@ -185,7 +201,10 @@ func (call *Call) read(cmd *onceCmd, err error) {
 		return
 	}
 	vals, err := cmd.integers(call.args[0])
-	if err == nil {
+	switch {
+	case err == nil && call.each != nil:
+		call.res, err = readEach(vals, call.each)
+	case err == nil:
 		call.res, err = reading(call.args[0], vals)
 	}
 	call.err = err

@@ -406,10 +406,15 @@ func (c *Client) AllEach(ctx context.Context, limits []Keyed, each []Result, opt
 	if err != nil {
 		return Result{}, err
 	}
-	if len(vals) != 6+5*len(limits) {
-		return Result{}, fmt.Errorf("ratelimit: RL.ALL EACH replied %d integers for %d limits", len(vals), len(limits))
+	return readEach(vals, each[:len(limits)])
+}
+
+// readEach reads RL.ALL EACH's reply: the call's result, then each limit's.
+func readEach(vals []int64, each []Result) (Result, error) {
+	if len(vals) != 6+5*len(each) {
+		return Result{}, fmt.Errorf("ratelimit: RL.ALL EACH replied %d integers for %d limits", len(vals), len(each))
 	}
-	for i := range limits {
+	for i := range each {
 		each[i] = result(vals[6+5*i : 11+5*i])
 	}
 	r := result(vals[:5])

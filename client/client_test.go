@@ -634,6 +634,38 @@ func TestBatch(t *testing.T) {
 	}
 }
 
+// A batch's RL.ALL with EACH fills each limit's result, as AllEach does.
+func TestBatchAllEach(t *testing.T) {
+	c, f := newFake(1, 5, 0, 3000, 9000, 1, 0, 10, 8, -1, 6000, 1, 5, 0, 3000, 9000)
+	b := c.Batch()
+	each := make([]Result, 2)
+	limits := []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}
+	all := b.AllEach(limits, each)
+	short := b.AllEach(limits, make([]Result, 1))
+	if err := b.Exec(ctx); err == nil || !strings.Contains(err.Error(), "1 results for 2 limits") {
+		t.Fatalf("Exec: %v", err)
+	}
+	r, err := all.Result()
+	if err != nil || !r.Limited || r.Policy != 1 || r.RetryAfter != 3*time.Second {
+		t.Fatalf("all: %+v %v", r, err)
+	}
+	if each[0].Limited || each[0].Remaining != 8 || !each[1].Limited || each[1].Limit != 5 {
+		t.Fatalf("each: %+v", each)
+	}
+	if got := fmt.Sprint(f.args); got != "[[RL.ALL 2 {u}:a {u}:b GCRA 9 10 60 1 FW 5 60 1 MS EACH]]" {
+		t.Fatalf("sent %s", got)
+	}
+	if _, err := short.Result(); err == nil {
+		t.Fatal("too few results: no error")
+	}
+	f.reply = []any{int64(0), int64(1), int64(2), int64(-1), int64(0), int64(0)}
+	b = c.Batch()
+	b.AllEach(limits, each)
+	if err := b.Exec(ctx); err == nil || !strings.Contains(err.Error(), "replied 6 integers for 2 limits") {
+		t.Fatalf("a reply without EACH's figures: %v", err)
+	}
+}
+
 // A server without the module that takes FUNCTION: the client asks once,
 // loads the library once (only when the server holds another version),
 // then calls FCALL (FCALL_RO for a peek); a server that lost the library
