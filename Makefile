@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build run test unit integration lint images deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium
+.PHONY: help build rls run test unit integration lint images deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -48,13 +48,17 @@ run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in 
 	redis-server --bind 127.0.0.1 --port $(PORT) --save '' --appendonly no \
 	  --loadmodule $(CURDIR)/build/ratelimit.so
 
+rls: ## build the Envoy rate limit service: build/rls (see docs/rls.md)
+	cd rls && $(GO) build -o ../build/rls ./cmd/rls
+
 test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers
 
 # The Go modules: the library (what users get); prom, its Prometheus
-# adapter (client_golang only for those who import it); the examples; the
-# benchmarks; and the integration tests (testcontainers and moby stay out
-# of users' module graphs).
-MODULES := . prom examples bench integration
+# adapter (client_golang only for those who import it); rls, the Envoy rate
+# limit service (gRPC and go-control-plane only for those who run it); the
+# examples; the benchmarks; and the integration tests (testcontainers and
+# moby stay out of users' module graphs).
+MODULES := . prom rls examples bench integration
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 deps: ## download the Go modules and the linter (images.sh installs debootstrap itself)
@@ -66,7 +70,7 @@ lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference c
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 unit: build build/clockshift.so redis-server chromium ## unit tests, examples and fuzz seeds, and the demo's (a redis-server of its own, the page in headless Chromium)
-	for m in . prom examples; do (cd $$m && RATELIMIT_FULL_TESTS=1 $(GO) test -count=1 ./...) || exit 1; done
+	for m in . prom rls examples; do (cd $$m && RATELIMIT_FULL_TESTS=1 $(GO) test -count=1 ./...) || exit 1; done
 
 integration: build build/clockshift.so ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
 	cd integration && $(GO) test -count=1 -timeout 45m .
@@ -81,9 +85,10 @@ build/clockshift.so: integration/clockshift/clockshift.c
 images: ## build the local server images from Debian's packages (no registry)
 	./images/build.sh
 
-bench: build build/cref.so redis-server images ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1); writes BENCHMARKS.md and bench/chart.svg
-	cd bench && $(GO) build -o ../build/bench .
+bench: build build/cref.so redis-server images ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes BENCHMARKS.md, bench/chart.svg and BENCHMARKS-RLS.md
+	cd bench && $(GO) build -o ../build/bench . && $(GO) build -o ../build/bench-rls ./rls
 	./build/bench -images local/redis:8.0,local/valkey:8.1
+	./build/bench-rls
 
 # The build make callgrind compares with: the module as it was at
 # BASELINE_REF (a git revision), built from git's copy of it.

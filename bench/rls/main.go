@@ -1,0 +1,399 @@
+// Command rls measures the Envoy rate limit service (rls/cmd/rls) beside
+// envoyproxy/ratelimit, the service it replaces, on one redis-server with
+// the module: ShouldRateLimit calls per second and latency with 32
+// concurrent callers, one and three descriptors, and Redis commands per
+// request, also under a flood against one key over its limit. It writes
+// BENCHMARKS-RLS.md. Run by make bench (after the module's benchmarks), from
+// the repository's root:
+//
+//	cd bench && go build -o ../build/bench-rls ./rls && cd .. && ./build/bench-rls
+//
+// envoyproxy/ratelimit is built from the Go module proxy at peerVersion
+// (go install); nothing of it is kept in this repository.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"io"
+	"log"
+	"math/rand/v2"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+)
+
+// peerVersion is the envoyproxy/ratelimit measured: its main branch as
+// the Go module proxy served it (the project tags no releases as modules).
+const peerVersion = "v1.4.1-0.20260122083618-3fb702589d36"
+
+const config = `domain: bench
+descriptors:
+  - key: a
+    rate_limit: {unit: day, requests_per_unit: 4000000000}
+  - key: b
+    rate_limit: {unit: day, requests_per_unit: 4000000000}
+  - key: c
+    rate_limit: {unit: day, requests_per_unit: 4000000000}
+  - key: hot
+    rate_limit: {unit: hour, requests_per_unit: 10}
+`
+
+// service is one rate limit service under test.
+type service struct {
+	name string
+	cmd  *exec.Cmd
+	conn []*grpc.ClientConn
+}
+
+func main() {
+	rounds := flag.Int("rounds", 3, "alternating rounds (the median is reported)")
+	dur := flag.Duration("d", 5*time.Second, "length of each run")
+	callers := flag.Int("c", 32, "concurrent callers")
+	out := flag.String("out", "BENCHMARKS-RLS.md", "the report")
+	module := flag.String("module", "build/ratelimit.so", "the module")
+	flag.Parse()
+	log.SetFlags(0)
+	ctx := context.Background()
+
+	root, err := os.Getwd()
+	if err != nil {
+		log.Fatal(err)
+	}
+	build := filepath.Join(root, "build")
+	run(root, nil, "go", "build", "-C", "rls", "-o", filepath.Join(build, "rls"), "./cmd/rls")
+	peerBin := filepath.Join(build, "peer", "service_cmd")
+	if _, err := os.Stat(peerBin); err != nil {
+		log.Printf("bench-rls: building envoyproxy/ratelimit %s (go install, about a minute)", peerVersion)
+		run(root, []string{"GOBIN=" + filepath.Dir(peerBin)}, "go", "install", "github.com/envoyproxy/ratelimit/src/service_cmd@"+peerVersion)
+	}
+
+	so, _ := filepath.Abs(*module)
+	port := freePort()
+	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loadmodule", so)
+	if err := srv.Start(); err != nil {
+		log.Fatal(err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2})
+	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
+		if i > 100 {
+			log.Fatal("bench-rls: redis-server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	version := strings.TrimPrefix(infoField(ctx, rdb, "server", "redis_version"), "")
+
+	// The peer reads RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/config; ours the
+	// same directory.
+	runtime := filepath.Join(build, "rls-bench")
+	cfgDir := filepath.Join(runtime, "ratelimit", "config")
+	os.RemoveAll(runtime)
+	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
+		log.Fatal(err)
+	}
+	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(config), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	redisAddr := fmt.Sprintf("127.0.0.1:%d", port)
+	peerEnv := func(extra ...string) []string {
+		return append([]string{
+			"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(freePort()),
+			"LOG_LEVEL=warn", "BACKEND_TYPE=redis",
+			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
+			"RUNTIME_ROOT=" + runtime, "RUNTIME_SUBDIRECTORY=ratelimit",
+			"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
+		}, extra...)
+	}
+	starts := map[string]func() *service{
+		"envoyproxy/ratelimit": func() *service {
+			return start("envoyproxy/ratelimit", peerBin, nil, peerEnv(), true)
+		},
+		"envoyproxy/ratelimit, local cache": func() *service {
+			return start("envoyproxy/ratelimit, local cache", peerBin, nil, peerEnv("LOCAL_CACHE_SIZE_IN_BYTES=1048576"), true)
+		},
+		"rls (module)": func() *service {
+			return start("rls (module)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, nil, false)
+		},
+		"rls (module), refusal cache": func() *service {
+			return start("rls (module), refusal cache", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-refusal-cache", "10000"}, nil, false)
+		},
+		"rls (Lua library)": func() *service {
+			return start("rls (Lua library)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-engine", "functions"}, nil, false)
+		},
+	}
+
+	type scenario struct {
+		name     string
+		services []string
+		req      func(r *rand.Rand) *pb.RateLimitRequest
+	}
+	one := func(r *rand.Rand) *pb.RateLimitRequest {
+		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", r.IntN(100000))}}
+	}
+	three := func(r *rand.Rand) *pb.RateLimitRequest {
+		v := r.IntN(100000)
+		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", v), desc("b", v), desc("c", v)}}
+	}
+	hot := func(r *rand.Rand) *pb.RateLimitRequest {
+		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("hot", 1)}}
+	}
+	normal := []string{"envoyproxy/ratelimit", "rls (module)", "rls (Lua library)"}
+	scenarios := []scenario{
+		{"one descriptor", normal, one},
+		{"three descriptors", normal, three},
+		{"a flood against one key over its limit", []string{"envoyproxy/ratelimit", "envoyproxy/ratelimit, local cache", "rls (module)", "rls (module), refusal cache"}, hot},
+	}
+
+	results := map[string]map[string][]result{}
+	for _, sc := range scenarios {
+		results[sc.name] = map[string][]result{}
+		for round := range *rounds {
+			for _, name := range sc.services {
+				rdb.FlushAll(ctx)
+				s := starts[name]()
+				drive(s, *callers, time.Second, sc.req) // warm-up: connections, the engine probe
+				before := totalCalls(ctx, rdb)
+				res := drive(s, *callers, *dur, sc.req)
+				res.commands = float64(totalCalls(ctx, rdb)-before) / float64(res.requests)
+				s.stop()
+				results[sc.name][name] = append(results[sc.name][name], res)
+				log.Printf("bench-rls: %s, %s, round %d: %.0f calls/s, p50 %v, p99 %v, %.3f Redis commands per request",
+					sc.name, name, round+1, res.perSecond, res.p50, res.p99, res.commands)
+			}
+		}
+	}
+
+	var b strings.Builder
+	fmt.Fprintf(&b, "# Benchmarks: the Envoy rate limit service\n\n")
+	fmt.Fprintf(&b, "Written by `make bench` (`build/bench-rls`, bench/rls/main.go) on %s: Redis %s with the module, %d cores (%s), "+
+		"%d concurrent callers over 4 gRPC connections, runs of %v after a 1 s warm-up, %d alternating rounds, the median round reported. "+
+		"envoyproxy/ratelimit %s built by `go install` from the Go module proxy, with its defaults (a pool of 10 Redis connections, "+
+		"its metrics in Prometheus, as rls keeps its own); rls with its defaults (go-redis's pool, calls pipelined). Every service, the load generator and Redis share the machine.\n\n",
+		time.Now().UTC().Format("2006-01-02"), version, cores(), cpuName(), *callers, *dur, *rounds, peerVersion)
+	fmt.Fprintf(&b, "Every limit admits all (4,000,000,000 a day) except the flood's (10 an hour, on one key), so the first two tables "+
+		"measure the cost of counting; keys are spread over 100,000 values. \"Redis commands\" counts every command the server ran "+
+		"(INFO commandstats) per ShouldRateLimit, not those a function runs inside: the peer pipelines INCRBY and EXPIRE per descriptor, "+
+		"rls sends one FW.HIT, or one RL.ALL for several descriptors (FCALL on the Lua library).\n\n")
+	for _, sc := range scenarios {
+		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ envoyproxy/ratelimit | p50 | p99 | Redis commands per request |\n|---|---:|---:|---:|---:|---:|\n", capital(sc.name))
+		peer := median(results[sc.name]["envoyproxy/ratelimit"])
+		for _, name := range sc.services {
+			m := median(results[sc.name][name])
+			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.3f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
+				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), m.commands)
+		}
+		b.WriteString("\n")
+	}
+	if err := os.WriteFile(*out, []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+	log.Printf("bench-rls: wrote %s", *out)
+}
+
+func capital(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
+
+func desc(key string, v int) *rlv3.RateLimitDescriptor {
+	return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: strconv.Itoa(v)}}}
+}
+
+func run(dir string, env []string, name string, args ...string) {
+	cmd := exec.Command(name, args...)
+	cmd.Dir, cmd.Stdout, cmd.Stderr = dir, os.Stderr, os.Stderr
+	cmd.Env = append(os.Environ(), env...)
+	if err := cmd.Run(); err != nil {
+		log.Fatalf("bench-rls: %s %v: %v", name, args, err)
+	}
+}
+
+func freePort() int {
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer l.Close()
+	return l.Addr().(*net.TCPAddr).Port
+}
+
+// start runs a service on ports of its own and waits for its health check.
+func start(name, bin string, args, env []string, peer bool) *service {
+	gport, hport := freePort(), freePort()
+	cmd := exec.Command(bin, args...)
+	if peer {
+		cmd.Env = append(os.Environ(), append(env, "GRPC_PORT="+strconv.Itoa(gport), "PORT="+strconv.Itoa(hport), "DEBUG_PORT="+strconv.Itoa(freePort()))...)
+	} else {
+		cmd.Args = append(cmd.Args, "-grpc", fmt.Sprintf("127.0.0.1:%d", gport), "-http", fmt.Sprintf("127.0.0.1:%d", hport))
+	}
+	cmd.Stdout, cmd.Stderr = os.Stderr, os.Stderr
+	if err := cmd.Start(); err != nil {
+		log.Fatal(err)
+	}
+	s := &service{name: name, cmd: cmd}
+	for i := 0; ; i++ {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthcheck", hport))
+		if err == nil {
+			io.Copy(io.Discard, resp.Body)
+			resp.Body.Close()
+			if resp.StatusCode == 200 {
+				break
+			}
+		}
+		if i > 300 {
+			s.stop()
+			log.Fatalf("bench-rls: %s did not become healthy", name)
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	for range 4 {
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gport), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		if err != nil {
+			log.Fatal(err)
+		}
+		s.conn = append(s.conn, conn)
+	}
+	return s
+}
+
+func (s *service) stop() {
+	for _, c := range s.conn {
+		c.Close()
+	}
+	s.cmd.Process.Signal(os.Interrupt)
+	done := make(chan struct{})
+	go func() { s.cmd.Wait(); close(done) }()
+	select {
+	case <-done:
+	case <-time.After(10 * time.Second):
+		s.cmd.Process.Kill()
+		<-done
+	}
+}
+
+// result is one run.
+type result struct {
+	requests  int64
+	perSecond float64
+	p50, p99  time.Duration
+	commands  float64 // Redis commands per request
+}
+
+// drive sends requests from callers goroutines for d.
+func drive(s *service, callers int, d time.Duration, req func(*rand.Rand) *pb.RateLimitRequest) result {
+	var n atomic.Int64
+	lat := make([][]time.Duration, callers)
+	var wg sync.WaitGroup
+	end := time.Now().Add(d)
+	start := time.Now()
+	for c := range callers {
+		wg.Go(func() {
+			r := rand.New(rand.NewPCG(uint64(c), 7))
+			client := pb.NewRateLimitServiceClient(s.conn[c%len(s.conn)])
+			for time.Now().Before(end) {
+				t0 := time.Now()
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				_, err := client.ShouldRateLimit(ctx, req(r))
+				cancel()
+				if err != nil {
+					log.Fatalf("bench-rls: %s: %v", s.name, err)
+				}
+				lat[c] = append(lat[c], time.Since(t0))
+				n.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	all := slices.Concat(lat...)
+	slices.Sort(all)
+	return result{
+		requests:  n.Load(),
+		perSecond: float64(n.Load()) / elapsed.Seconds(),
+		p50:       all[len(all)/2],
+		p99:       all[len(all)*99/100],
+	}
+}
+
+func median(rs []result) result {
+	s := slices.Clone(rs)
+	slices.SortFunc(s, func(a, b result) int {
+		switch {
+		case a.perSecond < b.perSecond:
+			return -1
+		case a.perSecond > b.perSecond:
+			return 1
+		}
+		return 0
+	})
+	return s[len(s)/2]
+}
+
+// totalCalls is the commands clients sent that decide requests (INFO
+// commandstats): the module's commands, FCALL and EVALSHA (not the commands
+// a function calls inside), and the peer's INCRBY and EXPIRE.
+
+func totalCalls(ctx context.Context, rdb *redis.Client) int64 {
+	info := rdb.Info(ctx, "commandstats").Val()
+	var n int64
+	for _, line := range strings.Split(info, "\n") {
+		name, rest, ok := strings.Cut(strings.TrimPrefix(strings.TrimSpace(line), "cmdstat_"), ":calls=")
+		if !ok || !topLevel(name) {
+			continue
+		}
+		v, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+		n += v
+	}
+	return n
+}
+
+func topLevel(name string) bool {
+	switch name {
+	case "incrby", "expire", "fcall", "fcall_ro", "evalsha", "evalsha_ro", "eval":
+		return true
+	}
+	return strings.Contains(name, ".")
+}
+
+func infoField(ctx context.Context, rdb *redis.Client, section, field string) string {
+	for _, line := range strings.Split(rdb.Info(ctx, section).Val(), "\n") {
+		if v, ok := strings.CutPrefix(strings.TrimSpace(line), field+":"); ok {
+			return v
+		}
+	}
+	return ""
+}
+
+func cores() int {
+	n := 0
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if strings.HasPrefix(line, "processor") {
+			n++
+		}
+	}
+	return n
+}
+
+func cpuName() string {
+	b, _ := os.ReadFile("/proc/cpuinfo")
+	for _, line := range strings.Split(string(b), "\n") {
+		if v, ok := strings.CutPrefix(line, "model name"); ok {
+			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
+		}
+	}
+	return "unknown CPU"
+}

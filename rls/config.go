@@ -1,0 +1,504 @@
+package rls
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"slices"
+	"strings"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"gopkg.in/yaml.v3"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
+)
+
+// Algorithm is how a descriptor's limit counts: the config's
+// `algorithm:` inside `rate_limit`, the one key this service adds to
+// envoyproxy/ratelimit's format.
+type Algorithm string
+
+// The algorithms a config can name. FixedWindow is the default: the peer's
+// counter, windows ending on multiples of the unit since the Unix epoch.
+const (
+	FixedWindow   Algorithm = "fixed_window"   // requests_per_unit per window of one unit; up to 2x across an edge
+	SlidingWindow Algorithm = "sliding_window" // the previous window weighted by its overlap: close to exact, two counters
+	SlidingLog    Algorithm = "sliding_log"    // exact: one entry per admitted request (requests_per_unit at most 100000)
+	GCRA          Algorithm = "gcra"           // requests_per_unit at once, then one every unit/requests_per_unit
+	TokenBucket   Algorithm = "token_bucket"   // a bucket of requests_per_unit refilled requests_per_unit per unit
+)
+
+var algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, GCRA, TokenBucket}
+
+// maxLogLimit is the sliding log's largest limit (the module's bound).
+const maxLogLimit = 100000
+
+// units are the peer's units and their lengths.
+var units = map[string]pb.RateLimitResponse_RateLimit_Unit{
+	"SECOND": pb.RateLimitResponse_RateLimit_SECOND,
+	"MINUTE": pb.RateLimitResponse_RateLimit_MINUTE,
+	"HOUR":   pb.RateLimitResponse_RateLimit_HOUR,
+	"DAY":    pb.RateLimitResponse_RateLimit_DAY,
+	"WEEK":   pb.RateLimitResponse_RateLimit_WEEK,
+	"MONTH":  pb.RateLimitResponse_RateLimit_MONTH,
+	"YEAR":   pb.RateLimitResponse_RateLimit_YEAR,
+}
+
+// unitLength is a unit's length as the peer counts it (a month 30 days, a
+// year 365).
+func unitLength(u pb.RateLimitResponse_RateLimit_Unit) time.Duration {
+	switch u {
+	case pb.RateLimitResponse_RateLimit_SECOND:
+		return time.Second
+	case pb.RateLimitResponse_RateLimit_MINUTE:
+		return time.Minute
+	case pb.RateLimitResponse_RateLimit_HOUR:
+		return time.Hour
+	case pb.RateLimitResponse_RateLimit_DAY:
+		return 24 * time.Hour
+	case pb.RateLimitResponse_RateLimit_WEEK:
+		return 7 * 24 * time.Hour
+	case pb.RateLimitResponse_RateLimit_MONTH:
+		return 30 * 24 * time.Hour
+	case pb.RateLimitResponse_RateLimit_YEAR:
+		return 365 * 24 * time.Hour
+	}
+	return 0
+}
+
+// rule is one descriptor's rate_limit, as loaded.
+type rule struct {
+	proto     *pb.RateLimitResponse_RateLimit // current_limit in responses (shared, never modified)
+	perUnit   int64
+	unit      time.Duration
+	algorithm Algorithm
+	limit     client.Limit // the module's limit (unset when perUnit is 0 or unlimited)
+	unlimited bool
+	shadow    bool
+	detailed  bool
+	name      string
+	replaces  []string
+	statKey   string // domain.key_value.key: the peer's stat key
+}
+
+// node is one level of a domain's descriptor tree.
+type node struct {
+	children map[string]*node // by "key" or "key_value"
+	wild     []wildcard       // the children whose value holds a '*', in file order
+	rule     *rule
+}
+
+// wildcard is a child whose "key_value" holds '*': parts is it split there.
+type wildcard struct {
+	key   string
+	parts []string
+}
+
+// Config is a loaded set of config files: domains and their descriptor
+// trees. It is never modified once loaded, so a reload swaps it whole.
+type Config struct {
+	domains map[string]*node
+	files   []string
+}
+
+// Files is the names of the files the config was loaded from.
+func (c *Config) Files() []string { return slices.Clone(c.files) }
+
+// Domains is the config's domains, sorted.
+func (c *Config) Domains() []string {
+	var d []string
+	for k := range c.domains {
+		d = append(d, k)
+	}
+	slices.Sort(d)
+	return d
+}
+
+// ConfigError is a config that cannot be loaded; its text names the file
+// and, where one is at fault, the key and its line.
+type ConfigError struct {
+	File string
+	Line int // 0 when no one line is at fault
+	Msg  string
+}
+
+func (e *ConfigError) Error() string {
+	if e.Line > 0 {
+		return fmt.Sprintf("%s:%d: %s", e.File, e.Line, e.Msg)
+	}
+	return fmt.Sprintf("%s: %s", e.File, e.Msg)
+}
+
+// LoadDir loads every *.yaml and *.yml file directly in dir (names starting
+// with '.' are skipped, as are directories), in name order.
+func LoadDir(dir string) (*Config, error) {
+	entries, err := os.ReadDir(dir)
+	if err != nil {
+		return nil, err
+	}
+	files := map[string][]byte{}
+	for _, e := range entries {
+		name := e.Name()
+		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+			continue
+		}
+		p := filepath.Join(dir, name)
+		st, err := os.Stat(p) // follows symlinks (a ConfigMap's files are links)
+		if err != nil {
+			return nil, err
+		}
+		if st.IsDir() {
+			continue
+		}
+		b, err := os.ReadFile(p)
+		if err != nil {
+			return nil, err
+		}
+		files[name] = b
+	}
+	return Parse(files)
+}
+
+// Parse loads config files given by name, in name order. A domain may be
+// in one file only.
+func Parse(files map[string][]byte) (*Config, error) {
+	c := &Config{domains: map[string]*node{}}
+	for name := range files {
+		c.files = append(c.files, name)
+	}
+	slices.Sort(c.files)
+	domainFile := map[string]string{}
+	for _, name := range c.files {
+		l := loader{name: name}
+		domain, root, err := l.load(files[name])
+		if err != nil {
+			return nil, err
+		}
+		if prev, ok := domainFile[domain]; ok {
+			return nil, &ConfigError{File: name, Msg: fmt.Sprintf("duplicate domain '%s' in config file (also in %s)", domain, prev)}
+		}
+		domainFile[domain] = name
+		c.domains[domain] = root
+	}
+	return c, nil
+}
+
+// loader reads one file.
+type loader struct{ name string }
+
+func (l loader) errAt(n *yaml.Node, format string, args ...any) error {
+	line := 0
+	if n != nil {
+		line = n.Line
+	}
+	return &ConfigError{File: l.name, Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// Keys each level accepts. The peer's keys this service does not implement
+// are refused by name rather than ignored: a config that relies on one
+// would otherwise behave differently without a word.
+var (
+	rootKeys       = []string{"domain", "descriptors"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
+	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm"}
+	replacesKeys   = []string{"name"}
+	unsupported    = []string{"quota_mode", "value_to_metric", "share_threshold", "metadata"}
+)
+
+// fields checks a mapping's keys against those allowed and returns the
+// values by key.
+func (l loader) fields(n *yaml.Node, where string, allowed []string) (map[string]*yaml.Node, error) {
+	if n.Kind != yaml.MappingNode {
+		return nil, l.errAt(n, "%s must be a mapping", where)
+	}
+	out := map[string]*yaml.Node{}
+	for i := 0; i+1 < len(n.Content); i += 2 {
+		k, v := n.Content[i], n.Content[i+1]
+		if k.Kind != yaml.ScalarNode {
+			return nil, l.errAt(k, "config error, key is not a string in %s", where)
+		}
+		switch {
+		case slices.Contains(allowed, k.Value):
+		case slices.Contains(unsupported, k.Value):
+			return nil, l.errAt(k, "config error, '%s' in %s is envoyproxy/ratelimit's and not supported by this service", k.Value, where)
+		default:
+			return nil, l.errAt(k, "config error, unknown key '%s' in %s", k.Value, where)
+		}
+		if _, dup := out[k.Value]; dup {
+			return nil, l.errAt(k, "config error, key '%s' given twice in %s", k.Value, where)
+		}
+		out[k.Value] = v
+	}
+	return out, nil
+}
+
+// scalar decodes a scalar value into v, naming the key on failure.
+func (l loader) scalar(n *yaml.Node, key string, v any) error {
+	if n.Kind != yaml.ScalarNode {
+		return l.errAt(n, "config error, '%s' must be a single value", key)
+	}
+	if err := n.Decode(v); err != nil {
+		return l.errAt(n, "config error, '%s': cannot read %q as %s", key, n.Value, kindOf(v))
+	}
+	return nil
+}
+
+func kindOf(v any) string {
+	switch v.(type) {
+	case *bool:
+		return "true or false"
+	case *uint32:
+		return "a whole number from 0 to 4294967295"
+	}
+	return "text"
+}
+
+func (l loader) load(data []byte) (string, *node, error) {
+	var doc yaml.Node
+	if err := yaml.Unmarshal(data, &doc); err != nil {
+		return "", nil, &ConfigError{File: l.name, Msg: "error loading config file: " + err.Error()}
+	}
+	if doc.Kind == 0 || len(doc.Content) == 0 {
+		return "", nil, &ConfigError{File: l.name, Msg: "config file cannot have empty domain"}
+	}
+	f, err := l.fields(doc.Content[0], "the file", rootKeys)
+	if err != nil {
+		return "", nil, err
+	}
+	var domain string
+	if n := f["domain"]; n != nil {
+		if err := l.scalar(n, "domain", &domain); err != nil {
+			return "", nil, err
+		}
+	}
+	if domain == "" {
+		return "", nil, l.errAt(f["domain"], "config file cannot have empty domain")
+	}
+	root := &node{children: map[string]*node{}}
+	if err := l.descriptors(root, domain, f["descriptors"], domain+"."); err != nil {
+		return "", nil, err
+	}
+	return domain, root, nil
+}
+
+// descriptors loads a list of descriptors under parent; prefix is the
+// parent's stat key and a dot.
+func (l loader) descriptors(parent *node, domain string, list *yaml.Node, prefix string) error {
+	if list == nil || (list.Kind == yaml.ScalarNode && list.Tag == "!!null") {
+		return nil
+	}
+	if list.Kind != yaml.SequenceNode {
+		return l.errAt(list, "config error, 'descriptors' must be a list")
+	}
+	for _, item := range list.Content {
+		f, err := l.fields(item, "a descriptor", descriptorKeys)
+		if err != nil {
+			return err
+		}
+		var key, value string
+		var shadow, detailed bool
+		for name, dst := range map[string]any{"key": &key, "value": &value, "shadow_mode": &shadow, "detailed_metric": &detailed} {
+			if n := f[name]; n != nil {
+				if err := l.scalar(n, name, dst); err != nil {
+					return err
+				}
+			}
+		}
+		if key == "" {
+			return l.errAt(item, "descriptor has empty key")
+		}
+		final := key
+		if value != "" {
+			final += "_" + value
+		}
+		statKey := prefix + final
+		if _, dup := parent.children[final]; dup {
+			return l.errAt(item, "duplicate descriptor composite key '%s'", statKey)
+		}
+		child := &node{children: map[string]*node{}}
+		if n := f["rate_limit"]; n != nil {
+			r, err := l.rateLimit(n, statKey)
+			if err != nil {
+				return err
+			}
+			r.shadow, r.detailed = shadow, detailed
+			child.rule = r
+		}
+		if strings.Contains(final, "*") {
+			parent.wild = append(parent.wild, wildcard{key: final, parts: strings.Split(final, "*")})
+		}
+		parent.children[final] = child
+		if err := l.descriptors(child, domain, f["descriptors"], statKey+"."); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
+	f, err := l.fields(n, "rate_limit of '"+statKey+"'", rateLimitKeys)
+	if err != nil {
+		return nil, err
+	}
+	var perUnit uint32
+	var unitName, name, alg string
+	var unlimited bool
+	for key, dst := range map[string]any{"requests_per_unit": &perUnit, "unit": &unitName, "name": &name, "algorithm": &alg, "unlimited": &unlimited} {
+		if v := f[key]; v != nil {
+			if err := l.scalar(v, key, dst); err != nil {
+				return nil, err
+			}
+		}
+	}
+	unit, validUnit := units[strings.ToUpper(unitName)]
+	if unlimited {
+		if validUnit {
+			return nil, l.errAt(f["unit"], "should not specify rate limit unit when unlimited ('%s')", statKey)
+		}
+	} else if !validUnit {
+		return nil, l.errAt(orNode(f["unit"], n), "invalid rate limit unit '%s' for '%s' (second, minute, hour, day, week, month or year)", unitName, statKey)
+	}
+	r := &rule{
+		proto:     &pb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: perUnit, Unit: unit},
+		perUnit:   int64(perUnit),
+		unit:      unitLength(unit),
+		algorithm: FixedWindow,
+		unlimited: unlimited,
+		name:      name,
+		statKey:   statKey,
+	}
+	if alg != "" {
+		r.algorithm = Algorithm(alg)
+		if !slices.Contains(algorithms, r.algorithm) {
+			return nil, l.errAt(f["algorithm"], "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", alg, statKey)
+		}
+	}
+	if r.algorithm == SlidingLog && perUnit > maxLogLimit {
+		return nil, l.errAt(f["requests_per_unit"], "requests_per_unit %d for '%s' is past the sliding log's %d (one entry per request): take sliding_window", perUnit, statKey, maxLogLimit)
+	}
+	if v := f["replaces"]; v != nil {
+		if v.Kind != yaml.SequenceNode {
+			return nil, l.errAt(v, "config error, 'replaces' must be a list")
+		}
+		for _, item := range v.Content {
+			rf, err := l.fields(item, "replaces", replacesKeys)
+			if err != nil {
+				return nil, err
+			}
+			var rn string
+			if x := rf["name"]; x != nil {
+				if err := l.scalar(x, "name", &rn); err != nil {
+					return nil, err
+				}
+			}
+			if rn == "" {
+				return nil, l.errAt(item, "should not have an empty replaces entry ('%s')", statKey)
+			}
+			if rn == name {
+				return nil, l.errAt(item, "replaces should not contain name of same descriptor ('%s')", statKey)
+			}
+			r.replaces = append(r.replaces, rn)
+		}
+	}
+	if !unlimited && perUnit > 0 {
+		r.limit = limitOf(r.algorithm, r.perUnit, r.unit)
+	}
+	return r, nil
+}
+
+func orNode(a, b *yaml.Node) *yaml.Node {
+	if a != nil {
+		return a
+	}
+	return b
+}
+
+// limitOf is the module's limit for n requests per unit.
+func limitOf(a Algorithm, n int64, unit time.Duration) client.Limit {
+	switch a {
+	case SlidingWindow:
+		return client.SlidingWindow(n, unit)
+	case SlidingLog:
+		return client.SlidingLog(n, unit)
+	case GCRA:
+		return client.GCRA(n-1, n, unit)
+	case TokenBucket:
+		return client.TokenBucket(n, n, unit)
+	}
+	return client.FixedWindow(n, unit)
+}
+
+// match reports whether value matches a wildcard split on its '*'s: each
+// '*' stands for any run of bytes, the empty one included.
+func match(parts []string, value string) bool {
+	first, last := parts[0], parts[len(parts)-1]
+	if len(value) < len(first)+len(last) || !strings.HasPrefix(value, first) || !strings.HasSuffix(value, last) {
+		return false
+	}
+	rest := value[len(first) : len(value)-len(last)]
+	for _, p := range parts[1 : len(parts)-1] {
+		i := strings.Index(rest, p)
+		if i < 0 {
+			return false
+		}
+		rest = rest[i+len(p):]
+	}
+	return true
+}
+
+// errNoConfig is a request met before any config was loaded.
+var errNoConfig = errors.New("no rate limit configuration loaded")
+
+// lookup finds a descriptor's rule as the peer does: each entry in turn,
+// first as "key_value", then against the wildcards, then as "key" alone; the
+// rule counts only at the request's last entry. statKey is the metric key
+// (the request's own values when the rule asks for detailed metrics).
+func (c *Config) lookup(domain string, d *rlv3.RateLimitDescriptor) (r *rule, statKey string) {
+	level := c.domains[domain]
+	if level == nil {
+		return nil, ""
+	}
+	for i, e := range d.Entries {
+		final := e.Key + "_" + e.Value
+		next := level.children[final]
+		if next == nil {
+			for _, w := range level.wild {
+				if match(w.parts, final) {
+					next = level.children[w.key]
+					break
+				}
+			}
+		}
+		if next == nil {
+			next = level.children[e.Key]
+		}
+		if next == nil {
+			break
+		}
+		if next.rule != nil && i == len(d.Entries)-1 {
+			r = next.rule
+		}
+		if len(next.children) == 0 {
+			break
+		}
+		level = next
+	}
+	if r == nil {
+		return nil, ""
+	}
+	if !r.detailed {
+		return r, r.statKey
+	}
+	var b strings.Builder
+	b.WriteString(domain)
+	for _, e := range d.Entries {
+		b.WriteByte('.')
+		b.WriteString(e.Key)
+		b.WriteByte('_')
+		b.WriteString(e.Value)
+	}
+	return r, b.String()
+}

@@ -1,0 +1,42 @@
+// Package rls is an Envoy rate limit service on the ratelimit module:
+// envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit answered
+// with envoyproxy/ratelimit's config files and response fields, so that
+// its container can be swapped for cmd/rls, and with every algorithm of
+// the module where a config asks for one.
+//
+// A config is every *.yaml or *.yml file in a directory, in the peer's
+// format, plus one key inside rate_limit:
+//
+//	domain: apis
+//	descriptors:
+//	  - key: remote_address
+//	    rate_limit: {unit: second, requests_per_unit: 10}   # fixed windows, as the peer counts
+//	  - key: path
+//	    value: /login*
+//	    rate_limit: {unit: minute, requests_per_unit: 5, algorithm: gcra}
+//
+// The algorithm is fixed_window (the default: windows ending on multiples
+// of the unit since the epoch, the peer's), sliding_window, sliding_log,
+// gcra or token_bucket; each admits requests_per_unit per unit.
+//
+// Where it differs from envoyproxy/ratelimit, on purpose:
+//
+//   - The descriptors of one request are decided all or nothing: when the
+//     answer is OVER_LIMIT no descriptor's count changed, and a refused hit
+//     is never counted (the peer counts every descriptor of every request,
+//     so a refused burst keeps a client locked out). Keys of one request
+//     in one cluster slot (every key, on a single node) are decided by one
+//     RL.ALL; across slots, a call per slot, those that can give back
+//     first (GCRA, token bucket), refunded when a later one refuses; a
+//     window's count, taken last, cannot be given back.
+//   - A refusal cache (Options.RefusalCache) answers a key that Redis
+//     refused until its retry_after, exactly: a request of at least that
+//     cost would be refused by Redis too.
+//   - duration_until_reset is, when refused, the time until the same
+//     request would be admitted; when admitted, until the limit is full
+//     again (for a fixed window, both are the window's end, as the peer's).
+//
+// A Service is safe for concurrent use; Watch reloads its config when the
+// directory changes, keeping the running config when a new one does not
+// load.
+package rls

@@ -1,0 +1,122 @@
+package rls
+
+import (
+	"time"
+
+	"github.com/prometheus/client_golang/prometheus"
+)
+
+// metrics are the service's counters, named as envoyproxy/ratelimit's
+// Prometheus mapping names its own (ratelimit_service_rate_limit_*{domain,
+// key}), with the peer's meanings: hits in total, over the limit, near it
+// (past NearLimitRatio of it), within it, and refused in shadow mode.
+type metrics struct {
+	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+
+	redisSeconds  *prometheus.HistogramVec
+	errors        *prometheus.CounterVec
+	cacheHits     prometheus.Counter
+	globalShadowN prometheus.Counter
+	configLoads   *prometheus.CounterVec
+}
+
+func newMetrics(reg prometheus.Registerer) *metrics {
+	perKey := func(name, help string) *prometheus.CounterVec {
+		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: "ratelimit_service_rate_limit_" + name, Help: help}, []string{"domain", "key"})
+	}
+	m := &metrics{
+		totalHits:   perKey("total_hits", "Hits asked of a descriptor's limit (hits_addend each)."),
+		overLimit:   perKey("over_limit", "Hits past the limit (refused, or counted in shadow mode)."),
+		nearLimit:   perKey("near_limit", "Hits past the near-limit share of the limit and within it."),
+		withinLimit: perKey("within_limit", "Hits admitted."),
+		shadowMode:  perKey("shadow_mode", "Hits a shadow_mode limit would have refused."),
+		redisSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
+			Name:    "ratelimit_service_redis_call_seconds",
+			Help:    "Time of each Redis call deciding a request, by outcome (ok, error).",
+			Buckets: []float64{.0001, .00025, .0005, .001, .0025, .005, .01, .025, .05, .1, .25},
+		}, []string{"outcome"}),
+		errors: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_should_rate_limit_errors", Help: "Requests answered with an error, by kind (service: a bad request or no config; redis).",
+		}, []string{"kind"}),
+		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_refusal_cache_hits", Help: "Descriptors refused from the refusal cache without a Redis call.",
+		}),
+		globalShadowN: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK by the global shadow mode.",
+		}),
+		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_config_load", Help: "Config loads, by result (success, error).",
+		}, []string{"result"}),
+	}
+	if reg != nil {
+		reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
+			m.redisSeconds, m.errors, m.cacheHits, m.globalShadowN, m.configLoads)
+	}
+	return m
+}
+
+func (m *metrics) hit(domain string, it *item) {
+	m.totalHits.WithLabelValues(domain, it.stat).Add(float64(it.cost))
+}
+
+// decided counts a descriptor's outcome as the peer splits hits: of a
+// request that ends past the limit, the hits before the limit are near it
+// (past the near share) and the rest over; of one within it, the hits past
+// the near share are near it.
+func (m *metrics) decided(domain string, it *item, ratio float64) {
+	if !it.known || it.cost == 0 {
+		return
+	}
+	limit, hits := it.r.perUnit, it.cost
+	nearAt := int64(float64(limit) * ratio)
+	if it.cached {
+		m.overLimit.WithLabelValues(domain, it.stat).Add(float64(hits))
+		return
+	}
+	if it.res.Limited {
+		before := max(limit-max(it.res.Remaining, 0), 0)
+		after := before + hits
+		over, shadow := hits, hits
+		if before < limit {
+			over, shadow = after-limit, after-limit
+			if near := limit - max(nearAt, before); near > 0 {
+				m.nearLimit.WithLabelValues(domain, it.stat).Add(float64(near))
+			}
+		}
+		m.overLimit.WithLabelValues(domain, it.stat).Add(float64(over))
+		if it.r.shadow {
+			m.shadowMode.WithLabelValues(domain, it.stat).Add(float64(shadow))
+		}
+		return
+	}
+	after := max(limit-max(it.res.Remaining, 0), 0)
+	before := max(after-hits, 0)
+	if after > nearAt {
+		near := after - nearAt
+		if before >= nearAt {
+			near = hits
+		}
+		m.nearLimit.WithLabelValues(domain, it.stat).Add(float64(near))
+	}
+	m.withinLimit.WithLabelValues(domain, it.stat).Add(float64(hits))
+}
+
+func (m *metrics) redisCall(d time.Duration, err error) {
+	outcome := "ok"
+	if err != nil {
+		outcome = "error"
+	}
+	m.redisSeconds.WithLabelValues(outcome).Observe(d.Seconds())
+}
+
+func (m *metrics) redisError()   { m.errors.WithLabelValues("redis").Inc() }
+func (m *metrics) serviceError() { m.errors.WithLabelValues("service").Inc() }
+func (m *metrics) cacheHit()     { m.cacheHits.Inc() }
+func (m *metrics) globalShadow() { m.globalShadowN.Inc() }
+func (m *metrics) configLoad(ok bool) {
+	if ok {
+		m.configLoads.WithLabelValues("success").Inc()
+	} else {
+		m.configLoads.WithLabelValues("error").Inc()
+	}
+}
