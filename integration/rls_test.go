@@ -450,7 +450,7 @@ descriptors:
 		`ratelimit_service_rate_limit_over_limit{domain="sh",key="sh.s"}`:   "2",
 		`ratelimit_service_rate_limit_within_limit{domain="sh",key="sh.s"}`: "1",
 		`ratelimit_service_rate_limit_within_limit{domain="sh",key="sh.e"}`: "3",
-		`ratelimit_service_rate_limit_near_limit{domain="sh",key="sh.e"}`:   "",
+		`ratelimit_service_rate_limit_near_limit{domain="sh",key="sh.e"}`:   "0",
 	} {
 		if got := p.metric(t, series); got != want {
 			t.Errorf("%s = %q, want %q", series, got, want)
@@ -492,6 +492,43 @@ func TestRLSReload(t *testing.T) {
 	}
 	expectBrief(t, "still running", p.ask(t, "r", k), "OK [OK r=0 3/DAY]")
 	expectBrief(t, "the old config stays", p.ask(t, "bad", k), "OK [OK r=0 -]")
+}
+
+// TestRLSReloadSymlinkSwap: the peer's layout, RUNTIME_ROOT a "current"
+// link swapped to a new directory (no file event reaches the config
+// directory): the new config applies within a second or two.
+func TestRLSReloadSymlinkSwap(t *testing.T) {
+	s := sharedOf(flavors[1])
+	root := t.TempDir()
+	version := func(name string, limit int) {
+		dir := filepath.Join(root, name, "config")
+		if err := os.MkdirAll(dir, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		writeFile(t, filepath.Join(dir, "s.yaml"), fmt.Sprintf("domain: s\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: %d}\n", limit))
+	}
+	swap := func(name string) {
+		tmp := filepath.Join(root, "current.tmp")
+		if err := os.Symlink(filepath.Join(root, name), tmp); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(root, "current")); err != nil {
+			t.Fatal(err)
+		}
+	}
+	version("v1", 1)
+	version("v2", 5)
+	swap("v1")
+	p := startRLS(t, s.addr(), nil, "-config", filepath.Join(root, "current", "config"))
+	k := desc("k", "v")
+	expectBrief(t, "v1", p.ask(t, "s", k), "OK [OK r=0 1/DAY]")
+	swap("v2")
+	start := time.Now()
+	waitFor(t, 5*time.Second, "the swapped config", func() bool {
+		return p.metric(t, `ratelimit_service_config_load{result="success"}`) == "1"
+	})
+	t.Logf("the swapped config loaded %v after the swap", time.Since(start).Round(time.Millisecond))
+	expectBrief(t, "v2", p.ask(t, "s", k), "OK [OK r=3 5/DAY]")
 }
 
 // TestRLSRefusalCache: a flood against a key over its limit costs Redis

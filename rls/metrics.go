@@ -1,6 +1,7 @@
 package rls
 
 import (
+	"sync"
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
@@ -18,6 +19,8 @@ type metrics struct {
 	cacheHits     prometheus.Counter
 	globalShadowN prometheus.Counter
 	configLoads   *prometheus.CounterVec
+
+	byKey sync.Map // labels -> *keyCounters
 }
 
 func newMetrics(reg prometheus.Registerer) *metrics {
@@ -55,22 +58,48 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 	return m
 }
 
+// keyCounters are one domain and key's counters, looked up once.
+type keyCounters struct {
+	total, over, near, within, shadow prometheus.Counter
+}
+
+type labels struct{ domain, key string }
+
+// of is the counters of domain and key (a map lookup, not a label hash,
+// after the first time).
+func (m *metrics) of(domain, key string) *keyCounters {
+	if c, ok := m.byKey.Load(labels{domain, key}); ok {
+		return c.(*keyCounters)
+	}
+	c := &keyCounters{
+		total:  m.totalHits.WithLabelValues(domain, key),
+		over:   m.overLimit.WithLabelValues(domain, key),
+		near:   m.nearLimit.WithLabelValues(domain, key),
+		within: m.withinLimit.WithLabelValues(domain, key),
+		shadow: m.shadowMode.WithLabelValues(domain, key),
+	}
+	actual, _ := m.byKey.LoadOrStore(labels{domain, key}, c)
+	return actual.(*keyCounters)
+}
+
 func (m *metrics) hit(domain string, it *item) {
-	m.totalHits.WithLabelValues(domain, it.stat).Add(float64(it.cost))
+	it.counters = m.of(domain, it.stat)
+	it.counters.total.Add(float64(it.cost))
 }
 
 // decided counts a descriptor's outcome as the peer splits hits: of a
 // request that ends past the limit, the hits before the limit are near it
 // (past the near share) and the rest over; of one within it, the hits past
 // the near share are near it.
-func (m *metrics) decided(domain string, it *item, ratio float64) {
+func (m *metrics) decided(it *item, ratio float64) {
 	if !it.known || it.cost == 0 {
 		return
 	}
+	c := it.counters
 	limit, hits := it.r.perUnit, it.cost
 	nearAt := int64(float64(limit) * ratio)
 	if it.cached {
-		m.overLimit.WithLabelValues(domain, it.stat).Add(float64(hits))
+		c.over.Add(float64(hits))
 		return
 	}
 	if it.res.Limited {
@@ -80,12 +109,12 @@ func (m *metrics) decided(domain string, it *item, ratio float64) {
 		if before < limit {
 			over, shadow = after-limit, after-limit
 			if near := limit - max(nearAt, before); near > 0 {
-				m.nearLimit.WithLabelValues(domain, it.stat).Add(float64(near))
+				c.near.Add(float64(near))
 			}
 		}
-		m.overLimit.WithLabelValues(domain, it.stat).Add(float64(over))
+		c.over.Add(float64(over))
 		if it.r.shadow {
-			m.shadowMode.WithLabelValues(domain, it.stat).Add(float64(shadow))
+			c.shadow.Add(float64(shadow))
 		}
 		return
 	}
@@ -96,9 +125,9 @@ func (m *metrics) decided(domain string, it *item, ratio float64) {
 		if before >= nearAt {
 			near = hits
 		}
-		m.nearLimit.WithLabelValues(domain, it.stat).Add(float64(near))
+		c.near.Add(float64(near))
 	}
-	m.withinLimit.WithLabelValues(domain, it.stat).Add(float64(hits))
+	c.within.Add(float64(hits))
 }
 
 func (m *metrics) redisCall(d time.Duration, err error) {

@@ -134,6 +134,8 @@ type item struct {
 	taken   bool // counted in Redis (a later refusal refunds it)
 	cached  bool // answered by the refusal cache
 	started time.Time
+
+	counters *keyCounters
 }
 
 // maxCost is the largest cost sent: above every limit, so refused.
@@ -215,7 +217,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	for _, list := range [][]*item{enforcing, shadow} {
 		for _, it := range list {
 			resp.Statuses[it.i] = statusOf(it)
-			s.m.decided(req.Domain, it, s.opts.NearLimitRatio)
+			s.m.decided(it, s.opts.NearLimitRatio)
 			if s.cache != nil && !it.r.shadow && it.known && !it.cached && it.res.Limited && it.res.RetryAfter > 0 && it.key != "" {
 				s.cache.add(it.key, it.cost, it.started.Add(it.res.RetryAfter))
 			}

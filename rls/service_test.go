@@ -30,7 +30,7 @@ func TestMetricsSplit(t *testing.T) {
 		r := &rule{perUnit: 10, shadow: tc.shadow}
 		it := &item{r: r, stat: "d.k", cost: tc.cost, known: true, res: client.Result{Limited: tc.refused, Limit: 10, Remaining: tc.remaining}}
 		m.hit("d", it)
-		m.decided("d", it, 0.8)
+		m.decided(it, 0.8)
 		for what, c := range map[string]struct {
 			got  float64
 			want float64

@@ -2,8 +2,11 @@ package rls
 
 import (
 	"context"
+	"fmt"
 	"net/http"
+	"os"
 	"path/filepath"
+	"strings"
 	"sync/atomic"
 	"time"
 
@@ -35,7 +38,11 @@ const settle = 200 * time.Millisecond
 // Watch reloads dir whenever a file in it, or dir itself, changes (a file
 // written, created, removed or renamed; the directory swapped for another,
 // as a symlink swap does), until ctx ends. A change is applied within
-// about a fifth of a second of the last event of its burst.
+// about a fifth of a second of the last event of its burst. A symlink
+// swapped higher up the path (the peer's RUNTIME_ROOT, a "current" link
+// to a new directory) sends no event here: a check each second of what
+// the path resolves to, and of the files' names, sizes and times, finds
+// it.
 func (s *Service) Watch(ctx context.Context, dir string) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -51,13 +58,21 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 		return err
 	}
 	_ = w.Add(filepath.Dir(abs)) // the directory's own replacement; best effort
+	last := fingerprint(dir)
+	tick := time.NewTicker(time.Second)
 	go func() {
 		defer w.Close()
+		defer tick.Stop()
 		var timer <-chan time.Time
 		for {
 			select {
 			case <-ctx.Done():
 				return
+			case <-tick.C:
+				if fp := fingerprint(dir); fp != last && timer == nil {
+					last = fp
+					_ = s.Reload(dir)
+				}
 			case ev, ok := <-w.Events:
 				if !ok {
 					return
@@ -76,11 +91,35 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 				s.log.Warn("rls: watching the config", "dir", dir, "err", err)
 			case <-timer:
 				timer = nil
+				last = fingerprint(dir)
 				_ = s.Reload(dir)
 			}
 		}
 	}()
 	return nil
+}
+
+// fingerprint is what dir resolves to and its entries' names, sizes and
+// modification times: it changes when the config may have.
+func fingerprint(dir string) string {
+	real, err := filepath.EvalSymlinks(dir)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	entries, err := os.ReadDir(real)
+	if err != nil {
+		return "error: " + err.Error()
+	}
+	var b strings.Builder
+	b.WriteString(real)
+	for _, e := range entries {
+		st, err := os.Stat(filepath.Join(real, e.Name()))
+		if err != nil {
+			continue
+		}
+		fmt.Fprintf(&b, "\n%s %d %d", e.Name(), st.Size(), st.ModTime().UnixNano())
+	}
+	return b.String()
 }
 
 // Health is /healthcheck: 200 "OK" while ready, 500 once stopping (so a

@@ -195,7 +195,7 @@ func main() {
 		peer := median(results[sc.name]["envoyproxy/ratelimit"])
 		for _, name := range sc.services {
 			m := median(results[sc.name][name])
-			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.3f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
+			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.4f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
 				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), m.commands)
 		}
 		b.WriteString("\n")
