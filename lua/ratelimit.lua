@@ -1757,10 +1757,104 @@ local function later_retry(a, b)
   return a == -1 or a > b
 end
 
+local FAST_LIMIT = {gcra = fast_instant, tb = fast_instant, fw = fast_fixed, sw = fast_sliding, sl = fast_log}
+
+local function fast_all(peek, keys, args)
+  local n = #keys
+  if n < 1 or n > MAX_KEYS then return nil end
+  for a = 1, n do
+    for b = a + 1, n do
+      if keys[a] == keys[b] then return nil end
+    end
+  end
+  local lims, i, entries = {}, 1, 0
+  for j = 1, n do
+    local w = args[i]
+    if w == nil or #w > 4 then return nil end
+    local kind = string.lower(w)
+    local fast = FAST_LIMIT[kind]
+    if not fast then return nil end
+    local words = 3
+    if kind == 'gcra' or kind == 'tb' then words = 4 end
+    if i + words > #args then return nil end
+    local v = fast_args(kind, {unpack(args, i + 1, i + words)})
+    if not v then return nil end
+    if kind == 'sl' and v[3] <= v[1] then entries = entries + v[3] end
+    lims[j] = {fast = fast, kind = kind, v = v}
+    i = i + 1 + words
+  end
+  if entries > MAX_LOG_ADD then return nil end
+  local ms, each = false, false
+  while i <= #args do
+    local a = args[i]
+    if #a > 4 then return nil end
+    a = string.upper(a)
+    if a == 'MS' and not ms then
+      ms = true
+    elseif a == 'EACH' and not each then
+      each = true
+    else
+      return nil
+    end
+    i = i + 1
+  end
+  local now = clock()
+  local reps = {}
+  for j, l in ipairs(lims) do
+    local r = l.fast(l.kind, keys[j], l.v, now, ms, true)
+    if r == nil or r.err then return nil, now end
+    reps[j] = r
+  end
+  local deciding = nil
+  for j = 1, n do
+    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
+  end
+  if deciding then
+    for _, l in ipairs(lims) do
+      l.zero = {}
+      for k = 1, #l.v do l.zero[k] = l.v[k] end
+      l.zero[#l.zero] = 0
+    end
+    for j, l in ipairs(lims) do
+      if reps[j][1] == 0 then
+        local r = l.fast(l.kind, keys[j], l.zero, now, ms, true)
+        if r == nil or r.err then return nil, now end
+        reps[j] = r
+      end
+    end
+    if not peek then
+      for j, l in ipairs(lims) do
+        if reps[j][1] == 0 then
+          l.fast(l.kind, keys[j], l.zero, now, ms, false)
+        else
+          l.fast(l.kind, keys[j], l.v, now, ms, false)
+        end
+      end
+    end
+  else
+    if not peek then
+      for j, l in ipairs(lims) do reps[j] = l.fast(l.kind, keys[j], l.v, now, ms, false) end
+    end
+    deciding = 1
+    for j = 2, n do
+      if reps[j][3] < reps[deciding][3] then deciding = j end
+    end
+  end
+  local reply = {reps[deciding][1], reps[deciding][2], reps[deciding][3], reps[deciding][4], reps[deciding][5], deciding - 1}
+  if each then
+    for j = 1, n do
+      for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
+    end
+  end
+  return reply
+end
+
 local function all_command(_, name, peek, keys, args)
+  local fast_reply, now = fast_all(peek, keys, args)
+  if fast_reply then return fast_reply end
   local lims, ms, each, err = parse_all(name, keys, args)
   if err then return err end
-  local now = clock()
+  now = now or clock()
   local reps, writes = {}, {}
   for j, l in ipairs(lims) do
     reps[j], writes[j], err = run_limit(j, l, keys[j], l.v, l.reserve, now, ms)
@@ -1825,4 +1919,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '82763d58ce58ec6f' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return 'b39d39bc98f0d9a5' end, flags = {'no-writes'}}
