@@ -1774,8 +1774,7 @@ local function fast_all(peek, keys, args)
     local kind = string.lower(w)
     local fast = FAST_LIMIT[kind]
     if not fast then return nil end
-    local words = 3
-    if kind == 'gcra' or kind == 'tb' then words = 4 end
+    local words = (kind == 'gcra' or kind == 'tb') and 4 or 3
     if i + words > #args then return nil end
     local v = fast_args(kind, {unpack(args, i + 1, i + words)})
     if not v then return nil end
@@ -1785,18 +1784,9 @@ local function fast_all(peek, keys, args)
   end
   if entries > MAX_LOG_ADD then return nil end
   local ms, each = false, false
-  while i <= #args do
-    local a = args[i]
-    if #a > 4 then return nil end
-    a = string.upper(a)
-    if a == 'MS' and not ms then
-      ms = true
-    elseif a == 'EACH' and not each then
-      each = true
-    else
-      return nil
-    end
-    i = i + 1
+  for k = i, #args do
+    local a = string.upper(args[k])
+    if a == 'MS' and not ms then ms = true elseif a == 'EACH' and not each then each = true else return nil end
   end
   local now = clock()
   local reps = {}
@@ -1805,31 +1795,21 @@ local function fast_all(peek, keys, args)
     if r == nil or r.err then return nil, now end
     reps[j] = r
   end
-  local deciding = nil
+  local deciding
   for j = 1, n do
     if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
   end
   if deciding then
-    for _, l in ipairs(lims) do
-      l.zero = {}
-      for k = 1, #l.v do l.zero[k] = l.v[k] end
-      l.zero[#l.zero] = 0
-    end
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
-        local r = l.fast(l.kind, keys[j], l.zero, now, ms, true)
-        if r == nil or r.err then return nil, now end
-        reps[j] = r
+        l.zero = {unpack(l.v)}
+        l.zero[#l.zero] = 0
+        reps[j] = l.fast(l.kind, keys[j], l.zero, now, ms, true)
+        if reps[j] == nil or reps[j].err then return nil, now end
       end
     end
-    if not peek then
-      for j, l in ipairs(lims) do
-        if reps[j][1] == 0 then
-          l.fast(l.kind, keys[j], l.zero, now, ms, false)
-        else
-          l.fast(l.kind, keys[j], l.v, now, ms, false)
-        end
-      end
+    for j, l in ipairs(lims) do
+      if not peek then l.fast(l.kind, keys[j], l.zero or l.v, now, ms, false) end
     end
   else
     if not peek then
@@ -1919,4 +1899,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return 'b39d39bc98f0d9a5' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return 'f622ebf713f51a51' end, flags = {'no-writes'}}
