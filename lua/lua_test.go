@@ -1,6 +1,8 @@
 package lua
 
 import (
+	"os"
+	"path/filepath"
 	"regexp"
 	"strings"
 	"testing"
@@ -71,4 +73,29 @@ func TestLibrary(t *testing.T) {
 	if !strings.Contains(src, "function_name = '"+VersionFunction+"', callback = function() return '"+version+"' end") {
 		t.Errorf("the version function does not return %s", version)
 	}
+}
+
+// TestLineBudget: the committed Lua (the sources, the library, the
+// benchmark's recipes) stays within issue 23's 4,000 lines.
+func TestLineBudget(t *testing.T) {
+	var files []string
+	for _, pattern := range []string{"src/*.lua", "*.lua", "../bench/lua/*.lua"} {
+		m, err := filepath.Glob(pattern)
+		if err != nil {
+			t.Fatal(err)
+		}
+		files = append(files, m...)
+	}
+	lines := 0
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		lines += strings.Count(string(b), "\n")
+	}
+	if len(files) < 10 || lines > 4000 {
+		t.Fatalf("%d lines of Lua in %d files, want at most 4,000", lines, len(files))
+	}
+	t.Logf("%d lines of Lua in %d files", lines, len(files))
 }
