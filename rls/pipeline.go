@@ -2,6 +2,7 @@ package rls
 
 import (
 	"context"
+	"errors"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
@@ -32,12 +33,13 @@ type job struct {
 type pipeline struct {
 	c       *client.Client
 	jobs    chan *job
+	stop    chan struct{} // closed by close: the sender ends
 	timeout time.Duration
 	m       *metrics
 }
 
 func newPipeline(c *client.Client, timeout time.Duration, m *metrics) *pipeline {
-	p := &pipeline{c: c, jobs: make(chan *job, queued), timeout: timeout, m: m}
+	p := &pipeline{c: c, jobs: make(chan *job, queued), stop: make(chan struct{}), timeout: timeout, m: m}
 	go p.send()
 	return p
 }
@@ -49,18 +51,34 @@ func (p *pipeline) do(ctx context.Context, group []*item) error {
 	case p.jobs <- j:
 	case <-ctx.Done():
 		return ctx.Err()
+	case <-p.stop:
+		return errClosed
 	}
 	select {
 	case err := <-j.done:
 		return err
 	case <-ctx.Done():
 		return ctx.Err() // the call may still be sent; its answer is dropped
+	case <-p.stop:
+		return errClosed
 	}
 }
 
+// errClosed is a call made after the service was closed.
+var errClosed = errors.New("rls: the service is closed")
+
+// close ends the sender; calls waiting fail with errClosed.
+func (p *pipeline) close() { close(p.stop) }
+
 func (p *pipeline) send() {
 	batch := make([]*job, 0, maxBatch)
-	for j := range p.jobs {
+	for {
+		var j *job
+		select {
+		case j = <-p.jobs:
+		case <-p.stop:
+			return
+		}
 		batch = append(batch[:0], j)
 	more:
 		for len(batch) < maxBatch {

@@ -115,6 +115,10 @@ func (s *Service) SetConfig(c *Config) {
 	}
 }
 
+// Close stops the service's Redis sender: calls made after it fail. It
+// does not close the Redis client, which is the caller's.
+func (s *Service) Close() { s.pipe.close() }
+
 // Config is the config in use (nil before the first).
 func (s *Service) Config() *Config { return s.cfg.Load() }
 

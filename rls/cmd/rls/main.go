@@ -258,6 +258,7 @@ func run(args []string) error {
 	case <-time.After(f.drain):
 		gs.Stop()
 	}
+	svc.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	web.Shutdown(sctx)
