@@ -17,11 +17,18 @@ import (
 // module, on loopback ports, and waits until every node reports it ok.
 func startCluster(t *testing.T, f flavor) []*server {
 	t.Helper()
+	return startClusterWith(t, f, true)
+}
+
+// startClusterWith is startCluster, its nodes with the module or without.
+// nodes[3+i] replicates nodes[i].
+func startClusterWith(t *testing.T, f flavor, module bool) []*server {
+	t.Helper()
 	nodes := make([]*server, 6)
 	var wg sync.WaitGroup
 	for i := range nodes {
 		wg.Go(func() {
-			nodes[i] = startFor(t, f, opts{module: true, args: []string{
+			nodes[i] = startFor(t, f, opts{module: module, args: []string{
 				"--cluster-enabled", "yes", "--cluster-config-file", "/tmp/nodes.conf",
 				"--cluster-node-timeout", "1500", "--cluster-announce-ip", "127.0.0.1",
 				"--cluster-replica-validity-factor", "0",
@@ -280,4 +287,61 @@ func TestCluster(t *testing.T) {
 		t.Logf("%s: the replica took over %v after the kill; the failover allowed %d admissions above the limit (on %d of %d keys, %d admissions in all; limit %d); errors seen: %q",
 			f.name, tookOver.Round(time.Millisecond), excess, keysOver, keys, total, limit, errs)
 	})
+}
+
+// A cluster without the module: the client loads the FUNCTION library on
+// every primary it meets, and again on a new primary after a failover
+// when that one lacks it (here flushed after it took over).
+func TestClusterFunctions(t *testing.T) {
+	nodes := startClusterWith(t, flavors[1], false)
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.addr())
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Protocol: 2, MaxRedirects: 8})
+	defer cc.Close()
+	rc := client.New(cc)
+	for i := range 300 {
+		if r, err := rc.Take(ctx, fmt.Sprintf("rl:fn:%d", i), client.SlidingWindow(3, time.Hour), 1); err != nil || r.Remaining != 2 {
+			t.Fatalf("Take on key %d: %+v %v", i, r, err)
+		}
+	}
+	engines := rc.Engines()
+	for _, n := range nodes[:3] {
+		if engines[n.addr()] != client.Functions {
+			t.Fatalf("primary %s: engine %v (all: %v)", n.addr(), engines[n.addr()], engines)
+		}
+		if libs, err := n.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "ratelimit").Slice(); err != nil || len(libs) != 1 {
+			t.Fatalf("primary %s holds %v (%v)", n.addr(), libs, err)
+		}
+	}
+
+	// nodes[3] takes over nodes[0]'s slots; its library came by
+	// replication: flush it, as a new primary without it would be.
+	rep := nodes[3]
+	if err := rep.rdb.Do(ctx, "CLUSTER", "FAILOVER").Err(); err != nil {
+		t.Fatal(err)
+	}
+	waitFor(t, 30*time.Second, "the replica to take over", func() bool {
+		return strings.Contains(rep.rdb.Info(ctx, "replication").Val(), "role:master")
+	})
+	if err := rep.rdb.Do(ctx, "FUNCTION", "FLUSH").Err(); err != nil {
+		t.Fatal(err)
+	}
+	var key string
+	for i := 0; key == ""; i++ {
+		if k := fmt.Sprintf("rl:fn:after:%d", i); slotOf(t, rep, k) <= 5460 {
+			key = k
+		}
+	}
+	waitFor(t, 30*time.Second, "a call on the new primary", func() bool {
+		r, err := rc.Take(ctx, key, client.SlidingWindow(3, time.Hour), 1)
+		return err == nil && r.Remaining == 2
+	})
+	if libs, err := rep.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "ratelimit").Slice(); err != nil || len(libs) != 1 {
+		t.Fatalf("the new primary holds %v (%v): the library was not loaded again", libs, err)
+	}
+	if r, err := rep.rdb.Do(ctx, "FCALL_RO", "sw_peek", 1, key, 3, 3600, 0).Int64Slice(); err != nil || r[2] != 2 {
+		t.Fatalf("the key on the new primary: %v %v", r, err)
+	}
 }
