@@ -591,7 +591,7 @@ descriptors:
 		t.Fatalf("admitted %d in 2.5 s, want 3", len(admitted))
 	}
 	for i := 1; i < len(admitted); i++ {
-		if gap := admitted[i].Sub(admitted[i-1]); gap < 990*time.Millisecond {
+		if gap := admitted[i].Sub(admitted[i-1]); gap < 900*time.Millisecond { // send times: Redis decided each about a second apart
 			t.Fatalf("admitted %v after the previous one", gap)
 		}
 	}

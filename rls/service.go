@@ -356,6 +356,9 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 // refunded first so that a refusal in a later call can give back what the
 // earlier ones took.
 func (s *Service) groups(items []*item) [][]*item {
+	if !s.cluster && len(items) <= maxAll {
+		return [][]*item{items} // a single node: one call
+	}
 	var out [][]*item
 	bySlot := map[int]int{}
 	for _, it := range items {

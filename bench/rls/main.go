@@ -24,6 +24,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -62,7 +63,7 @@ type service struct {
 }
 
 func main() {
-	rounds := flag.Int("rounds", 3, "alternating rounds (the median is reported)")
+	rounds := flag.Int("rounds", 5, "alternating rounds (the median is reported)")
 	dur := flag.Duration("d", 5*time.Second, "length of each run")
 	callers := flag.Int("c", 32, "concurrent callers")
 	out := flag.String("out", "BENCHMARKS-RLS.md", "the report")
@@ -70,6 +71,20 @@ func main() {
 	flag.Parse()
 	log.SetFlags(0)
 	ctx := context.Background()
+	if n := runtime.NumCPU(); *serviceCPUs == "auto" || *driverCPUs == "auto" {
+		*serviceCPUs, *driverCPUs = "", ""
+		if n >= 2 {
+			*serviceCPUs, *driverCPUs = "0", fmt.Sprintf("1-%d", n-1)
+		}
+	}
+	placement := "Every service, the load generator and Redis share the machine."
+	if *serviceCPUs != "" {
+		placement = fmt.Sprintf("Redis and the service measured run on CPU %s and the load generator on CPU %s (taskset), "+
+			"as a gateway on machines of its own would leave them; services get GOMAXPROCS from that.", *serviceCPUs, *driverCPUs)
+	}
+	if *driverCPUs != "" {
+		run(".", nil, "taskset", "-a", "-p", "-c", *driverCPUs, strconv.Itoa(os.Getpid()))
+	}
 
 	root, err := os.Getwd()
 	if err != nil {
@@ -85,7 +100,7 @@ func main() {
 
 	so, _ := filepath.Abs(*module)
 	port := freePort()
-	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loadmodule", so)
+	srv := pinned("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loadmodule", so)
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
 	}
@@ -168,13 +183,14 @@ func main() {
 				rdb.FlushAll(ctx)
 				s := starts[name]()
 				drive(s, *callers, time.Second, sc.req) // warm-up: connections, the engine probe
-				before := totalCalls(ctx, rdb)
+				before, cpu := totalCalls(ctx, rdb), cpuTicks(s.cmd.Process.Pid)
 				res := drive(s, *callers, *dur, sc.req)
 				res.commands = float64(totalCalls(ctx, rdb)-before) / float64(res.requests)
+				res.cpu = float64(cpuTicks(s.cmd.Process.Pid)-cpu) * 1e6 / ticksPerSecond / float64(res.requests)
 				s.stop()
 				results[sc.name][name] = append(results[sc.name][name], res)
-				log.Printf("bench-rls: %s, %s, round %d: %.0f calls/s, p50 %v, p99 %v, %.3f Redis commands per request",
-					sc.name, name, round+1, res.perSecond, res.p50, res.p99, res.commands)
+				log.Printf("bench-rls: %s, %s, round %d: %.0f calls/s, p50 %v, p99 %v, %.3f Redis commands and %.1f µs of the service's CPU per request",
+					sc.name, name, round+1, res.perSecond, res.p50, res.p99, res.commands, res.cpu)
 			}
 		}
 	}
@@ -184,19 +200,20 @@ func main() {
 	fmt.Fprintf(&b, "Written by `make bench` (`build/bench-rls`, bench/rls/main.go) on %s: Redis %s with the module, %d cores (%s), "+
 		"%d concurrent callers over 4 gRPC connections, runs of %v after a 1 s warm-up, %d alternating rounds, the median round reported. "+
 		"envoyproxy/ratelimit %s built by `go install` from the Go module proxy, with its defaults (a pool of 10 Redis connections, "+
-		"its metrics in Prometheus, as rls keeps its own); rls with its defaults (go-redis's pool, calls pipelined). Every service, the load generator and Redis share the machine.\n\n",
-		time.Now().UTC().Format("2006-01-02"), version, cores(), cpuName(), *callers, *dur, *rounds, peerVersion)
+		"its metrics in Prometheus, as rls keeps its own); rls with its defaults (go-redis's pool, calls pipelined). %s\n\n",
+		time.Now().UTC().Format("2006-01-02"), version, cores(), cpuName(), *callers, *dur, *rounds, peerVersion, placement)
 	fmt.Fprintf(&b, "Every limit admits all (4,000,000,000 a day) except the flood's (10 an hour, on one key), so the first two tables "+
-		"measure the cost of counting; keys are spread over 100,000 values. \"Redis commands\" counts every command the server ran "+
+		"measure the cost of counting; keys are spread over 100,000 values. \"Service CPU\" is the service process's user and system time "+
+		"(/proc/<pid>/stat) per request: what the service costs whatever else shares the machine. \"Redis commands\" counts every command the server ran "+
 		"(INFO commandstats) per ShouldRateLimit, not those a function runs inside: the peer pipelines INCRBY and EXPIRE per descriptor, "+
 		"rls sends one FW.HIT, or one RL.ALL for several descriptors (FCALL on the Lua library).\n\n")
 	for _, sc := range scenarios {
-		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ envoyproxy/ratelimit | p50 | p99 | Redis commands per request |\n|---|---:|---:|---:|---:|---:|\n", capital(sc.name))
+		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ envoyproxy/ratelimit | p50 | p99 | service CPU per request | envoyproxy/ratelimit's ÷ this | Redis commands per request |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", capital(sc.name))
 		peer := median(results[sc.name]["envoyproxy/ratelimit"])
 		for _, name := range sc.services {
 			m := median(results[sc.name][name])
-			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.4f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
-				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), m.commands)
+			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.1f µs | %.2f× | %.4f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
+				m.p50.Round(time.Microsecond), m.p99.Round(time.Microsecond), m.cpu, peer.cpu/m.cpu, m.commands)
 		}
 		b.WriteString("\n")
 	}
@@ -211,6 +228,20 @@ func capital(s string) string { return strings.ToUpper(s[:1]) + s[1:] }
 func desc(key string, v int) *rlv3.RateLimitDescriptor {
 	return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: strconv.Itoa(v)}}}
 }
+
+// pinned is name and args run on the CPUs of -service-cpus (taskset), or
+// as given when it is empty.
+func pinned(name string, args ...string) *exec.Cmd {
+	if *serviceCPUs == "" {
+		return exec.Command(name, args...)
+	}
+	return exec.Command("taskset", append([]string{"-c", *serviceCPUs, name}, args...)...)
+}
+
+var (
+	serviceCPUs = flag.String("service-cpus", "auto", "CPUs (taskset -c) for Redis and the service measured; empty: shared with the load generator; auto: CPU 0 when there are two or more")
+	driverCPUs  = flag.String("driver-cpus", "auto", "CPUs (taskset -c) for the load generator, this process; auto: every CPU but 0 when there are two or more")
+)
 
 func run(dir string, env []string, name string, args ...string) {
 	cmd := exec.Command(name, args...)
@@ -233,7 +264,7 @@ func freePort() int {
 // start runs a service on ports of its own and waits for its health check.
 func start(name, bin string, args, env []string, peer bool) *service {
 	gport, hport := freePort(), freePort()
-	cmd := exec.Command(bin, args...)
+	cmd := pinned(bin, args...)
 	if peer {
 		cmd.Env = append(os.Environ(), append(env, "GRPC_PORT="+strconv.Itoa(gport), "PORT="+strconv.Itoa(hport), "DEBUG_PORT="+strconv.Itoa(freePort()))...)
 	} else {
@@ -290,6 +321,7 @@ type result struct {
 	perSecond float64
 	p50, p99  time.Duration
 	commands  float64 // Redis commands per request
+	cpu       float64 // the service process's CPU time per request, µs
 }
 
 // drive sends requests from callers goroutines for d.
@@ -375,6 +407,23 @@ func infoField(ctx context.Context, rdb *redis.Client, section, field string) st
 		}
 	}
 	return ""
+}
+
+// ticksPerSecond is the kernel's USER_HZ, the unit of /proc/<pid>/stat's
+// times (100 on Linux).
+const ticksPerSecond = 100
+
+// cpuTicks is a process's user and system time so far, in ticks.
+func cpuTicks(pid int) int64 {
+	b, err := os.ReadFile(fmt.Sprintf("/proc/%d/stat", pid))
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := string(b)
+	f := strings.Fields(s[strings.LastIndexByte(s, ')')+2:]) // fields from the 3rd on
+	u, _ := strconv.ParseInt(f[11], 10, 64)                  // utime, the 14th field
+	k, _ := strconv.ParseInt(f[12], 10, 64)                  // stime, the 15th
+	return u + k
 }
 
 func cores() int {
