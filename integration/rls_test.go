@@ -125,7 +125,14 @@ func writeFile(t *testing.T, path, text string) {
 // startRLS starts an rls and waits until its health check answers OK.
 func startRLS(t *testing.T, redisAddr string, files map[string]string, flags ...string) *rlsProc {
 	t.Helper()
+	return startRLSEnv(t, nil, redisAddr, files, flags...)
+}
+
+// startRLSEnv is startRLS with more environment variables.
+func startRLSEnv(t *testing.T, env []string, redisAddr string, files map[string]string, flags ...string) *rlsProc {
+	t.Helper()
 	cmd, dir, gport, hport := rlsCommand(t, redisAddr, files, flags...)
+	cmd.Env = append(os.Environ(), env...)
 	p := &rlsProc{cmd: cmd, dir: dir, web: fmt.Sprintf("http://127.0.0.1:%d", hport), out: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
 	if err := cmd.Start(); err != nil {
@@ -678,6 +685,18 @@ func TestRLSProcess(t *testing.T) {
 	}
 	if got := p.metric(t, `ratelimit_service_redis_call_seconds_count{outcome="ok"}`); got != "1" {
 		t.Fatalf("redis calls %q", got)
+	}
+
+	// The peer's three fields, by its environment variables.
+	ph := startRLSEnv(t, []string{"LIMIT_RESPONSE_HEADERS_ENABLED=true", "LIMIT_RESET_HEADER=X-Reset"}, s.addr(), map[string]string{"apis.yaml": dropInConfig})
+	r = ph.ask(t, "apis", desc("remote_address", "6.6.6.6"), desc("path", "/login"), desc("gold", "x"))
+	hdr = map[string]string{}
+	for _, h := range r.ResponseHeadersToAdd {
+		hdr[h.Key] = h.Value
+	}
+	reset, _ := strconv.ParseInt(hdr["X-Reset"], 10, 64)
+	if hdr["RateLimit-Limit"] != "2" || hdr["RateLimit-Remaining"] != "1" || reset < untilMidnight()-2 || reset > untilMidnight()+2 || len(hdr) != 3 {
+		t.Fatalf("the peer's fields (the login limit has the least left): %v", hdr)
 	}
 
 	p.cmd.Process.Signal(syscall.SIGTERM)

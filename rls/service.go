@@ -47,6 +47,11 @@ type Options struct {
 	// Headers adds the IETF RateLimit and RateLimit-Policy fields to every
 	// response with a limit (response_headers_to_add).
 	Headers bool
+	// LimitHeaders, when its names are set, adds the peer's three fields
+	// (its LIMIT_RESPONSE_HEADERS_ENABLED) for the descriptor closest to
+	// its limit, or the last refused: the limit, what remains, and the
+	// seconds until the unit's window ends.
+	LimitHeaders LimitHeaders
 	// Engine picks how commands run: client.Auto (the module where loaded,
 	// else the Lua library) or one forced.
 	Engine client.Engine
@@ -55,6 +60,10 @@ type Options struct {
 	// Logger receives config reloads and Redis failures (nil: slog's default).
 	Logger *slog.Logger
 }
+
+// LimitHeaders names the peer's response fields (its defaults:
+// RateLimit-Limit, RateLimit-Remaining, RateLimit-Reset).
+type LimitHeaders struct{ Limit, Remaining, Reset string }
 
 // Service answers envoy.service.ratelimit.v3.RateLimitService against
 // Redis through the module's commands (or the Lua engine where the module
@@ -236,7 +245,36 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if s.opts.Headers {
 		resp.ResponseHeadersToAdd = headers(enforcing, shadow)
 	}
+	if s.opts.LimitHeaders.Limit != "" {
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses)...)
+	}
 	return resp, nil
+}
+
+// limitHeaders are the peer's three fields for the status it picks: of
+// those with a limit, the one with the least remaining, or the last over
+// its limit.
+func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+	var pick *pb.RateLimitResponse_DescriptorStatus
+	least := uint32(math.MaxUint32)
+	for _, st := range statuses {
+		if st.CurrentLimit != nil && st.LimitRemaining < least {
+			pick, least = st, st.LimitRemaining
+		}
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
+			pick, least = st, 0
+		}
+	}
+	if pick == nil {
+		return nil
+	}
+	unit := int64(unitLength(pick.CurrentLimit.Unit) / time.Second)
+	h := s.opts.LimitHeaders
+	return []*core.HeaderValue{
+		{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
+		{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(unit-s.now().Unix()%unit, 10)},
+	}
 }
 
 // ruleOf is a descriptor's rule: Envoy's override where the descriptor

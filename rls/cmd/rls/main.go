@@ -71,6 +71,7 @@ type flags struct {
 	config, grpcAddr, httpAddr                       string
 	redisAddr, redisType, redisAuth, redisCA, prefix string
 	redisTLS, redisSkipVerify, shadow, headers       bool
+	limitHeaders                                     bool
 	poolSize, refusalCache                           int
 	timeout, drain                                   time.Duration
 	nearLimit                                        float64
@@ -101,6 +102,7 @@ func parse(args []string) (*flags, error) {
 	fs.BoolVar(&f.shadow, "shadow", envBool("SHADOW_MODE"), "answer OK whatever the limits decide; statuses and metrics still tell (SHADOW_MODE)")
 	fs.IntVar(&f.refusalCache, "refusal-cache", 0, "refused keys remembered until their retry_after, answered without Redis (0: off)")
 	fs.BoolVar(&f.headers, "ietf-headers", false, "add the IETF RateLimit and RateLimit-Policy fields to responses (response_headers_to_add)")
+	fs.BoolVar(&f.limitHeaders, "limit-headers", envBool("LIMIT_RESPONSE_HEADERS_ENABLED"), "add the peer's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields (LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)")
 	fs.StringVar(&f.engine, "engine", "auto", "auto (the module where loaded, else the Lua library), module, functions or scripts")
 	fs.DurationVar(&f.drain, "drain", 10*time.Second, "on SIGTERM, how long requests in flight may take to finish")
 	fs.StringVar(&f.logLevel, "log-level", strings.ToLower(env("LOG_LEVEL", "info")), "debug, info, warn or error (LOG_LEVEL)")
@@ -207,10 +209,18 @@ func run(args []string) error {
 
 	reg := prometheus.NewRegistry()
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
-	svc := rls.New(rdb, nil, rls.Options{
+	o := rls.Options{
 		Prefix: f.prefix, Timeout: f.timeout, NearLimitRatio: f.nearLimit, ShadowMode: f.shadow,
 		RefusalCache: f.refusalCache, Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
-	})
+	}
+	if f.limitHeaders {
+		o.LimitHeaders = rls.LimitHeaders{
+			Limit:     env("LIMIT_LIMIT_HEADER", "RateLimit-Limit"),
+			Remaining: env("LIMIT_REMAINING_HEADER", "RateLimit-Remaining"),
+			Reset:     env("LIMIT_RESET_HEADER", "RateLimit-Reset"),
+		}
+	}
+	svc := rls.New(rdb, nil, o)
 	svc.SetConfig(cfg)
 	log.Info("rls: config loaded", "dir", f.config, "files", cfg.Files(), "domains", cfg.Domains())
 
