@@ -25,6 +25,9 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/moby/moby/api/types/container"
+	"github.com/testcontainers/testcontainers-go"
 )
 
 // The Envoy rate limit service (rls/cmd/rls) as a gateway meets it: the
@@ -710,5 +713,74 @@ func TestRLSProcess(t *testing.T) {
 	}
 	if out := p.out.String(); !strings.Contains(out, "rls: stopping") {
 		t.Fatalf("no word of stopping:\n%s", out)
+	}
+}
+
+// TestRLSContainerSwap: rls in a container started as envoyproxy/ratelimit's
+// is (its environment variables, its config layout under RUNTIME_ROOT, no
+// flags) answers, and stops cleanly on docker stop.
+func TestRLSContainerSwap(t *testing.T) {
+	s := sharedOf(flavors[0])
+	cfgDir := t.TempDir()
+	writeFile(t, filepath.Join(cfgDir, "apis.yaml"), dropInConfig)
+	gport, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	hport, err := freePort()
+	if err != nil {
+		t.Fatal(err)
+	}
+	c, err := testcontainers.Run(ctx, "local/redis:7.0", // a Debian bookworm base, as this machine's
+		testcontainers.WithFiles(testcontainers.ContainerFile{HostFilePath: rlsBinary(t), ContainerFilePath: "/usr/local/bin/rls", FileMode: 0o755}),
+		testcontainers.WithCmd("/usr/local/bin/rls"),
+		testcontainers.WithEnv(map[string]string{
+			"REDIS_SOCKET_TYPE": "tcp", "REDIS_URL": s.addr(), "REDIS_POOL_SIZE": "4",
+			"RUNTIME_ROOT": "/srv/runtime_data/current", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_WATCH_ROOT": "false",
+			"USE_STATSD": "false", "LOG_LEVEL": "WARNING", "CACHE_KEY_PREFIX": key(t, "swap") + ":",
+			"HOST": "127.0.0.1", "PORT": strconv.Itoa(hport), "GRPC_HOST": "127.0.0.1", "GRPC_PORT": strconv.Itoa(gport),
+		}),
+		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
+			hc.NetworkMode = "host"
+			hc.Binds = append(hc.Binds, cfgDir+":/srv/runtime_data/current/ratelimit/config:ro")
+		}),
+	)
+	if err != nil {
+		if c != nil {
+			logs, _ := c.Logs(ctx)
+			if logs != nil {
+				b, _ := io.ReadAll(logs)
+				t.Logf("rls container log:\n%s", b)
+			}
+			c.Terminate(ctx)
+		}
+		t.Fatal(err)
+	}
+	defer c.Terminate(ctx)
+	waitFor(t, 30*time.Second, "the container's health check", func() bool {
+		resp, err := http.Get(fmt.Sprintf("http://127.0.0.1:%d/healthcheck", hport))
+		if err != nil {
+			return false
+		}
+		resp.Body.Close()
+		return resp.StatusCode == 200
+	})
+	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gport), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	p := &rlsProc{rl: pb.NewRateLimitServiceClient(conn)}
+	ip := desc("remote_address", "7.7.7.7")
+	expectBrief(t, "1", p.ask(t, "apis", ip), "OK [OK r=2 3/DAY]")
+	expectBrief(t, "2", p.ask(t, "apis", ip), "OK [OK r=1 3/DAY]")
+
+	timeout := 15 * time.Second
+	if err := c.Stop(ctx, &timeout); err != nil {
+		t.Fatal(err)
+	}
+	st, err := c.State(ctx)
+	if err != nil || st.ExitCode != 0 {
+		t.Fatalf("after docker stop: %+v %v", st, err)
 	}
 }

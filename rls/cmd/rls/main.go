@@ -189,6 +189,14 @@ func run(args []string) error {
 		return err
 	}
 	var level slog.Level
+	switch strings.ToLower(f.logLevel) { // the peer's logrus names too
+	case "trace":
+		f.logLevel = "debug"
+	case "warning":
+		f.logLevel = "warn"
+	case "fatal", "panic":
+		f.logLevel = "error"
+	}
 	if err := level.UnmarshalText([]byte(f.logLevel)); err != nil {
 		return fmt.Errorf("-log-level %q: debug, info, warn or error", f.logLevel)
 	}
