@@ -15,19 +15,16 @@
 package main
 
 import (
-	"bufio"
 	"context"
 	"embed"
 	"flag"
 	"fmt"
 	"log"
 	"math/rand/v2"
-	"net"
 	"os"
 	"os/exec"
 	"path/filepath"
 	"regexp"
-	"runtime"
 	"slices"
 	"strconv"
 	"strings"
@@ -38,6 +35,7 @@ import (
 	"github.com/go-redis/redis_rate/v10"
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
@@ -125,7 +123,7 @@ func main() {
 	}
 
 	allocs := goAllocs()
-	cpu, cores := machine()
+	cpu, cores := machine.CPU()
 	report(*out, *chart, works, conc, httpRows, hung, others, baseline, allocs, host.version, cpu, cores, *rounds, *n16, *n1)
 	log.Printf("bench: wrote %s and %s", *out, *chart)
 }
@@ -151,7 +149,7 @@ var serverArgs = []string{"--bind", "127.0.0.1", "--save", "", "--appendonly", "
 
 // startHost starts Debian's redis-server on this machine.
 func startHost(ctx context.Context, so, cso string) *server {
-	port := freePort()
+	port := machine.FreePort()
 	args := append([]string{"--port", strconv.Itoa(port)}, serverArgs...)
 	srv := exec.Command("redis-server", append(args, "--loadmodule", so, "--loadmodule", cso)...)
 	if err := srv.Start(); err != nil {
@@ -174,7 +172,7 @@ func startImage(ctx context.Context, image, dir, so, cso string) *server {
 	if strings.Contains(image, "valkey") {
 		bin = "valkey-server"
 	}
-	port := freePort()
+	port := machine.FreePort()
 	name := prefix + strconv.Itoa(port)
 	args := []string{"run", "-d", "--rm", "--name", name, "--network", "host", "-v", dir + ":/modules:ro", image,
 		bin, "--port", strconv.Itoa(port)}
@@ -393,15 +391,6 @@ func (*evalSource) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.Pro
 	return next
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
 
 // benchmark runs redis-benchmark and returns its requests per second.
@@ -545,19 +534,4 @@ func goAllocs() map[string][2]float64 {
 	c := goBench("./client/", "^(BenchmarkTake|BenchmarkGoRedisDo)$")
 	res["client"], res["go-redis"] = c["Take"], c["GoRedisDo"]
 	return res
-}
-
-func machine() (string, int) {
-	f, err := os.Open("/proc/cpuinfo")
-	if err != nil {
-		return runtime.GOARCH, runtime.NumCPU()
-	}
-	defer f.Close()
-	sc := bufio.NewScanner(f)
-	for sc.Scan() {
-		if v, ok := strings.CutPrefix(sc.Text(), "model name"); ok {
-			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":")), runtime.NumCPU()
-		}
-	}
-	return runtime.GOARCH, runtime.NumCPU()
 }

@@ -102,20 +102,26 @@ func rlsCommand(t *testing.T, redisAddr string, files map[string]string, flags .
 	for name, text := range files {
 		writeFile(t, filepath.Join(dir, name), text)
 	}
-	gport, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hport, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	gport, hport := twoPorts(t)
 	args := append([]string{
 		"-config", dir, "-redis", redisAddr,
 		"-grpc", fmt.Sprintf("127.0.0.1:%d", gport), "-http", fmt.Sprintf("127.0.0.1:%d", hport),
 		"-prefix", key(t, "rls") + ":",
 	}, flags...)
 	return exec.Command(rlsBinary(t), args...), dir, gport, hport
+}
+
+// twoPorts is a free port for gRPC and one for HTTP.
+func twoPorts(t *testing.T) (int, int) {
+	t.Helper()
+	var p [2]int
+	for i := range p {
+		var err error
+		if p[i], err = freePort(); err != nil {
+			t.Fatal(err)
+		}
+	}
+	return p[0], p[1]
 }
 
 func writeFile(t *testing.T, path, text string) {
@@ -723,14 +729,7 @@ func TestRLSContainerSwap(t *testing.T) {
 	s := sharedOf(flavors[0])
 	cfgDir := t.TempDir()
 	writeFile(t, filepath.Join(cfgDir, "apis.yaml"), dropInConfig)
-	gport, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
-	hport, err := freePort()
-	if err != nil {
-		t.Fatal(err)
-	}
+	gport, hport := twoPorts(t)
 	c, err := testcontainers.Run(ctx, "local/redis:7.0", // a Debian bookworm base, as this machine's
 		testcontainers.WithFiles(testcontainers.ContainerFile{HostFilePath: rlsBinary(t), ContainerFilePath: "/usr/local/bin/rls", FileMode: 0o755}),
 		testcontainers.WithCmd("/usr/local/bin/rls"),

@@ -353,6 +353,9 @@ var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", Slidi
 // one RL.ALL per cluster slot (one in all on a single node), taken slot by
 // slot and refunded where a later slot refuses.
 func (s *Service) decide(ctx context.Context, items []*item) error {
+	if len(items) == 0 {
+		return nil
+	}
 	now := s.now()
 	refused := false
 	var remote []*item
@@ -459,6 +462,9 @@ func (s *Service) refund(ctx context.Context, groups [][]*item) {
 // decideEach decides shadow items one by one: each is counted when its own
 // limit admits it, whatever the others say.
 func (s *Service) decideEach(ctx context.Context, items []*item) error {
+	if len(items) == 0 {
+		return nil
+	}
 	now := s.now()
 	for _, it := range items {
 		if it.r.perUnit == 0 {

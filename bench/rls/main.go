@@ -19,7 +19,6 @@ import (
 	"io"
 	"log"
 	"math/rand/v2"
-	"net"
 	"net/http"
 	"os"
 	"os/exec"
@@ -37,6 +36,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+
+	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
 )
 
 // peerVersion is the envoyproxy/ratelimit measured: its main branch as
@@ -99,7 +100,7 @@ func main() {
 	}
 
 	so, _ := filepath.Abs(*module)
-	port := freePort()
+	port := machine.FreePort()
 	srv := pinned("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no", "--loadmodule", so)
 	if err := srv.Start(); err != nil {
 		log.Fatal(err)
@@ -128,7 +129,7 @@ func main() {
 	redisAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	peerEnv := func(extra ...string) []string {
 		return append([]string{
-			"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(freePort()),
+			"USE_STATSD=false", "USE_PROMETHEUS=true", "PROMETHEUS_ADDR=127.0.0.1:" + strconv.Itoa(machine.FreePort()),
 			"LOG_LEVEL=warn", "BACKEND_TYPE=redis",
 			"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=" + redisAddr,
 			"RUNTIME_ROOT=" + runtime, "RUNTIME_SUBDIRECTORY=ratelimit",
@@ -195,13 +196,14 @@ func main() {
 		}
 	}
 
+	cpu, cores := machine.CPU()
 	var b strings.Builder
 	fmt.Fprintf(&b, "# Benchmarks: the Envoy rate limit service\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`build/bench-rls`, bench/rls/main.go) on %s: Redis %s with the module, %d cores (%s), "+
 		"%d concurrent callers over 4 gRPC connections, runs of %v after a 1 s warm-up, %d alternating rounds, the median round reported. "+
 		"envoyproxy/ratelimit %s built by `go install` from the Go module proxy, with its defaults (a pool of 10 Redis connections, "+
 		"its metrics in Prometheus, as rls keeps its own); rls with its defaults (go-redis's pool, calls pipelined). %s\n\n",
-		time.Now().UTC().Format("2006-01-02"), version, cores(), cpuName(), *callers, *dur, *rounds, peerVersion, placement)
+		time.Now().UTC().Format("2006-01-02"), version, cores, cpu, *callers, *dur, *rounds, peerVersion, placement)
 	fmt.Fprintf(&b, "Every limit admits all (4,000,000,000 a day) except the flood's (10 an hour, on one key), so the first two tables "+
 		"measure the cost of counting; keys are spread over 100,000 values. \"Service CPU\" is the service process's user and system time "+
 		"(/proc/<pid>/stat) per request: what the service costs whatever else shares the machine. \"Redis commands\" counts every command the server ran "+
@@ -252,21 +254,12 @@ func run(dir string, env []string, name string, args ...string) {
 	}
 }
 
-func freePort() int {
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		log.Fatal(err)
-	}
-	defer l.Close()
-	return l.Addr().(*net.TCPAddr).Port
-}
-
 // start runs a service on ports of its own and waits for its health check.
 func start(name, bin string, args, env []string, peer bool) *service {
-	gport, hport := freePort(), freePort()
+	gport, hport := machine.FreePort(), machine.FreePort()
 	cmd := pinned(bin, args...)
 	if peer {
-		cmd.Env = append(os.Environ(), append(env, "GRPC_PORT="+strconv.Itoa(gport), "PORT="+strconv.Itoa(hport), "DEBUG_PORT="+strconv.Itoa(freePort()))...)
+		cmd.Env = append(os.Environ(), append(env, "GRPC_PORT="+strconv.Itoa(gport), "PORT="+strconv.Itoa(hport), "DEBUG_PORT="+strconv.Itoa(machine.FreePort()))...)
 	} else {
 		cmd.Args = append(cmd.Args, "-grpc", fmt.Sprintf("127.0.0.1:%d", gport), "-http", fmt.Sprintf("127.0.0.1:%d", hport))
 	}
@@ -424,25 +417,4 @@ func cpuTicks(pid int) int64 {
 	u, _ := strconv.ParseInt(f[11], 10, 64)                  // utime, the 14th field
 	k, _ := strconv.ParseInt(f[12], 10, 64)                  // stime, the 15th
 	return u + k
-}
-
-func cores() int {
-	n := 0
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if strings.HasPrefix(line, "processor") {
-			n++
-		}
-	}
-	return n
-}
-
-func cpuName() string {
-	b, _ := os.ReadFile("/proc/cpuinfo")
-	for _, line := range strings.Split(string(b), "\n") {
-		if v, ok := strings.CutPrefix(line, "model name"); ok {
-			return strings.TrimSpace(strings.TrimPrefix(strings.TrimSpace(v), ":"))
-		}
-	}
-	return "unknown CPU"
 }
