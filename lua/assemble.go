@@ -8,6 +8,7 @@ import (
 	"math"
 	"strings"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/bucket"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
@@ -295,16 +296,19 @@ func code(src string) string {
 const LibraryName = "ratelimit"
 
 // VersionFunction is the library's function that returns its version
-// (FCALL_RO ratelimit_version 0), so a client loads it again only when it
-// holds another.
+// (FCALL_RO ratelimit_version 0): the project's version, "+", and a digest
+// of the library's code ("0.1.0+5c0e…"), so a client loads it again only
+// when the server holds another.
 const VersionFunction = "ratelimit_version"
 
 // library is the FUNCTION library: every part once, then one function per
-// command, then the version function, which returns a digest of the rest.
+// command, then the version function, which returns the project's version
+// and a digest of the rest.
 func library() (source, version string) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#!lua name=%s\n", LibraryName)
 	fmt.Fprintf(&b, "-- ratelimit.lua: %s\n", generated)
+	fmt.Fprintf(&b, "--\n-- ratelimit %s (Apache License 2.0)\n", ratelimit.Version)
 	b.WriteString(`--
 -- The ratelimit module's commands as a FUNCTION library (Redis 7+, Valkey):
 -- FUNCTION LOAD once per primary, then FCALL <command> with exactly the
@@ -330,7 +334,7 @@ func library() (source, version string) {
 			c.File(), recipeOf(c).call(c, "keys", "args"), flags)
 	}
 	sum := sha1.Sum([]byte(b.String()))
-	version = hex.EncodeToString(sum[:8])
+	version = ratelimit.Version + "+" + hex.EncodeToString(sum[:8])
 	fmt.Fprintf(&b, "redis.register_function{function_name = '%s', callback = function() return '%s' end, flags = {'no-writes'}}\n",
 		VersionFunction, version)
 	return b.String(), version

@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -57,7 +58,7 @@ func TestRecipes(t *testing.T) {
 // exactly for the peeks, and the version function returning its version.
 func TestLibrary(t *testing.T) {
 	src, version := Library()
-	if !strings.HasPrefix(src, "#!lua name="+LibraryName+"\n") || len(version) != 16 {
+	if !strings.HasPrefix(src, "#!lua name="+LibraryName+"\n") || !regexp.MustCompile(`^`+regexp.QuoteMeta(ratelimit.Version)+`\+[0-9a-f]{16}$`).MatchString(version) {
 		t.Fatalf("library starts %q, version %q", src[:40], version)
 	}
 	for _, c := range spec.Commands {

@@ -22,6 +22,7 @@ static const char *rl_clock_name(void) {
 
 static void rl_info(RedisModuleInfoCtx *ictx, int for_crash_report) {
     if (RM_InfoAddSection(ictx, "") != REDISMODULE_OK) return;
+    RM_InfoAddFieldCString(ictx, "version", RL_VERSION);
     RM_InfoAddFieldCString(ictx, "clock", rl_clock_name());
     RM_InfoAddFieldCString(ictx, "cl_throttle_alias", rl_alias_on ? "on" : "off");
     RM_InfoAddFieldCString(ictx, "acl_category", rl_category_on ? RL_ACL_CATEGORY : "none");
@@ -137,8 +138,8 @@ int RedisModule_OnLoad(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) 
     int procs = rlInit();
     int v = RM_GetServerVersion ? RM_GetServerVersion() : 0;
     RM_Log(ctx, "notice",
-           "ratelimit %d loaded: server %d.%d.%d, clock %s, CL.THROTTLE alias %s, ACL category %s, GOMAXPROCS %d",
-           RL_MODULE_VERSION, (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff, rl_clock_name(),
+           "ratelimit %s loaded: server %d.%d.%d, clock %s, CL.THROTTLE alias %s, ACL category %s, GOMAXPROCS %d",
+           RL_VERSION, (v >> 16) & 0xff, (v >> 8) & 0xff, v & 0xff, rl_clock_name(),
            rl_alias_on ? "on" : "off", rl_category_on ? RL_ACL_CATEGORY : "unsupported", procs);
     return REDISMODULE_OK;
 }

@@ -9,9 +9,10 @@
 
 #include "rmapi.h" /* the API: one RM_* pointer per function, rl_load_api, rl_now_ns */
 #include "shim.h"
+#include "version_gen.h"
 
 #define RL_MODULE_NAME "ratelimit"
-#define RL_MODULE_VERSION 1 /* MODULE LIST "ver" */
+/* RL_VERSION and RL_MODULE_VERSION (MODULE LIST "ver") are in version_gen.h. */
 #define RL_ACL_CATEGORY "ratelimit"
 
 /* What a consuming command and a peek do to their keys, in key specs and

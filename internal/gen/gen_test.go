@@ -7,6 +7,7 @@ import (
 	"strings"
 	"testing"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/bucket"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
@@ -21,7 +22,10 @@ func TestGeneratedFilesAreCurrent(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	files := outputs()
+	files, err := outputs()
+	if err != nil {
+		t.Fatal(err)
+	}
 	for _, name := range sortedNames(files) {
 		got, err := os.ReadFile(filepath.Join(root, filepath.FromSlash(name)))
 		if err != nil || !bytes.Equal(got, files[name]) {
@@ -71,5 +75,22 @@ func TestSummaries(t *testing.T) {
 	}
 	if got := costSummary(&spec.Families[spec.LB]); !strings.HasPrefix(got, "the cost of this request (0 or more), default 1;") {
 		t.Errorf("costSummary(LB) = %q", got)
+	}
+}
+
+// MODULE LIST's integer for a version, and the versions it cannot express.
+func TestModuleVersion(t *testing.T) {
+	for v, want := range map[string]int{"0.1.0": 100, "1.0.0": 10000, "2.6.6": 20606, "0.10.99": 1099, "12.0.3": 120003} {
+		if got, err := moduleVersion(v); err != nil || got != want {
+			t.Errorf("moduleVersion(%q) = %d, %v; want %d", v, got, err, want)
+		}
+	}
+	for _, v := range []string{"", "1", "1.2", "1.2.3.4", "0.100.0", "0.1.100", "v0.1.0", "0.1.0-rc.1", "01.2.3", "-1.2.3", "0.1.+1"} {
+		if got, err := moduleVersion(v); err == nil {
+			t.Errorf("moduleVersion(%q) = %d, want an error", v, got)
+		}
+	}
+	if _, err := moduleVersion(ratelimit.Version); err != nil {
+		t.Errorf("the declared version: %v", err)
 	}
 }

@@ -32,7 +32,10 @@ func main() {
 			log.Fatal(err)
 		}
 	}
-	files := outputs()
+	files, err := outputs()
+	if err != nil {
+		log.Fatal(err)
+	}
 	for _, name := range sortedNames(files) {
 		path := filepath.Join(root, filepath.FromSlash(name))
 		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, files[name]) {
@@ -46,14 +49,19 @@ func main() {
 }
 
 // outputs is every generated file, by its path from the repository's root.
-func outputs() map[string][]byte {
+func outputs() (map[string][]byte, error) {
 	library, _ := lua.Library()
+	version, err := versionH()
+	if err != nil {
+		return nil, err
+	}
 	return map[string][]byte{
+		"module/version_gen.h":          version,
 		"module/commands_gen.c":         commandsC(),
 		"module/protocol_gen.h":         protocolH(),
 		"internal/engine/params_gen.go": paramsGo(),
 		"lua/ratelimit.lua":             []byte(library),
-	}
+	}, nil
 }
 
 // writeScripts writes every command's EVAL script into dir, as

@@ -7,7 +7,10 @@
 //
 // A config that does not load at start is an error naming the file (exit
 // status 1); a later one that does not load leaves the previous one
-// running. SIGTERM or SIGINT stops it gracefully: the health check fails at
+// running. `rls -version` prints the version; `rls -healthcheck` asks the
+// /healthcheck of the rls the same flags and environment describe and
+// exits 0 when it answers 200 (a container's health check: the image has
+// no shell and no curl). SIGTERM or SIGINT stops it gracefully: the health check fails at
 // once, requests in flight finish (for up to -drain), then it exits.
 package main
 
@@ -18,6 +21,7 @@ import (
 	"errors"
 	"flag"
 	"fmt"
+	"io"
 	"log/slog"
 	"net"
 	"net/http"
@@ -38,12 +42,13 @@ import (
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/rls"
 )
 
 func main() {
-	if err := run(os.Args[1:]); err != nil {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
 		fmt.Fprintln(os.Stderr, "rls:", err)
 		os.Exit(1)
 	}
@@ -76,6 +81,7 @@ type flags struct {
 	timeout, drain                                   time.Duration
 	nearLimit                                        float64
 	engine, logLevel                                 string
+	version, healthcheck                             bool
 }
 
 func parse(args []string) (*flags, error) {
@@ -106,6 +112,8 @@ func parse(args []string) (*flags, error) {
 	fs.StringVar(&f.engine, "engine", "auto", "auto (the module where loaded, else the Lua library), module, functions or scripts")
 	fs.DurationVar(&f.drain, "drain", 10*time.Second, "on SIGTERM, how long requests in flight may take to finish")
 	fs.StringVar(&f.logLevel, "log-level", strings.ToLower(env("LOG_LEVEL", "info")), "debug, info, warn or error (LOG_LEVEL)")
+	fs.BoolVar(&f.version, "version", false, "print the version and exit")
+	fs.BoolVar(&f.healthcheck, "healthcheck", false, "ask the /healthcheck of the rls listening at -http (on loopback when it listens on every address) and exit 0 if it answers 200, else 1")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}
@@ -183,10 +191,17 @@ func redisClient(f *flags) (redis.UniversalClient, error) {
 	return nil, fmt.Errorf("-redis-type %q: single, cluster or sentinel", f.redisType)
 }
 
-func run(args []string) error {
+func run(args []string, stdout io.Writer) error {
 	f, err := parse(args)
 	if err != nil {
 		return err
+	}
+	if f.version {
+		_, err := fmt.Fprintf(stdout, "rls %s (%s %s/%s)\n", ratelimit.Version, runtime.Version(), runtime.GOOS, runtime.GOARCH)
+		return err
+	}
+	if f.healthcheck {
+		return healthcheck(f.httpAddr)
 	}
 	var level slog.Level
 	switch strings.ToLower(f.logLevel) { // the peer's logrus names too
@@ -284,4 +299,27 @@ func run(args []string) error {
 		err = nil
 	}
 	return err
+}
+
+// healthcheck asks the /healthcheck of the rls listening at addr, on
+// loopback when addr is every address (0.0.0.0, ::, or no host), with a
+// bound of 2 s.
+func healthcheck(addr string) error {
+	host, port, err := net.SplitHostPort(addr)
+	if err != nil {
+		return fmt.Errorf("-http %q: %v", addr, err)
+	}
+	if ip := net.ParseIP(host); host == "" || (ip != nil && ip.IsUnspecified()) {
+		host = "127.0.0.1"
+	}
+	hc := &http.Client{Timeout: 2 * time.Second}
+	resp, err := hc.Get("http://" + net.JoinHostPort(host, port) + "/healthcheck")
+	if err != nil {
+		return fmt.Errorf("healthcheck: %v", err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("healthcheck: %s", resp.Status)
+	}
+	return nil
 }
