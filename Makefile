@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build rls run test unit integration lint images deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium
+.PHONY: help build rls run test unit integration lint images dist release deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium clients
 
 help: ## list the targets
 	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -51,14 +51,14 @@ run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in 
 rls: ## build the Envoy rate limit service: build/rls (see docs/rls.md)
 	cd rls && $(GO) build -o ../build/rls ./cmd/rls
 
-test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers
+test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers, the release files and images
 
 # The Go modules: the library (what users get); prom, its Prometheus
 # adapter (client_golang only for those who import it); rls, the Envoy rate
 # limit service (gRPC and go-control-plane only for those who run it); the
-# examples; the benchmarks; and the integration tests (testcontainers and
-# moby stay out of users' module graphs).
-MODULES := . prom rls examples bench integration
+# examples; the benchmarks; the integration tests (testcontainers and moby
+# stay out of users' module graphs); and the release tool (golang.org/x/mod).
+MODULES := . prom rls examples bench integration release
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
 deps: ## download the Go modules and the linter (images.sh installs debootstrap itself)
@@ -70,9 +70,9 @@ lint: build/cref.so ## go vet, staticcheck, gofmt; the benchmark's C reference c
 	@out=$$(gofmt -l .); if [ -n "$$out" ]; then echo "gofmt needed: $$out"; exit 1; fi
 
 unit: build build/clockshift.so redis-server chromium ## unit tests, examples and fuzz seeds, and the demo's (a redis-server of its own, the page in headless Chromium)
-	for m in . prom rls examples; do (cd $$m && RATELIMIT_FULL_TESTS=1 $(GO) test -count=1 ./...) || exit 1; done
+	for m in . prom rls examples release; do (cd $$m && RATELIMIT_FULL_TESTS=1 $(GO) test -count=1 ./...) || exit 1; done
 
-integration: build build/clockshift.so ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers
+integration: build build/clockshift.so clients ## the module in Redis 7.0, Redis 8.0 and Valkey 8.1 containers; the release files, the images, installing from tags, docs/clients.md's examples
 	cd integration && $(GO) test -count=1 -timeout 45m .
 
 # A test tool: preloaded into a server, it steps the server's wall clock by
@@ -82,10 +82,25 @@ build/clockshift.so: integration/clockshift/clockshift.c
 	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ integration/clockshift/clockshift.c -ldl
 	chmod 755 $@
 
-images: ## build the local server images from Debian's packages (no registry)
+images: dist ## build the images from Debian's packages (no registry): the test servers, and ratelimit/redis, /valkey, /module, /rls from build/dist
 	./images/build.sh
 
-bench: build build/cref.so redis-server images ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes BENCHMARKS.md, bench/chart.svg and BENCHMARKS-RLS.md
+dist: deps ## write build/dist: the module for linux-amd64 and -arm64 (glibc 2.17 and later), rls for both, the Lua library and scripts, SHA256SUMS
+	./release/dist.sh
+
+release: ## tag vVERSION, prom/vVERSION and rls/vVERSION locally (make release VERSION=X.Y.Z; pushes nothing)
+	./release/release.sh $(VERSION)
+
+# Debian's Python and Node clients, for docs/clients.md's examples.
+clients:
+	@{ [ -x /usr/bin/python3 ] && /usr/bin/python3 -c 'import redis' 2>/dev/null && command -v node >/dev/null && \
+	  [ -f /usr/share/nodejs/redis/package.json ]; } || { \
+	  echo "installing Debian's python3-redis and node-redis (docs/clients.md's examples)"; \
+	  $(SUDO) apt-get update -qq && \
+	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-redis node-redis $$(command -v node >/dev/null || echo nodejs) >/dev/null; }
+
+bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes BENCHMARKS.md, bench/chart.svg and BENCHMARKS-RLS.md
+	./images/build.sh servers
 	cd bench && $(GO) build -o ../build/bench . && $(GO) build -o ../build/bench-rls ./rls
 	./build/bench -images local/redis:8.0,local/valkey:8.1
 	./build/bench-rls

@@ -1,10 +1,27 @@
 #!/usr/bin/env bash
-# Builds the local test images from Debian's packages, never from a registry:
-#   local/redis:7.0    Debian bookworm's redis-server
-#   local/redis:8.0    Debian trixie's redis-server
-#   local/valkey:8.1   Debian trixie's valkey-server
-# An image that already exists is kept; FORCE=1 rebuilds.
+# Builds the local images from Debian's packages, never from a registry.
+#   images/build.sh [servers] [builder] [ratelimit]    (no argument: all three)
+#
+# servers: the test servers, kept once built (FORCE=1 rebuilds):
+#   local/redis:7.0      Debian bookworm's redis-server
+#   local/redis:8.0      Debian trixie's redis-server
+#   local/valkey:8.1     Debian trixie's valkey-server
+# builder: what make dist builds the module in, kept once built:
+#   local/build:bullseye Debian bullseye (glibc 2.31) with gcc and the arm64
+#                        cross compiler and glibc, so the module needs no
+#                        newer glibc than 2.31
+# ratelimit: the images users run, rebuilt from build/dist (make dist) each
+#   time, tagged with the version (version.go) and latest:
+#   ratelimit/redis      Debian trixie's redis-server with the module loaded
+#   ratelimit/valkey     Debian trixie's valkey-server with the module loaded
+#   ratelimit/module     the module and the Lua files, and Debian's static
+#                        busybox to copy them (a Kubernetes init container)
+#   ratelimit/rls        the Envoy rate limit service, a static binary alone
+#                        (also at /bin/ratelimit), non-root
+# The trees the ratelimit images start from (local/base:redis-trixie,
+# local/base:valkey-trixie) are kept once built too.
 set -euo pipefail
+cd "$(dirname "$0")/.."
 
 # The Debian mirror: DEBIAN_MIRROR, else the one this machine's apt uses for
 # its main archive (the first source whose suite is a release, not -security
@@ -46,13 +63,14 @@ if ! command -v debootstrap >/dev/null; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq debootstrap >/dev/null
 fi
 
-# root SUITE PACKAGES: a minimal Debian tree in $work/SUITE with PACKAGES installed, made once per suite.
+# root SUITE PACKAGES: a minimal Debian tree with PACKAGES installed, made
+# once per suite and package list.
 root() {
-  local suite=$1 pkgs=$2 dir=$work/$1
+  local suite=$1 pkgs=$2 dir=$work/$1-${2//,/-}
   if [ ! -d "$dir" ]; then
     echo "images: debootstrap $suite ($pkgs)" >&2
-    debootstrap --variant=minbase --include="$pkgs" "$suite" "$dir" "$mirror" >"$work/$suite.log" 2>&1 \
-      || { tail -20 "$work/$suite.log" >&2; exit 1; }
+    debootstrap --variant=minbase --include="$pkgs" "$suite" "$dir" "$mirror" >"$dir.log" 2>&1 \
+      || { tail -20 "$dir.log" >&2; exit 1; }
     # Nothing in the image needs apt's caches or docs.
     rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc "$dir"/usr/share/man
   fi
@@ -72,6 +90,70 @@ image() {
   echo "images: built $tag" >&2
 }
 
-image local/redis:7.0 bookworm redis-server
-image local/redis:8.0 trixie redis-server,valkey-server
-image local/valkey:8.1 trixie redis-server,valkey-server
+servers() {
+  image local/redis:7.0 bookworm redis-server
+  image local/redis:8.0 trixie redis-server,valkey-server
+  image local/valkey:8.1 trixie redis-server,valkey-server
+}
+
+builder() {
+  image local/build:bullseye bullseye gcc,libc6-dev,gcc-aarch64-linux-gnu,libc6-dev-arm64-cross
+}
+
+# ratelimit: the images users run, from build/dist.
+ratelimit() {
+  local version dist=build/dist
+  version=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' version.go)
+  local so=$dist/ratelimit-$version-linux-amd64.so rls=$dist/rls-$version-linux-amd64
+  local lib=$dist/ratelimit-$version.lua scripts=$dist/ratelimit-$version-scripts.tar.gz
+  for f in "$so" "$rls" "$lib" "$scripts"; do
+    [ -f "$f" ] || { echo "images: $f is missing: run make dist first" >&2; exit 1; }
+  done
+  image local/base:redis-trixie trixie redis-server
+  image local/base:valkey-trixie trixie valkey-server
+
+  # Debian's static busybox, for the module image's copy.
+  local bb=$work/busybox
+  mkdir -p "$bb"
+  (cd "$bb" && apt-get download busybox-static >/dev/null 2>&1) || {
+    apt-get update -qq && (cd "$bb" && apt-get download busybox-static >/dev/null)
+  }
+  dpkg-deb -x "$bb"/busybox-static_*.deb "$bb/root"
+
+  local ctx=$work/context
+  rm -rf "$ctx" && mkdir -p "$ctx/module/ratelimit/scripts" "$ctx/module/bin" "$ctx/rls/bin"
+  cp "$so" "$ctx/ratelimit.so" && chmod 755 "$ctx/ratelimit.so"
+  cp images/entrypoint.sh "$ctx/entrypoint.sh" && chmod 755 "$ctx/entrypoint.sh"
+  cp "$so" "$ctx/module/ratelimit/ratelimit.so" && chmod 755 "$ctx/module/ratelimit/ratelimit.so"
+  cp "$lib" "$ctx/module/ratelimit/ratelimit.lua"
+  tar -xzf "$scripts" -C "$ctx/module/ratelimit"
+  cp "$bb/root/bin/busybox" "$ctx/module/bin/busybox"
+  cp "$rls" "$ctx/rls/bin/rls" && chmod 755 "$ctx/rls/bin/rls"
+  ln -s rls "$ctx/rls/bin/ratelimit"
+
+  local name
+  for name in redis valkey; do
+    build "$name" "$ctx" --build-arg "BASE=local/base:$name-trixie" --build-arg "SERVER=$name-server" \
+      --build-arg "RUNAS=$name" -f "$PWD/images/server.Dockerfile"
+  done
+  build module "$ctx/module" -f "$PWD/images/module.Dockerfile"
+  build rls "$ctx/rls" -f "$PWD/images/rls.Dockerfile"
+}
+
+# build NAME CONTEXT ARGS...: docker build ratelimit/NAME, tagged with the
+# version and latest.
+build() {
+  local name=$1 ctx=$2
+  shift 2
+  docker build -q --label "org.opencontainers.image.version=$version" \
+    -t "ratelimit/$name:$version" -t "ratelimit/$name:latest" "$@" "$ctx" >/dev/null
+  echo "images: built ratelimit/$name:$version ($(docker image inspect -f '{{.Size}}' "ratelimit/$name:$version") bytes)" >&2
+}
+
+[ $# -gt 0 ] || set -- servers builder ratelimit
+for what in "$@"; do
+  case $what in
+    servers | builder | ratelimit) "$what" ;;
+    *) echo "images: unknown set $what (servers, builder or ratelimit)" >&2; exit 2 ;;
+  esac
+done

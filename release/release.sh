@@ -1,0 +1,60 @@
+#!/usr/bin/env bash
+# make release VERSION=X.Y.Z: tags vX.Y.Z, prom/vX.Y.Z and rls/vX.Y.Z on one
+# commit, locally; pushes nothing.
+#
+# Refused unless the work tree is clean, version.go declares X.Y.Z,
+# CHANGELOG.md has its "## [X.Y.Z]" section and none of the tags exists.
+# Between releases prom/ and rls/ build against this checkout (replace
+# ../); a user installing them from a tag must get the library from its own
+# tag instead. So the script makes two commits:
+#   1. "Release vX.Y.Z": prom/go.mod and rls/go.mod require the library at
+#      vX.Y.Z, with no replace, and their go.sum hold its hashes (computed
+#      from a module proxy on disk holding the library as it is tagged,
+#      which is what the public proxy will serve); the three tags point here;
+#   2. back to development: the replace directives again.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+lib=github.com/seed-6b3823f5/ratelimit
+fail() { echo "release: $*" >&2; exit 1; }
+
+version=${1:-}
+version=${version#v}
+[[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "VERSION=$version: give the version as X.Y.Z (make release VERSION=0.1.0)"
+[ -z "$(git status --porcelain)" ] || fail "the work tree is not clean (git status): commit or stash first"
+declared=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' version.go)
+[ "$declared" = "$version" ] ||
+  fail "version.go declares $declared, not $version: set it, run go generate ./internal/spec, add the CHANGELOG.md section and commit"
+grep -q "^## \[$version\]" CHANGELOG.md || fail "CHANGELOG.md has no \"## [$version]\" section"
+tags=("v$version" "prom/v$version" "rls/v$version")
+for t in "${tags[@]}"; do
+  ! git rev-parse -q --verify "refs/tags/$t" >/dev/null || fail "tag $t exists already"
+done
+
+proxy=$(mktemp -d)
+trap 'chmod -R u+w "$proxy" 2>/dev/null; rm -rf "$proxy"' EXIT
+(cd release && go run . proxy -repo .. -version "v$version" -out "$proxy" -rev HEAD -modules root)
+for m in prom rls; do
+  (
+    cd "$m"
+    go mod edit -dropreplace="$lib" -require="$lib@v$version"
+    # The library from the proxy on disk (not yet in the checksum database),
+    # everything else as usual.
+    GOPROXY="file://$proxy,$(go env GOPROXY)" GONOSUMDB="$lib" GOFLAGS=-mod=mod GOWORK=off go mod tidy
+    GOPROXY="file://$proxy,$(go env GOPROXY)" GONOSUMDB="$lib" GOWORK=off go build ./...
+  )
+done
+git add prom/go.mod prom/go.sum rls/go.mod rls/go.sum
+git commit -q -m "Release v$version: prom and rls require the library at v$version"
+for t in "${tags[@]}"; do
+  git tag -a "$t" -m "ratelimit $t"
+done
+released=$(git rev-parse --short HEAD)
+
+for m in prom rls; do
+  (cd "$m" && go mod edit -replace="$lib=../" && GOFLAGS=-mod=mod GOWORK=off go mod tidy)
+done
+git add prom/go.mod prom/go.sum rls/go.mod rls/go.sum
+git commit -q -m "Back to development after v$version: prom and rls build against this checkout (replace ../)"
+
+echo "release: tagged ${tags[*]} at $released; nothing was pushed. To publish:"
+echo "  git push origin HEAD ${tags[*]}"
