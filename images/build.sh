@@ -138,15 +138,23 @@ ratelimit() {
   done
   build module "$ctx/module" -f "$PWD/images/module.Dockerfile"
   build rls "$ctx/rls" -f "$PWD/images/rls.Dockerfile"
+  # What each rebuild left untagged.
+  docker image prune -f --filter "label=$source" >/dev/null
 }
+
+source=org.opencontainers.image.source=https://github.com/seed-6b3823f5/ratelimit
 
 # build NAME CONTEXT ARGS...: docker build ratelimit/NAME, tagged with the
 # version and latest.
 build() {
   local name=$1 ctx=$2
   shift 2
-  docker build -q --label "org.opencontainers.image.version=$version" \
-    -t "ratelimit/$name:$version" -t "ratelimit/$name:latest" "$@" "$ctx" >/dev/null
+  # The classic builder (no buildx here): its deprecation notice is noise,
+  # its log is shown when a build fails.
+  docker build --label "org.opencontainers.image.version=$version" --label "$source" \
+    --label org.opencontainers.image.licenses=Apache-2.0 \
+    -t "ratelimit/$name:$version" -t "ratelimit/$name:latest" "$@" "$ctx" >"$work/$name.log" 2>&1 ||
+    { cat "$work/$name.log" >&2; exit 1; }
   echo "images: built ratelimit/$name:$version ($(docker image inspect -f '{{.Size}}' "ratelimit/$name:$version") bytes)" >&2
 }
 

@@ -6,6 +6,6 @@ FROM scratch
 COPY bin/busybox /bin/busybox
 RUN ["/bin/busybox", "--install", "-s", "/bin"]
 COPY ratelimit/ /ratelimit/
-RUN ["/bin/busybox", "install", "-d", "-o", "65532", "-g", "65532", "/modules"]
+RUN mkdir /modules && chown 65532:65532 /modules
 USER 65532:65532
 CMD ["cp", "-R", "/ratelimit/.", "/modules/"]

@@ -53,6 +53,7 @@ type server struct {
 // opts says how to start a server.
 type opts struct {
 	module     bool
+	moduleFile string // the module to load, a host path (default: build/ratelimit.so)
 	moduleArgs []string
 	args       []string // more server arguments (later ones win)
 	dataDir    string   // host directory mounted as the server's /data
@@ -161,10 +162,14 @@ func start(ctx context.Context, f flavor, o opts) (*server, error) {
 		cmd = append(cmd, o.moduleArgs...)
 	}
 	cmd = append(cmd, o.args...)
+	moduleFile := modulePath
+	if o.moduleFile != "" {
+		moduleFile = o.moduleFile
+	}
 	custom := []testcontainers.ContainerCustomizer{
 		testcontainers.WithCmd(cmd...),
 		testcontainers.WithFiles(testcontainers.ContainerFile{
-			HostFilePath: modulePath, ContainerFilePath: moduleInContainer, FileMode: 0o755,
+			HostFilePath: moduleFile, ContainerFilePath: moduleInContainer, FileMode: 0o755,
 		}),
 		testcontainers.WithHostConfigModifier(func(hc *container.HostConfig) {
 			hc.NetworkMode = "host"

@@ -91,9 +91,9 @@ type rlsProc struct {
 	rl     pb.RateLimitServiceClient
 }
 
-// rlsCommand is the command line of an rls on redis with the config files
-// given, its own key prefix and ports, and more flags.
-func rlsCommand(t *testing.T, redisAddr string, files map[string]string, flags ...string) (*exec.Cmd, string, int, int) {
+// rlsCommand is the command line of the rls binary bin on redis with the
+// config files given, its own key prefix and ports, and more flags.
+func rlsCommand(t *testing.T, bin, redisAddr string, files map[string]string, flags ...string) (*exec.Cmd, string, int, int) {
 	t.Helper()
 	dir := filepath.Join(t.TempDir(), "config")
 	if err := os.Mkdir(dir, 0o755); err != nil {
@@ -108,7 +108,7 @@ func rlsCommand(t *testing.T, redisAddr string, files map[string]string, flags .
 		"-grpc", fmt.Sprintf("127.0.0.1:%d", gport), "-http", fmt.Sprintf("127.0.0.1:%d", hport),
 		"-prefix", key(t, "rls") + ":",
 	}, flags...)
-	return exec.Command(rlsBinary(t), args...), dir, gport, hport
+	return exec.Command(bin, args...), dir, gport, hport
 }
 
 // twoPorts is a free port for gRPC and one for HTTP.
@@ -140,7 +140,13 @@ func startRLS(t *testing.T, redisAddr string, files map[string]string, flags ...
 // startRLSEnv is startRLS with more environment variables.
 func startRLSEnv(t *testing.T, env []string, redisAddr string, files map[string]string, flags ...string) *rlsProc {
 	t.Helper()
-	cmd, dir, gport, hport := rlsCommand(t, redisAddr, files, flags...)
+	return startRLSBinary(t, rlsBinary(t), env, redisAddr, files, flags...)
+}
+
+// startRLSBinary is startRLSEnv with the rls binary bin.
+func startRLSBinary(t *testing.T, bin string, env []string, redisAddr string, files map[string]string, flags ...string) *rlsProc {
+	t.Helper()
+	cmd, dir, gport, hport := rlsCommand(t, bin, redisAddr, files, flags...)
 	cmd.Env = append(os.Environ(), env...)
 	p := &rlsProc{cmd: cmd, dir: dir, web: fmt.Sprintf("http://127.0.0.1:%d", hport), out: &syncBuffer{}, exited: make(chan struct{})}
 	cmd.Stdout, cmd.Stderr = p.out, p.out
@@ -674,7 +680,7 @@ func TestRLSRedisDown(t *testing.T) {
 // stops it cleanly.
 func TestRLSProcess(t *testing.T) {
 	s := sharedOf(flavors[1])
-	cmd, _, _, _ := rlsCommand(t, s.addr(), map[string]string{"ok.yaml": "domain: a", "z.yaml": "domain: b\ndescriptors:\n  - key: k\n    ratelimit: {}\n"})
+	cmd, _, _, _ := rlsCommand(t, rlsBinary(t), s.addr(), map[string]string{"ok.yaml": "domain: a", "z.yaml": "domain: b\ndescriptors:\n  - key: k\n    ratelimit: {}\n"})
 	out, err := cmd.CombinedOutput()
 	if code := cmd.ProcessState.ExitCode(); err == nil || code != 1 || !strings.Contains(string(out), "z.yaml:4: config error, unknown key 'ratelimit' in a descriptor") {
 		t.Fatalf("a bad config at start: exit %d, %v:\n%s", code, err, out)

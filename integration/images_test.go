@@ -1,0 +1,211 @@
+package integration
+
+import (
+	"crypto/sha256"
+	"encoding/hex"
+	"fmt"
+	"net"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+
+	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/lua"
+)
+
+// The images make images builds, started with the docker command line as
+// their users start them. Ports are published on 127.0.0.1 only.
+
+// docker runs the docker command line and returns its output, trimmed; a
+// failure fails the test.
+func docker(t *testing.T, args ...string) string {
+	t.Helper()
+	out, err := exec.Command("docker", args...).CombinedOutput()
+	if err != nil {
+		t.Fatalf("docker %s: %v\n%s", strings.Join(args, " "), err, out)
+	}
+	return strings.TrimSpace(string(out))
+}
+
+// image is the name of one of the project's images at this version.
+func image(name string) string { return "ratelimit/" + name + ":" + ratelimit.Version }
+
+// runImage starts a container (docker run -d args...), removed when the
+// test ends, with its log shown if the test failed.
+func runImage(t *testing.T, args ...string) string {
+	t.Helper()
+	id := docker(t, append([]string{"run", "-d"}, args...)...)
+	t.Cleanup(func() {
+		if t.Failed() {
+			out, _ := exec.Command("docker", "logs", "--tail", "40", id).CombinedOutput()
+			t.Logf("container %.12s log:\n%s", id, out)
+		}
+		exec.Command("docker", "rm", "-f", "-v", id).Run()
+	})
+	return id
+}
+
+// published is the 127.0.0.1 address a container's port is published on.
+func published(t *testing.T, id, port string) string {
+	t.Helper()
+	for _, line := range strings.Split(docker(t, "port", id, port), "\n") {
+		if strings.HasPrefix(line, "127.0.0.1:") {
+			return line
+		}
+	}
+	t.Fatalf("port %s of %.12s is not published on 127.0.0.1", port, id)
+	return ""
+}
+
+// waitHealthy waits until Docker's health check calls the container
+// healthy.
+func waitHealthy(t *testing.T, id string) {
+	t.Helper()
+	waitFor(t, 60*time.Second, "the image's health check", func() bool {
+		return docker(t, "inspect", "-f", "{{.State.Health.Status}}", id) == "healthy"
+	})
+}
+
+// assertTags: the image is tagged with the version and latest, both the
+// same image, and runs as user.
+func assertTags(t *testing.T, name, user string) {
+	t.Helper()
+	v := docker(t, "image", "inspect", "-f", "{{.Id}} {{.Config.User}}", image(name))
+	latest := docker(t, "image", "inspect", "-f", "{{.Id}} {{.Config.User}}", "ratelimit/"+name+":latest")
+	if v != latest || !strings.HasSuffix(v, " "+user) {
+		t.Fatalf("%s: %q, latest %q, want the same image running as %q", image(name), v, latest, user)
+	}
+}
+
+// redisAt connects to a published server and waits until it answers.
+func redisAt(t *testing.T, addr string) *redis.Client {
+	t.Helper()
+	c := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2})
+	t.Cleanup(func() { c.Close() })
+	waitFor(t, 30*time.Second, "the server at "+addr, func() bool { return c.Ping(ctx).Err() == nil })
+	return c
+}
+
+// docker run -p 6379:6379 ratelimit/redis (and ratelimit/valkey): the
+// server answers GCRA.THROTTLE, reports the version, runs as its own
+// user and passes its health check.
+func TestImageServers(t *testing.T) {
+	for _, name := range []string{"redis", "valkey"} {
+		t.Run(name, func(t *testing.T) {
+			t.Parallel()
+			assertTags(t, name, name)
+			id := runImage(t, "-p", "127.0.0.1::6379", image(name))
+			c := redisAt(t, published(t, id, "6379/tcp"))
+			assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
+			assertVersion(t, &server{rdb: c})
+			if got := docker(t, "exec", id, "id", "-un"); got != name {
+				t.Errorf("the server runs as %q, want %q", got, name)
+			}
+			waitHealthy(t, id)
+			// Options alone go to the server; its data stays in /data.
+			id = runImage(t, "-p", "127.0.0.1::6379", image(name), "--maxmemory", "12345678")
+			c = redisAt(t, published(t, id, "6379/tcp"))
+			if mem := c.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]; mem != "12345678" {
+				t.Errorf("maxmemory %q after docker run ... --maxmemory 12345678", mem)
+			}
+			if dir := c.ConfigGet(ctx, "dir").Val()["dir"]; dir != "/data" {
+				t.Errorf("dir %q, want /data", dir)
+			}
+			assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
+		})
+	}
+}
+
+// ratelimit/module as a Kubernetes init container: it copies the module and
+// the Lua files into a volume, and a stock Redis (local/redis:8.0, Debian's,
+// as a user's pod runs one) loads the module from it; the Lua files are
+// package lua's and the library loads.
+func TestImageModule(t *testing.T) {
+	assertTags(t, "module", "65532:65532")
+	vol := "ratelimit-modules-" + strings.ToLower(strings.NewReplacer("/", "-").Replace(t.Name())) + fmt.Sprint(time.Now().UnixNano())
+	docker(t, "volume", "create", vol)
+	t.Cleanup(func() { exec.Command("docker", "volume", "rm", "-f", vol).Run() })
+	docker(t, "run", "--rm", "-v", vol+":/modules", image("module"))
+
+	id := runImage(t, "-p", "127.0.0.1::6379", "-v", vol+":/modules:ro", "local/redis:8.0",
+		"redis-server", "--loadmodule", "/modules/ratelimit.so", "--protected-mode", "no", "--save", "")
+	c := redisAt(t, published(t, id, "6379/tcp"))
+	assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
+	assertVersion(t, &server{rdb: c})
+
+	want := map[string]string{"ratelimit.lua": ""}
+	lib, _ := lua.Library()
+	sum := sha256.Sum256([]byte(lib))
+	want["ratelimit.lua"] = hex.EncodeToString(sum[:])
+	for _, name := range lua.Commands() {
+		s := lua.Must(name)
+		sum := sha256.Sum256([]byte(s.Source))
+		want["scripts/"+s.Function+".lua"] = hex.EncodeToString(sum[:])
+	}
+	got := map[string]string{}
+	for _, line := range strings.Split(docker(t, "exec", "-w", "/modules", id, "sh", "-c", "sha256sum ratelimit.lua scripts/*.lua"), "\n") {
+		sum, name, _ := strings.Cut(line, "  ")
+		got[name] = sum
+	}
+	if fmt.Sprint(got) != fmt.Sprint(want) {
+		t.Fatalf("the copied Lua files:\n got %v\nwant %v", got, want)
+	}
+	if out := docker(t, "exec", "-w", "/modules", id, "sh", "-c", `redis-cli FUNCTION LOAD REPLACE "$(cat ratelimit.lua)" && redis-cli FCALL gcra_throttle 1 fcall:user 15 30 60`); out != "ratelimit\n0\n16\n15\n-1\n2" {
+		t.Fatalf("the copied library through FCALL:\n%s", out)
+	}
+}
+
+// ratelimit/rls swapped in for envoyproxy/ratelimit's image on a Docker
+// network beside ratelimit/redis: started as Envoy Gateway starts the
+// peer's (/bin/ratelimit, its environment variables, the config under
+// RUNTIME_ROOT), it listens on the container's own address, passes its
+// health check, answers, and stops cleanly on docker stop.
+func TestImageRLS(t *testing.T) {
+	assertTags(t, "rls", "65532:65532")
+	if out := docker(t, "run", "--rm", image("rls"), "-version"); !strings.HasPrefix(out, "rls "+ratelimit.Version+" ") {
+		t.Fatalf("rls -version: %q", out)
+	}
+	netName := fmt.Sprintf("ratelimit-rls-%d", time.Now().UnixNano())
+	docker(t, "network", "create", netName)
+	t.Cleanup(func() { exec.Command("docker", "network", "rm", netName).Run() })
+	runImage(t, "--network", netName, "--network-alias", "redis", image("redis"))
+
+	cfg := filepath.Join(t.TempDir(), "config")
+	if err := os.Mkdir(cfg, 0o755); err != nil {
+		t.Fatal(err)
+	}
+	writeFile(t, filepath.Join(cfg, "apis.yaml"), dropInConfig)
+	id := runImage(t, "--network", netName, "-p", "127.0.0.1::8080", "-p", "127.0.0.1::8081",
+		"-v", cfg+":/data/ratelimit/config:ro",
+		"-e", "REDIS_SOCKET_TYPE=tcp", "-e", "REDIS_URL=redis:6379", "-e", "RUNTIME_ROOT=/data",
+		"-e", "RUNTIME_SUBDIRECTORY=ratelimit", "-e", "RUNTIME_WATCH_ROOT=false", "-e", "USE_STATSD=false",
+		"-e", "LOG_LEVEL=debug", "--entrypoint", "/bin/ratelimit", image("rls"))
+	waitHealthy(t, id)
+	grpcAddr := published(t, id, "8081/tcp")
+	if _, _, err := net.SplitHostPort(grpcAddr); err != nil {
+		t.Fatal(err)
+	}
+	conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	p := &rlsProc{rl: pb.NewRateLimitServiceClient(conn)}
+	ip := desc("remote_address", "7.7.7.7")
+	expectBrief(t, "1", p.ask(t, "apis", ip), "OK [OK r=2 3/DAY]")
+	expectBrief(t, "2", p.ask(t, "apis", ip), "OK [OK r=1 3/DAY]")
+
+	docker(t, "stop", "-t", "15", id)
+	if code := docker(t, "inspect", "-f", "{{.State.ExitCode}}", id); code != "0" {
+		t.Fatalf("exit code %s after docker stop", code)
+	}
+}
