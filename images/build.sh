@@ -71,8 +71,10 @@ root() {
     echo "images: debootstrap $suite ($pkgs)" >&2
     debootstrap --variant=minbase --include="$pkgs" "$suite" "$dir" "$mirror" >"$dir.log" 2>&1 \
       || { tail -20 "$dir.log" >&2; exit 1; }
-    # Nothing in the image needs apt's caches or docs.
-    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/usr/share/doc "$dir"/usr/share/man
+    # Nothing in the image needs apt's caches or docs, but each package's
+    # copyright file (its license) stays.
+    rm -rf "$dir"/var/cache/apt/archives/*.deb "$dir"/var/lib/apt/lists/* "$dir"/usr/share/man
+    find "$dir"/usr/share/doc -mindepth 1 ! -type d ! -name copyright -delete
   fi
   echo "$dir"
 }
@@ -128,6 +130,13 @@ ratelimit() {
   cp "$lib" "$ctx/module/ratelimit/ratelimit.lua"
   tar -xzf "$scripts" -C "$ctx/module/ratelimit"
   cp "$bb/root/bin/busybox" "$ctx/module/bin/busybox"
+  mkdir -p "$ctx/module/usr/share/doc/busybox-static"
+  cp "$bb/root/usr/share/doc/busybox-static/copyright" "$ctx/module/usr/share/doc/busybox-static/"
+  # The project's license, in each image.
+  cp LICENSE "$ctx/LICENSE"
+  for d in module rls; do
+    mkdir -p "$ctx/$d/usr/share/doc/ratelimit" && cp LICENSE "$ctx/$d/usr/share/doc/ratelimit/"
+  done
   cp "$rls" "$ctx/rls/bin/rls" && chmod 755 "$ctx/rls/bin/rls"
   ln -s rls "$ctx/rls/bin/ratelimit"
 

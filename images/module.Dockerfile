@@ -6,6 +6,7 @@ FROM scratch
 COPY bin/busybox /bin/busybox
 RUN ["/bin/busybox", "--install", "-s", "/bin"]
 COPY ratelimit/ /ratelimit/
+COPY usr/ /usr/
 RUN mkdir /modules && chown 65532:65532 /modules
 USER 65532:65532
 CMD ["cp", "-R", "/ratelimit/.", "/modules/"]

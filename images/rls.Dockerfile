@@ -6,6 +6,7 @@
 # /metrics on 8080.
 FROM scratch
 COPY bin/ /bin/
+COPY usr/ /usr/
 WORKDIR /srv/runtime_data/current/config
 WORKDIR /
 ENV HOST=0.0.0.0 GRPC_HOST=0.0.0.0

@@ -8,6 +8,7 @@ ARG RUNAS
 ENV RATELIMIT_SERVER=${SERVER}
 COPY ratelimit.so /usr/lib/ratelimit/ratelimit.so
 COPY entrypoint.sh /usr/local/bin/ratelimit-entrypoint
+COPY LICENSE /usr/share/doc/ratelimit/LICENSE
 RUN mkdir -p /data && chown "${RUNAS}:${RUNAS}" /data
 WORKDIR /data
 VOLUME /data
