@@ -187,14 +187,20 @@ func TestInstallFromTags(t *testing.T) {
 		"GOPROXY=file://" + proxy + "," + strings.TrimSpace(upstream), "GONOSUMDB=github.com/seed-6b3823f5/ratelimit"}
 	addr := sharedOf(flavors[0]).addr()
 
-	t.Run("library", func(t *testing.T) {
+	// userModule makes a user's module of program that go gets mod at v,
+	// and builds it as ./main.
+	userModule := func(t *testing.T, program, mod string) string {
 		dir := t.TempDir()
 		run(t, dir, env, "go", "mod", "init", "example.com/user")
-		writeFile(t, filepath.Join(dir, "main.go"), userProgram)
-		run(t, dir, env, "go", "get", "github.com/seed-6b3823f5/ratelimit@v"+v)
+		writeFile(t, filepath.Join(dir, "main.go"), program)
+		run(t, dir, env, "go", "get", mod+"@v"+v)
 		run(t, dir, env, "go", "mod", "tidy")
-		run(t, dir, env, "go", "build", "-o", "user", ".")
-		if out := run(t, dir, nil, "./user", addr, key(t, "user")); out != "limited=false remaining=9 codes=[200 429]\n" {
+		run(t, dir, env, "go", "build", "-o", "main", ".")
+		return dir
+	}
+	t.Run("library", func(t *testing.T) {
+		dir := userModule(t, userProgram, "github.com/seed-6b3823f5/ratelimit")
+		if out := run(t, dir, nil, "./main", addr, key(t, "user")); out != "limited=false remaining=9 codes=[200 429]\n" {
 			t.Fatalf("the user's program printed %q", out)
 		}
 		if got := requiresOf(run(t, dir, env, "go", "mod", "graph"), "github.com/seed-6b3823f5/ratelimit@v"+v); !slices.Equal(got, libraryRequires) {
@@ -202,16 +208,11 @@ func TestInstallFromTags(t *testing.T) {
 		}
 	})
 	t.Run("prom", func(t *testing.T) {
-		dir := t.TempDir()
-		run(t, dir, env, "go", "mod", "init", "example.com/metrics")
-		writeFile(t, filepath.Join(dir, "main.go"), promProgram)
-		run(t, dir, env, "go", "get", "github.com/seed-6b3823f5/ratelimit/prom@v"+v)
-		run(t, dir, env, "go", "mod", "tidy")
+		dir := userModule(t, promProgram, "github.com/seed-6b3823f5/ratelimit/prom")
 		if out := run(t, dir, env, "go", "list", "-m", "github.com/seed-6b3823f5/ratelimit"); out != "github.com/seed-6b3823f5/ratelimit v"+v+"\n" {
 			t.Fatalf("prom brought the library at %q, want v%s", out, v)
 		}
-		run(t, dir, env, "go", "build", "-o", "metrics", ".")
-		out := run(t, dir, nil, "./metrics", addr)
+		out := run(t, dir, nil, "./main", addr)
 		for _, name := range []string{"ratelimit_decisions_total", "ratelimit_breaker_open"} {
 			if !strings.Contains(out, name) {
 				t.Fatalf("the metrics program printed %q, without %s", out, name)
@@ -225,9 +226,6 @@ func TestInstallFromTags(t *testing.T) {
 		if out := run(t, "", nil, rls, "-version"); !strings.HasPrefix(out, "rls "+v+" ") {
 			t.Fatalf("rls -version: %q", out)
 		}
-		p := startRLSBinary(t, rls, nil, addr, map[string]string{"apis.yaml": dropInConfig})
-		ip := desc("remote_address", "8.8.4.4")
-		expectBrief(t, "1", p.ask(t, "apis", ip), "OK [OK r=2 3/DAY]")
-		expectBrief(t, "2", p.ask(t, "apis", ip), "OK [OK r=1 3/DAY]")
+		expectDropIn(t, startRLSBinary(t, rls, nil, addr, map[string]string{"apis.yaml": dropInConfig}), "8.8.4.4")
 	})
 }

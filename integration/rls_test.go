@@ -185,13 +185,29 @@ func startRLSBinary(t *testing.T, bin string, env []string, redisAddr string, fi
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gport), grpc.WithTransportCredentials(insecure.NewCredentials()))
+	p.rl = dialRLS(t, fmt.Sprintf("127.0.0.1:%d", gport))
+	return p
+}
+
+// dialRLS is a client of the rls whose gRPC listens at addr, closed when
+// the test ends.
+func dialRLS(t *testing.T, addr string) pb.RateLimitServiceClient {
+	t.Helper()
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
 	}
 	t.Cleanup(func() { conn.Close() })
-	p.rl = pb.NewRateLimitServiceClient(conn)
-	return p
+	return pb.NewRateLimitServiceClient(conn)
+}
+
+// expectDropIn: with dropInConfig, two requests from one address take two
+// of its three a day.
+func expectDropIn(t *testing.T, p *rlsProc, addr string) {
+	t.Helper()
+	ip := desc("remote_address", addr)
+	expectBrief(t, "1", p.ask(t, "apis", ip), "OK [OK r=2 3/DAY]")
+	expectBrief(t, "2", p.ask(t, "apis", ip), "OK [OK r=1 3/DAY]")
 }
 
 // desc is a descriptor of key, value pairs.
@@ -770,15 +786,7 @@ func TestRLSContainerSwap(t *testing.T) {
 		resp.Body.Close()
 		return resp.StatusCode == 200
 	})
-	conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gport), grpc.WithTransportCredentials(insecure.NewCredentials()))
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer conn.Close()
-	p := &rlsProc{rl: pb.NewRateLimitServiceClient(conn)}
-	ip := desc("remote_address", "7.7.7.7")
-	expectBrief(t, "1", p.ask(t, "apis", ip), "OK [OK r=2 3/DAY]")
-	expectBrief(t, "2", p.ask(t, "apis", ip), "OK [OK r=1 3/DAY]")
+	expectDropIn(t, &rlsProc{rl: dialRLS(t, fmt.Sprintf("127.0.0.1:%d", gport))}, "7.7.7.7")
 
 	timeout := 15 * time.Second
 	if err := c.Stop(ctx, &timeout); err != nil {

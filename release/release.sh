@@ -31,7 +31,20 @@ for t in "${tags[@]}"; do
 done
 
 proxy=$(mktemp -d)
-trap 'chmod -R u+w "$proxy" 2>/dev/null; rm -rf "$proxy"' EXIT
+pinned="prom/go.mod prom/go.sum rls/go.mod rls/go.sum"
+step=pin
+# A failure leaves what it was doing undone: the pins before the release
+# commit, the replace directives after it (the tags stay: say so).
+cleanup() {
+  local code=$?
+  chmod -R u+w "$proxy" 2>/dev/null
+  rm -rf "$proxy"
+  if [ "$code" != 0 ] && [ "$step" != done ]; then
+    git checkout -q -- $pinned
+    [ "$step" = pin ] || echo "release: the tags are made; going back to development failed: add the replace directives by hand" >&2
+  fi
+}
+trap cleanup EXIT
 (cd release && go run . proxy -repo .. -version "v$version" -out "$proxy" -rev HEAD -modules root)
 for m in prom rls; do
   (
@@ -43,18 +56,20 @@ for m in prom rls; do
     GOPROXY="file://$proxy,$(go env GOPROXY)" GONOSUMDB="$lib" GOWORK=off go build ./...
   )
 done
-git add prom/go.mod prom/go.sum rls/go.mod rls/go.sum
+git add $pinned
 git commit -q -m "Release v$version: prom and rls require the library at v$version"
 for t in "${tags[@]}"; do
   git tag -a "$t" -m "ratelimit $t"
 done
 released=$(git rev-parse --short HEAD)
+step=develop
 
 for m in prom rls; do
   (cd "$m" && go mod edit -replace="$lib=../" && GOFLAGS=-mod=mod GOWORK=off go mod tidy)
 done
-git add prom/go.mod prom/go.sum rls/go.mod rls/go.sum
+git add $pinned
 git commit -q -m "Back to development after v$version: prom and rls build against this checkout (replace ../)"
 
+step=done
 echo "release: tagged ${tags[*]} at $released; nothing was pushed. To publish:"
 echo "  git push origin HEAD ${tags[*]}"
