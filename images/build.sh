@@ -105,7 +105,7 @@ builder() {
 # ratelimit: the images users run, from build/dist.
 ratelimit() {
   local version dist=build/dist
-  version=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' version.go)
+  version=$(release/version.sh)
   local so=$dist/ratelimit-$version-linux-amd64.so rls=$dist/rls-$version-linux-amd64
   local lib=$dist/ratelimit-$version.lua scripts=$dist/ratelimit-$version-scripts.tar.gz
   for f in "$so" "$rls" "$lib" "$scripts"; do
@@ -122,27 +122,26 @@ ratelimit() {
   }
   dpkg-deb -x "$bb"/busybox-static_*.deb "$bb/root"
 
+  # The build contexts, one per Dockerfile; the project's license in each
+  # image.
   local ctx=$work/context
-  rm -rf "$ctx" && mkdir -p "$ctx/module/ratelimit/scripts" "$ctx/module/bin" "$ctx/rls/bin"
-  cp "$so" "$ctx/ratelimit.so" && chmod 755 "$ctx/ratelimit.so"
-  cp images/entrypoint.sh "$ctx/entrypoint.sh" && chmod 755 "$ctx/entrypoint.sh"
-  cp "$so" "$ctx/module/ratelimit/ratelimit.so" && chmod 755 "$ctx/module/ratelimit/ratelimit.so"
-  cp "$lib" "$ctx/module/ratelimit/ratelimit.lua"
+  rm -rf "$ctx"
+  install -D -m 755 "$so" "$ctx/server/ratelimit.so"
+  install -D -m 755 images/entrypoint.sh "$ctx/server/entrypoint.sh"
+  install -D -m 644 LICENSE "$ctx/server/LICENSE"
+  install -D -m 755 "$so" "$ctx/module/ratelimit/ratelimit.so"
+  install -D -m 644 "$lib" "$ctx/module/ratelimit/ratelimit.lua"
   tar -xzf "$scripts" -C "$ctx/module/ratelimit"
-  cp "$bb/root/bin/busybox" "$ctx/module/bin/busybox"
-  mkdir -p "$ctx/module/usr/share/doc/busybox-static"
-  cp "$bb/root/usr/share/doc/busybox-static/copyright" "$ctx/module/usr/share/doc/busybox-static/"
-  # The project's license, in each image.
-  cp LICENSE "$ctx/LICENSE"
-  for d in module rls; do
-    mkdir -p "$ctx/$d/usr/share/doc/ratelimit" && cp LICENSE "$ctx/$d/usr/share/doc/ratelimit/"
-  done
-  cp "$rls" "$ctx/rls/bin/rls" && chmod 755 "$ctx/rls/bin/rls"
+  install -D -m 755 "$bb/root/bin/busybox" "$ctx/module/bin/busybox"
+  install -D -m 644 "$bb/root/usr/share/doc/busybox-static/copyright" "$ctx/module/usr/share/doc/busybox-static/copyright"
+  install -D -m 644 LICENSE "$ctx/module/usr/share/doc/ratelimit/LICENSE"
+  install -D -m 755 "$rls" "$ctx/rls/bin/rls"
+  install -D -m 644 LICENSE "$ctx/rls/usr/share/doc/ratelimit/LICENSE"
   ln -s rls "$ctx/rls/bin/ratelimit"
 
   local name
   for name in redis valkey; do
-    build "$name" "$ctx" --build-arg "BASE=local/base:$name-trixie" --build-arg "SERVER=$name-server" \
+    build "$name" "$ctx/server" --build-arg "BASE=local/base:$name-trixie" --build-arg "SERVER=$name-server" \
       --build-arg "RUNAS=$name" -f "$PWD/images/server.Dockerfile"
   done
   build module "$ctx/module" -f "$PWD/images/module.Dockerfile"

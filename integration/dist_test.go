@@ -92,8 +92,7 @@ func TestDistChecksums(t *testing.T) {
 		if err != nil {
 			t.Fatal(err)
 		}
-		sum := sha256.Sum256(b)
-		if got := hex.EncodeToString(sum[:]); listed[name] != got {
+		if got := sha256Hex(b); listed[name] != got {
 			t.Errorf("%s: SHA256SUMS says %s, the file's is %s", name, listed[name], got)
 		}
 	}
@@ -102,6 +101,12 @@ func TestDistChecksums(t *testing.T) {
 	if out, err := cmd.CombinedOutput(); err != nil || strings.Count(string(out), ": OK\n") != len(want) {
 		t.Fatalf("sha256sum --check: %v\n%s", err, out)
 	}
+}
+
+// sha256Hex is b's SHA-256 as sha256sum prints it.
+func sha256Hex(b []byte) string {
+	sum := sha256.Sum256(b)
+	return hex.EncodeToString(sum[:])
 }
 
 // glibcVersion reads "GLIBC_2.17" as [2 17]; nil for another library's.

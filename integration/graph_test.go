@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"os"
-	"os/exec"
 	"path/filepath"
 	"slices"
 	"strings"
@@ -18,31 +16,17 @@ func TestUsersModuleGraph(t *testing.T) {
 		t.Fatal(err)
 	}
 	dir := t.TempDir()
-	write := func(name, text string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(text), 0o644); err != nil {
-			t.Fatal(err)
-		}
-	}
-	write("go.mod", "module example.com/user\n\ngo 1.26.0\n\nrequire github.com/seed-6b3823f5/ratelimit v0.0.0\n\n"+
+	writeFile(t, filepath.Join(dir, "go.mod"), "module example.com/user\n\ngo 1.26.0\n\nrequire github.com/seed-6b3823f5/ratelimit v0.0.0\n\n"+
 		"replace github.com/seed-6b3823f5/ratelimit => "+repo+"\n")
-	write("main.go", "package main\n\nimport (\n\t_ \"github.com/seed-6b3823f5/ratelimit/client\"\n"+
+	writeFile(t, filepath.Join(dir, "main.go"), "package main\n\nimport (\n\t_ \"github.com/seed-6b3823f5/ratelimit/client\"\n"+
 		"\t_ \"github.com/seed-6b3823f5/ratelimit/httplimit\"\n\t_ \"github.com/seed-6b3823f5/ratelimit/lua\"\n)\n\nfunc main() {}\n")
-	gocmd := func(args ...string) string {
-		cmd := exec.Command("go", args...)
-		cmd.Dir = dir
-		// Through the Go module proxy the environment names: tidy reads the
-		// go.mod of every module in the graph, and those of the library's
-		// dependencies' own tests (go-redis's ginkgo and gomega) are in no
-		// cache the library's build fills.
-		cmd.Env = append(os.Environ(), "GOFLAGS=-mod=mod", "GOWORK=off")
-		out, err := cmd.CombinedOutput()
-		if err != nil {
-			t.Fatalf("go %v: %v\n%s", args, err, out)
-		}
-		return string(out)
-	}
-	gocmd("mod", "tidy")
-	graph := gocmd("mod", "graph")
+	// Through the Go module proxy the environment names: tidy reads the
+	// go.mod of every module in the graph, and those of the library's
+	// dependencies' own tests (go-redis's ginkgo and gomega) are in no cache
+	// the library's build fills.
+	env := []string{"GOFLAGS=-mod=mod", "GOWORK=off"}
+	run(t, dir, env, "go", "mod", "tidy")
+	graph := run(t, dir, env, "go", "mod", "graph")
 	if got := requiresOf(graph, "github.com/seed-6b3823f5/ratelimit@v0.0.0"); !slices.Equal(got, libraryRequires) {
 		t.Fatalf("the library requires %v, want %v", got, libraryRequires)
 	}

@@ -1,8 +1,6 @@
 package integration
 
 import (
-	"crypto/sha256"
-	"encoding/hex"
 	"fmt"
 	"os"
 	"os/exec"
@@ -137,14 +135,11 @@ func TestImageModule(t *testing.T) {
 	assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
 	assertVersion(t, &server{rdb: c})
 
-	want := map[string]string{"ratelimit.lua": ""}
 	lib, _ := lua.Library()
-	sum := sha256.Sum256([]byte(lib))
-	want["ratelimit.lua"] = hex.EncodeToString(sum[:])
+	want := map[string]string{"ratelimit.lua": sha256Hex([]byte(lib))}
 	for _, name := range lua.Commands() {
 		s := lua.Must(name)
-		sum := sha256.Sum256([]byte(s.Source))
-		want["scripts/"+s.Function+".lua"] = hex.EncodeToString(sum[:])
+		want["scripts/"+s.Function+".lua"] = sha256Hex([]byte(s.Source))
 	}
 	got := map[string]string{}
 	for _, line := range strings.Split(docker(t, "exec", "-w", "/modules", id, "sh", "-c", "sha256sum ratelimit.lua scripts/*.lua"), "\n") {

@@ -13,7 +13,7 @@
 # mounted into the container, which has no network.
 set -euo pipefail
 cd "$(dirname "$0")/.."
-version=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' version.go)
+version=$(release/version.sh)
 [ -n "$version" ] || { echo "dist: no version in version.go" >&2; exit 1; }
 out=build/dist
 rm -rf "$out" && mkdir -p "$out"

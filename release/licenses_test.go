@@ -63,12 +63,12 @@ func linked(t *testing.T, dir string, patterns ...string) []string {
 	}
 	var mods []string
 	for _, m := range strings.Fields(string(out)) {
-		if !strings.HasPrefix(m, "github.com/seed-6b3823f5/ratelimit") && !slices.Contains(mods, m) {
+		if !strings.HasPrefix(m, Library) {
 			mods = append(mods, m)
 		}
 	}
 	slices.Sort(mods)
-	return mods
+	return slices.Compact(mods)
 }
 
 func TestLicenses(t *testing.T) {

@@ -21,7 +21,7 @@ version=${1:-}
 version=${version#v}
 [[ $version =~ ^[0-9]+\.[0-9]+\.[0-9]+$ ]] || fail "VERSION=$version: give the version as X.Y.Z (make release VERSION=0.1.0)"
 [ -z "$(git status --porcelain)" ] || fail "the work tree is not clean (git status): commit or stash first"
-declared=$(sed -n 's/^const Version = "\(.*\)"$/\1/p' version.go)
+declared=$(release/version.sh)
 [ "$declared" = "$version" ] ||
   fail "version.go declares $declared, not $version: set it, run go generate ./internal/spec, add the CHANGELOG.md section and commit"
 grep -q "^## \[$version\]" CHANGELOG.md || fail "CHANGELOG.md has no \"## [$version]\" section"

@@ -7,11 +7,13 @@
 //
 // A config that does not load at start is an error naming the file (exit
 // status 1); a later one that does not load leaves the previous one
-// running. `rls -version` prints the version; `rls -healthcheck` asks the
-// /healthcheck of the rls the same flags and environment describe and
-// exits 0 when it answers 200 (a container's health check: the image has
-// no shell and no curl). SIGTERM or SIGINT stops it gracefully: the health check fails at
+// running. SIGTERM or SIGINT stops it gracefully: the health check fails at
 // once, requests in flight finish (for up to -drain), then it exits.
+//
+// `rls -version` prints the version. `rls -healthcheck` asks the
+// /healthcheck of the rls the same flags and environment describe and
+// exits 0 when it answers 200: a container's health check, for an image
+// with no shell and no curl.
 package main
 
 import (
