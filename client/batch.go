@@ -106,13 +106,15 @@ type sent struct {
 	call   *Call
 	cmd    *onceCmd
 	n      *node
-	ask    doer
+	i      int    // the command's position in spec.Commands
 	engine Engine // what runs it
 }
 
 // Exec sends every call and reads every answer into its Call. It returns
 // the first call's error, if any: a call with bad arguments fails alone,
-// and is not sent.
+// and is not sent. A call answered that it ran nothing (its server lost
+// its Lua code or lacks the module, its slot is moving) is sent again on
+// its own, as Client's calls are.
 func (b *Batch) Exec(ctx context.Context) error {
 	c := b.c
 	var items []sent
@@ -125,34 +127,11 @@ func (b *Batch) Exec(ctx context.Context) error {
 			call.err = err // the caller is gone: Redis is not asked
 			continue
 		}
-		key, _ := call.args[call.keyPos].(string)
-		e, n, ask, err := c.engineFor(ctx, key)
+		it, err := c.queue(ctx, pipe, call)
 		if err != nil {
 			call.err = err
 			continue
 		}
-		it := sent{call: call, n: n, ask: ask}
-		if e, call.err = c.readyLua(ctx, e, n, ask); call.err != nil {
-			continue
-		}
-		it.engine = e
-		if e == Module {
-			it.cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, call.args...)}
-			it.cmd.SetFirstKeyPos(call.keyPos)
-		} else {
-			i, ok := scriptIndex[commandName(call.args)]
-			if !ok {
-				call.err = fmt.Errorf("%w: no script for %v", ErrNoModule, call.args[0])
-				continue
-			}
-			if e == Scripts {
-				if call.err = n.load(ctx, c, ask, i); call.err != nil {
-					continue
-				}
-			}
-			it.cmd = luaCmd(ctx, call.args, i, e == Functions)
-		}
-		pipe.Process(ctx, it.cmd)
 		items = append(items, it)
 	}
 	if len(items) > 0 {
@@ -167,19 +146,13 @@ func (b *Batch) Exec(ctx context.Context) error {
 	for _, it := range items {
 		cmd, err := it.cmd, it.cmd.Err()
 		switch {
-		case err != nil && it.engine == Scripts && noScript(err): // the server lost its scripts: load, send again
-			it.n.loads[scriptIndex[commandName(it.call.args)]].done.Store(false)
-			cmd, err = c.script(ctx, it.call.args, it.n, it.ask)
-		case err != nil && it.engine == Functions && functionNotFound(err): // the server lost the library
-			it.n.lib.done.Store(false)
-			cmd, err = c.function(ctx, it.call.args, it.n, it.ask)
-		case err != nil && it.engine == Module && c.engine == Auto && unknownCommand(err): // a server without the module
-			if it.n != nil {
-				it.n.engine.Store(int32(Functions))
-			}
-			cmd, err = c.function(ctx, it.call.args, it.n, it.ask)
+		case err == nil:
+		case c.lost(it.engine, it.n, it.i, err) || c.moving(err):
+			cmd, err = c.process(ctx, it.call.args, it.call.keyPos) // it ran nothing: sent again alone
+		default:
+			err = &ServerError{Server: it.n.addr, Err: wrap(err)}
 		}
-		it.call.read(cmd, wrap(err))
+		it.call.read(cmd, err)
 	}
 	for _, call := range b.calls {
 		if call.err != nil {
@@ -187,6 +160,42 @@ func (b *Batch) Exec(ctx context.Context) error {
 		}
 	}
 	return nil
+}
+
+// queue adds call to pipe on the engine its key's server runs, readying
+// that engine first (the probe, the library or the script).
+func (c *Client) queue(ctx context.Context, pipe redis.Pipeliner, call *Call) (sent, error) {
+	i, ok := commandIndex[commandName(call.args)]
+	if !ok {
+		return sent{}, fmt.Errorf("ratelimit: no command %v", call.args[0])
+	}
+	key, _ := call.args[call.keyPos].(string)
+	e, n, ask, err := c.engineFor(ctx, key)
+	if err == nil {
+		e, err = c.readyLua(ctx, e, n, ask)
+	}
+	if err == nil && e == Scripts {
+		err = n.load(ctx, c, ask, i)
+	}
+	if err != nil {
+		addr := ""
+		if n != nil {
+			addr = n.addr
+		}
+		return sent{}, &ServerError{Server: addr, Err: err}
+	}
+	it := sent{call: call, n: n, i: i, engine: e}
+	switch e {
+	case Scripts:
+		it.cmd = luaCmd(ctx, call.args, i, "evalsha")
+	case Functions:
+		it.cmd = luaCmd(ctx, call.args, i, "fcall")
+	default:
+		it.cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, call.args...)}
+		it.cmd.SetFirstKeyPos(call.keyPos)
+	}
+	pipe.Process(ctx, it.cmd)
+	return it, nil
 }
 
 // read takes the call's answer from cmd, or err.

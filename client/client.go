@@ -16,8 +16,18 @@
 // limiter call whose reply is lost has already been counted, so a retry
 // would charge twice (or take a second slot). Each call here is marked so
 // that go-redis sends it once, whatever the client's MaxRetries; a lost
-// reply is an error, and the caller's failure policy decides. Redirects in
-// a cluster (MOVED, ASK) are still followed: the command did not run.
+// reply is an error, and the caller's failure policy decides.
+//
+// A reply saying the command ran nothing is not a failure, and the command
+// is sent again within the call's deadline (2 s at most without one):
+// redirections in a cluster (MOVED, ASK, which go-redis follows itself),
+// TRYAGAIN (a command of several keys, RL.ALL, while their slot migrates
+// and some have moved) and CLUSTERDOWN (a failover in progress), after 1
+// ms, then twice as long each time up to 32 ms. Only a call still not
+// decided at its deadline fails: Unavailable, and Moving when its slot was
+// moving all along. Every error names the server the call went to
+// (ServerError), so that a breaker per server keeps one node's trouble
+// from deciding keys held elsewhere.
 //
 // # Engines
 //
@@ -27,7 +37,18 @@
 // (COMMAND INFO, per node in a Cluster or Ring) and, where it does not,
 // loads the FUNCTION library there (Redis 7 and later, Valkey) and calls it
 // with FCALL, or, where the server refuses FUNCTION, runs the same commands
-// as EVAL scripts. A key moves between engines without a change. On Redis
+// as EVAL scripts. A key moves between engines without a change.
+//
+// The library the client loads is this version's edition (lua.Versioned):
+// the library and every function named after the version
+// (ratelimit_v0_1_0_5c0e…, FCALL gcra_throttle_v0_1_0_5c0e…), loaded with
+// FUNCTION LOAD and never replaced, so processes of two versions sharing a
+// server (a rolling deploy) each run their own code; DeleteLibraries
+// removes the editions of other versions once none runs. In a Cluster, a
+// Lua call that go-redis follows to a primary lacking the library or the
+// script (ASK while a slot migrates to a new node, MOVED after a failover)
+// is sent once more as its script's source (EVAL), which needs nothing
+// loaded, and the primaries get the library behind it. On Redis
 // 7.0 the module reads the clock in whole milliseconds and Lua's TIME in
 // microseconds: a key one engine wrote may look up to 1 ms further along to
 // the other. NewEngine forces an engine; Engines reports each server's.
@@ -73,6 +94,7 @@ import (
 	"math"
 	"strings"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -302,9 +324,10 @@ func appendOptions(a []any, opts []Option) []any {
 type Client struct {
 	rdb       redis.UniversalClient
 	engine    Engine
-	deadlines bool     // rdb bounds each command by its context's deadline
-	single    *node    // the one server of a single-node or failover client
-	nodes     sync.Map // a Cluster's or a Ring's servers, by address: *node
+	deadlines bool         // rdb bounds each command by its context's deadline
+	single    *node        // the one server of a single-node or failover client
+	nodes     sync.Map     // a Cluster's or a Ring's servers, by address: *node
+	prepared  atomic.Int64 // when a Cluster's primaries were last readied for Lua (prepare), Unix ns
 }
 
 // New returns a client over rdb that runs the module's commands where a
@@ -316,7 +339,23 @@ func New(rdb redis.UniversalClient) *Client { return NewEngine(rdb, Auto) }
 // NewEngine returns a client over rdb that runs the limiter commands with
 // engine: Auto (as New), Module, Functions or Scripts.
 func NewEngine(rdb redis.UniversalClient, engine Engine) *Client {
-	return &Client{rdb: rdb, engine: engine, deadlines: honoursDeadlines(rdb), single: newNode()}
+	addr := ""
+	if r, ok := rdb.(*redis.Client); ok {
+		addr = r.Options().Addr
+	}
+	return &Client{rdb: rdb, engine: engine, deadlines: honoursDeadlines(rdb), single: newNode(addr)}
+}
+
+// ServerFor is the address of the server that decides key, as ServerError
+// names it: its primary in a Cluster (the one the cluster's map, as the
+// go-redis client holds it, gives), its shard in a Ring, the client's
+// server otherwise; "" where the client does not say.
+func (c *Client) ServerFor(ctx context.Context, key string) string {
+	n, _, err := c.nodeFor(ctx, key)
+	if err != nil {
+		return ""
+	}
+	return n.addr
 }
 
 // HonoursDeadlines reports whether the go-redis client bounds each call

@@ -36,14 +36,28 @@ type fakeServer struct {
 	probes int
 	hold   chan struct{}
 	// functions: the server takes FUNCTION (else it answers FCALL,
-	// FCALL_RO and FUNCTION as unknown); lib is the library version it
-	// holds ("": none, so FCALL answers that the function is not found).
-	// The library's version checks and loads are counted, not recorded in
-	// args.
-	functions          bool
-	lib                string
-	versionAsks, loads int
+	// FCALL_RO and FUNCTION as unknown); lib is the version of the
+	// library it holds ("": none; another version's edition defines none
+	// of this one's functions, so FCALL answers that the function is not
+	// found). The library's version checks and loads are counted, not
+	// recorded in args; replaced counts FUNCTION LOAD REPLACE.
+	functions                    bool
+	lib                          string
+	versionAsks, loads, replaced int
+	// before, when set, answers a command (not a probe, a library's
+	// check or load, nor ASKING) with its error instead of the usual
+	// answer when it returns one. Called with f.mu held.
+	before func(cmd redis.Cmder) error
 }
+
+// versionFunction is this version's edition's version function, and fn a
+// command's function in it.
+var versionFunction = lua.VersionFunction + lua.Versioned().Suffix
+
+func fn(name string) string { return name + lua.Versioned().Suffix }
+
+// libVersion is the version this client's edition returns.
+var libVersion = lua.Versioned().Version
 
 // replyError is an error reply, as go-redis returns one.
 type replyError string
@@ -85,9 +99,15 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			return nil
 		}
 		lower := strings.ToLower(first)
-		library := lower == "function" || (lower == "fcall_ro" && cmd.Args()[1] == lua.VersionFunction)
+		library := lower == "function" || (lower == "fcall_ro" && cmd.Args()[1] == versionFunction)
 		if !library {
 			f.args = append(f.args, cmd.Args())
+		}
+		if !library && lower != "asking" && f.before != nil {
+			if err := f.before(cmd); err != nil {
+				cmd.SetErr(err)
+				return err
+			}
 		}
 		if lower == "fcall" || lower == "fcall_ro" || lower == "function" {
 			if err := f.function(cmd); err != nil || library {
@@ -108,6 +128,10 @@ func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
 			}
 			f.loaded[sha] = true
 			cmd.(interface{ SetVal(any) }).SetVal(sha)
+			return nil
+		}
+		if lower == "asking" {
+			cmd.(interface{ SetVal(any) }).SetVal("OK")
 			return nil
 		}
 		if sha, _ := cmd.Args()[1].(string); strings.HasPrefix(first, "evalsha") && !f.loaded[sha] {
@@ -139,15 +163,20 @@ func (f *fakeServer) function(cmd redis.Cmder) error {
 		return fail("ERR unknown command '" + first + "', with args beginning with: ")
 	case strings.EqualFold(first, "function"):
 		f.loads++
+		if cmd.Args()[2] == "REPLACE" {
+			f.replaced++
+		} else if f.lib == libVersion {
+			return fail("ERR Library '" + lua.Versioned().Name + "' already exists")
+		}
 		f.lib = libVersion
-		cmd.(interface{ SetVal(any) }).SetVal(lua.LibraryName)
+		cmd.(interface{ SetVal(any) }).SetVal(lua.Versioned().Name)
 		return nil
-	case f.lib == "":
-		if cmd.Args()[1] == lua.VersionFunction {
+	case f.lib != libVersion:
+		if cmd.Args()[1] == versionFunction {
 			f.versionAsks++
 		}
 		return fail("ERR Function not found")
-	case cmd.Args()[1] == lua.VersionFunction:
+	case cmd.Args()[1] == versionFunction:
 		f.versionAsks++
 		cmd.(interface{ SetVal(any) }).SetVal(f.lib)
 	}
@@ -679,12 +708,15 @@ func TestFunctionsEngine(t *testing.T) {
 			t.Fatalf("take: %+v %v", r, err)
 		}
 	}
-	call := []any{"fcall", "gcra_throttle", int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"}
+	call := []any{"fcall", fn("gcra_throttle"), int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"}
 	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, call}); got != want {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
 	if f.probes != 1 || f.versionAsks != 1 || f.loads != 1 || f.lib != libVersion {
 		t.Fatalf("%d probes, %d version checks, %d loads (library %q); want 1, 1, 1", f.probes, f.versionAsks, f.loads, f.lib)
+	}
+	if f.replaced != 0 {
+		t.Fatalf("%d FUNCTION LOAD REPLACE: another version's library must stay", f.replaced)
 	}
 	if e := c.Engines(); e["127.0.0.1:1"] != Functions {
 		t.Fatalf("Engines() = %v", e)
@@ -703,7 +735,7 @@ func TestFunctionsEngine(t *testing.T) {
 	if _, err := c.All(ctx, []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if got := fmt.Sprint(f.args[0][:3], f.args[1][:5]); got != "[fcall_ro gcra_peek 1] [fcall rl_all 2 {u}:a {u}:b]" {
+	if got, want := fmt.Sprint(f.args[0][:3], f.args[1][:5]), fmt.Sprintf("[fcall_ro %s 1] [fcall %s 2 {u}:a {u}:b]", fn("gcra_peek"), fn("rl_all")); got != want {
 		t.Fatalf("a peek and RL.ALL sent %s", got)
 	}
 
@@ -756,7 +788,7 @@ func TestBatchFunctions(t *testing.T) {
 			t.Fatalf("%+v %v", r, err)
 		}
 	}
-	if got := fmt.Sprint(f.args[0][:2], f.args[1][:2]); got != "[fcall gcra_throttle] [fcall_ro fw_peek]" {
+	if got, want := fmt.Sprint(f.args[0][:2], f.args[1][:2]), fmt.Sprintf("[fcall %s] [fcall_ro %s]", fn("gcra_throttle"), fn("fw_peek")); got != want {
 		t.Fatalf("sent %s", got)
 	}
 	f.lib, f.args = "", nil // flushed: loaded again, the call sent again

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math/rand/v2"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -11,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
@@ -38,9 +40,10 @@ const (
 	// Scripts always runs the Lua scripts, loading each on a server once
 	// (SCRIPT LOAD) and calling it by its SHA1 from then on.
 	Scripts
-	// Functions always runs the FUNCTION library (lua.Library): loaded on
-	// a server once (FUNCTION LOAD, with REPLACE only when the server holds
-	// another version), then called with FCALL (FCALL_RO for a peek). A
+	// Functions always runs the FUNCTION library, this version's edition
+	// (lua.Versioned): loaded on a server once (FUNCTION LOAD, never
+	// replacing another version's), then called with FCALL (FCALL_RO for
+	// a peek). A
 	// server that lost it (FUNCTION FLUSH, a new primary that never had it)
 	// gets it loaded again and the call sent again: a function not found
 	// ran nothing.
@@ -72,32 +75,51 @@ const (
 	prepareTimeout = 2 * time.Second
 )
 
-// scriptList is every command's script; scriptIndex finds one by the
-// command's name as the client sends it.
-var scriptList, scriptIndex = func() ([]lua.Script, map[string]int) {
-	names := lua.Commands()
-	list := make([]lua.Script, len(names))
-	index := make(map[string]int, len(names))
-	for i, name := range names {
-		list[i] = lua.Must(name)
-		index[name] = i
+// commandIndex finds a command's position in spec.Commands by its name as
+// the client sends it; the Lua code of each is assembled only when a
+// server needs it (luaCode).
+var commandIndex = func() map[string]int {
+	m := make(map[string]int, len(spec.Commands))
+	for i := range spec.Commands {
+		m[spec.Commands[i].Name] = i
 	}
-	return list, index
+	return m
 }()
+
+// luaCode is the Lua engine as the client sends it: each command's script
+// and its function in this version's edition of the library, by position
+// in spec.Commands.
+type luaCode struct {
+	scripts   []lua.Script
+	functions []string
+	edition   lua.Edition
+}
+
+// theLua assembles the Lua engine the first time a server needs it: a
+// client whose servers all have the module never does.
+var theLua = sync.OnceValue(func() *luaCode {
+	l := &luaCode{edition: lua.Versioned()}
+	for i := range spec.Commands {
+		s := lua.Must(spec.Commands[i].Name)
+		l.scripts = append(l.scripts, s)
+		l.functions = append(l.functions, s.Function+l.edition.Suffix)
+	}
+	return l
+})
 
 // node is what the client knows of one server.
 type node struct {
+	addr   string       // its address ("" when the client does not say)
 	engine atomic.Int32 // 0 not known yet, else Module, Scripts or Functions
 	asked  atomic.Int64 // when, in Unix ns
 	probe  flight       // the COMMAND INFO (and library load) in flight
-	loads  []flight     // per script: the SCRIPT LOAD in flight, or done
+	loads  []flight     // per command: its SCRIPT LOAD in flight, or done
 	lib    flight       // the library's load in flight, or done
 }
 
-// The library, and its version, as the client loads it.
-var libSource, libVersion = lua.Library()
-
-func newNode() *node { return &node{loads: make([]flight, len(scriptList))} }
+func newNode(addr string) *node {
+	return &node{addr: addr, loads: make([]flight, len(spec.Commands))}
+}
 
 // flight is work that many calls may need at once (an engine probe, a
 // script load) done once for all of them: the first call starts it in a
@@ -231,35 +253,49 @@ func (n *node) luaEngine(ctx context.Context, c *Client, ask doer) (Engine, erro
 	return 0, err
 }
 
-// library loads the FUNCTION library on the server, once for every call
-// waiting: nothing when its ratelimit_version answers this library's
-// version, FUNCTION LOAD REPLACE otherwise. The server's error reply (no
-// FUNCTION, an ACL) comes back as it is.
+// library readies this version's edition of the FUNCTION library
+// (lua.Versioned) on the server, once for every call waiting: nothing when
+// its version function answers, FUNCTION LOAD otherwise. Another version's
+// edition is never replaced: each version calls its own functions. The
+// server's error reply (no FUNCTION, an ACL) comes back as it is.
 func (n *node) library(ctx context.Context, c *Client, ask doer) error {
 	return n.lib.once(ctx, func(ctx context.Context) error {
-		v := redis.NewCmd(ctx, "fcall_ro", lua.VersionFunction, 0)
+		ed := theLua().edition
+		v := redis.NewCmd(ctx, "fcall_ro", lua.VersionFunction+ed.Suffix, 0)
 		err := c.bound(ctx, ask, v)
-		if got, _ := v.Text(); err == nil && got == libVersion {
+		got, _ := v.Text()
+		if err == nil && got == ed.Version {
 			return nil
 		}
 		if err != nil && !functionNotFound(err) {
 			return err
 		}
-		load := redis.NewCmd(ctx, "FUNCTION", "LOAD", "REPLACE", libSource)
-		if err := c.bound(ctx, ask, load); err != nil {
-			return err
+		args := []any{"FUNCTION", "LOAD", ed.Source}
+		if err == nil { // a library of this name answering another version: not one this code loaded
+			args = []any{"FUNCTION", "LOAD", "REPLACE", ed.Source}
 		}
-		if name, _ := load.Text(); name != lua.LibraryName {
-			return fmt.Errorf("ratelimit: FUNCTION LOAD answered %q, want %s", name, lua.LibraryName)
+		load := redis.NewCmd(ctx, args...)
+		err = c.bound(ctx, ask, load)
+		switch name, _ := load.Text(); {
+		case err != nil && alreadyExists(err):
+			return nil // another process of this version loaded it meanwhile
+		case err != nil:
+			return err
+		case name != ed.Name:
+			return fmt.Errorf("ratelimit: FUNCTION LOAD answered %q, want %s", name, ed.Name)
 		}
 		return nil
 	})
 }
 
+// alreadyExists reports FUNCTION LOAD's answer for a library the server
+// holds already.
+func alreadyExists(err error) bool { return strings.Contains(err.Error(), "already exists") }
+
 // load loads script i on the server, once for every call waiting.
 func (n *node) load(ctx context.Context, c *Client, ask doer, i int) error {
 	return n.loads[i].once(ctx, func(ctx context.Context) error {
-		s := scriptList[i]
+		s := theLua().scripts[i]
 		cmd := redis.NewCmd(ctx, "SCRIPT", "LOAD", s.Source)
 		if err := c.bound(ctx, ask, cmd); err != nil {
 			return err
@@ -289,12 +325,17 @@ func (c *Client) nodeFor(ctx context.Context, key string) (*node, doer, error) {
 	if err != nil {
 		return nil, nil, err
 	}
-	addr := server.Options().Addr
+	return c.nodeAt(server.Options().Addr), server, nil
+}
+
+// nodeAt is what the client knows of the server at addr, in a Cluster or a
+// Ring.
+func (c *Client) nodeAt(addr string) *node {
 	n, ok := c.nodes.Load(addr)
 	if !ok {
-		n, _ = c.nodes.LoadOrStore(addr, newNode())
+		n, _ = c.nodes.LoadOrStore(addr, newNode(addr))
 	}
-	return n.(*node), server, nil
+	return n.(*node)
 }
 
 // Engines reports the engine each server met so far runs: by address for
@@ -311,65 +352,65 @@ func (c *Client) Engines() map[string]Engine {
 			m[addr] = e
 		}
 	}
-	switch r := c.rdb.(type) {
+	switch c.rdb.(type) {
 	case *redis.ClusterClient, *redis.Ring:
 		c.nodes.Range(func(k, v any) bool {
 			add(k.(string), v.(*node))
 			return true
 		})
-	case *redis.Client:
-		add(r.Options().Addr, c.single)
 	default:
-		add("", c.single)
+		add(c.single.addr, c.single)
 	}
 	return m
 }
 
-// script runs the command in args (its name, then its arguments as the
-// module takes them) as its Lua script: EVALSHA (EVALSHA_RO for a peek),
-// loading the script first where the server does not have it yet, and
-// again, once, if the server answers NOSCRIPT (its scripts were flushed,
-// or a failover brought a server that never had them).
-func (c *Client) script(ctx context.Context, args []any, n *node, ask doer) (*onceCmd, error) {
-	i, ok := scriptIndex[commandName(args)]
-	if !ok {
-		return nil, fmt.Errorf("%w: no script for %v", ErrNoModule, args[0])
-	}
+// script runs command i, whose arguments args holds (its name, then its
+// arguments as the module takes them), as its Lua script: EVALSHA
+// (EVALSHA_RO for a peek), loading the script first where the server does
+// not have it yet, and again, once, if the server answers NOSCRIPT (its
+// scripts were flushed, or a failover brought a server that never had
+// them). In a Cluster the call is sent as its source instead (elsewhere).
+func (c *Client) script(ctx context.Context, args []any, i int, n *node, ask doer) (*onceCmd, error) {
 	for attempt := 0; ; attempt++ {
 		if err := n.load(ctx, c, ask, i); err != nil {
 			return nil, err
 		}
-		cmd := luaCmd(ctx, args, i, false)
+		cmd := luaCmd(ctx, args, i, "evalsha")
 		err := c.bound(ctx, c.rdb, cmd)
-		if err == nil || attempt > 0 || !noScript(err) {
+		switch {
+		case err == nil || !c.lost(Scripts, n, i, err):
+			return cmd, err
+		case c.cluster():
+			return c.elsewhere(ctx, args, i, n)
+		case attempt > 0:
 			return cmd, err
 		}
-		n.loads[i].done.Store(false) // it ran nothing: load it and send it again
 	}
 }
 
-// commandName is the name of the command args hold.
-func commandName(args []any) string {
-	name, _ := args[0].(string)
-	return name
-}
-
 // luaCmd is the command that runs args (a command's name, then its
-// arguments as the module takes them) as script i, EVALSHA sha numkeys
-// key... arg... (EVALSHA_RO for a peek), or as its function, FCALL name
-// numkeys key... arg... (FCALL_RO).
-func luaCmd(ctx context.Context, args []any, i int, function bool) *onceCmd {
-	s := scriptList[i]
+// arguments as the module takes them) as command i's script or function:
+// verb evalsha (EVALSHA sha numkeys key... arg...), eval (the script's
+// source in place of its SHA1) or fcall (FCALL function numkeys key...
+// arg...), with _ro for a peek.
+func luaCmd(ctx context.Context, args []any, i int, verb string) *onceCmd {
+	l := theLua()
+	s := l.scripts[i]
 	sargs := make([]any, 0, len(args)+3)
-	verb, name := "evalsha", s.SHA1
-	if function {
-		verb, name = "fcall", s.Function
+	var name string
+	switch verb {
+	case "evalsha":
+		name = s.SHA1
+	case "eval":
+		name = s.Source
+	default:
+		name = l.functions[i]
 	}
 	if s.ReadOnly {
 		verb += "_ro"
 	}
 	sargs = append(sargs, verb, name)
-	if s.Command != cmdAll && s.Command != cmdPeekAll { // RL.ALL and RL.PEEK give numkeys themselves
+	if !spec.Commands[i].NumKeys { // RL.ALL and RL.PEEK give numkeys themselves
 		sargs = append(sargs, 1)
 	}
 	sargs = append(sargs, args[1:]...)
@@ -378,34 +419,88 @@ func luaCmd(ctx context.Context, args []any, i int, function bool) *onceCmd {
 	return cmd
 }
 
+// commandName is the name of the command args hold.
+func commandName(args []any) string {
+	name, _ := args[0].(string)
+	return name
+}
+
 func noScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT") }
 
-// function runs the command in args as its function of the library: FCALL
-// (FCALL_RO for a peek), loading the library first where the server does
-// not have it yet, and again, once, if the server answers that the
-// function is not found (the library was flushed, or a failover brought a
-// server that never had it). A server that refuses FUNCTION from then on
-// runs the scripts.
-func (c *Client) function(ctx context.Context, args []any, n *node, ask doer) (*onceCmd, error) {
-	i, ok := scriptIndex[commandName(args)]
-	if !ok {
-		return nil, fmt.Errorf("%w: no function for %v", ErrNoModule, args[0])
-	}
+// function runs command i, whose arguments args holds, as its function of
+// the library: FCALL (FCALL_RO for a peek), loading the library first
+// where the server does not have it yet, and again, once, if the server
+// answers that the function is not found (the library was flushed, or a
+// failover brought a server that never had it). A server that refuses
+// FUNCTION from then on runs the scripts. In a Cluster a function not
+// found is sent as its script's source instead (elsewhere).
+func (c *Client) function(ctx context.Context, args []any, i int, n *node, ask doer) (*onceCmd, error) {
 	for attempt := 0; ; attempt++ {
 		e, err := c.readyLua(ctx, Functions, n, ask)
 		switch {
 		case err != nil:
 			return nil, err
 		case e == Scripts:
-			return c.script(ctx, args, n, ask)
+			return c.script(ctx, args, i, n, ask)
 		}
-		cmd := luaCmd(ctx, args, i, true)
+		cmd := luaCmd(ctx, args, i, "fcall")
 		err = c.bound(ctx, c.rdb, cmd)
-		if err == nil || attempt > 0 || !functionNotFound(err) {
+		switch {
+		case err == nil || !c.lost(Functions, n, i, err):
+			return cmd, err
+		case c.cluster():
+			return c.elsewhere(ctx, args, i, n)
+		case attempt > 0:
 			return cmd, err
 		}
-		n.lib.done.Store(false) // it ran nothing: load the library and send it again
 	}
+}
+
+// elsewhere runs command i as its script's source (EVAL), after a Lua
+// call in a Cluster found no script or no function: go-redis may have
+// followed a redirection (ASK during a slot's migration, MOVED after one or
+// after a failover) to a primary that never had them, which the client
+// cannot name. EVAL needs nothing loaded wherever it lands, so the call
+// costs one more round trip, and is decided. Behind it, the primaries are
+// readied (prepare).
+func (c *Client) elsewhere(ctx context.Context, args []any, i int, n *node) (*onceCmd, error) {
+	go c.prepare(context.WithoutCancel(ctx), n)
+	cmd := luaCmd(ctx, args, i, "eval")
+	return cmd, c.bound(ctx, c.rdb, cmd)
+}
+
+// prepareEvery is how often at most a Cluster's primaries are readied
+// again for the Lua engine.
+const prepareEvery = 250 * time.Millisecond
+
+// prepare readies the Lua engine on a Cluster's primaries after a call
+// found it missing: n (which may have lost it) and every primary the
+// cluster's map holds (a new one, a slot's new owner), each asked again
+// whether it holds this version's library, and given it where not. Once
+// per prepareEvery at most, in a goroutine of its own.
+func (c *Client) prepare(ctx context.Context, n *node) {
+	cc, ok := c.rdb.(*redis.ClusterClient)
+	if last := c.prepared.Load(); !ok || time.Since(time.Unix(0, last)) < prepareEvery ||
+		!c.prepared.CompareAndSwap(last, time.Now().UnixNano()) {
+		return
+	}
+	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	defer cancel()
+	cc.ForEachMaster(ctx, func(ctx context.Context, server *redis.Client) error {
+		m := c.nodeAt(server.Options().Addr)
+		e := c.engine
+		if e == Auto {
+			e = Engine(m.engine.Load())
+		}
+		switch e {
+		case 0: // not asked yet: whether it has the module, and its Lua engine if not
+			return m.probe.wait(ctx, func(ctx context.Context) error { return m.detect(ctx, c, server) })
+		case Functions:
+			m.lib.done.Store(false)
+			return m.library(ctx, c, server)
+		}
+		return nil
+	})
 }
 
 // readyLua is the engine a call on a server whose engine is e runs now:
@@ -430,36 +525,146 @@ func functionNotFound(err error) bool {
 	return strings.Contains(strings.ToLower(err.Error()), "function not found")
 }
 
+// lost reports an answer saying that the server ran nothing because it
+// lacks what engine e runs command i with: its script (NOSCRIPT), its
+// function (not found), the module's command (unknown, under Auto). The
+// client forgets that the server had it, so the call can be sent again:
+// the script or the library is loaded again first, and a server found
+// without the module runs the Lua engine from then on.
+func (c *Client) lost(e Engine, n *node, i int, err error) bool {
+	switch {
+	case e == Scripts && noScript(err):
+		n.loads[i].done.Store(false)
+	case e == Functions && functionNotFound(err):
+		n.lib.done.Store(false)
+	case e == Module && c.engine == Auto && unknownCommand(err):
+		n.asked.Store(time.Now().UnixNano())
+		n.engine.Store(int32(Functions))
+	default:
+		return false
+	}
+	return true
+}
+
+// cluster reports a Redis Cluster client, which follows redirections
+// itself.
+func (c *Client) cluster() bool {
+	_, ok := c.rdb.(*redis.ClusterClient)
+	return ok
+}
+
 // process sends a limiter command once, through the engine its key's
-// server uses, and returns the command holding the reply.
+// server uses, and returns the command holding the reply. A reply saying
+// the command ran nothing because the key's slot is moving or the cluster
+// is changing hands (moving) sends it again after a short wait, until
+// ctx's deadline (redirectBudget without one). Its error names the server
+// it was sent to (ServerError).
 func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd, error) {
 	if err := ctx.Err(); err != nil {
 		return nil, err // the caller is gone: Redis is not asked
 	}
 	key, _ := args[keyPos].(string)
+	i, ok := commandIndex[commandName(args)]
+	if !ok {
+		return nil, fmt.Errorf("ratelimit: no command %v", args[0])
+	}
+	var wait backoff
+	for {
+		cmd, n, err := c.processOnce(ctx, args, keyPos, key, i)
+		if err == nil {
+			return cmd, nil
+		}
+		if c.moving(err) && wait.next(ctx) {
+			continue
+		}
+		addr := ""
+		if n != nil {
+			addr = n.addr
+		}
+		return cmd, &ServerError{Server: addr, Err: wrap(err)}
+	}
+}
+
+// processOnce is one attempt of process: command i on the engine key's
+// server runs, recovering once from a server that lost its Lua code or
+// lacks the module.
+func (c *Client) processOnce(ctx context.Context, args []any, keyPos int8, key string, i int) (*onceCmd, *node, error) {
 	e, n, ask, err := c.engineFor(ctx, key)
 	if err != nil {
-		return nil, err
+		return nil, n, err
 	}
+	var cmd *onceCmd
 	switch e {
 	case Scripts:
-		return c.script(ctx, args, n, ask)
+		cmd, err = c.script(ctx, args, i, n, ask)
 	case Functions:
-		return c.function(ctx, args, n, ask)
-	}
-	cmd := &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
-	cmd.SetFirstKeyPos(keyPos)
-	err = c.bound(ctx, c.rdb, cmd)
-	if err != nil && c.engine == Auto && unknownCommand(err) {
-		// A server without the module after all (a failover): its Lua
-		// engine, from now on.
-		if n != nil {
-			n.asked.Store(time.Now().UnixNano())
-			n.engine.Store(int32(Functions))
+		cmd, err = c.function(ctx, args, i, n, ask)
+	default:
+		cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
+		cmd.SetFirstKeyPos(keyPos)
+		err = c.bound(ctx, c.rdb, cmd)
+		if err != nil && n != nil && c.lost(Module, n, i, err) {
+			// A server without the module after all (a failover): its Lua
+			// engine, from now on.
+			cmd, err = c.function(ctx, args, i, n, ask)
 		}
-		return c.function(ctx, args, n, ask)
 	}
-	return cmd, wrap(err)
+	return cmd, n, err
+}
+
+// moving reports a reply saying that the command ran nothing because its
+// slot is moving (TRYAGAIN: a command of several keys some of which have
+// moved; ASK and MOVED beyond go-redis's MaxRedirects) or the cluster is
+// changing hands (CLUSTERDOWN during a failover): sent again, it may run.
+func (c *Client) moving(err error) bool {
+	var reply redis.Error
+	if !errors.As(err, &reply) {
+		return false
+	}
+	msg := reply.Error()
+	if strings.HasPrefix(msg, "TRYAGAIN") || strings.HasPrefix(msg, "CLUSTERDOWN") {
+		return true
+	}
+	return c.cluster() && (strings.HasPrefix(msg, "MOVED ") || strings.HasPrefix(msg, "ASK "))
+}
+
+// redirectBudget bounds the time a call without a deadline spends sending
+// itself again while its slot moves.
+const redirectBudget = 2 * time.Second
+
+// backoff paces the attempts of one call whose slot is moving: 1 ms, then
+// twice as long each time up to 32 ms, each shortened by a random part of
+// up to a half so that the calls waiting do not come back together.
+type backoff struct {
+	attempt int
+	until   time.Time // redirectBudget after the first wait, for a context without a deadline
+}
+
+// next waits before the next attempt and reports whether there is one:
+// false when the wait would end past ctx's deadline (or the budget), or
+// ctx ended while waiting.
+func (b *backoff) next(ctx context.Context) bool {
+	d := time.Millisecond << min(b.attempt, 5)
+	d -= time.Duration(rand.Int64N(int64(d) / 2))
+	b.attempt++
+	end, ok := ctx.Deadline()
+	if !ok {
+		if b.until.IsZero() {
+			b.until = time.Now().Add(redirectBudget)
+		}
+		end = b.until
+	}
+	if time.Until(end) < d {
+		return false
+	}
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-t.C:
+		return true
+	case <-ctx.Done():
+		return false
+	}
 }
 
 func unknownCommand(err error) bool { return strings.HasPrefix(err.Error(), "ERR unknown command") }

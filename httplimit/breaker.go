@@ -111,3 +111,87 @@ func (b *breaker) retryAfter() time.Duration {
 	defer b.mu.Unlock()
 	return max(time.Until(b.openUntil), time.Second)
 }
+
+// breakers are one breaker per Redis server (a Cluster's primary, a Ring's
+// shard, the one server of other clients), each made when its server is
+// first met, so that one server's trouble never decides keys another
+// holds: a failing node opens its own breaker, and requests whose keys
+// live elsewhere still go to Redis.
+type breakers struct {
+	failures int
+	cooldown time.Duration
+	event    func(Event)
+
+	mu sync.Mutex
+	m  map[string]*breaker
+}
+
+// maxBreakers bounds the servers remembered: past it, the closed breakers
+// of servers met before are forgotten (addresses change as nodes are
+// replaced).
+const maxBreakers = 256
+
+// of is server's breaker.
+func (bs *breakers) of(server string) *breaker {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	if b, ok := bs.m[server]; ok {
+		return b
+	}
+	if bs.m == nil {
+		bs.m = map[string]*breaker{}
+	}
+	if len(bs.m) >= maxBreakers {
+		for s, b := range bs.m {
+			if !b.isOpen() {
+				delete(bs.m, s)
+			}
+		}
+	}
+	b := &breaker{failures: bs.failures, cooldown: bs.cooldown, event: func(e Event) {
+		e.Server = server
+		bs.event(e)
+	}}
+	bs.m[server] = b
+	return b
+}
+
+// anyOpen reports whether some server's breaker keeps calls from it.
+func (bs *breakers) anyOpen() bool {
+	bs.mu.Lock()
+	defer bs.mu.Unlock()
+	for _, b := range bs.m {
+		if b.isOpen() {
+			return true
+		}
+	}
+	return false
+}
+
+// allow reports whether a call may go to every server of servers, and
+// their breakers. When one refuses, the others' probes (a half-open
+// breaker lets one call through) are handed to the next call.
+func (bs *breakers) allow(servers []string) ([]*breaker, bool) {
+	out := make([]*breaker, 0, len(servers))
+	for _, s := range servers {
+		b := bs.of(s)
+		if !b.allow() {
+			for _, a := range out {
+				a.abandon()
+			}
+			return nil, false
+		}
+		out = append(out, b)
+	}
+	return out, true
+}
+
+// retryAfter is how long until the servers' breakers let calls through
+// again: the longest of them, at least a second.
+func (bs *breakers) retryAfter(servers []string) time.Duration {
+	d := time.Second
+	for _, s := range servers {
+		d = max(d, bs.of(s).retryAfter())
+	}
+	return d
+}

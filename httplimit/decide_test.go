@@ -167,3 +167,77 @@ func TestDecisionEvents(t *testing.T) {
 		t.Fatalf("%d RedisCall events for one decision", ev.count(RedisCall))
 	}
 }
+
+// Each Redis server has its own breaker: one that fails opens its own, and
+// requests whose keys live on another server are still decided in Redis.
+// A call whose slot kept moving until the timeout (client.Moving) is
+// decided by OnError and opens no breaker.
+func TestBreakerPerServer(t *testing.T) {
+	down := &client.ServerError{Server: "10.0.0.1:6379", Err: context.DeadlineExceeded}
+	moving := &client.ServerError{Server: "10.0.0.2:6379", Err: replyError("TRYAGAIN Multiple keys request during rehashing of slot")}
+	f := &fakeDecider{
+		take: func(string, int64) client.Result {
+			return client.Result{Limit: 10, Remaining: 9, RetryAfter: client.Never}
+		},
+		server: func(key string) string {
+			switch {
+			case strings.Contains(key, "{a"):
+				return "10.0.0.1:6379"
+			case strings.Contains(key, "{m"):
+				return "10.0.0.2:6379"
+			}
+			return "10.0.0.3:6379"
+		},
+		fail: func(key string) error {
+			switch {
+			case strings.Contains(key, "{a"):
+				return down
+			case strings.Contains(key, "{m"):
+				return moving
+			}
+			return nil
+		},
+	}
+	var ev events
+	l := limiterOn(t, f, Options{OnError: FailOpen, BreakerFailures: 3, Event: ev.add},
+		Policy{Name: "user", Limit: client.PerMinute(10), Key: func(r *http.Request) (string, error) { return r.Header.Get("X-User"), nil }})
+	req := func(user string) int {
+		r := httptest.NewRequest("GET", "/", nil)
+		r.Header.Set("X-User", user)
+		return serveOne(l, r).Code
+	}
+	for range 10 {
+		req("a")
+		req("m")
+	}
+	if !l.BreakerOpen() || ev.count(BreakerOpen) != 1 || ev.count(Failure) != 3 {
+		t.Fatalf("after 10 failures on one server: open %v, %d opened, %d failures; want open, 1, 3",
+			l.BreakerOpen(), ev.count(BreakerOpen), ev.count(Failure))
+	}
+	ev.mu.Lock()
+	list := append([]Event(nil), ev.list...)
+	ev.mu.Unlock()
+	for _, e := range list {
+		if (e.Kind == BreakerOpen || e.Kind == Failure) && e.Server != "10.0.0.1:6379" {
+			t.Fatalf("%v names server %q", e.Kind, e.Server)
+		}
+	}
+	calls := len(f.calls)
+	for range 5 {
+		if code := req("b"); code != 200 {
+			t.Fatalf("a key on a well server: %d", code)
+		}
+	}
+	if got := len(f.calls) - calls; got != 5 {
+		t.Fatalf("5 requests on a well server while another's breaker is open made %d calls", got)
+	}
+	if n := strings.Count(ev.decisions(), "admitted:user"); n != 5 {
+		t.Fatalf("decisions %q: want 5 admitted", ev.decisions())
+	}
+	calls = len(f.calls)
+	req("a")
+	req("m")
+	if got := len(f.calls) - calls; got != 1 {
+		t.Fatalf("a request on the open server and one on the moving slot made %d calls; want 1 (the moving slot's)", got)
+	}
+}

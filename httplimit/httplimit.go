@@ -28,8 +28,14 @@
 // client.Client's Deadlines; build it with ContextTimeoutEnabled: true).
 // Only Redis's failures count as failures: no connection, no answer in
 // time, LOADING, BUSY, MASTERDOWN, CLUSTERDOWN and the like
-// (client.Unavailable). After 5 in a row a circuit breaker stops calling
-// Redis for a cooldown (5 s), then lets one request probe it. While Redis
+// (client.Unavailable). After 5 in a row on one server (a Cluster's
+// primary, a Ring's shard) that server's circuit breaker stops calling it
+// for a cooldown (5 s), then lets one request probe it; requests whose
+// keys live on other servers are not affected. A Cluster's redirections
+// (MOVED, ASK, TRYAGAIN while a slot migrates, CLUSTERDOWN during a
+// failover) are not failures: the client sends the call again within the
+// timeout, and a call whose slot was still moving at the timeout is
+// decided by OnError without counting toward any breaker. While Redis
 // is failing or the breaker is open, OnError decides: FailOpen serves the
 // request, FailClosed answers 503 at once, FailLocal limits in this process
 // with a GCRA of each policy's quota (bounded memory).
@@ -264,6 +270,10 @@ type Event struct {
 	// Duration and Outcome describe a RedisCall.
 	Duration time.Duration
 	Outcome  string
+	// Server is the Redis server (its address; "" for a client that does
+	// not say) whose breaker changed, for Failure and the breaker's
+	// events: each server has its own.
+	Server string
 }
 
 // decider is what the limiter asks Redis through: a *client.Client, or a
@@ -274,6 +284,7 @@ type decider interface {
 	Acquire(ctx context.Context, key string, l client.Concurrency, id string, opts ...client.Option) (client.Result, error)
 	Release(ctx context.Context, key, id string) (bool, error)
 	Engines() map[string]client.Engine
+	ServerFor(ctx context.Context, key string) string
 }
 
 // Limiter is the middleware. It is safe for concurrent use.
@@ -283,7 +294,7 @@ type Limiter struct {
 	opt      Options
 	policies []Policy
 	header   string // RateLimit-Policy, the same for every response
-	breaker  breaker
+	breakers breakers
 	local    *localLimiter
 	inFlight atomic.Int64
 	log      *slog.Logger
@@ -349,7 +360,7 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.breaker.failures, l.breaker.cooldown, l.breaker.event = opt.BreakerFailures, opt.BreakerCooldown, l.breakerEvent
+	l.breakers.failures, l.breakers.cooldown, l.breakers.event = opt.BreakerFailures, opt.BreakerCooldown, l.breakerEvent
 	if opt.OnError == FailLocal {
 		l.local = newLocal(opt.LocalKeys)
 	}
@@ -381,10 +392,10 @@ func (l *Limiter) event(e Event) {
 func (l *Limiter) breakerEvent(e Event) {
 	switch e.Kind {
 	case BreakerOpen:
-		l.log.Warn("ratelimit: Redis is failing; the circuit breaker is open: requests are decided by the failure policy",
-			"on_error", l.opt.OnError.String(), "cooldown", l.opt.BreakerCooldown, "err", e.Err)
+		l.log.Warn("ratelimit: a Redis server is failing; its circuit breaker is open: requests on its keys are decided by the failure policy",
+			"server", e.Server, "on_error", l.opt.OnError.String(), "cooldown", l.opt.BreakerCooldown, "err", e.Err)
 	case BreakerClosed:
-		l.log.Info("ratelimit: Redis answers again; the circuit breaker is closed")
+		l.log.Info("ratelimit: a Redis server answers again; its circuit breaker is closed", "server", e.Server)
 	}
 	l.event(e)
 }
@@ -399,9 +410,9 @@ func (l *Limiter) logOnce(kind EventKind, level slog.Level, msg string, args ...
 	l.log.Log(context.Background(), level, msg, args...)
 }
 
-// BreakerOpen reports whether the circuit breaker keeps requests from
-// Redis now (open, or half-open with its one probe in flight).
-func (l *Limiter) BreakerOpen() bool { return l.breaker.isOpen() }
+// BreakerOpen reports whether a circuit breaker keeps requests from a
+// Redis server now (open, or half-open with its one probe in flight).
+func (l *Limiter) BreakerOpen() bool { return l.breakers.anyOpen() }
 
 // Engines reports the engine each Redis server met so far runs (the
 // module or its Lua scripts), by address: see client.Client.Engines.

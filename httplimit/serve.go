@@ -12,6 +12,7 @@ import (
 	mrand "math/rand/v2"
 	"net"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
 	"time"
@@ -37,6 +38,7 @@ type applied struct {
 	local   bool // decided in this process (FailLocal)
 	taken   bool // admitted in Redis: a later refusal refunds it
 	id      string
+	server  string    // the Redis server holding key, for a concurrency policy
 	outcome EventKind // what is reported for this policy, or noOutcome
 }
 
@@ -115,8 +117,9 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 	w.Header().Set("RateLimit-Policy", l.header)
 
 	// Rate policies: in Redis, or as OnError says.
+	servers := l.serversOf(r, rate)
 	if len(rate) > 0 {
-		switch l.remote(r, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
+		switch l.remote(r, servers, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
 		case gone:
 			return
 		case decided:
@@ -124,7 +127,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			switch l.opt.OnError {
 			case FailClosed:
 				mark(rate, FailedClosed)
-				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breaker.retryAfter()})
+				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.retryAfter(servers)})
 				return
 			case FailLocal:
 				l.local.decide(rate, time.Now().UnixNano())
@@ -159,7 +162,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 				return // the client is gone
 			}
 			// The request is not served: give back the rate units it took.
-			l.remote(r, func(ctx context.Context) error {
+			l.remote(r, servers, func(ctx context.Context) error {
 				l.refund(ctx, rate)
 				return nil
 			})
@@ -221,33 +224,60 @@ const (
 	gone                          // the request's client went away
 )
 
+// serversOf lists the servers that hold the keys of as (see
+// client.Client.ServerFor), each once: whose breakers a call on them
+// passes.
+func (l *Limiter) serversOf(r *http.Request, as []applied) []string {
+	if len(as) == 0 {
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout) // a Cluster's map may have to be fetched first
+	defer cancel()
+	servers := make([]string, 0, 1)
+	for i := range as {
+		if s := l.c.ServerFor(ctx, as[i].key); !slices.Contains(servers, s) {
+			servers = append(servers, s)
+		}
+	}
+	return servers
+}
+
 // remote runs call against Redis within the call timeout, unless the
-// request's client is already gone (Redis is not asked) or the breaker is
-// open.
-func (l *Limiter) remote(r *http.Request, call func(ctx context.Context) error) callResult {
+// request's client is already gone (Redis is not asked) or the breaker of
+// one of servers, those holding the call's keys, is open.
+func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx context.Context) error) callResult {
 	if r.Context().Err() != nil {
 		return gone
 	}
-	if !l.breaker.allow() {
+	bs, ok := l.breakers.allow(servers)
+	if !ok {
 		return unavailable
 	}
 	ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout)
 	start := time.Now()
 	err := call(ctx)
 	cancel()
-	return l.settle(r.Context(), err, time.Since(start))
+	return l.settle(r.Context(), bs, err, time.Since(start))
 }
 
-// settle tells the breaker and the hooks how a call went: parent is the
-// context the call's own timeout was derived from.
-func (l *Limiter) settle(parent context.Context, err error, took time.Duration) callResult {
+// settle tells the breakers of the call's servers and the hooks how a call
+// went: parent is the context the call's own timeout was derived from. A
+// failure counts toward the breaker of the server that failed (all of
+// them when the error does not say which); a call whose slot was moving
+// until its deadline counts toward none (client.Moving: the server is
+// well, its other slots served).
+func (l *Limiter) settle(parent context.Context, bs []*breaker, err error, took time.Duration) callResult {
 	switch {
 	case err == nil:
-		l.breaker.success()
+		for _, b := range bs {
+			b.success()
+		}
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "ok"})
 		return decided
 	case parent.Err() != nil: // the client hung up: not Redis's failure
-		l.breaker.abandon()
+		for _, b := range bs {
+			b.abandon()
+		}
 		return gone
 	case client.Unavailable(err):
 		outcome := "error"
@@ -255,11 +285,30 @@ func (l *Limiter) settle(parent context.Context, err error, took time.Duration) 
 			outcome = "timeout"
 		}
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: outcome, Err: err})
-		l.breaker.failure(err)
+		if client.Moving(err) {
+			for _, b := range bs {
+				b.answered()
+			}
+			return unavailable
+		}
+		failed := l.breakers.of(client.ServerOf(err))
+		if !slices.Contains(bs, failed) {
+			failed = nil // the error names no server of the call's: each is to blame
+		}
+		for _, b := range bs {
+			switch {
+			case failed == nil || b == failed:
+				b.failure(err)
+			default:
+				b.abandon()
+			}
+		}
 		return unavailable
 	default:
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "error", Err: err})
-		l.breaker.answered()
+		for _, b := range bs {
+			b.answered()
+		}
 		l.event(Event{Kind: ConfigError, Err: err})
 		l.logOnce(ConfigError, slog.LevelError, "ratelimit: Redis refused a policy's arguments; "+
 			"requests are decided by the failure policy until the policies are fixed", "on_error", l.opt.OnError.String(), "err", err)
@@ -436,7 +485,15 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		for _, a := range localHeld {
 			l.local.release(a.key)
 		}
-		if len(held) == 0 || !l.breaker.allow() {
+		if len(held) == 0 {
+			return
+		}
+		var servers []string
+		for _, a := range held {
+			servers = append(servers, a.server)
+		}
+		bs, ok := l.breakers.allow(servers)
+		if !ok {
 			return
 		}
 		parent := context.WithoutCancel(r.Context())
@@ -449,13 +506,14 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 				err = e
 			}
 		}
-		l.settle(parent, err, time.Since(start))
+		l.settle(parent, bs, err, time.Since(start))
 	}
 	for i := range conc {
 		a := &conc[i]
 		a.id = id
+		a.server = l.serversOf(r, conc[i:i+1])[0]
 		var res client.Result
-		switch l.remote(r, func(ctx context.Context) (err error) {
+		switch l.remote(r, []string{a.server}, func(ctx context.Context) (err error) {
 			res, err = l.c.Acquire(ctx, a.key, a.p.Concurrency, id, client.Reserve(a.reserve))
 			return err
 		}) {
@@ -477,7 +535,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		switch l.opt.OnError {
 		case FailClosed:
 			a.outcome = FailedClosed
-			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breaker.retryAfter()}, false
+			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.retryAfter([]string{a.server})}, false
 		case FailLocal:
 			if l.local.acquire(a.key, a.p.Concurrency.Limit) {
 				localHeld = append(localHeld, a)

@@ -24,6 +24,10 @@ type fakeDecider struct {
 	take  func(key string, cost int64) client.Result
 	all   func(each []client.Result) client.Result
 	conc  client.Result
+	// server names the server holding a key ("" when nil); fail, when set,
+	// fails the calls on a key with its error.
+	server func(key string) string
+	fail   func(key string) error
 }
 
 func (f *fakeDecider) record(s string) {
@@ -34,6 +38,11 @@ func (f *fakeDecider) record(s string) {
 
 func (f *fakeDecider) Take(_ context.Context, key string, l client.Limit, cost int64, _ ...client.Option) (client.Result, error) {
 	f.record(fmt.Sprintf("take %s %d", key, cost))
+	if f.fail != nil {
+		if err := f.fail(key); err != nil {
+			return client.Result{}, err
+		}
+	}
 	return f.take(key, cost), nil
 }
 
@@ -53,6 +62,13 @@ func (f *fakeDecider) Release(_ context.Context, key, _ string) (bool, error) {
 }
 
 func (f *fakeDecider) Engines() map[string]client.Engine { return nil }
+
+func (f *fakeDecider) ServerFor(_ context.Context, key string) string {
+	if f.server == nil {
+		return ""
+	}
+	return f.server(key)
+}
 
 // limiterOn is a limiter deciding through f.
 func limiterOn(t *testing.T, f *fakeDecider, opt Options, policies ...Policy) *Limiter {

@@ -322,7 +322,7 @@ func TestClientEngines(t *testing.T) {
 		if e := auto.Engines()[plain.addr()]; e != client.Functions {
 			t.Fatalf("Engines: %v", auto.Engines())
 		}
-		libs := fmt.Sprint(plain.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.LibraryName).Val())
+		libs := fmt.Sprint(plain.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.Versioned().Name).Val())
 		if !strings.Contains(libs, "gcra_throttle") || calls(plain, "function|load") != 1 {
 			t.Fatalf("the library after the calls: %d loads, %.200s", calls(plain, "function|load"), libs)
 		}

@@ -28,6 +28,8 @@ import (
 
 	"github.com/moby/moby/api/types/container"
 	"github.com/testcontainers/testcontainers-go"
+
+	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 // The Envoy rate limit service (rls/cmd/rls) as a gateway meets it: the
@@ -385,7 +387,7 @@ func TestRLSDropIn(t *testing.T) {
 		t.Parallel()
 		s := startFor(t, flavors[1], opts{})
 		run(t, s.addr())
-		if n, err := s.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", "ratelimit").Slice(); err != nil || len(n) != 1 {
+		if n, err := s.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.Versioned().Name).Slice(); err != nil || len(n) != 1 {
 			t.Fatalf("the Lua library was not loaded: %v %v", n, err)
 		}
 	})

@@ -292,21 +292,23 @@ func code(src string) string {
 	return b.String()
 }
 
-// LibraryName is the FUNCTION library's name.
+// LibraryName is the FUNCTION library's name, as lua/ratelimit.lua
+// declares it for those who load it by hand.
 const LibraryName = "ratelimit"
 
 // VersionFunction is the library's function that returns its version
 // (FCALL_RO ratelimit_version 0): the project's version, "+", and a digest
-// of the library's code ("0.1.0+5c0e…"), so a client loads it again only
-// when the server holds another.
+// of the library's code ("0.1.0+5c0e…").
 const VersionFunction = "ratelimit_version"
 
 // library is the FUNCTION library: every part once, then one function per
 // command, then the version function, which returns the project's version
-// and a digest of the rest.
-func library() (source, version string) {
+// and a digest of the rest. suffix ends the library's name and every
+// function's ("" for the file, Versioned's for clients); the digest is that
+// of the library without one, so every edition of one code has one version.
+func library(suffix, version string) string {
 	var b strings.Builder
-	fmt.Fprintf(&b, "#!lua name=%s\n", LibraryName)
+	fmt.Fprintf(&b, "#!lua name=%s%s\n", LibraryName, suffix)
 	fmt.Fprintf(&b, "-- ratelimit.lua: %s\n", generated)
 	fmt.Fprintf(&b, "--\n-- ratelimit %s (Apache License 2.0)\n", ratelimit.Version)
 	b.WriteString(`--
@@ -330,12 +332,33 @@ func library() (source, version string) {
 		if c.Peek {
 			flags = ", flags = {'no-writes'}"
 		}
-		fmt.Fprintf(&b, "redis.register_function{function_name = '%s', callback = function(keys, args) return %s end%s}\n",
-			c.File(), recipeOf(c).call(c, "keys", "args"), flags)
+		fmt.Fprintf(&b, "redis.register_function{function_name = '%s%s', callback = function(keys, args) return %s end%s}\n",
+			c.File(), suffix, recipeOf(c).call(c, "keys", "args"), flags)
 	}
-	sum := sha1.Sum([]byte(b.String()))
-	version = ratelimit.Version + "+" + hex.EncodeToString(sum[:8])
-	fmt.Fprintf(&b, "redis.register_function{function_name = '%s', callback = function() return '%s' end, flags = {'no-writes'}}\n",
-		VersionFunction, version)
-	return b.String(), version
+	if version == "" {
+		sum := sha1.Sum([]byte(b.String()))
+		version = ratelimit.Version + "+" + hex.EncodeToString(sum[:8])
+	}
+	fmt.Fprintf(&b, "redis.register_function{function_name = '%s%s', callback = function() return '%s' end, flags = {'no-writes'}}\n",
+		VersionFunction, suffix, version)
+	return b.String()
+}
+
+// versionOf is the version a library's version function returns.
+func versionOf(lib string) string {
+	end := strings.LastIndex(lib, "' end, flags")
+	return lib[strings.LastIndexByte(lib[:end], '\'')+1 : end]
+}
+
+// suffixOf is the suffix that names an edition of version: "_v", then the
+// version and its digest with every character but letters and digits made
+// an underscore ("0.1.0+5c0e1a2b3c4d5e6f" gives "_v0_1_0_5c0e1a2b3c4d5e6f").
+func suffixOf(version string) string {
+	b := []byte("_v" + version)
+	for i, c := range b[2:] {
+		if !(c >= 'a' && c <= 'z' || c >= 'A' && c <= 'Z' || c >= '0' && c <= '9') {
+			b[2+i] = '_'
+		}
+	}
+	return string(b)
 }

@@ -62,6 +62,7 @@ type Script struct {
 type assembled struct {
 	scripts          map[string]Script
 	library, version string
+	edition          Edition
 }
 
 // built assembles the scripts and the library once, when first asked.
@@ -73,7 +74,10 @@ var built = sync.OnceValue(func() *assembled {
 		sum := sha1.Sum([]byte(src))
 		a.scripts[c.Name] = Script{Command: c.Name, Source: src, SHA1: hex.EncodeToString(sum[:]), ReadOnly: c.Peek, Function: c.File()}
 	}
-	a.library, a.version = library()
+	a.library = library("", "")
+	a.version = versionOf(a.library)
+	suffix := suffixOf(a.version)
+	a.edition = Edition{Name: LibraryName + suffix, Source: library(suffix, a.version), Suffix: suffix, Version: a.version}
 	return a
 })
 
@@ -84,6 +88,29 @@ func Library() (source, version string) {
 	a := built()
 	return a.library, a.version
 }
+
+// Edition is the library as clients load it: the same code as Library's,
+// its library and functions named after its version, so that processes of
+// two versions sharing a server each run their own code. Each loads its
+// edition once per primary (FUNCTION LOAD, never REPLACE) and calls its
+// own functions; an edition no process uses any more stays until an
+// operator deletes it (FUNCTION DELETE, or client.Client.DeleteLibraries).
+type Edition struct {
+	// Name is the library's: "ratelimit_v0_1_0_5c0e1a2b3c4d5e6f".
+	Name string
+	// Source is its text, for FUNCTION LOAD.
+	Source string
+	// Suffix ends every function's name: FCALL
+	// gcra_throttle_v0_1_0_5c0e1a2b3c4d5e6f 1 user:42 15 30 60 1 MS, and
+	// FCALL_RO ratelimit_version_v0_1_0_5c0e1a2b3c4d5e6f 0.
+	Suffix string
+	// Version is what its version function returns, Library's version:
+	// "0.1.0+5c0e1a2b3c4d5e6f".
+	Version string
+}
+
+// Versioned returns the library's edition for clients.
+func Versioned() Edition { return built().edition }
 
 // Get returns the script of a command, named in any case ("gcra.throttle").
 func Get(command string) (Script, bool) {

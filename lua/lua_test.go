@@ -100,3 +100,31 @@ func TestLineBudget(t *testing.T) {
 	}
 	t.Logf("%d lines of Lua in %d files", lines, len(files))
 }
+
+// The clients' edition is the library's code under names of its version:
+// taking the suffix out of it gives the library back, byte for byte.
+func TestVersioned(t *testing.T) {
+	lib, version := Library()
+	ed := Versioned()
+	want := "_v" + strings.NewReplacer(".", "_", "+", "_").Replace(version)
+	if ed.Suffix != want || ed.Name != LibraryName+want || ed.Version != version {
+		t.Fatalf("edition %q (suffix %q, version %q); want suffix %q, version %q", ed.Name, ed.Suffix, ed.Version, want, version)
+	}
+	if !regexp.MustCompile(`^_v[0-9]+_[0-9]+_[0-9]+_[0-9a-f]{16}$`).MatchString(ed.Suffix) {
+		t.Fatalf("suffix %q: not a Redis function name's letters, digits and underscores", ed.Suffix)
+	}
+	if got := strings.ReplaceAll(ed.Source, ed.Suffix, ""); got != lib {
+		t.Fatal("the edition without its suffix is not the library")
+	}
+	if !strings.HasPrefix(ed.Source, "#!lua name="+ed.Name+"\n") {
+		t.Fatalf("the edition starts %q", ed.Source[:60])
+	}
+	for _, c := range spec.Commands {
+		if !strings.Contains(ed.Source, "function_name = '"+c.File()+ed.Suffix+"'") {
+			t.Fatalf("the edition registers no %s", c.File()+ed.Suffix)
+		}
+	}
+	if !strings.Contains(ed.Source, "function_name = '"+VersionFunction+ed.Suffix+"', callback = function() return '"+version+"'") {
+		t.Fatal("the edition's version function does not return the library's version")
+	}
+}

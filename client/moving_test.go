@@ -1,0 +1,258 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// fakeCluster is a Redis Cluster of two fake primaries without a network:
+// slots 0-8191 on the first, 8192-16383 on the second.
+type fakeCluster struct {
+	addrs   [2]string
+	servers map[string]*fakeServer
+}
+
+func newFakeCluster(t *testing.T, setup func(f *fakeServer)) (*Client, *fakeCluster, *redis.ClusterClient) {
+	t.Helper()
+	fc := &fakeCluster{addrs: [2]string{"fake1:1", "fake2:1"}, servers: map[string]*fakeServer{}}
+	for _, a := range fc.addrs {
+		f := &fakeServer{reply: []any{int64(0), int64(10), int64(9), int64(-1), int64(6000)}}
+		setup(f)
+		fc.servers[a] = f
+	}
+	cc := redis.NewClusterClient(&redis.ClusterOptions{
+		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
+			return []redis.ClusterSlot{
+				{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: fc.addrs[0]}}},
+				{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: fc.addrs[1]}}},
+			}, nil
+		},
+		DisableRoutingPolicies: true,
+	})
+	cc.OnNewNode(func(rdb *redis.Client) {
+		if f := fc.servers[rdb.Options().Addr]; f != nil {
+			rdb.AddHook(f)
+		} else {
+			panic(rdb.Options().Addr)
+		}
+	})
+	t.Cleanup(func() { cc.Close() })
+	return New(cc), fc, cc
+}
+
+// keyOn is a key whose slot is on primary i (0 or 1) of a fakeCluster.
+func keyOn(i int) string {
+	for k := 0; ; k++ {
+		key := fmt.Sprintf("rl:k%d", k)
+		if s := slot(key); (s < 8192) == (i == 0) {
+			return key
+		}
+	}
+}
+
+// slot is a key's cluster slot (CRC16 XMODEM mod 16384; keys here have no
+// hash tag).
+func slot(key string) int {
+	var crc uint16
+	for i := 0; i < len(key); i++ {
+		crc ^= uint16(key[i]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}
+
+// sentNames lists the commands f was sent (their first two words).
+func sentNames(f *fakeServer) []string {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	var out []string
+	for _, a := range f.args {
+		w := fmt.Sprint(a[0])
+		if len(a) > 1 && !strings.EqualFold(w, "asking") {
+			second := fmt.Sprint(a[1])
+			if strings.HasPrefix(strings.ToLower(w), "eval") && !strings.HasPrefix(strings.ToLower(w), "evalsha") {
+				second = "<source>"
+			}
+			w += " " + second
+		}
+		out = append(out, w)
+	}
+	return out
+}
+
+// A slot that migrates answers TRYAGAIN to a command of several keys, some
+// of them moved; the command ran nothing, so the client sends it again
+// until it is decided, within the call's deadline.
+func TestTryAgain(t *testing.T) {
+	c, fc, _ := newFakeCluster(t, func(*fakeServer) {})
+	key := keyOn(0)
+	f := fc.servers[fc.addrs[0]]
+	tries := 0
+	f.before = func(redis.Cmder) error {
+		if tries++; tries <= 3 {
+			return replyError("TRYAGAIN Multiple keys request during rehashing of slot")
+		}
+		return nil
+	}
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	r, err := c.All(ctx, []Keyed{{"{" + key + "}:a", PerMinute(10), 1}, {"{" + key + "}:b", PerMinute(10), 1}})
+	if err != nil || r.Remaining != 9 {
+		t.Fatalf("All while the slot migrates: %+v %v", r, err)
+	}
+	if tries != 4 {
+		t.Fatalf("sent %d times, want 4 (3 TRYAGAIN, then decided)", tries)
+	}
+
+	// A slot that keeps moving past the deadline: the call is unavailable,
+	// as a moving slot, on that server.
+	f.mu.Lock()
+	f.before = func(redis.Cmder) error { return replyError("TRYAGAIN Multiple keys request during rehashing of slot") }
+	f.mu.Unlock()
+	short, cancel2 := context.WithTimeout(ctx, 30*time.Millisecond)
+	defer cancel2()
+	start := time.Now()
+	_, err = c.Take(short, key, PerMinute(10), 1)
+	took := time.Since(start)
+	if !Unavailable(err) || !Moving(err) || ServerOf(err) != fc.addrs[0] {
+		t.Fatalf("still moving at the deadline: %v (unavailable %v, moving %v, server %q)", err, Unavailable(err), Moving(err), ServerOf(err))
+	}
+	if took > time.Second {
+		t.Fatalf("the call took %v with a deadline of 30 ms", took)
+	}
+
+	// Without a deadline, the budget ends it.
+	start = time.Now()
+	if _, err = c.Take(context.Background(), key, PerMinute(10), 1); !Moving(err) {
+		t.Fatalf("without a deadline: %v", err)
+	}
+	if took := time.Since(start); took < redirectBudget/2 || took > 3*redirectBudget {
+		t.Fatalf("without a deadline the call gave up after %v; the budget is %v", took, redirectBudget)
+	}
+
+	// Any other refusal is not sent again.
+	f.mu.Lock()
+	tries = 0
+	f.before = func(redis.Cmder) error { tries++; return replyError("ERR max_burst must be 0 to 9007199254740990") }
+	f.mu.Unlock()
+	if _, err = c.Take(context.Background(), key, PerMinute(10), 1); err == nil || Unavailable(err) || tries != 1 {
+		t.Fatalf("an ERR reply: %v, sent %d times", err, tries)
+	}
+}
+
+// CLUSTERDOWN while a failover is in progress: sent again too; a batch's
+// calls likewise.
+func TestClusterDownBatch(t *testing.T) {
+	c, fc, _ := newFakeCluster(t, func(*fakeServer) {})
+	f := fc.servers[fc.addrs[1]]
+	tries := 0
+	f.before = func(redis.Cmder) error {
+		if tries++; tries <= 2 {
+			return replyError("CLUSTERDOWN The cluster is down")
+		}
+		return nil
+	}
+	b := c.Batch()
+	one := b.Take(keyOn(1), PerMinute(10), 1)
+	other := b.Take(keyOn(0), PerMinute(10), 1)
+	ctx, cancel := context.WithTimeout(ctx, time.Second)
+	defer cancel()
+	if err := b.Exec(ctx); err != nil {
+		t.Fatal(err)
+	}
+	for _, call := range []*Call{one, other} {
+		if r, err := call.Result(); err != nil || r.Remaining != 9 {
+			t.Fatalf("%+v %v", r, err)
+		}
+	}
+	if tries != 3 {
+		t.Fatalf("the call on the failing-over node was sent %d times, want 3", tries)
+	}
+}
+
+// A call of the Lua engine that go-redis follows (ASK) to a primary that
+// never had the library is decided by the script's source, one round trip
+// more; the new primary gets the library behind it.
+func TestLibraryFollowsTheCall(t *testing.T) {
+	c, fc, _ := newFakeCluster(t, func(f *fakeServer) { f.noModule, f.functions = true, true })
+	key := keyOn(0)
+	from, to := fc.servers[fc.addrs[0]], fc.servers[fc.addrs[1]]
+	if r, err := c.Take(ctx, key, PerMinute(10), 1); err != nil || r.Remaining != 9 {
+		t.Fatalf("before the migration: %+v %v", r, err)
+	}
+	to.mu.Lock()
+	loaded := to.lib
+	to.mu.Unlock()
+	if loaded != "" {
+		t.Fatalf("the second primary holds %q before any call reached it", loaded)
+	}
+	from.mu.Lock()
+	from.args = nil
+	from.before = func(cmd redis.Cmder) error { // the key has moved to the importing node
+		return replyError(fmt.Sprintf("ASK %d %s", slot(key), fc.addrs[1]))
+	}
+	from.mu.Unlock()
+	if r, err := c.Take(ctx, key, PerMinute(10), 1); err != nil || r.Remaining != 9 {
+		t.Fatalf("during the migration: %+v %v", r, err)
+	}
+	if got, want := fmt.Sprint(sentNames(to)), fmt.Sprintf("[asking fcall %s asking eval <source>]", fn("gcra_throttle")); got != want {
+		t.Fatalf("the importing primary was sent %s, want %s", got, want)
+	}
+	deadline := time.Now().Add(5 * time.Second)
+	for {
+		to.mu.Lock()
+		loaded = to.lib
+		to.mu.Unlock()
+		if loaded == libVersion {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("the importing primary holds %q, not the library", loaded)
+		}
+		time.Sleep(5 * time.Millisecond)
+	}
+	to.mu.Lock()
+	to.args = nil
+	to.mu.Unlock()
+	if _, err := c.Take(ctx, key, PerMinute(10), 1); err != nil {
+		t.Fatal(err)
+	}
+	if got, want := fmt.Sprint(sentNames(to)), fmt.Sprintf("[asking fcall %s]", fn("gcra_throttle")); got != want {
+		t.Fatalf("once readied, the importing primary was sent %s, want %s", got, want)
+	}
+	if to.replaced != 0 || from.replaced != 0 {
+		t.Fatal("FUNCTION LOAD REPLACE sent")
+	}
+}
+
+// ServerFor names the server ServerError does.
+func TestServerFor(t *testing.T) {
+	c, fc, _ := newFakeCluster(t, func(*fakeServer) {})
+	for i, a := range fc.addrs {
+		if got := c.ServerFor(ctx, keyOn(i)); got != a {
+			t.Fatalf("ServerFor(%s) = %q, want %q", keyOn(i), got, a)
+		}
+	}
+	f := fc.servers[fc.addrs[1]]
+	f.err = errors.New("dial tcp: connection refused")
+	_, err := c.Take(ctx, keyOn(1), PerMinute(10), 1)
+	if ServerOf(err) != fc.addrs[1] {
+		t.Fatalf("ServerOf(%v) = %q", err, ServerOf(err))
+	}
+	single, _ := newFake(0, 10, 9, -1, 6000)
+	if got := single.ServerFor(ctx, "k"); got != "127.0.0.1:1" {
+		t.Fatalf("single server: %q", got)
+	}
+}
