@@ -43,10 +43,9 @@ const (
 	// Functions always runs the FUNCTION library, this version's edition
 	// (lua.Versioned): loaded on a server once (FUNCTION LOAD, never
 	// replacing another version's), then called with FCALL (FCALL_RO for
-	// a peek). A
-	// server that lost it (FUNCTION FLUSH, a new primary that never had it)
-	// gets it loaded again and the call sent again: a function not found
-	// ran nothing.
+	// a peek). A server that lost it (FUNCTION FLUSH, a new primary that
+	// never had it) gets it loaded again and the call sent again: a
+	// function not found ran nothing.
 	Functions
 )
 
@@ -446,11 +445,13 @@ func (c *Client) function(ctx context.Context, args []any, i int, n *node, ask d
 		cmd := luaCmd(ctx, args, i, "fcall")
 		err = c.bound(ctx, c.rdb, cmd)
 		switch {
-		case err == nil || !c.lost(Functions, n, i, err):
-			return cmd, err
-		case c.cluster():
+		case err == nil:
+			return cmd, nil
+		case c.cluster() && functionNotFound(err):
+			// Perhaps n lost it, perhaps the call went elsewhere: prepare
+			// asks every primary again, n among them.
 			return c.elsewhere(ctx, args, i, n)
-		case attempt > 0:
+		case !c.lost(Functions, n, i, err) || attempt > 0:
 			return cmd, err
 		}
 	}
