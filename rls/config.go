@@ -142,7 +142,7 @@ func LoadDir(dir string) (*Config, error) {
 	files := map[string][]byte{}
 	for _, e := range entries {
 		name := e.Name()
-		if strings.HasPrefix(name, ".") || !(strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml")) {
+		if !configFile(name) {
 			continue
 		}
 		p := filepath.Join(dir, name)
@@ -160,6 +160,11 @@ func LoadDir(dir string) (*Config, error) {
 		files[name] = b
 	}
 	return Parse(files)
+}
+
+// configFile reports whether LoadDir reads a file of this name.
+func configFile(name string) bool {
+	return !strings.HasPrefix(name, ".") && (strings.HasSuffix(name, ".yaml") || strings.HasSuffix(name, ".yml"))
 }
 
 // Parse loads config files given by name, in name order. A domain may be

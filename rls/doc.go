@@ -24,14 +24,22 @@
 //   - The descriptors of one request are decided all or nothing: when the
 //     answer is OVER_LIMIT no descriptor's count changed, and a refused hit
 //     is never counted (the peer counts every descriptor of every request,
-//     so a refused burst keeps a client locked out). Keys of one request
-//     in one cluster slot (every key, on a single node) are decided by one
-//     RL.ALL; across slots, a call per slot, those that can give back
-//     first (GCRA, token bucket), refunded when a later one refuses; a
-//     window's count, taken last, cannot be given back.
+//     so a refused burst keeps a client locked out). Up to 16 keys of one
+//     request in one cluster slot (every key, on a single node) are
+//     decided by one RL.ALL; more, by calls of 16 of those that can give
+//     back first (GCRA, token bucket), refunded when a later one refuses,
+//     and the windows last in one call, or, past 16 windows, in one
+//     optimistic transaction (WATCH, RL.PEEK, MULTI, RL.ALL, EXEC): any
+//     number of limits of one slot is all or nothing. Across slots, a step
+//     per slot likewise; a window's count, taken last, cannot be given
+//     back.
 //   - A refusal cache (Options.RefusalCache) answers a key that Redis
 //     refused until its retry_after, exactly: a request of at least that
 //     cost would be refused by Redis too.
+//   - Memory is bounded whatever the traffic: metric series of keys made of
+//     requests' own values (Options.MetricKeys), the refusal cache in
+//     entries and bytes (Options.RefusalCacheBytes), and gRPC streams per
+//     connection and in all (Streams).
 //   - duration_until_reset is, when refused, the time until the same
 //     request would be admitted; when admitted, until the limit is full
 //     again (for a fixed window, both are the window's end, as the peer's).

@@ -44,6 +44,16 @@ type Options struct {
 	// retry_after, so that a flood against a key that is over its limit is
 	// answered here without Redis (0, the default, turns it off).
 	RefusalCache int
+	// RefusalCacheBytes bounds the refusal cache in bytes: each entry counts
+	// its key's length and 160 bytes (0: 16 MiB, which holds 1,000 keys of
+	// 16 KiB or about 80,000 of 60 bytes). The least recently used go first.
+	RefusalCacheBytes int64
+	// MetricKeys is how many stat keys made of a request's own values
+	// (detailed_metric, and Envoy's limit override on a descriptor) get
+	// metric series of their own, five each; those past it, and any longer
+	// than 256 bytes, count together under key="_overflow" (0: 1000; a
+	// negative number: none). The config's own stat keys always have theirs.
+	MetricKeys int
 	// Headers adds the IETF RateLimit and RateLimit-Policy fields to every
 	// response with a limit (response_headers_to_add).
 	Headers bool
@@ -74,14 +84,17 @@ type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
 	c       *client.Client
+	rdb     redis.UniversalClient
 	cluster bool // keys of one request may live in different slots
 	cfg     atomic.Pointer[Config]
 	opts    Options
 	m       *metrics
 	pipe    *pipeline
+	txNodes nodes // transactions' engines by node (txn.go)
 	cache   *refusals
 	log     *slog.Logger
 	now     func() time.Time
+	loadDir func(string) (*Config, error) // LoadDir; tests change it
 }
 
 // New returns a service on rdb (a single node, a Cluster, a failover client)
@@ -94,11 +107,19 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		o.NearLimitRatio = 0.8
 	}
 	s := &Service{
-		c:    client.NewEngine(rdb, o.Engine),
-		opts: o,
-		m:    newMetrics(o.Registerer),
-		log:  o.Logger,
-		now:  time.Now,
+		c:       client.NewEngine(rdb, o.Engine),
+		rdb:     rdb,
+		opts:    o,
+		m:       newMetrics(o.Registerer),
+		log:     o.Logger,
+		now:     time.Now,
+		loadDir: LoadDir,
+	}
+	switch {
+	case o.MetricKeys < 0:
+		s.m.maxPerValue = 0
+	case o.MetricKeys > 0:
+		s.m.maxPerValue = int64(o.MetricKeys)
 	}
 	s.pipe = newPipeline(s.c, o.Timeout, s.m)
 	_, single := rdb.(*redis.Client)
@@ -107,7 +128,10 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		s.log = slog.Default()
 	}
 	if o.RefusalCache > 0 {
-		s.cache = newRefusals(o.RefusalCache)
+		if o.RefusalCacheBytes <= 0 {
+			o.RefusalCacheBytes = defaultRefusalBytes
+		}
+		s.cache = newRefusalsBounded(o.RefusalCache, o.RefusalCacheBytes)
 	}
 	if cfg != nil {
 		s.SetConfig(cfg)
@@ -136,17 +160,18 @@ func (s *Service) Engines() map[string]client.Engine { return s.c.Engines() }
 
 // item is one descriptor with a limit, as one request decides it.
 type item struct {
-	i       int // the descriptor's position
-	r       *rule
-	key     string
-	stat    string
-	cost    int64
-	slot    int
-	res     client.Result
-	known   bool // res holds the answer
-	taken   bool // counted in Redis (a later refusal refunds it)
-	cached  bool // answered by the refusal cache
-	started time.Time
+	i        int // the descriptor's position
+	r        *rule
+	key      string
+	stat     string
+	perValue bool // stat is made of the request's own values
+	cost     int64
+	slot     int
+	res      client.Result
+	known    bool // res holds the answer
+	taken    bool // counted in Redis (a later refusal refunds it)
+	cached   bool // answered by the refusal cache
+	started  time.Time
 
 	counters *keyCounters
 }
@@ -176,9 +201,11 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 	rules := make([]*rule, len(req.Descriptors))
 	stats := make([]string, len(req.Descriptors))
+	perValue := make([]bool, len(req.Descriptors))
 	var replaced map[string]bool // names of limits other matched limits replace
+	now := s.now()
 	for i, d := range req.Descriptors {
-		rules[i], stats[i] = s.ruleOf(cfg, req.Domain, d)
+		rules[i], stats[i], perValue[i] = s.ruleOf(cfg, req.Domain, d)
 		if rules[i] != nil {
 			for _, name := range rules[i].replaces {
 				if replaced == nil {
@@ -199,7 +226,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		}
-		it := &item{i: i, r: r, stat: stats[i], cost: hits(req, d)}
+		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], cost: hits(req, d), started: now}
 		if r.perUnit > 0 {
 			it.key = s.key(req.Domain, d, r)
 			if s.cluster {
@@ -278,14 +305,17 @@ func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus
 }
 
 // ruleOf is a descriptor's rule: Envoy's override where the descriptor
-// carries one (a fixed window, as the peer counts it), else the config's.
-func (s *Service) ruleOf(cfg *Config, domain string, d *rlv3.RateLimitDescriptor) (*rule, string) {
+// carries one (a fixed window, as the peer counts it), else the config's;
+// its stat key; and whether that key is made of the request's own values
+// (an override's, or detailed_metric's), whose metric series are bounded.
+func (s *Service) ruleOf(cfg *Config, domain string, d *rlv3.RateLimitDescriptor) (*rule, string, bool) {
 	o := d.GetLimit()
 	if o == nil {
-		return cfg.lookup(domain, d)
+		r, stat := cfg.lookup(domain, d)
+		return r, stat, r != nil && r.detailed
 	}
 	if _, ok := cfg.domains[domain]; !ok {
-		return nil, "" // the peer looks up the domain first
+		return nil, "", false // the peer looks up the domain first
 	}
 	unit := pb.RateLimitResponse_RateLimit_Unit(o.GetUnit())
 	r := &rule{
@@ -295,7 +325,7 @@ func (s *Service) ruleOf(cfg *Config, domain string, d *rlv3.RateLimitDescriptor
 		algorithm: FixedWindow,
 	}
 	if r.unit == 0 {
-		return nil, ""
+		return nil, "", false
 	}
 	var b strings.Builder
 	b.WriteString(domain)
@@ -311,7 +341,7 @@ func (s *Service) ruleOf(cfg *Config, domain string, d *rlv3.RateLimitDescriptor
 	if r.perUnit > 0 {
 		r.limit = limitOf(FixedWindow, r.perUnit, r.unit)
 	}
-	return r, r.statKey
+	return r, r.statKey, true
 }
 
 // hits is what a descriptor adds: its own hits_addend where set (0 is a
@@ -349,9 +379,9 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl", GCRA: "gcra", TokenBucket: "tb"}
 
 // decide decides the enforcing items all or nothing: answered here when a
-// limit of 0 or a remembered refusal already refuses the request, else in
-// one RL.ALL per cluster slot (one in all on a single node), taken slot by
-// slot and refunded where a later slot refuses.
+// limit of 0 or a remembered refusal already refuses the request, else by
+// the steps groups plans, taken in order and refunded where a later step
+// refuses.
 func (s *Service) decide(ctx context.Context, items []*item) error {
 	if len(items) == 0 {
 		return nil
@@ -378,53 +408,94 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 	if refused || len(remote) == 0 {
 		return nil
 	}
-	groups := s.groups(remote)
-	for g, group := range groups {
-		if err := s.take(ctx, group); err != nil {
-			s.refund(ctx, groups[:g])
+	steps := s.groups(remote)
+	for g, step := range steps {
+		var err error
+		if step.watched {
+			err = s.takeWatched(ctx, step.items)
+		} else {
+			err = s.take(ctx, step.items)
+		}
+		if err != nil {
+			s.refund(ctx, steps[:g])
 			return err
 		}
-		if slices.ContainsFunc(group, func(it *item) bool { return it.res.Limited }) {
-			s.refund(ctx, groups[:g])
+		if slices.ContainsFunc(step.items, func(it *item) bool { return it.known && it.res.Limited }) {
+			s.refund(ctx, steps[:g])
 			return nil
 		}
 	}
 	return nil
 }
 
-// groups splits items into the calls that decide them: one per slot (all
-// in one on a single node), at most maxAll each, those whose limits can be
-// refunded first so that a refusal in a later call can give back what the
-// earlier ones took.
-func (s *Service) groups(items []*item) [][]*item {
+// step is items decided at once: in one call (RL.ALL when several), or,
+// watched, in one optimistic transaction of several RL.ALL (see
+// takeWatched).
+type step struct {
+	items   []*item
+	watched bool
+}
+
+// groups plans the steps that decide items all or nothing. Per cluster
+// slot (a single node is one slot):
+//
+//   - at most maxAll (16) limits: one RL.ALL;
+//   - more, of which at most 16 cannot be given back (windows): the others
+//     (GCRA, token buckets) in RL.ALL calls of 16 first, then the windows
+//     in one last call, filled up to 16 with the rest, so that a refusal
+//     anywhere is undone by refunds;
+//   - more than 16 windows: one watched step, every limit of the slot in an
+//     optimistic transaction (takeWatched).
+//
+// Steps whose limits can all be given back come first, slot by slot; then
+// the others. Across slots, two steps that cannot be given back can still
+// leave the first counted when the second refuses: a cluster offers no
+// transaction across slots.
+func (s *Service) groups(items []*item) []step {
 	if !s.cluster && len(items) <= maxAll {
-		return [][]*item{items} // a single node: one call
+		return []step{{items: items}} // a single node: one call
 	}
-	var out [][]*item
-	bySlot := map[int]int{}
+	var slots [][]*item
+	index := map[int]int{}
 	for _, it := range items {
-		g, ok := bySlot[it.slot]
-		if !ok || len(out[g]) == maxAll {
-			g = len(out)
-			bySlot[it.slot] = g
-			out = append(out, nil)
+		k, ok := index[it.slot]
+		if !ok {
+			k = len(slots)
+			index[it.slot] = k
+			slots = append(slots, nil)
 		}
-		out[g] = append(out[g], it)
+		slots[k] = append(slots[k], it)
 	}
-	refundable := func(g []*item) bool {
-		return !slices.ContainsFunc(g, func(it *item) bool { return !it.r.limit.Refundable() })
-	}
-	slices.SortStableFunc(out, func(a, b []*item) int {
-		ra, rb := refundable(a), refundable(b)
+	var first, last []step
+	for _, in := range slots {
+		var give, keep []*item // limits that can be given back, and the others
+		for _, it := range in {
+			if it.r.limit.Refundable() {
+				give = append(give, it)
+			} else {
+				keep = append(keep, it)
+			}
+		}
 		switch {
-		case ra && !rb:
-			return -1
-		case rb && !ra:
-			return 1
+		case len(in) <= maxAll && len(keep) == 0:
+			first = append(first, step{items: in})
+		case len(in) <= maxAll:
+			last = append(last, step{items: in})
+		case len(keep) > maxAll:
+			last = append(last, step{items: in, watched: true})
+		default:
+			n := len(give) - min(len(give), maxAll-len(keep)) // the refundable ones in calls of their own
+			for c := range slices.Chunk(give[:n], maxAll) {
+				first = append(first, step{items: c})
+			}
+			if tail := append(keep, give[n:]...); len(keep) > 0 {
+				last = append(last, step{items: tail})
+			} else {
+				first = append(first, step{items: tail})
+			}
 		}
-		return 0
-	})
-	return out
+	}
+	return append(first, last...)
 }
 
 // take decides one group in one call (in the next pipelined round trip).
@@ -438,14 +509,14 @@ func (s *Service) take(ctx context.Context, group []*item) error {
 	return s.pipe.do(ctx, group)
 }
 
-// refund gives back what the groups took, where their limits allow it
+// refund gives back what the steps took, where their limits allow it
 // (GCRA and the token bucket take a negative cost; a window's count stays:
-// groups of windows are taken last for that reason).
-func (s *Service) refund(ctx context.Context, groups [][]*item) {
+// steps of windows are taken last for that reason).
+func (s *Service) refund(ctx context.Context, steps []step) {
 	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
 	defer cancel()
-	for _, g := range groups {
-		for _, it := range g {
+	for _, g := range steps {
+		for _, it := range g.items {
 			if !it.taken || it.cost == 0 || !it.r.limit.Refundable() {
 				continue
 			}
@@ -483,7 +554,7 @@ func (s *Service) decideEach(ctx context.Context, items []*item) error {
 func (s *Service) fail(err error) error {
 	s.m.redisError()
 	s.log.Warn("rls: redis", "err", err)
-	if client.Unavailable(err) || errors.Is(err, context.Canceled) {
+	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, errContended) {
 		return status.Error(codes.Unavailable, "redis: "+err.Error())
 	}
 	return status.Error(codes.Internal, "redis: "+err.Error())
@@ -506,16 +577,24 @@ func statusOf(it *item) *pb.RateLimitResponse_DescriptorStatus {
 	if it.res.Limited {
 		st.LimitRemaining = 0
 	}
-	st.DurationUntilReset = durationpb.New(ceilSecond(resetOf(it.res)))
+	st.DurationUntilReset = durationpb.New(ceilSecond(resetOf(it)))
 	return st
 }
 
-// resetOf is when a result's limit next lets this request through: when
-// refused, its retry_after (or its reset where it never can); when admitted,
-// its reset.
-func resetOf(r client.Result) time.Duration {
-	if r.Limited && r.RetryAfter >= 0 {
+// resetOf is when an item's limit next lets this request through: when
+// refused, its retry_after; when admitted, its reset (when the limit is
+// full again). Where that says nothing, the end of the unit's window, as
+// the peer reports every reset: a fixed window whose count is 0 (a check
+// of hits_addend 0 on an empty key: the window's end, not 0), and a
+// refusal no wait can admit (a cost above the whole limit: the peer's
+// window end, where retry_after says never).
+func resetOf(it *item) time.Duration {
+	r := it.res
+	switch {
+	case r.Limited && r.RetryAfter >= 0:
 		return r.RetryAfter
+	case r.Limited, it.r.algorithm == FixedWindow && r.ResetAfter <= 0:
+		return untilEdge(it.started, it.r.unit)
 	}
 	return max(r.ResetAfter, 0)
 }
@@ -556,7 +635,7 @@ func headers(enforcing, shadow []*item) []*core.HeaderValue {
 			if it.res.Limited {
 				r = 0
 			}
-			state = append(state, fmt.Sprintf("%q;r=%d;t=%d", name, r, int64(ceilSecond(resetOf(it.res))/time.Second)))
+			state = append(state, fmt.Sprintf("%q;r=%d;t=%d", name, r, int64(ceilSecond(resetOf(it))/time.Second)))
 		}
 	}
 	if len(policy) == 0 {

@@ -20,7 +20,12 @@ import (
 // logged, counted (ratelimit_service_config_load{result="error"}) and
 // returned.
 func (s *Service) Reload(dir string) error {
-	cfg, err := LoadDir(dir)
+	cfg, err := s.loadDir(dir)
+	return s.apply(dir, cfg, err)
+}
+
+// apply makes cfg the config, or reports err.
+func (s *Service) apply(dir string, cfg *Config, err error) error {
 	s.m.configLoad(err == nil)
 	if err != nil {
 		s.log.Error("rls: config not loaded; the previous one stays in use", "dir", dir, "err", err)
@@ -31,18 +36,39 @@ func (s *Service) Reload(dir string) error {
 	return nil
 }
 
-// settle is how long a burst of file events is let run before a reload: an
-// editor's save or a ConfigMap's symlink swap is several events.
-const settle = 200 * time.Millisecond
+// When Watch reloads. A change (a file event, or a new fingerprint found
+// by the check each second) is loaded once the directory has been still
+// for settle, so that the several events of one save or one symlink swap
+// make one reload. While changes keep coming (a config rewritten 20 to 50
+// times a second never stays still for settle), it is loaded anyway once
+// maxDelay has passed since the first: a reload is never much more than a
+// second behind. Either way, a file still being written is waited for,
+// never loaded half-written:
+//
+//   - on Linux, a file written to (inotify's IN_MODIFY) and not yet closed
+//     by its writer (IN_CLOSE_WRITE) is being written, however long the
+//     writer pauses, for up to writerWait after its last write;
+//   - everywhere, the files' names, sizes and modification times are taken
+//     before and after they are read: a load during which they changed is
+//     thrown away and tried again poll later;
+//   - a config that does not load is reported (logged, counted) only once
+//     its files have been still for settle: until then it may be a file
+//     caught between its truncation and its write, and is tried again.
+const (
+	settle     = 200 * time.Millisecond
+	maxDelay   = time.Second
+	poll       = 25 * time.Millisecond
+	writerWait = 10 * time.Second
+)
 
 // Watch reloads dir whenever a file in it, or dir itself, changes (a file
 // written, created, removed or renamed; the directory swapped for another,
-// as a symlink swap does), until ctx ends. A change is applied within
-// about a fifth of a second of the last event of its burst. A symlink
-// swapped higher up the path (the peer's RUNTIME_ROOT, a "current" link
-// to a new directory) sends no event here: a check each second of what
-// the path resolves to, and of the files' names, sizes and times, finds
-// it.
+// as a symlink swap does), until ctx ends: within about a fifth of a second
+// of the last change, at most about a second after the first while changes
+// keep coming, and never from a file still being written (see settle). A
+// symlink swapped higher up the path (the peer's RUNTIME_ROOT, a "current"
+// link to a new directory) sends no event here: a check each second of what
+// the path resolves to, and of the files' names, sizes and times, finds it.
 func (s *Service) Watch(ctx context.Context, dir string) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -58,20 +84,37 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 		return err
 	}
 	_ = w.Add(filepath.Dir(abs)) // the directory's own replacement; best effort
-	last := fingerprint(dir)
+	real, _ := filepath.EvalSymlinks(abs)
+	wr := newWriters(real)
+	last := fingerprint(dir) // as last loaded
 	tick := time.NewTicker(time.Second)
 	go func() {
 		defer w.Close()
+		defer wr.close()
 		defer tick.Stop()
-		var timer <-chan time.Time
+		var (
+			pending       bool
+			first, change time.Time // the first change not loaded yet, and the last seen
+			seen          = last    // the fingerprint as last seen
+			wake          <-chan time.Time
+		)
+		changed := func(now time.Time) {
+			if !pending {
+				pending, first = true, now
+			}
+			change = now
+			if wake == nil {
+				wake = time.After(poll)
+			}
+		}
 		for {
 			select {
 			case <-ctx.Done():
 				return
 			case <-tick.C:
-				if fp := fingerprint(dir); fp != last && timer == nil {
-					last = fp
-					_ = s.Reload(dir)
+				if fp := fingerprint(dir); !pending && fp != last {
+					seen = fp
+					changed(time.Now())
 				}
 			case ev, ok := <-w.Events:
 				if !ok {
@@ -83,16 +126,38 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 				if ev.Name == abs {
 					_ = w.Add(abs) // a new directory at the path: watch it
 				}
-				timer = time.After(settle)
+				changed(time.Now())
 			case err, ok := <-w.Errors:
 				if !ok {
 					return
 				}
 				s.log.Warn("rls: watching the config", "dir", dir, "err", err)
-			case <-timer:
-				timer = nil
-				last = fingerprint(dir)
-				_ = s.Reload(dir)
+			case <-wake:
+				wake = nil
+				now := time.Now()
+				if r, err := filepath.EvalSymlinks(abs); err == nil {
+					wr.follow(r) // the path may lead elsewhere now
+				}
+				if fp := fingerprint(dir); fp != seen {
+					seen, change = fp, now
+				}
+				still := now.Sub(change) >= settle
+				if wr.busy(now) || !still && now.Sub(first) < maxDelay {
+					wake = time.After(poll)
+					continue
+				}
+				cfg, err := s.loadDir(dir)
+				if fp := fingerprint(dir); fp != seen || wr.busy(time.Now()) {
+					seen, change = fp, time.Now() // changed while read: again
+					wake = time.After(poll)
+					continue
+				}
+				if err != nil && !still {
+					wake = time.After(poll) // maybe a file caught mid-write: report it once still
+					continue
+				}
+				pending, last = false, seen
+				_ = s.apply(dir, cfg, err)
 			}
 		}
 	}()

@@ -25,6 +25,7 @@ import (
 	"fmt"
 	"io"
 	"log/slog"
+	"math"
 	"net"
 	"net/http"
 	"os"
@@ -64,6 +65,19 @@ func env(name, def string) string {
 	return def
 }
 
+// envInt is an environment variable's integer, or def when it is unset.
+func envInt(name string, def int64) (int64, error) {
+	v, ok := os.LookupEnv(name)
+	if !ok {
+		return def, nil
+	}
+	n, err := strconv.ParseInt(v, 10, 64)
+	if err != nil {
+		return 0, fmt.Errorf("%s: %v", name, err)
+	}
+	return n, nil
+}
+
 func envBool(name string) bool {
 	b, _ := strconv.ParseBool(os.Getenv(name))
 	return b
@@ -79,7 +93,9 @@ type flags struct {
 	redisAddr, redisType, redisAuth, redisCA, prefix string
 	redisTLS, redisSkipVerify, shadow, headers       bool
 	limitHeaders                                     bool
-	poolSize, refusalCache                           int
+	poolSize, refusalCache, metricKeys               int
+	refusalCacheBytes                                int64
+	connStreams, streams                             int
 	timeout, drain                                   time.Duration
 	nearLimit                                        float64
 	engine, logLevel                                 string
@@ -109,6 +125,19 @@ func parse(args []string) (*flags, error) {
 	fs.Float64Var(&f.nearLimit, "near-limit-ratio", ratio, "share of a limit past which hits count as near it (NEAR_LIMIT_RATIO)")
 	fs.BoolVar(&f.shadow, "shadow", envBool("SHADOW_MODE"), "answer OK whatever the limits decide; statuses and metrics still tell (SHADOW_MODE)")
 	fs.IntVar(&f.refusalCache, "refusal-cache", 0, "refused keys remembered until their retry_after, answered without Redis (0: off)")
+	ints := map[string]int64{}
+	for _, e := range []struct {
+		env string
+		def int64
+	}{{"REFUSAL_CACHE_BYTES", 16 << 20}, {"METRIC_KEYS", 1000}, {"GRPC_MAX_CONCURRENT_STREAMS", rls.DefaultStreamsPerConnection}, {"GRPC_MAX_STREAMS", rls.DefaultStreams}} {
+		if ints[e.env], err = envInt(e.env, e.def); err != nil {
+			return nil, err
+		}
+	}
+	fs.Int64Var(&f.refusalCacheBytes, "refusal-cache-bytes", ints["REFUSAL_CACHE_BYTES"], "bound of the refusal cache in bytes, each entry counted as its key's length and 160 (REFUSAL_CACHE_BYTES)")
+	fs.IntVar(&f.metricKeys, "metric-keys", int(ints["METRIC_KEYS"]), "stat keys made of requests' own values (detailed_metric, Envoy's limit override) with metric series of their own; the rest count under key=\"_overflow\" (METRIC_KEYS; 0: none)")
+	fs.IntVar(&f.connStreams, "grpc-conn-streams", int(ints["GRPC_MAX_CONCURRENT_STREAMS"]), "concurrent gRPC streams per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; GRPC_MAX_CONCURRENT_STREAMS)")
+	fs.IntVar(&f.streams, "grpc-streams", int(ints["GRPC_MAX_STREAMS"]), "concurrent gRPC streams over every connection; past it a stream is refused with RESOURCE_EXHAUSTED (GRPC_MAX_STREAMS)")
 	fs.BoolVar(&f.headers, "ietf-headers", false, "add the IETF RateLimit and RateLimit-Policy fields to responses (response_headers_to_add)")
 	fs.BoolVar(&f.limitHeaders, "limit-headers", envBool("LIMIT_RESPONSE_HEADERS_ENABLED"), "add the peer's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields (LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)")
 	fs.StringVar(&f.engine, "engine", "auto", "auto (the module where loaded, else the Lua library), module, functions or scripts")
@@ -121,6 +150,16 @@ func parse(args []string) (*flags, error) {
 	}
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
+	}
+	switch {
+	case f.refusalCacheBytes < 1:
+		return nil, fmt.Errorf("-refusal-cache-bytes %d: at least 1", f.refusalCacheBytes)
+	case f.metricKeys < 0:
+		return nil, fmt.Errorf("-metric-keys %d: 0 or more", f.metricKeys)
+	case f.connStreams < 1 || f.connStreams > math.MaxUint32:
+		return nil, fmt.Errorf("-grpc-conn-streams %d: 1 to %d", f.connStreams, uint32(math.MaxUint32))
+	case f.streams < 1:
+		return nil, fmt.Errorf("-grpc-streams %d: at least 1", f.streams)
 	}
 	return f, nil
 }
@@ -236,7 +275,11 @@ func run(args []string, stdout io.Writer) error {
 	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o := rls.Options{
 		Prefix: f.prefix, Timeout: f.timeout, NearLimitRatio: f.nearLimit, ShadowMode: f.shadow,
-		RefusalCache: f.refusalCache, Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
+		RefusalCache: f.refusalCache, RefusalCacheBytes: f.refusalCacheBytes, MetricKeys: f.metricKeys,
+		Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
+	}
+	if f.metricKeys == 0 {
+		o.MetricKeys = -1 // none
 	}
 	if f.limitHeaders {
 		o.LimitHeaders = rls.LimitHeaders{
@@ -266,7 +309,9 @@ func run(args []string, stdout io.Writer) error {
 	}
 	// Stream workers keep their grown stacks from one request to the next
 	// (a goroutine per request grows a new one each time).
-	gs := grpc.NewServer(grpc.NumStreamWorkers(uint32(4 * runtime.GOMAXPROCS(0))))
+	// Streams are bounded per connection and in all (see rls.Streams).
+	gs := grpc.NewServer(append(rls.NewStreams(f.streams).ServerOptions(uint32(f.connStreams)),
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))...)
 	pb.RegisterRateLimitServiceServer(gs, svc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)

@@ -48,3 +48,42 @@ func TestHealthcheck(t *testing.T) {
 		t.Errorf("-healthcheck -http nonsense: %v", err)
 	}
 }
+
+// TestBoundFlags: each bound's flag, its environment variable, its default
+// and its range.
+func TestBoundFlags(t *testing.T) {
+	f, err := parse(nil)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if f.refusalCacheBytes != 16<<20 || f.metricKeys != 1000 || f.connStreams != rls.DefaultStreamsPerConnection || f.streams != rls.DefaultStreams {
+		t.Fatalf("defaults: %d bytes, %d keys, %d and %d streams", f.refusalCacheBytes, f.metricKeys, f.connStreams, f.streams)
+	}
+	t.Setenv("REFUSAL_CACHE_BYTES", "1000")
+	t.Setenv("METRIC_KEYS", "7")
+	t.Setenv("GRPC_MAX_CONCURRENT_STREAMS", "8")
+	t.Setenv("GRPC_MAX_STREAMS", "9")
+	if f, err = parse(nil); err != nil {
+		t.Fatal(err)
+	}
+	if f.refusalCacheBytes != 1000 || f.metricKeys != 7 || f.connStreams != 8 || f.streams != 9 {
+		t.Fatalf("from the environment: %d bytes, %d keys, %d and %d streams", f.refusalCacheBytes, f.metricKeys, f.connStreams, f.streams)
+	}
+	if f, err = parse([]string{"-refusal-cache-bytes", "2000", "-metric-keys", "0", "-grpc-conn-streams", "3", "-grpc-streams", "4"}); err != nil {
+		t.Fatal(err)
+	}
+	if f.refusalCacheBytes != 2000 || f.metricKeys != 0 || f.connStreams != 3 || f.streams != 4 {
+		t.Fatalf("flags over the environment: %d bytes, %d keys, %d and %d streams", f.refusalCacheBytes, f.metricKeys, f.connStreams, f.streams)
+	}
+	for _, bad := range [][]string{
+		{"-refusal-cache-bytes", "0"}, {"-metric-keys", "-1"}, {"-grpc-conn-streams", "0"}, {"-grpc-conn-streams", "4294967296"}, {"-grpc-streams", "0"},
+	} {
+		if _, err := parse(bad); err == nil || !strings.Contains(err.Error(), bad[0]) {
+			t.Errorf("%v: %v", bad, err)
+		}
+	}
+	t.Setenv("GRPC_MAX_STREAMS", "many")
+	if _, err := parse(nil); err == nil || !strings.Contains(err.Error(), "GRPC_MAX_STREAMS") {
+		t.Errorf("GRPC_MAX_STREAMS=many: %v", err)
+	}
+}
