@@ -50,27 +50,10 @@ func newFakeCluster(t *testing.T, setup func(f *fakeServer)) (*Client, *fakeClus
 func keyOn(i int) string {
 	for k := 0; ; k++ {
 		key := fmt.Sprintf("rl:k%d", k)
-		if s := slot(key); (s < 8192) == (i == 0) {
+		if s := Slot(key); (s < 8192) == (i == 0) {
 			return key
 		}
 	}
-}
-
-// slot is a key's cluster slot (CRC16 XMODEM mod 16384; keys here have no
-// hash tag).
-func slot(key string) int {
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
 }
 
 // sentNames lists the commands f was sent (their first two words).
@@ -201,7 +184,7 @@ func TestLibraryFollowsTheCall(t *testing.T) {
 	from.mu.Lock()
 	from.args = nil
 	from.before = func(cmd redis.Cmder) error { // the key has moved to the importing node
-		return replyError(fmt.Sprintf("ASK %d %s", slot(key), fc.addrs[1]))
+		return replyError(fmt.Sprintf("ASK %d %s", Slot(key), fc.addrs[1]))
 	}
 	from.mu.Unlock()
 	if r, err := c.Take(ctx, key, PerMinute(10), 1); err != nil || r.Remaining != 9 {

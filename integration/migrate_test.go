@@ -42,33 +42,11 @@ func TestSlotMigration(t *testing.T) {
 	}
 }
 
-// crcSlot is a key's cluster slot: CRC16 (XMODEM) of its hash tag, or of
-// the key when it has none, modulo 16384.
-func crcSlot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
-	}
-	var crc uint16
-	for i := 0; i < len(key); i++ {
-		crc ^= uint16(key[i]) << 8
-		for range 8 {
-			if crc&0x8000 != 0 {
-				crc = crc<<1 ^ 0x1021
-			} else {
-				crc <<= 1
-			}
-		}
-	}
-	return int(crc) % 16384
-}
-
 // usersIn lists n user names whose slot passes ok.
 func usersIn(n int, prefix string, ok func(slot int) bool) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
-		if u := fmt.Sprint(prefix, i); ok(crcSlot(u)) {
+		if u := fmt.Sprint(prefix, i); ok(client.Slot(u)) {
 			out = append(out, u)
 		}
 	}
@@ -187,7 +165,7 @@ func migrateUnderLoad(t *testing.T, module bool) {
 
 	// The migrating slot is on nodes[0]; other users live in its other
 	// slots, and on the other primaries.
-	slot := crcSlot(usersIn(1, "m", func(s int) bool { return s <= 5460 })[0])
+	slot := client.Slot(usersIn(1, "m", func(s int) bool { return s <= 5460 })[0])
 	moving := usersIn(20, "m", func(s int) bool { return s == slot })
 	sameNode := usersIn(20, "s", func(s int) bool { return s != slot && s <= 5460 })
 	elsewhere := usersIn(20, "e", func(s int) bool { return s > 5460 })

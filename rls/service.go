@@ -230,7 +230,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		if r.perUnit > 0 {
 			it.key = s.key(req.Domain, d, r)
 			if s.cluster {
-				it.slot = slot(it.key)
+				it.slot = client.Slot(it.key)
 			}
 		}
 		s.m.hit(req.Domain, it)

@@ -1,10 +1,12 @@
-package rls
+package client
 
 import "strings"
 
-// slot is a key's Redis Cluster hash slot: CRC16 (XMODEM) of the key, or
-// of its hash tag (the first {...} with something inside), modulo 16384.
-func slot(key string) int {
+// Slot is key's Redis Cluster hash slot, as CLUSTER KEYSLOT answers it:
+// CRC16 (XMODEM) of the key, or of its hash tag (the first {...} with
+// something inside), modulo 16384. Keys of one slot can be decided in one
+// call (All); "{user:42}:rpm" and "{user:42}:tpm" share user:42's.
+func Slot(key string) int {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
 			key = key[i+1 : i+1+j]
