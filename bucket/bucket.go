@@ -53,17 +53,18 @@ import (
 	"math"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 	"github.com/seed-6b3823f5/ratelimit/internal/schedule"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted request, and of a refused one
-// whose cost can never be admitted (verdict.Never).
-const Never = verdict.Never
+// whose cost can never be admitted (ratelimit.Never).
+const Never = ratelimit.Never
 
-// MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64.
-const MaxPeriod = math.MaxInt64 / int64(time.Second)
+// MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64
+// (ratelimit.MaxSeconds).
+const MaxPeriod = ratelimit.MaxSeconds
 
 var (
 	// ErrRange means an argument is outside its documented range.
@@ -83,7 +84,7 @@ var (
 // nothing, unless its state had to be clamped, see Clock steps) and the
 // state to store.
 type Decision struct {
-	verdict.Verdict
+	ratelimit.Verdict
 	// Delay is the shaper's answer: how long an admitted request waits
 	// before it proceeds (0: go now). Always 0 for the token bucket and
 	// for refused requests.
@@ -160,7 +161,7 @@ func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
 // a take of tokens + reserve; only tokens are taken, and Remaining is what
 // truly remains. A put-back (tokens < 0) ignores the reserve.
 func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, error) {
-	if probe, first := verdict.Reserve(tokens, reserve); first {
+	if probe, first := ratelimit.Reserve(tokens, reserve); first {
 		d, err := b.Take(full, now, probe)
 		if err != nil || d.Limited {
 			return d, err

@@ -99,36 +99,38 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // Never is the RetryAfter of an admitted call, and of a refusal that no
-// wait can admit (a cost above the limit): verdict.Never.
-const Never = verdict.Never
+// wait can admit (a cost above the limit): ratelimit.Never.
+const Never = ratelimit.Never
 
 // ErrNoModule means the server does not have the ratelimit module loaded.
 var ErrNoModule = errors.New("ratelimit: the server does not have the ratelimit module loaded " +
 	"(redis-server --loadmodule /path/to/ratelimit.so)")
 
-// Result is a limiter's answer.
+// Result is a limiter's answer: the five integers of its reply as a
+// ratelimit.Verdict (Limited, Limit, Remaining, RetryAfter, ResetAfter;
+// times exact to the millisecond, rounded up), and for All the deciding
+// limit's position. A fixed window of 10 a minute, 40 s into the minute,
+// admitting its sixth request (10 a minute, 6 used: Remaining 4):
+//
+//	Result{Verdict: ratelimit.Verdict{Limited: false, Limit: 10, Remaining: 4, RetryAfter: Never, ResetAfter: 20 * time.Second}}
+//
+// and once all 10 are used, an eleventh:
+//
+//	Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 0, RetryAfter: 20 * time.Second, ResetAfter: 20 * time.Second}}
+//
+// A refused call took nothing. For a concurrency limit RetryAfter is an
+// upper bound (a holder may release sooner) and ResetAfter the time until
+// every lease has lapsed; for a Shaper, ResetAfter is the delay before this
+// request may go.
 type Result struct {
-	// Limited reports a refusal: nothing was taken.
-	Limited bool
-	// Limit is what the limiter admits at once when full: GCRA's Burst+1,
-	// the capacity, the window's limit, the concurrency limit.
-	Limit int64
-	// Remaining is what would still be admitted now, after this call.
-	Remaining int64
-	// RetryAfter is Never when admitted; when refused, how long until the
-	// same call would be admitted (for a concurrency limit, an upper bound:
-	// a holder may release sooner), or Never if it never can be.
-	RetryAfter time.Duration
-	// ResetAfter is how long until the limiter is full again (every lease
-	// lapsed, for a concurrency limit).
-	ResetAfter time.Duration
+	ratelimit.Verdict
 	// Policy is, for All and PeekAll, the position of the deciding limit in
 	// the call's list; 0 otherwise.
 	Policy int
@@ -605,7 +607,7 @@ func reading(name any, vals []int64) (Result, error) {
 
 // result reads five integers.
 func result(v []int64) Result {
-	return Result{Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: millis(v[3]), ResetAfter: millis(v[4])}
+	return Result{Verdict: ratelimit.Verdict{Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: millis(v[3]), ResetAfter: millis(v[4])}}
 }
 
 // millis converts a reply time in ms; -1 is Never.

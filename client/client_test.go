@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
@@ -265,7 +266,7 @@ func TestWholeSeconds(t *testing.T) {
 func TestResult(t *testing.T) {
 	c, _ := newFake(1, 10, 0, 1500, 60000)
 	r, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
-	want := Result{Limited: true, Limit: 10, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Minute}
+	want := Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 0, RetryAfter: 1500 * time.Millisecond, ResetAfter: time.Minute}}
 	if err != nil || r != want {
 		t.Fatalf("%+v %v, want %+v", r, err, want)
 	}

@@ -32,13 +32,13 @@ import (
 	"errors"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted acquire, and of a refused one that
-// no lapse can admit (a reserve of the whole limit): verdict.Never.
-const Never = verdict.Never
+// no lapse can admit (a reserve of the whole limit): ratelimit.Never.
+const Never = ratelimit.Never
 
 var (
 	// ErrRange means an argument is outside its range.
@@ -74,7 +74,7 @@ type Holder struct {
 // every lease, the caller's included, has lapsed, 0 when none is live), and
 // what to store.
 type Decision struct {
-	verdict.Verdict
+	ratelimit.Verdict
 	// Renewed reports that the caller already held a slot: admitted
 	// without taking a new one.
 	Renewed bool
@@ -143,7 +143,7 @@ func (l Limiter) Peek(s Leases, latest, now, reserve int64) (Decision, error) {
 func (l Limiter) decide(s Leases, held bool, now, reserve int64) Decision {
 	L := l.limit
 	live := s.Count(now)
-	d := Decision{Verdict: verdict.Verdict{Limit: L, RetryAfter: Never}, Renewed: held}
+	d := Decision{Verdict: ratelimit.Verdict{Limit: L, RetryAfter: Never}, Renewed: held}
 	switch {
 	case held:
 		d.Remaining = L - live

@@ -39,18 +39,19 @@ import (
 	"math"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 	"github.com/seed-6b3823f5/ratelimit/internal/schedule"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted request, and of a refused request
 // whose cost exceeds the limit, so that it can never be admitted
-// (verdict.Never).
-const Never = verdict.Never
+// (ratelimit.Never).
+const Never = ratelimit.Never
 
-// MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64.
-const MaxPeriod = math.MaxInt64 / int64(time.Second)
+// MaxPeriod is the longest period, in seconds, whose nanoseconds fit an int64
+// (ratelimit.MaxSeconds).
+const MaxPeriod = ratelimit.MaxSeconds
 
 var (
 	// ErrOverflow means the arguments cannot be computed in 64-bit
@@ -112,7 +113,7 @@ func (l Limiter) Tolerance() time.Duration { return time.Duration(l.s.Tolerance)
 // request changes nothing, unless its state had to be clamped, see
 // Throttle) and the state to store.
 type Decision struct {
-	verdict.Verdict
+	ratelimit.Verdict
 	// TAT is the state after the call, in Unix nanoseconds.
 	TAT int64
 	// Write reports that TAT must be stored, with an expiry at TAT: after
@@ -155,7 +156,7 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 // at once and the fifth is refused. A refund (quantity < 0) ignores the
 // reserve.
 func (l Limiter) ThrottleReserve(tat, now, quantity, reserve int64) (Decision, error) {
-	if probe, first := verdict.Reserve(quantity, reserve); first {
+	if probe, first := ratelimit.Reserve(quantity, reserve); first {
 		d, err := l.Throttle(tat, now, probe)
 		if err != nil || d.Limited {
 			return d, err

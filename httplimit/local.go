@@ -6,6 +6,7 @@ import (
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
 )
@@ -55,8 +56,8 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 				ll.tats.Add(a.key, d.TAT)
 			}
 		}
-		a.res = client.Result{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
-			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}
+		a.res = client.Result{Verdict: ratelimit.Verdict{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
+			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}}
 		a.known, a.local = true, true
 		if d.Limited && !a.p.Shadow {
 			return // a later policy is not charged

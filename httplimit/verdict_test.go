@@ -13,6 +13,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -82,7 +83,7 @@ func limiterOn(t *testing.T, f *fakeDecider, opt Options, policies ...Policy) *L
 }
 
 func refusal(retry time.Duration) client.Result {
-	return client.Result{Limited: true, Limit: 5, RetryAfter: retry, ResetAfter: time.Minute}
+	return client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 5, RetryAfter: retry, ResetAfter: time.Minute}}
 }
 
 // When several policies refuse, the one with the longest wait decides
@@ -99,12 +100,12 @@ func TestVerdictLongestWaitDecides(t *testing.T) {
 	} {
 		f := &fakeDecider{all: func(each []client.Result) client.Result {
 			for i, w := range c.waits {
-				each[i] = client.Result{Limit: 5, Remaining: 4, RetryAfter: client.Never, ResetAfter: time.Second}
+				each[i] = client.Result{Verdict: ratelimit.Verdict{Limit: 5, Remaining: 4, RetryAfter: client.Never, ResetAfter: time.Second}}
 				if w != 0 {
 					each[i] = refusal(w)
 				}
 			}
-			return client.Result{Limited: true}
+			return client.Result{Verdict: ratelimit.Verdict{Limited: true}}
 		}}
 		var ev events
 		l := limiterOn(t, f, Options{Event: ev.add},
@@ -133,14 +134,14 @@ func TestShedRefundsRate(t *testing.T) {
 	f := &fakeDecider{
 		all: func(each []client.Result) client.Result {
 			for i := range each {
-				each[i] = client.Result{Limit: 10, Remaining: 9, RetryAfter: client.Never}
+				each[i] = client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never}}
 			}
-			return client.Result{Limit: 10, Remaining: 9, RetryAfter: client.Never}
+			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never}}
 		},
 		take: func(string, int64) client.Result {
-			return client.Result{Limit: 10, Remaining: 10, RetryAfter: client.Never}
+			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}
 		},
-		conc: client.Result{Limited: true, Limit: 1, RetryAfter: time.Minute},
+		conc: client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 1, RetryAfter: time.Minute}},
 	}
 	l := limiterOn(t, f, Options{},
 		Policy{Name: "burst", Limit: client.PerMinute(10), Key: Global()},

@@ -14,6 +14,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
@@ -42,8 +43,8 @@ func TestClientFamilies(t *testing.T) {
 					t.Fatalf("%v: %v", f.limit, err)
 				}
 				raw := mustCall(t, s.rdb, f.raw[0].(string), append(append([]any{twin}, f.raw[1:]...), 1, "MS")...)
-				want := client.Result{Limited: raw[0] == 1, Limit: raw[1], Remaining: raw[2],
-					RetryAfter: ms(raw[3]), ResetAfter: ms(raw[4])}
+				want := client.Result{Verdict: ratelimit.Verdict{Limited: raw[0] == 1, Limit: raw[1], Remaining: raw[2],
+					RetryAfter: ms(raw[3]), ResetAfter: ms(raw[4])}}
 				if got.Limited != want.Limited || got.Limit != want.Limit || got.Remaining != want.Remaining ||
 					!near(got.RetryAfter, want.RetryAfter) || !near(got.ResetAfter, want.ResetAfter) {
 					t.Fatalf("%v, call %d: client %+v, raw %+v", f.limit, i+1, got, want)

@@ -24,6 +24,7 @@ import (
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/status"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -366,13 +367,13 @@ func TestResetOf(t *testing.T) {
 		res  client.Result
 		want time.Duration
 	}{
-		{"fixed window, a check of an empty key", fw, client.Result{Limit: 10, Remaining: 10, RetryAfter: client.Never}, 20 * time.Second},
-		{"fixed window, a cost above the limit", fw, client.Result{Limited: true, Limit: 10, Remaining: 10, RetryAfter: client.Never}, 20 * time.Second},
-		{"GCRA, a cost above the limit", gcra, client.Result{Limited: true, Limit: 10, Remaining: 10, RetryAfter: client.Never}, 20 * time.Second},
-		{"fixed window, admitted", fw, client.Result{Limit: 10, Remaining: 9, RetryAfter: client.Never, ResetAfter: 19500 * time.Millisecond}, 19500 * time.Millisecond},
-		{"fixed window, refused", fw, client.Result{Limited: true, Limit: 10, RetryAfter: 19500 * time.Millisecond, ResetAfter: 19500 * time.Millisecond}, 19500 * time.Millisecond},
-		{"GCRA, a check of an empty key: full now", gcra, client.Result{Limit: 10, Remaining: 10, RetryAfter: client.Never}, 0},
-		{"GCRA, refused", gcra, client.Result{Limited: true, Limit: 10, RetryAfter: 6 * time.Second, ResetAfter: time.Minute}, 6 * time.Second},
+		{"fixed window, a check of an empty key", fw, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 20 * time.Second},
+		{"fixed window, a cost above the limit", fw, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 20 * time.Second},
+		{"GCRA, a cost above the limit", gcra, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 20 * time.Second},
+		{"fixed window, admitted", fw, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never, ResetAfter: 19500 * time.Millisecond}}, 19500 * time.Millisecond},
+		{"fixed window, refused", fw, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, RetryAfter: 19500 * time.Millisecond, ResetAfter: 19500 * time.Millisecond}}, 19500 * time.Millisecond},
+		{"GCRA, a check of an empty key: full now", gcra, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 0},
+		{"GCRA, refused", gcra, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, RetryAfter: 6 * time.Second, ResetAfter: time.Minute}}, 6 * time.Second},
 	} {
 		if got := resetOf(&item{r: c.r, res: c.res, known: true, started: at}); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)

@@ -21,6 +21,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -394,11 +395,11 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 		switch {
 		case it.r.perUnit == 0:
 			it.known = true
-			it.res = client.Result{Limited: it.cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}
+			it.res = client.Result{Verdict: ratelimit.Verdict{Limited: it.cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
 			refused = refused || it.cost > 0
 		case s.cache != nil && s.cache.refuses(it.key, it.cost, now, &until):
 			it.known, it.cached = true, true
-			it.res = client.Result{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}
+			it.res = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}}
 			refused = true
 			s.m.cacheHit()
 		default:
@@ -540,7 +541,7 @@ func (s *Service) decideEach(ctx context.Context, items []*item) error {
 	for _, it := range items {
 		if it.r.perUnit == 0 {
 			it.known = true
-			it.res = client.Result{Limited: it.cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}
+			it.res = client.Result{Verdict: ratelimit.Verdict{Limited: it.cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
 			continue
 		}
 		if err := s.take(ctx, []*item{it}); err != nil {

@@ -6,6 +6,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -28,7 +29,7 @@ func TestMetricsSplit(t *testing.T) {
 	} {
 		m := newMetrics(nil)
 		r := &rule{perUnit: 10, shadow: tc.shadow}
-		it := &item{r: r, stat: "d.k", cost: tc.cost, known: true, res: client.Result{Limited: tc.refused, Limit: 10, Remaining: tc.remaining}}
+		it := &item{r: r, stat: "d.k", cost: tc.cost, known: true, res: client.Result{Verdict: ratelimit.Verdict{Limited: tc.refused, Limit: 10, Remaining: tc.remaining}}}
 		m.hit("d", it)
 		m.decided(it, 0.8)
 		for what, c := range map[string]struct {

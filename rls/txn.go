@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
@@ -376,5 +377,5 @@ func fiveOf(v []int64) client.Result {
 		}
 		return time.Duration(x) * time.Millisecond
 	}
-	return client.Result{Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: ms(v[3]), ResetAfter: ms(v[4])}
+	return client.Result{Verdict: ratelimit.Verdict{Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: ms(v[3]), ResetAfter: ms(v[4])}}
 }

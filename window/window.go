@@ -44,16 +44,17 @@ import (
 	"math"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Never is the RetryAfter of an admitted hit, and of a refused one whose
-// cost exceeds the limit (verdict.Never).
-const Never = verdict.Never
+// cost exceeds the limit (ratelimit.Never).
+const Never = ratelimit.Never
 
-// MaxWindow is the longest window, in seconds, whose nanoseconds fit an int64.
-const MaxWindow = math.MaxInt64 / int64(time.Second)
+// MaxWindow is the longest window, in seconds, whose nanoseconds fit an int64
+// (ratelimit.MaxSeconds).
+const MaxWindow = ratelimit.MaxSeconds
 
 var (
 	// ErrRange means an argument is outside its range.
@@ -67,7 +68,7 @@ var (
 // this same hit would be admitted, or Never if its cost exceeds Limit;
 // ResetAfter the time until the count is zero) and whether to store.
 type Decision struct {
-	verdict.Verdict
+	ratelimit.Verdict
 	// Write reports that the state changed and must be stored, expiring
 	// ResetAfter from now.
 	Write bool
@@ -95,7 +96,7 @@ func (p params) start(now int64) int64 {
 }
 
 func (p params) decision() Decision {
-	return Decision{Verdict: verdict.Verdict{Limit: p.limit, RetryAfter: Never}}
+	return Decision{Verdict: ratelimit.Verdict{Limit: p.limit, RetryAfter: Never}}
 }
 
 // ---- Fixed window ----
@@ -157,7 +158,7 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 // hit of cost + reserve; only cost is counted, and Remaining is what truly
 // remains.
 func (f FixedWindow) HitReserve(count, expires, now, cost, reserve int64) (d Decision, newCount, end int64, err error) {
-	if probe, first := verdict.Reserve(cost, reserve); first {
+	if probe, first := ratelimit.Reserve(cost, reserve); first {
 		d, newCount, end, err = f.Hit(count, expires, now, probe)
 		if err != nil || d.Limited {
 			return d, newCount, end, err
@@ -253,7 +254,7 @@ func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, 
 
 // HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
 func (s SlidingWindow) HitReserve(c Counts, now, cost, reserve int64) (d Decision, next Counts, expire int64, err error) {
-	if probe, first := verdict.Reserve(cost, reserve); first {
+	if probe, first := ratelimit.Reserve(cost, reserve); first {
 		d, next, expire, err = s.Hit(c, now, probe)
 		if err != nil || d.Limited {
 			return d, next, expire, err
@@ -376,7 +377,7 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 
 // HitReserve is Hit with a reserve, as FixedWindow.HitReserve.
 func (l SlidingLog) HitReserve(log Log, now, cost, reserve int64) (LogDecision, error) {
-	if probe, first := verdict.Reserve(cost, reserve); first {
+	if probe, first := ratelimit.Reserve(cost, reserve); first {
 		d, err := l.Hit(log, now, probe)
 		if err != nil || d.Limited {
 			return d, err

@@ -3,9 +3,9 @@ package engine
 import (
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/bucket"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
@@ -129,7 +129,7 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 	if err != nil {
 		return err
 	}
-	var v verdict.Verdict
+	var v ratelimit.Verdict
 	var next int64
 	var write bool
 	switch l.family {

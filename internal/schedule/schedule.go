@@ -9,8 +9,8 @@ package schedule
 import (
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 )
 
 // Schedule is one limit's parameters.
@@ -23,7 +23,7 @@ type Schedule struct {
 
 // Step is one call's outcome.
 type Step struct {
-	verdict.Verdict
+	ratelimit.Verdict
 	// Ahead is how far the state ran ahead of now before the call, at most
 	// Tolerance; Next after it (Ahead when refused).
 	Ahead, Next int64
@@ -42,7 +42,7 @@ type Step struct {
 // multiplied; a refund (units < 0) stops at full. ok is false when the
 // state after an admitted call would overflow int64 nanoseconds.
 func (s Schedule) Apply(state, now, units int64) (st Step, ok bool) {
-	st.Limit, st.RetryAfter = s.Limit, verdict.Never
+	st.Limit, st.RetryAfter = s.Limit, ratelimit.Never
 	st.Ahead, st.Write = checked.Ahead(state, now, s.Tolerance)
 	if units > s.Slots {
 		return s.refuse(st, now), true

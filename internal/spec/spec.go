@@ -15,7 +15,11 @@
 // lua/src, then go generate.
 package spec
 
-import "strconv"
+import (
+	"strconv"
+
+	"github.com/seed-6b3823f5/ratelimit"
+)
 
 //go:generate go run ../gen
 
@@ -28,7 +32,7 @@ const (
 	// MaxSeconds is the longest period, window or lease: whole seconds of
 	// 64-bit nanoseconds (gcra.MaxPeriod, bucket.MaxPeriod,
 	// window.MaxWindow).
-	MaxSeconds = (1<<63 - 1) / 1_000_000_000
+	MaxSeconds = ratelimit.MaxSeconds
 	// MaxLogLimit bounds the sliding log (one sorted-set entry per admitted
 	// unit), and MaxLogAdd the entries one RL.ALL call adds to its logs.
 	MaxLogLimit = 100000

@@ -1,20 +1,15 @@
-// Package verdict is what every limiter of this project answers, and the
-// reserve rule they all follow.
-//
-// A Verdict is the five integers every command replies (limited, limit,
-// remaining, retry_after, reset_after), with durations for the times. The
-// Decision of each algorithm package (gcra, bucket, window, conc) embeds
-// one, so one routine turns any of them into HTTP headers. GCRA of burst 15
-// at 30 per 60 s, on its first request:
-//
-//	Verdict{Limited: false, Limit: 16, Remaining: 15, RetryAfter: Never, ResetAfter: 2 * time.Second}
-package verdict
+package ratelimit
 
 import (
+	"math"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 )
+
+// MaxSeconds is the longest period, window or lease, in whole seconds:
+// 9223372036, the most whose nanoseconds fit an int64 (about 292 years).
+const MaxSeconds = math.MaxInt64 / int64(time.Second)
 
 // Never is the RetryAfter of an admitted call, and of a refused one that no
 // wait can admit (a cost above the limit, a reserve of the whole limit).

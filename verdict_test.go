@@ -1,4 +1,4 @@
-package verdict_test
+package ratelimit_test
 
 import (
 	"fmt"
@@ -6,9 +6,9 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/bucket"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
-	"github.com/seed-6b3823f5/ratelimit/verdict"
 	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
@@ -24,7 +24,7 @@ func TestReserve(t *testing.T) {
 		{math.MaxInt64, 1, math.MaxInt64, true}, // saturating, never wrapping
 		{math.MaxInt64 - 1, 1, math.MaxInt64, true},
 	} {
-		if probe, first := verdict.Reserve(c.cost, c.reserve); probe != c.probe || first != c.first {
+		if probe, first := ratelimit.Reserve(c.cost, c.reserve); probe != c.probe || first != c.first {
 			t.Errorf("Reserve(%d, %d) = %d, %v; want %d, %v", c.cost, c.reserve, probe, first, c.probe, c.first)
 		}
 	}
@@ -32,7 +32,7 @@ func TestReserve(t *testing.T) {
 
 // headers is one routine for every algorithm: each Decision embeds a
 // Verdict.
-func headers(v verdict.Verdict) string {
+func headers(v ratelimit.Verdict) string {
 	if v.Limited {
 		return fmt.Sprintf("429, RateLimit r=0, Retry-After %v", v.RetryAfter)
 	}
@@ -49,7 +49,7 @@ func Example() {
 	w, _ := window.NewFixedWindow(100, 60)
 	wd, _, _, _ := w.Hit(0, 0, now, 1)
 	fmt.Println(headers(gd.Verdict))
-	fmt.Println(headers(bd.Verdict), bd.RetryAfter == verdict.Never)
+	fmt.Println(headers(bd.Verdict), bd.RetryAfter == ratelimit.Never)
 	fmt.Println(headers(wd.Verdict))
 	// Output:
 	// 200, RateLimit q=16 r=15 t=2s
