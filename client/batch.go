@@ -34,6 +34,7 @@ type Call struct {
 	keyPos  int8
 	release bool     // CONC.RELEASE: an integer reply, not five
 	each    []Result // RL.ALL EACH: filled with each limit's result
+	wants   []*Want  // a decision's step (Step): filled with their answers
 	res     Result
 	held    bool
 	err     error
@@ -217,4 +218,12 @@ func (call *Call) read(cmd *onceCmd, err error) {
 		call.res, err = reading(call.args[0], vals)
 	}
 	call.err = err
+	switch {
+	case err != nil || call.wants == nil:
+	case call.each != nil:
+		fill(call.wants, call.each, call.res.Limited)
+	default:
+		w := call.wants[0]
+		w.Result, w.Known, w.Taken = call.res, true, !call.res.Limited
+	}
 }

@@ -285,12 +285,13 @@ type decider interface {
 	Release(ctx context.Context, key, id string) (bool, error)
 	Engines() map[string]client.Engine
 	ServerFor(ctx context.Context, key string) string
+	Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error
+	Refund(ctx context.Context, wants []*client.Want, send client.StepFunc)
 }
 
 // Limiter is the middleware. It is safe for concurrent use.
 type Limiter struct {
 	c        decider
-	rdb      redis.UniversalClient
 	opt      Options
 	policies []Policy
 	header   string // RateLimit-Policy, the same for every response
@@ -351,12 +352,12 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 		case !isConc && strings.HasPrefix(p.Limit.String(), "LB"):
 			return nil, fmt.Errorf("httplimit: policy %s: a Shaper delays rather than refuses; it is not a policy", p.Name)
 		case isConc:
-			items = append(items, fmt.Sprintf("%q;q=%d;qu=\"concurrent-requests\"", p.Name, clamp(p.Concurrency.Limit)))
+			items = append(items, client.ConcurrencyPolicyItem(p.Name, p.Concurrency.Limit))
 		default:
-			items = append(items, fmt.Sprintf("%q;q=%d;w=%d", p.Name, clamp(q), clamp(int64(w/time.Second))))
+			items = append(items, client.PolicyItem(p.Name, q, w))
 		}
 	}
-	l := &Limiter{c: client.New(rdb), rdb: rdb, opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
+	l := &Limiter{c: client.New(rdb), opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
@@ -378,9 +379,6 @@ func validName(s string) bool {
 	}
 	return true
 }
-
-// clamp keeps an integer within 15 digits (RFC 9651).
-func clamp(v int64) int64 { return min(max(v, 0), 999_999_999_999_999) }
 
 func (l *Limiter) event(e Event) {
 	if l.opt.Event != nil {

@@ -87,9 +87,9 @@ func TestLocalLimiter(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
 	var codes []bool
 	for range 5 {
-		rate := []applied{{p: p, key: "a", cost: 1}}
+		rate := []applied{{Want: client.Want{Key: "a", Cost: 1}, p: p}}
 		ll.decide(rate, now)
-		codes = append(codes, rate[0].res.Limited)
+		codes = append(codes, rate[0].Result.Limited)
 	}
 	if fmt.Sprint(codes) != "[false false false true true]" {
 		t.Fatalf("3 per minute locally: limited %v", codes)
@@ -97,15 +97,15 @@ func TestLocalLimiter(t *testing.T) {
 	// The bound, 2 keys, evicts the key used longest ago: "a", used on
 	// every request, stays through a stream of new keys, its count intact.
 	for _, k := range []string{"b", "c", "d"} {
-		ll.decide([]applied{{p: p, key: "a", cost: 0}}, now)
-		ll.decide([]applied{{p: p, key: k, cost: 1}}, now)
+		ll.decide([]applied{{Want: client.Want{Key: "a", Cost: 0}, p: p}}, now)
+		ll.decide([]applied{{Want: client.Want{Key: k, Cost: 1}, p: p}}, now)
 	}
 	if ll.keys() != 2 {
 		t.Fatalf("%d keys kept, bound 2", ll.keys())
 	}
-	rate := []applied{{p: p, key: "a", cost: 1}}
-	if ll.decide(rate, now); !rate[0].res.Limited {
-		t.Fatalf("the heavy user's key was evicted: admitted again %+v", rate[0].res)
+	rate := []applied{{Want: client.Want{Key: "a", Cost: 1}, p: p}}
+	if ll.decide(rate, now); !rate[0].Result.Limited {
+		t.Fatalf("the heavy user's key was evicted: admitted again %+v", rate[0].Result)
 	}
 	if !ll.acquire("x", 1) || ll.acquire("x", 1) {
 		t.Fatal("one slot")
@@ -136,7 +136,7 @@ func BenchmarkLocalFlood(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		ll = newLocal(10000)
 		for _, k := range keys {
-			ll.decide([]applied{{p: p, key: k, cost: 1}}, now)
+			ll.decide([]applied{{Want: client.Want{Key: k, Cost: 1}, p: p}}, now)
 		}
 	}
 	var after runtime.MemStats

@@ -44,21 +44,21 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 		if err != nil {
 			continue // no local verdict: the policy is not applied
 		}
-		tat, _ := ll.tats.Get(a.key)
-		d, err := g.ThrottleReserve(tat, now, a.cost, min(a.reserve, q))
+		tat, _ := ll.tats.Get(a.Key)
+		d, err := g.ThrottleReserve(tat, now, a.Cost, min(a.Reserve, q))
 		if err != nil {
 			continue
 		}
 		if d.Write {
 			if d.TAT <= now {
-				ll.tats.Remove(a.key)
+				ll.tats.Remove(a.Key)
 			} else {
-				ll.tats.Add(a.key, d.TAT)
+				ll.tats.Add(a.Key, d.TAT)
 			}
 		}
-		a.res = client.Result{Verdict: ratelimit.Verdict{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
+		a.Result = client.Result{Verdict: ratelimit.Verdict{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}}
-		a.known, a.local = true, true
+		a.Known, a.local = true, true
 		if d.Limited && !a.p.Shadow {
 			return // a later policy is not charged
 		}

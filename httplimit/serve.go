@@ -17,8 +17,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -26,19 +24,16 @@ import (
 // admitted, but another policy refused the request).
 const noOutcome EventKind = -1
 
-// applied is one policy applying to one request.
+// applied is one policy applying to one request: its Want (its Redis key,
+// limit, cost and reserve, and once decided its answer; Known when Result
+// holds this policy's own figures, Taken when it was admitted in Redis and
+// a later refusal gives it back).
 type applied struct {
+	client.Want
 	p       *Policy
-	key     string // the Redis key
-	tag     string // its hash tag: policies of one tag share a slot
-	cost    int64
-	reserve int64
-	res     client.Result
-	known   bool // res holds this policy's own figures
 	local   bool // decided in this process (FailLocal)
-	taken   bool // admitted in Redis: a later refusal refunds it
 	id      string
-	server  string    // the Redis server holding key, for a concurrency policy
+	server  string    // the Redis server holding the key, for a concurrency policy
 	outcome EventKind // what is reported for this policy, or noOutcome
 }
 
@@ -95,17 +90,18 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		if k == "" {
 			continue
 		}
-		a := applied{p: p, cost: 1, reserve: p.Reserve[prio], outcome: noOutcome}
-		a.key, a.tag = l.redisKey(k, p.Name)
+		a := applied{Want: client.Want{Cost: 1, Reserve: p.Reserve[prio]}, p: p, outcome: noOutcome}
+		a.Key, _ = l.redisKey(k, p.Name)
+		a.Limit = p.Limit
 		if p.Concurrency.Limit > 0 {
 			conc = append(conc, a)
 			continue
 		}
 		if p.Cost != nil {
-			a.cost = p.Cost(r)
+			a.Cost = p.Cost(r)
 		}
-		if q, _ := p.Limit.Quota(); a.cost < 0 || a.cost > q {
-			l.badRequest(w, r, p, fmt.Errorf("cost %d is outside 0 to %d, the limit", a.cost, q))
+		if q, _ := p.Limit.Quota(); a.Cost < 0 || a.Cost > q {
+			l.badRequest(w, r, p, fmt.Errorf("cost %d is outside 0 to %d, the limit", a.Cost, q))
 			return
 		}
 		rate = append(rate, a)
@@ -133,15 +129,15 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 				l.local.decide(rate, time.Now().UnixNano())
 			default: // FailOpen: no decision, no RateLimit field
 				for i := range rate {
-					rate[i].known, rate[i].taken = false, false
+					rate[i].Known, rate[i].Taken = false, false
 				}
 				mark(rate, FailedOpen)
 			}
 		}
 	}
 	if refused := l.verdict(w, rate); refused != nil {
-		d := Decision{Status: http.StatusTooManyRequests, Policy: refused.p.Name, RetryAfter: refused.res.RetryAfter}
-		if refused.res.Remaining >= refused.cost && refused.reserve > 0 { // refused only for the reserve
+		d := Decision{Status: http.StatusTooManyRequests, Policy: refused.p.Name, RetryAfter: refused.Result.RetryAfter}
+		if refused.Result.Remaining >= refused.Cost && refused.Reserve > 0 { // refused only for the reserve
 			d.Status = http.StatusServiceUnavailable
 			refused.outcome = Shed
 		}
@@ -235,7 +231,7 @@ func (l *Limiter) serversOf(r *http.Request, as []applied) []string {
 	defer cancel()
 	servers := make([]string, 0, 1)
 	for i := range as {
-		if s := l.c.ServerFor(ctx, as[i].key); !slices.Contains(servers, s) {
+		if s := l.c.ServerFor(ctx, as[i].Key); !slices.Contains(servers, s) {
 			servers = append(servers, s)
 		}
 	}
@@ -322,92 +318,42 @@ func isTimeout(err error) bool {
 	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
 }
 
-// decideRemote decides the rate policies in Redis: the enforcing ones in
-// one RL.ALL call when they share a slot and a reserve, else one by one,
-// refunding what was taken when a later one refuses; shadow ones each on
-// their own.
+// decideRemote decides the rate policies in Redis: the enforcing ones all
+// or nothing (client.Client.Decide: one RL.ALL per slot and reserve, those
+// that can give back first, refunds when a later one refuses), the shadow
+// ones each on its own (never given back).
 func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
-	var enforcing, shadow []int
+	var buf [8]*client.Want
+	enforcing := buf[:0]
 	for i := range rate {
-		if rate[i].p.Shadow {
-			shadow = append(shadow, i)
-		} else {
-			enforcing = append(enforcing, i)
+		if !rate[i].p.Shadow {
+			enforcing = append(enforcing, &rate[i].Want)
 		}
 	}
-	if len(enforcing) > 1 && l.oneCall(rate, enforcing) {
-		var kbuf [maxAll]client.Keyed
-		var ebuf [maxAll]client.Result
-		keyed, each := kbuf[:len(enforcing)], ebuf[:len(enforcing)]
-		for j, i := range enforcing {
-			keyed[j] = client.Keyed{Key: rate[i].key, Limit: rate[i].p.Limit, Cost: rate[i].cost}
-		}
-		res, err := l.c.AllEach(ctx, keyed, each, client.Reserve(rate[enforcing[0]].reserve))
-		if err != nil {
+	if len(enforcing) > 0 {
+		if err := l.c.Decide(ctx, enforcing, nil); err != nil {
 			return err
 		}
-		for j, i := range enforcing {
-			rate[i].res, rate[i].known, rate[i].taken = each[j], true, !res.Limited
-		}
-	} else {
-		for _, i := range enforcing {
-			a := &rate[i]
-			res, err := l.c.Take(ctx, a.key, a.p.Limit, a.cost, client.Reserve(a.reserve))
-			if err != nil {
-				l.refund(ctx, rate)
+	}
+	for i := range rate {
+		if a := &rate[i]; a.p.Shadow {
+			if err := l.c.Decide(ctx, []*client.Want{&a.Want}, nil); err != nil {
 				return err
 			}
-			a.res, a.known, a.taken = res, true, !res.Limited
-			if res.Limited {
-				l.refund(ctx, rate)
-				break
-			}
+			a.Taken = false
 		}
-	}
-	for _, i := range shadow {
-		a := &rate[i]
-		res, err := l.c.Take(ctx, a.key, a.p.Limit, a.cost, client.Reserve(a.reserve))
-		if err != nil {
-			return err
-		}
-		a.res, a.known = res, true
 	}
 	return nil
 }
 
-// maxAll is the most limits one RL.ALL call decides (its numkeys).
-const maxAll = 16
-
-// oneCall reports whether the enforcing policies can be one RL.ALL call:
-// at most maxAll of them, one reserve, and one slot (always, on a single
-// node).
-func (l *Limiter) oneCall(rate []applied, idx []int) bool {
-	if len(idx) > maxAll {
-		return false
-	}
-	first := rate[idx[0]]
-	_, single := l.rdb.(*redis.Client)
-	for _, i := range idx[1:] {
-		if rate[i].reserve != first.reserve || (!single && rate[i].tag != first.tag) {
-			return false
-		}
-	}
-	return true
-}
-
-// refund gives back what the policies taken so far took, where the limit
-// allows it: GCRA and the token bucket take a negative cost; a window's
-// count stays (the module cannot un-count a hit).
+// refund gives back what the policies took, where the limit allows it
+// (client.Client.Refund).
 func (l *Limiter) refund(ctx context.Context, rate []applied) {
+	wants := make([]*client.Want, len(rate))
 	for i := range rate {
-		a := &rate[i]
-		if !a.taken || !a.p.Limit.Refundable() {
-			continue
-		}
-		if _, err := l.c.Take(ctx, a.key, a.p.Limit, -a.cost); err == nil {
-			a.taken = false
-		}
+		wants[i] = &rate[i].Want
 	}
+	l.c.Refund(ctx, wants, nil)
 }
 
 // verdict sets the RateLimit field and each policy's outcome, and returns
@@ -418,21 +364,21 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 	var items []string
 	for i := range rate {
 		a := &rate[i]
-		if !a.known {
+		if !a.Known {
 			continue
 		}
 		switch {
-		case a.res.Limited && a.p.Shadow:
+		case a.Result.Limited && a.p.Shadow:
 			a.outcome = ShadowRefused
-		case a.res.Limited: // the refusal with the longest wait decides (-1, never, longest of all)
+		case a.Result.Limited: // the refusal with the longest wait decides (-1, never, longest of all)
 			a.outcome = Refused
-			if refused == nil || a.res.RetryAfter < 0 || (refused.res.RetryAfter >= 0 && a.res.RetryAfter > refused.res.RetryAfter) {
+			if refused == nil || a.Result.RetryAfter < 0 || (refused.Result.RetryAfter >= 0 && a.Result.RetryAfter > refused.Result.RetryAfter) {
 				refused = a
 			}
 		default:
 			a.outcome = Admitted
 		}
-		if a.local && a.res.Limited {
+		if a.local && a.Result.Limited {
 			a.outcome = LocalRefused
 		} else if a.local {
 			a.outcome = LocalAdmitted
@@ -452,22 +398,14 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 // field is one policy's RateLimit item: remaining and the seconds until
 // it resets, or, refused, 0 and the seconds until it would pass.
 func field(a *applied) string {
-	r, t := a.res.Remaining, seconds(a.res.ResetAfter)
-	if a.res.Limited {
+	r, t := a.Result.Remaining, a.Result.ResetAfter
+	if a.Result.Limited {
 		r = 0
-		if a.res.RetryAfter >= 0 {
-			t = seconds(a.res.RetryAfter)
+		if a.Result.RetryAfter >= 0 {
+			t = a.Result.RetryAfter
 		}
 	}
-	return fmt.Sprintf("%q;r=%d;t=%d", a.p.Name, clamp(r), clamp(t))
-}
-
-// seconds rounds d up to whole seconds.
-func seconds(d time.Duration) int64 {
-	if d <= 0 {
-		return 0
-	}
-	return int64((d + time.Second - 1) / time.Second)
+	return client.StateItem(a.p.Name, r, t)
 }
 
 // acquire takes a slot of every concurrency policy; on a refusal (or a
@@ -483,7 +421,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 	var held, localHeld []*applied
 	release = func() {
 		for _, a := range localHeld {
-			l.local.release(a.key)
+			l.local.release(a.Key)
 		}
 		if len(held) == 0 {
 			return
@@ -502,7 +440,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		start := time.Now()
 		var err error
 		for _, a := range held {
-			if _, e := l.c.Release(ctx, a.key, a.id); e != nil && err == nil {
+			if _, e := l.c.Release(ctx, a.Key, a.id); e != nil && err == nil {
 				err = e
 			}
 		}
@@ -514,7 +452,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		a.server = l.serversOf(r, conc[i:i+1])[0]
 		var res client.Result
 		switch l.remote(r, []string{a.server}, func(ctx context.Context) (err error) {
-			res, err = l.c.Acquire(ctx, a.key, a.p.Concurrency, id, client.Reserve(a.reserve))
+			res, err = l.c.Acquire(ctx, a.Key, a.p.Concurrency, id, client.Reserve(a.Reserve))
 			return err
 		}) {
 		case gone:
@@ -537,7 +475,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 			a.outcome = FailedClosed
 			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.retryAfter([]string{a.server})}, false
 		case FailLocal:
-			if l.local.acquire(a.key, a.p.Concurrency.Limit) {
+			if l.local.acquire(a.Key, a.p.Concurrency.Limit) {
 				localHeld = append(localHeld, a)
 				a.outcome = LocalAdmitted
 			} else if a.outcome = LocalRefused; !a.p.Shadow {
@@ -568,9 +506,9 @@ func shedRetry(p *Policy, earliest time.Duration) time.Duration {
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 	h := w.Header()
 	if d.RetryAfter >= 0 {
-		s := seconds(d.RetryAfter)
+		s := client.Seconds(d.RetryAfter)
 		spread := mrand.Int64N(max(1, s/10) + 1)
-		h.Set("Retry-After", strconv.FormatInt(clamp(s+spread), 10))
+		h.Set("Retry-After", strconv.FormatInt(client.Clamp(s+spread), 10))
 	}
 	if l.opt.Refused != nil {
 		w.WriteHeader(d.Status)

@@ -64,6 +64,44 @@ func (f *fakeDecider) Release(_ context.Context, key, _ string) (bool, error) {
 
 func (f *fakeDecider) Engines() map[string]client.Engine { return nil }
 
+// Decide and Refund are the client's, each step sent to the fake: one
+// limit by Take, several by AllEach.
+func (f *fakeDecider) Decide(ctx context.Context, wants []*client.Want, _ client.StepFunc) error {
+	return planner.Decide(ctx, wants, f.send)
+}
+
+func (f *fakeDecider) Refund(ctx context.Context, wants []*client.Want, _ client.StepFunc) {
+	planner.Refund(ctx, wants, f.send)
+}
+
+// planner plans the fake's decisions as a client of one server does.
+var planner = client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
+
+func (f *fakeDecider) send(ctx context.Context, st client.Step) error {
+	if len(st.Wants) == 1 {
+		w := st.Wants[0]
+		r, err := f.Take(ctx, w.Key, w.Limit, w.Cost, client.Reserve(w.Reserve))
+		if err != nil {
+			return err
+		}
+		w.Result, w.Known, w.Taken = r, true, !r.Limited
+		return nil
+	}
+	keyed := make([]client.Keyed, len(st.Wants))
+	each := make([]client.Result, len(st.Wants))
+	for i, w := range st.Wants {
+		keyed[i] = client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost}
+	}
+	r, err := f.AllEach(ctx, keyed, each)
+	if err != nil {
+		return err
+	}
+	for i, w := range st.Wants {
+		w.Result, w.Known, w.Taken = each[i], true, !r.Limited
+	}
+	return nil
+}
+
 func (f *fakeDecider) ServerFor(_ context.Context, key string) string {
 	if f.server == nil {
 		return ""

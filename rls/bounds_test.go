@@ -375,7 +375,9 @@ func TestResetOf(t *testing.T) {
 		{"GCRA, a check of an empty key: full now", gcra, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 0},
 		{"GCRA, refused", gcra, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, RetryAfter: 6 * time.Second, ResetAfter: time.Minute}}, 6 * time.Second},
 	} {
-		if got := resetOf(&item{r: c.r, res: c.res, known: true, started: at}); got != c.want {
+		it := &item{r: c.r, started: at}
+		it.Result, it.Known = c.res, true
+		if got := resetOf(it); got != c.want {
 			t.Errorf("%s: %v, want %v", c.name, got, c.want)
 		}
 	}

@@ -120,7 +120,7 @@ func (m *metrics) of(domain, key string, perValue bool) *keyCounters {
 
 func (m *metrics) hit(domain string, it *item) {
 	it.counters = m.of(domain, it.stat, it.perValue)
-	it.counters.total.Add(float64(it.cost))
+	it.counters.total.Add(float64(it.Cost))
 }
 
 // decided counts a descriptor's outcome as the peer splits hits: of a
@@ -128,18 +128,18 @@ func (m *metrics) hit(domain string, it *item) {
 // (past the near share) and the rest over; of one within it, the hits past
 // the near share are near it.
 func (m *metrics) decided(it *item, ratio float64) {
-	if !it.known || it.cost == 0 {
+	if !it.Known || it.Cost == 0 {
 		return
 	}
 	c := it.counters
-	limit, hits := it.r.perUnit, it.cost
+	limit, hits := it.r.perUnit, it.Cost
 	nearAt := int64(float64(limit) * ratio)
 	if it.cached {
 		c.over.Add(float64(hits))
 		return
 	}
-	if it.res.Limited {
-		before := max(limit-max(it.res.Remaining, 0), 0)
+	if it.Result.Limited {
+		before := max(limit-max(it.Result.Remaining, 0), 0)
 		after := before + hits
 		over, shadow := hits, hits
 		if before < limit {
@@ -154,7 +154,7 @@ func (m *metrics) decided(it *item, ratio float64) {
 		}
 		return
 	}
-	after := max(limit-max(it.res.Remaining, 0), 0)
+	after := max(limit-max(it.Result.Remaining, 0), 0)
 	before := max(after-hits, 0)
 	if after > nearAt {
 		near := after - nearAt

@@ -20,14 +20,13 @@ const (
 	queued   = 4096 // calls waiting, at most; past that a request waits its turn
 )
 
-// job is one call of one request: a group of its items, decided in one
-// command (RL.ALL when several).
+// job is one call of one request: a step of its decision, in one command
+// (RL.ALL when several limits).
 type job struct {
-	ctx   context.Context // the request's: a request gone is not sent
-	group []*item
-	each  []client.Result
-	call  *client.Call
-	done  chan error
+	ctx  context.Context // the request's: a request gone is not sent
+	step client.Step
+	call *client.Call
+	done chan error
 }
 
 type pipeline struct {
@@ -44,9 +43,9 @@ func newPipeline(c *client.Client, timeout time.Duration, m *metrics) *pipeline 
 	return p
 }
 
-// do decides group in the next round trip, or fails when ctx ends first.
-func (p *pipeline) do(ctx context.Context, group []*item) error {
-	j := &job{ctx: ctx, group: group, done: make(chan error, 1)}
+// do decides a step in the next round trip, or fails when ctx ends first.
+func (p *pipeline) do(ctx context.Context, st client.Step) error {
+	j := &job{ctx: ctx, step: st, done: make(chan error, 1)}
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
@@ -102,17 +101,7 @@ func (p *pipeline) exec(batch []*job) {
 			j.done <- err // the caller is gone: Redis is not asked
 			continue
 		}
-		if len(j.group) == 1 {
-			it := j.group[0]
-			j.call = b.Take(it.key, it.r.limit, it.cost)
-		} else {
-			keyed := make([]client.Keyed, len(j.group))
-			for k, it := range j.group {
-				keyed[k] = client.Keyed{Key: it.key, Limit: it.r.limit, Cost: it.cost}
-			}
-			j.each = make([]client.Result, len(j.group))
-			j.call = b.AllEach(keyed, j.each)
-		}
+		j.call = b.Step(j.step)
 		sent++
 	}
 	if sent == 0 {
@@ -130,17 +119,7 @@ func (p *pipeline) exec(batch []*job) {
 		if j.call == nil {
 			continue
 		}
-		res, err := j.call.Result()
-		if err == nil {
-			if len(j.group) == 1 {
-				it := j.group[0]
-				it.res, it.known, it.taken = res, true, !res.Limited
-			} else {
-				for k, it := range j.group {
-					it.res, it.known, it.taken = j.each[k], true, !res.Limited
-				}
-			}
-		}
+		_, err := j.call.Result() // the step's wants hold their answers
 		j.done <- err
 	}
 }

@@ -3,10 +3,8 @@ package rls
 import (
 	"context"
 	"errors"
-	"fmt"
 	"log/slog"
 	"math"
-	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -85,13 +83,10 @@ type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
 	c       *client.Client
-	rdb     redis.UniversalClient
-	cluster bool // keys of one request may live in different slots
 	cfg     atomic.Pointer[Config]
 	opts    Options
 	m       *metrics
 	pipe    *pipeline
-	txNodes nodes // transactions' engines by node (txn.go)
 	cache   *refusals
 	log     *slog.Logger
 	now     func() time.Time
@@ -109,7 +104,6 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 	}
 	s := &Service{
 		c:       client.NewEngine(rdb, o.Engine),
-		rdb:     rdb,
 		opts:    o,
 		m:       newMetrics(o.Registerer),
 		log:     o.Logger,
@@ -123,8 +117,6 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		s.m.maxPerValue = int64(o.MetricKeys)
 	}
 	s.pipe = newPipeline(s.c, o.Timeout, s.m)
-	_, single := rdb.(*redis.Client)
-	s.cluster = !single
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -159,29 +151,22 @@ func (s *Service) Config() *Config { return s.cfg.Load() }
 // Engines reports each Redis node's engine once it has been asked.
 func (s *Service) Engines() map[string]client.Engine { return s.c.Engines() }
 
-// item is one descriptor with a limit, as one request decides it.
+// item is one descriptor with a limit, as one request decides it: its
+// Want (key, limit, cost, and once decided its answer).
 type item struct {
+	client.Want
 	i        int // the descriptor's position
 	r        *rule
-	key      string
 	stat     string
-	perValue bool // stat is made of the request's own values
-	cost     int64
-	slot     int
-	res      client.Result
-	known    bool // res holds the answer
-	taken    bool // counted in Redis (a later refusal refunds it)
-	cached   bool // answered by the refusal cache
-	started  time.Time
+	perValue bool      // stat is made of the request's own values
+	cached   bool      // answered by the refusal cache
+	started  time.Time // when the request was taken up, before any call was sent
 
 	counters *keyCounters
 }
 
 // maxCost is the largest cost sent: above every limit, so refused.
-const maxCost = 1<<53 - 1
-
-// maxAll is the most limits one RL.ALL decides.
-const maxAll = 16
+const maxCost = client.MaxCost
 
 // ShouldRateLimit answers one request: see the package comment for how it
 // differs from envoyproxy/ratelimit.
@@ -227,12 +212,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		}
-		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], cost: hits(req, d), started: now}
+		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
+		it.Cost = hits(req, d)
 		if r.perUnit > 0 {
-			it.key = s.key(req.Domain, d, r)
-			if s.cluster {
-				it.slot = client.Slot(it.key)
-			}
+			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
 		s.m.hit(req.Domain, it)
 		if r.shadow {
@@ -251,7 +234,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 
 	over := false
 	for _, it := range enforcing {
-		if it.known && it.res.Limited {
+		if it.Known && it.Result.Limited {
 			over = true
 		}
 	}
@@ -259,8 +242,8 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		for _, it := range list {
 			resp.Statuses[it.i] = statusOf(it)
 			s.m.decided(it, s.opts.NearLimitRatio)
-			if s.cache != nil && !it.r.shadow && it.known && !it.cached && it.res.Limited && it.res.RetryAfter > 0 && it.key != "" {
-				s.cache.add(it.key, it.cost, it.started.Add(it.res.RetryAfter))
+			if s.cache != nil && !it.r.shadow && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
+				s.cache.add(it.Key, it.Cost, it.started.Add(it.Result.RetryAfter))
 			}
 		}
 	}
@@ -381,8 +364,9 @@ var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", Slidi
 
 // decide decides the enforcing items all or nothing: answered here when a
 // limit of 0 or a remembered refusal already refuses the request, else by
-// the steps groups plans, taken in order and refunded where a later step
-// refuses.
+// client.Client.Decide (one RL.ALL per slot; those that can give back
+// first; a transaction past 16 windows in a slot; refunds when a later step
+// refuses), its steps pipelined.
 func (s *Service) decide(ctx context.Context, items []*item) error {
 	if len(items) == 0 {
 		return nil
@@ -394,12 +378,12 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 	for _, it := range items {
 		switch {
 		case it.r.perUnit == 0:
-			it.known = true
-			it.res = client.Result{Verdict: ratelimit.Verdict{Limited: it.cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
-			refused = refused || it.cost > 0
-		case s.cache != nil && s.cache.refuses(it.key, it.cost, now, &until):
-			it.known, it.cached = true, true
-			it.res = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}}
+			it.Known = true
+			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
+			refused = refused || it.Cost > 0
+		case s.cache != nil && s.cache.refuses(it.Key, it.Cost, now, &until):
+			it.Known, it.cached = true, true
+			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}}
 			refused = true
 			s.m.cacheHit()
 		default:
@@ -409,126 +393,26 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 	if refused || len(remote) == 0 {
 		return nil
 	}
-	steps := s.groups(remote)
-	for g, step := range steps {
-		var err error
-		if step.watched {
-			err = s.takeWatched(ctx, step.items)
-		} else {
-			err = s.take(ctx, step.items)
-		}
-		if err != nil {
-			s.refund(ctx, steps[:g])
-			return err
-		}
-		if slices.ContainsFunc(step.items, func(it *item) bool { return it.known && it.res.Limited }) {
-			s.refund(ctx, steps[:g])
-			return nil
-		}
+	wants := make([]*client.Want, len(remote))
+	for k, it := range remote {
+		wants[k] = &it.Want
 	}
-	return nil
+	return s.c.Decide(ctx, wants, s.send)
 }
 
-// step is items decided at once: in one call (RL.ALL when several), or,
-// watched, in one optimistic transaction of several RL.ALL (see
-// takeWatched).
-type step struct {
-	items   []*item
-	watched bool
-}
-
-// groups plans the steps that decide items all or nothing. Per cluster
-// slot (a single node is one slot):
-//
-//   - at most maxAll (16) limits: one RL.ALL;
-//   - more, of which at most 16 cannot be given back (windows): the others
-//     (GCRA, token buckets) in RL.ALL calls of 16 first, then the windows
-//     in one last call, filled up to 16 with the rest, so that a refusal
-//     anywhere is undone by refunds;
-//   - more than 16 windows: one watched step, every limit of the slot in an
-//     optimistic transaction (takeWatched).
-//
-// Steps whose limits can all be given back come first, slot by slot; then
-// the others. Across slots, two steps that cannot be given back can still
-// leave the first counted when the second refuses: a cluster offers no
-// transaction across slots.
-func (s *Service) groups(items []*item) []step {
-	if !s.cluster && len(items) <= maxAll {
-		return []step{{items: items}} // a single node: one call
-	}
-	var slots [][]*item
-	index := map[int]int{}
-	for _, it := range items {
-		k, ok := index[it.slot]
-		if !ok {
-			k = len(slots)
-			index[it.slot] = k
-			slots = append(slots, nil)
-		}
-		slots[k] = append(slots[k], it)
-	}
-	var first, last []step
-	for _, in := range slots {
-		var give, keep []*item // limits that can be given back, and the others
-		for _, it := range in {
-			if it.r.limit.Refundable() {
-				give = append(give, it)
-			} else {
-				keep = append(keep, it)
-			}
-		}
-		switch {
-		case len(in) <= maxAll && len(keep) == 0:
-			first = append(first, step{items: in})
-		case len(in) <= maxAll:
-			last = append(last, step{items: in})
-		case len(keep) > maxAll:
-			last = append(last, step{items: in, watched: true})
-		default:
-			n := len(give) - min(len(give), maxAll-len(keep)) // the refundable ones in calls of their own
-			for c := range slices.Chunk(give[:n], maxAll) {
-				first = append(first, step{items: c})
-			}
-			if tail := append(keep, give[n:]...); len(keep) > 0 {
-				last = append(last, step{items: tail})
-			} else {
-				first = append(first, step{items: tail})
-			}
-		}
-	}
-	return append(first, last...)
-}
-
-// take decides one group in one call (in the next pipelined round trip).
-func (s *Service) take(ctx context.Context, group []*item) error {
+// send sends one step of a decision within -redis-timeout: in the next
+// pipelined round trip, or, a transaction (client.Step's Watched), on its
+// own.
+func (s *Service) send(ctx context.Context, st client.Step) error {
 	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
 	defer cancel()
-	start := s.now()
-	for _, it := range group {
-		it.started = start
+	if st.Watched {
+		start := time.Now()
+		err := s.c.Send(ctx, st)
+		s.m.redisCall(time.Since(start), err)
+		return err
 	}
-	return s.pipe.do(ctx, group)
-}
-
-// refund gives back what the steps took, where their limits allow it
-// (GCRA and the token bucket take a negative cost; a window's count stays:
-// steps of windows are taken last for that reason).
-func (s *Service) refund(ctx context.Context, steps []step) {
-	ctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), s.opts.Timeout)
-	defer cancel()
-	for _, g := range steps {
-		for _, it := range g.items {
-			if !it.taken || it.cost == 0 || !it.r.limit.Refundable() {
-				continue
-			}
-			if res, err := s.c.Take(ctx, it.key, it.r.limit, -it.cost); err == nil {
-				it.taken = false
-				it.res.Remaining, it.res.ResetAfter = res.Remaining, res.ResetAfter // the state it leaves
-			} else {
-				s.log.Warn("rls: refund failed", "key", it.key, "err", err)
-			}
-		}
-	}
+	return s.pipe.do(ctx, st)
 }
 
 // decideEach decides shadow items one by one: each is counted when its own
@@ -540,11 +424,11 @@ func (s *Service) decideEach(ctx context.Context, items []*item) error {
 	now := s.now()
 	for _, it := range items {
 		if it.r.perUnit == 0 {
-			it.known = true
-			it.res = client.Result{Verdict: ratelimit.Verdict{Limited: it.cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
+			it.Known = true
+			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
 			continue
 		}
-		if err := s.take(ctx, []*item{it}); err != nil {
+		if err := s.send(ctx, client.Step{Wants: []*client.Want{&it.Want}}); err != nil {
 			return err
 		}
 	}
@@ -555,7 +439,7 @@ func (s *Service) decideEach(ctx context.Context, items []*item) error {
 func (s *Service) fail(err error) error {
 	s.m.redisError()
 	s.log.Warn("rls: redis", "err", err)
-	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, errContended) {
+	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, client.ErrContended) {
 		return status.Error(codes.Unavailable, "redis: "+err.Error())
 	}
 	return status.Error(codes.Internal, "redis: "+err.Error())
@@ -568,14 +452,14 @@ func (s *Service) fail(err error) error {
 // limit and nothing more.
 func statusOf(it *item) *pb.RateLimitResponse_DescriptorStatus {
 	st := &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: it.r.proto}
-	if !it.known {
+	if !it.Known {
 		return st
 	}
-	if it.res.Limited && !it.r.shadow {
+	if it.Result.Limited && !it.r.shadow {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 	}
-	st.LimitRemaining = uint32(min(max(it.res.Remaining, 0), math.MaxUint32))
-	if it.res.Limited {
+	st.LimitRemaining = uint32(min(max(it.Result.Remaining, 0), math.MaxUint32))
+	if it.Result.Limited {
 		st.LimitRemaining = 0
 	}
 	st.DurationUntilReset = durationpb.New(ceilSecond(resetOf(it)))
@@ -590,7 +474,7 @@ func statusOf(it *item) *pb.RateLimitResponse_DescriptorStatus {
 // refusal no wait can admit (a cost above the whole limit: the peer's
 // window end, where retry_after says never).
 func resetOf(it *item) time.Duration {
-	r := it.res
+	r := it.Result
 	switch {
 	case r.Limited && r.RetryAfter >= 0:
 		return r.RetryAfter
@@ -619,24 +503,23 @@ func headers(enforcing, shadow []*item) []*core.HeaderValue {
 	var policy, state []string
 	for _, list := range [][]*item{enforcing, shadow} {
 		for _, it := range list {
-			if !it.known {
+			if !it.Known {
 				continue
 			}
 			name := it.r.name
 			if name == "" {
 				name = it.r.statKey
 			}
-			q, w := it.r.perUnit, int64(it.r.unit/time.Second)
+			q, w := it.r.perUnit, it.r.unit
 			if it.r.perUnit > 0 {
-				qq, ww := it.r.limit.Quota()
-				q, w = qq, int64(ceilSecond(ww)/time.Second)
+				q, w = it.r.limit.Quota()
 			}
-			policy = append(policy, fmt.Sprintf("%q;q=%d;w=%d", name, q, w))
-			r := max(it.res.Remaining, 0)
-			if it.res.Limited {
+			policy = append(policy, client.PolicyItem(name, q, w))
+			r := it.Result.Remaining
+			if it.Result.Limited {
 				r = 0
 			}
-			state = append(state, fmt.Sprintf("%q;r=%d;t=%d", name, r, int64(ceilSecond(resetOf(it))/time.Second)))
+			state = append(state, client.StateItem(name, r, resetOf(it)))
 		}
 	}
 	if len(policy) == 0 {

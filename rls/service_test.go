@@ -29,7 +29,8 @@ func TestMetricsSplit(t *testing.T) {
 	} {
 		m := newMetrics(nil)
 		r := &rule{perUnit: 10, shadow: tc.shadow}
-		it := &item{r: r, stat: "d.k", cost: tc.cost, known: true, res: client.Result{Verdict: ratelimit.Verdict{Limited: tc.refused, Limit: 10, Remaining: tc.remaining}}}
+		it := &item{r: r, stat: "d.k"}
+		it.Cost, it.Known, it.Result = tc.cost, true, client.Result{Verdict: ratelimit.Verdict{Limited: tc.refused, Limit: 10, Remaining: tc.remaining}}
 		m.hit("d", it)
 		m.decided(it, 0.8)
 		for what, c := range map[string]struct {

@@ -1,0 +1,97 @@
+package client
+
+import (
+	"fmt"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+)
+
+// TestPlan: the steps planned for a slot's limits hold at most 16 each;
+// those that can be given back come first; at most one cannot, last; more
+// than 16 windows make one watched step.
+func TestPlan(t *testing.T) {
+	c, _ := newFake()
+	limits := map[string]Limit{
+		"fixed_window": FixedWindow(3, time.Hour), "sliding_window": SlidingWindow(3, time.Hour),
+		"sliding_log": SlidingLog(3, time.Hour), "gcra": GCRA(2, 3, time.Hour), "token_bucket": TokenBucket(3, 3, time.Hour),
+	}
+	wants := func(spec ...any) []*Want {
+		var out []*Want
+		for i := 0; i < len(spec); i += 2 {
+			for range spec[i+1].(int) {
+				out = append(out, &Want{Key: fmt.Sprint("k", len(out)), Limit: limits[spec[i].(string)], Cost: 1})
+			}
+		}
+		return out
+	}
+	for _, tc := range []struct {
+		name  string
+		wants []*Want
+		want  string // each step: its size, and w when watched or * when it cannot be given back
+	}{
+		{"16 windows", wants("fixed_window", 16), "16*"},
+		{"17 windows", wants("fixed_window", 17), "17w"},
+		{"40 GCRA", wants("gcra", 40), "16 8 16"},
+		{"20 GCRA, 10 windows", wants("gcra", 20, "fixed_window", 10), "14 16*"},
+		{"10 windows, 20 token buckets", wants("sliding_log", 10, "token_bucket", 20), "14 16*"},
+		{"16 windows, 1 GCRA", wants("sliding_window", 16, "gcra", 1), "1 16*"},
+		{"17 windows, 30 GCRA", wants("fixed_window", 17, "gcra", 30), "47w"},
+	} {
+		var got []string
+		for _, st := range c.plan(tc.wants) {
+			mark := ""
+			switch {
+			case st.Watched:
+				mark = "w"
+			case slices.ContainsFunc(st.Wants, func(w *Want) bool { return !w.Limit.Refundable() }):
+				mark = "*"
+			}
+			got = append(got, fmt.Sprint(len(st.Wants), mark))
+		}
+		if g := strings.Join(got, " "); g != tc.want {
+			t.Errorf("%s: steps %s, want %s", tc.name, g, tc.want)
+		}
+	}
+}
+
+// TestPlanBySlot: in a Cluster, one step per slot, refundable steps first
+// whatever the order of the wants; a different reserve is a step of its own.
+func TestPlanBySlot(t *testing.T) {
+	c, _, _ := newFakeCluster(t, func(*fakeServer) {})
+	w := []*Want{
+		{Key: "{a}:fw", Limit: FixedWindow(3, time.Hour)},
+		{Key: "{b}:gcra", Limit: PerHour(3)},
+		{Key: "{a}:gcra", Limit: PerHour(3)},
+		{Key: "{b}:tb", Limit: TokenBucket(3, 3, time.Hour)},
+		{Key: "{b}:tb2", Limit: TokenBucket(3, 3, time.Hour), Reserve: 1},
+	}
+	var got []string
+	for _, st := range c.plan(w) {
+		var keys []string
+		for _, x := range st.Wants {
+			keys = append(keys, x.Key)
+		}
+		got = append(got, strings.Join(keys, "+"))
+	}
+	if g, want := strings.Join(got, " "), "{b}:gcra+{b}:tb {b}:tb2 {a}:fw+{a}:gcra"; g != want {
+		t.Fatalf("steps %s, want %s", g, want)
+	}
+}
+
+func TestIETFItems(t *testing.T) {
+	for got, want := range map[string]string{
+		PolicyItem("per-ip", 10, time.Minute):             `"per-ip";q=10;w=60`,
+		PolicyItem("tb", 100, 10500*time.Millisecond):     `"tb";q=100;w=11`,
+		PolicyItem("huge", 1<<53-1, time.Duration(1<<62)): `"huge";q=999999999999999;w=4611686019`,
+		ConcurrencyPolicyItem("exports", 4):               `"exports";q=4;qu="concurrent-requests"`,
+		StateItem("per-ip", 9, 59500*time.Millisecond):    `"per-ip";r=9;t=60`,
+		StateItem(`a "b"`, -3, -time.Second):              `"a \"b\"";r=0;t=0`,
+		StateItem("x", 1e16, time.Duration(1<<62)):        `"x";r=999999999999999;t=4611686019`,
+	} {
+		if got != want {
+			t.Errorf("got %s, want %s", got, want)
+		}
+	}
+}
