@@ -33,7 +33,7 @@ func levels(t *testing.T) map[string]int {
 	if end := strings.Index(text[1:], "\n## "); end > 0 {
 		text = text[:end+1]
 	}
-	row := regexp.MustCompile("(?m)^\\| (\\d+) \\| ([^|]+) \\|")
+	row := regexp.MustCompile(`(?m)^\| (\d+) \| ([^|]+) \|`)
 	pkg := regexp.MustCompile("`([^`]+)`")
 	m := map[string]int{}
 	for _, r := range row.FindAllStringSubmatch(text, -1) {
