@@ -1,6 +1,9 @@
 package lua
 
 import (
+	"crypto/sha1"
+	"encoding/hex"
+	"fmt"
 	"os"
 	"path/filepath"
 	"regexp"
@@ -11,17 +14,37 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
-// TestEveryCommand checks there is one script per command of the table,
-// flagged no-writes exactly for the peeks (internal/gen's tests check
-// each is what its sources assemble to).
+// TestEveryCommand: one script per command of the table, each read from
+// its text: flagged no-writes (its first line) exactly for the peeks,
+// running its own command (its last line calls the runner with the
+// command's name), and its SHA1 that of its text; and one function per
+// command in the library, flagged no-writes exactly for the peeks.
 func TestEveryCommand(t *testing.T) {
 	if got := len(Commands()); got != len(spec.Commands) {
 		t.Errorf("%d scripts embedded, %d commands", got, len(spec.Commands))
 	}
+	lib, _ := Library()
 	for _, c := range spec.Commands {
 		s, ok := Get(c.Name)
-		if !ok || s.ReadOnly != c.Peek {
-			t.Errorf("%s: script %v, read-only %v", c.Name, ok, s.ReadOnly)
+		if !ok {
+			t.Errorf("%s: no script", c.Name)
+			continue
+		}
+		first := s.Source[:strings.IndexByte(s.Source, '\n')]
+		if want := map[bool]string{true: "#!lua flags=no-writes", false: "#!lua"}[c.Peek]; first != want {
+			t.Errorf("%s: first line %q, want %q", c.Name, first, want)
+		}
+		body := strings.TrimRight(s.Source, "\n")
+		last := body[strings.LastIndexByte(body, '\n')+1:]
+		if !strings.HasPrefix(last, "return ") || !strings.Contains(last, fmt.Sprintf("%q", strings.ToLower(c.Name))) {
+			t.Errorf("%s: its script ends %q", c.Name, last)
+		}
+		if sum := sha1.Sum([]byte(s.Source)); hex.EncodeToString(sum[:]) != s.SHA1 {
+			t.Errorf("%s: SHA1 %s is not its text's", c.Name, s.SHA1)
+		}
+		line := regexp.MustCompile(`(?m)^redis\.register_function\{function_name = '` + c.File() + `',.*$`).FindString(lib)
+		if line == "" || strings.Contains(line, "no-writes") != c.Peek || !strings.Contains(line, fmt.Sprintf("%q", strings.ToLower(c.Name))) {
+			t.Errorf("%s: the library registers %q", c.Name, line)
 		}
 	}
 }
