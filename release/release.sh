@@ -45,6 +45,14 @@ cleanup() {
   fi
 }
 trap cleanup EXIT
+# A version not released yet is in the module cache only from an earlier
+# attempt at releasing it, of other code: forget it, or the pins below
+# would build against that copy.
+cache=$(go env GOMODCACHE)
+if [ -n "$cache" ]; then
+  chmod -R u+w "$cache/$lib@v$version" 2>/dev/null || true
+  rm -rf "$cache/$lib@v$version" "$cache/cache/download/$lib/@v/v$version."*
+fi
 (cd release && go run . proxy -repo .. -version "v$version" -out "$proxy" -rev HEAD -modules root)
 for m in prom rls; do
   (
