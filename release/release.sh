@@ -37,31 +37,30 @@ step=pin
 # commit, the replace directives after it (the tags stay: say so).
 cleanup() {
   local code=$?
-  chmod -R u+w "$proxy" 2>/dev/null
-  rm -rf "$proxy"
+  chmod -R u+w "$proxy" "$proxy.modcache" 2>/dev/null
+  rm -rf "$proxy" "$proxy.modcache"
   if [ "$code" != 0 ] && [ "$step" != done ]; then
     git checkout -q -- $pinned
     [ "$step" = pin ] || echo "release: the tags are made; going back to development failed: add the replace directives by hand" >&2
   fi
 }
 trap cleanup EXIT
-# A version not released yet is in the module cache only from an earlier
-# attempt at releasing it, of other code: forget it, or the pins below
-# would build against that copy.
-cache=$(go env GOMODCACHE)
-if [ -n "$cache" ]; then
-  chmod -R u+w "$cache/$lib@v$version" 2>/dev/null || true
-  rm -rf "$cache/$lib@v$version" "$cache/cache/download/$lib/@v/v$version."*
-fi
+# The pins are checked in a module cache of their own, filled from the
+# usual one's downloads (no network for what is there): the usual one may
+# hold this version from an earlier attempt at releasing it, of other code,
+# and Go takes a version in the cache, and what it built from it, to be
+# that version for good.
+shared=$(go env GOMODCACHE)
 (cd release && go run . proxy -repo .. -version "v$version" -out "$proxy" -rev HEAD -modules root)
 for m in prom rls; do
   (
     cd "$m"
     go mod edit -dropreplace="$lib" -require="$lib@v$version"
+    export GOMODCACHE="$proxy.modcache"
     # The library from the proxy on disk (not yet in the checksum database),
     # everything else as usual.
-    GOPROXY="file://$proxy,$(go env GOPROXY)" GONOSUMDB="$lib" GOFLAGS=-mod=mod GOWORK=off go mod tidy
-    GOPROXY="file://$proxy,$(go env GOPROXY)" GONOSUMDB="$lib" GOWORK=off go build ./...
+    GOPROXY="file://$proxy,file://$shared/cache/download,$(go env GOPROXY)" GONOSUMDB="$lib" GOFLAGS=-mod=mod GOWORK=off go mod tidy
+    GOPROXY="file://$proxy,file://$shared/cache/download,$(go env GOPROXY)" GONOSUMDB="$lib" GOWORK=off go build ./...
   )
 done
 git add $pinned
