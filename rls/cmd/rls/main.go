@@ -65,24 +65,6 @@ func env(name, def string) string {
 	return def
 }
 
-// envInt is an environment variable's integer, or def when it is unset.
-func envInt(name string, def int64) (int64, error) {
-	v, ok := os.LookupEnv(name)
-	if !ok {
-		return def, nil
-	}
-	n, err := strconv.ParseInt(v, 10, 64)
-	if err != nil {
-		return 0, fmt.Errorf("%s: %v", name, err)
-	}
-	return n, nil
-}
-
-func envBool(name string) bool {
-	b, _ := strconv.ParseBool(os.Getenv(name))
-	return b
-}
-
 // defaultConfigDir is the peer's: RUNTIME_ROOT/RUNTIME_SUBDIRECTORY/RUNTIME_APPDIRECTORY.
 func defaultConfigDir() string {
 	return filepath.Join(env("RUNTIME_ROOT", "/srv/runtime_data/current"), os.Getenv("RUNTIME_SUBDIRECTORY"), env("RUNTIME_APPDIRECTORY", "config"))
@@ -102,49 +84,123 @@ type flags struct {
 	version, healthcheck                             bool
 }
 
+// setting is one of rls's settings, declared once, as the peer's settings
+// struct declares its own: the flag, the peer's environment variable that
+// sets it as well ("": none), its default (a flag's text; the variable,
+// when set, replaces it) and what it means. A variable that does not
+// parse is an error naming it.
+type setting struct {
+	flag, env, def, usage string
+	value                 any  // *string, *bool, *int, *int64, *float64 or *time.Duration
+	lower                 bool // the value is taken in lower case
+}
+
+// settings are every setting, pointing into f.
+func settings(f *flags) []setting {
+	return []setting{
+		{"config", "", defaultConfigDir(), "directory of *.yaml config files (default from RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY)", &f.config, false},
+		{"grpc", "", net.JoinHostPort(env("GRPC_HOST", "127.0.0.1"), env("GRPC_PORT", "8081")), "gRPC listen address (GRPC_HOST, GRPC_PORT)", &f.grpcAddr, false},
+		{"http", "", net.JoinHostPort(env("HOST", "127.0.0.1"), env("PORT", "8080")), "HTTP listen address for /healthcheck and /metrics (HOST, PORT)", &f.httpAddr, false},
+		{"redis", "REDIS_URL", "127.0.0.1:6379", "Redis: host:port, a unix socket path, a redis:// or rediss:// URL; for a cluster, seed nodes separated by commas; for sentinel, the master's name then the sentinels", &f.redisAddr, false},
+		{"redis-type", "REDIS_TYPE", "single", "single, cluster or sentinel", &f.redisType, true},
+		{"redis-auth", "REDIS_AUTH", "", "password, or user:password", &f.redisAuth, false},
+		{"redis-tls", "REDIS_TLS", "false", "connect to Redis over TLS", &f.redisTLS, false},
+		{"redis-tls-ca", "REDIS_TLS_CACERT", "", "PEM file of the CA that signed Redis's certificate", &f.redisCA, false},
+		{"redis-tls-skip-verify", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "do not verify Redis's certificate", &f.redisSkipVerify, false},
+		{"redis-pool-size", "REDIS_POOL_SIZE", "0", "connections per Redis node (0: go-redis's default, 10 per CPU)", &f.poolSize, false},
+		{"redis-timeout", "", "100ms", "bound on each Redis call; past it the request fails with UNAVAILABLE", &f.timeout, false},
+		{"prefix", "CACHE_KEY_PREFIX", "", "prefix of every Redis key", &f.prefix, false},
+		{"near-limit-ratio", "NEAR_LIMIT_RATIO", "0.8", "share of a limit past which hits count as near it", &f.nearLimit, false},
+		{"shadow", "SHADOW_MODE", "false", "answer OK whatever the limits decide; statuses and metrics still tell", &f.shadow, false},
+		{"refusal-cache", "", "0", "refused keys remembered until their retry_after, answered without Redis (0: off)", &f.refusalCache, false},
+		{"refusal-cache-bytes", "REFUSAL_CACHE_BYTES", strconv.Itoa(16 << 20), "bound of the refusal cache in bytes, each entry counted as its key's length and 160", &f.refusalCacheBytes, false},
+		{"metric-keys", "METRIC_KEYS", "1000", "stat keys made of requests' own values (detailed_metric, Envoy's limit override) with metric series of their own; the rest count under key=\"_overflow\" (0: none)", &f.metricKeys, false},
+		{"grpc-conn-streams", "GRPC_MAX_CONCURRENT_STREAMS", strconv.Itoa(rls.DefaultStreamsPerConnection), "concurrent gRPC streams per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS)", &f.connStreams, false},
+		{"grpc-streams", "GRPC_MAX_STREAMS", strconv.Itoa(rls.DefaultStreams), "concurrent gRPC streams over every connection; past it a stream is refused with RESOURCE_EXHAUSTED", &f.streams, false},
+		{"ietf-headers", "", "false", "add the IETF RateLimit and RateLimit-Policy fields to responses (response_headers_to_add)", &f.headers, false},
+		{"limit-headers", "LIMIT_RESPONSE_HEADERS_ENABLED", "false", "add the peer's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields (names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)", &f.limitHeaders, false},
+		{"engine", "", "auto", "auto (the module where loaded, else the Lua library), module, functions or scripts", &f.engine, false},
+		{"drain", "", "10s", "on SIGTERM, how long requests in flight may take to finish", &f.drain, false},
+		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", &f.logLevel, true},
+		{"version", "", "false", "print the version and exit", &f.version, false},
+		{"healthcheck", "", "false", "ask the /healthcheck of the rls listening at -http (on loopback when it listens on every address) and exit 0 if it answers 200, else 1", &f.healthcheck, false},
+	}
+}
+
+// value is a setting as a flag.Value.
+type value struct{ s *setting }
+
+func (v value) String() string {
+	if v.s == nil {
+		return ""
+	}
+	switch p := v.s.value.(type) {
+	case *string:
+		return *p
+	case *bool:
+		return strconv.FormatBool(*p)
+	case *int:
+		return strconv.Itoa(*p)
+	case *int64:
+		return strconv.FormatInt(*p, 10)
+	case *float64:
+		return strconv.FormatFloat(*p, 'g', -1, 64)
+	case *time.Duration:
+		return p.String()
+	}
+	return ""
+}
+
+func (v value) Set(text string) error {
+	if v.s.lower {
+		text = strings.ToLower(text)
+	}
+	var err error
+	switch p := v.s.value.(type) {
+	case *string:
+		*p = text
+	case *bool:
+		*p, err = strconv.ParseBool(text)
+	case *int:
+		*p, err = strconv.Atoi(text)
+	case *int64:
+		*p, err = strconv.ParseInt(text, 10, 64)
+	case *float64:
+		*p, err = strconv.ParseFloat(text, 64)
+	case *time.Duration:
+		*p, err = time.ParseDuration(text)
+	}
+	return err
+}
+
+// IsBoolFlag lets a bool setting's flag stand alone (-shadow).
+func (v value) IsBoolFlag() bool {
+	_, ok := v.s.value.(*bool)
+	return ok
+}
+
 func parse(args []string) (*flags, error) {
 	f := &flags{}
 	fs := flag.NewFlagSet("rls", flag.ContinueOnError)
-	fs.StringVar(&f.config, "config", defaultConfigDir(), "directory of *.yaml config files (default from RUNTIME_ROOT, RUNTIME_SUBDIRECTORY, RUNTIME_APPDIRECTORY)")
-	fs.StringVar(&f.grpcAddr, "grpc", net.JoinHostPort(env("GRPC_HOST", "127.0.0.1"), env("GRPC_PORT", "8081")), "gRPC listen address (GRPC_HOST, GRPC_PORT)")
-	fs.StringVar(&f.httpAddr, "http", net.JoinHostPort(env("HOST", "127.0.0.1"), env("PORT", "8080")), "HTTP listen address for /healthcheck and /metrics (HOST, PORT)")
-	fs.StringVar(&f.redisAddr, "redis", env("REDIS_URL", "127.0.0.1:6379"), "Redis: host:port, a unix socket path, a redis:// or rediss:// URL; for a cluster, seed nodes separated by commas; for sentinel, the master's name then the sentinels (REDIS_URL)")
-	fs.StringVar(&f.redisType, "redis-type", strings.ToLower(env("REDIS_TYPE", "single")), "single, cluster or sentinel (REDIS_TYPE)")
-	fs.StringVar(&f.redisAuth, "redis-auth", os.Getenv("REDIS_AUTH"), "password, or user:password (REDIS_AUTH)")
-	fs.BoolVar(&f.redisTLS, "redis-tls", envBool("REDIS_TLS"), "connect to Redis over TLS (REDIS_TLS)")
-	fs.StringVar(&f.redisCA, "redis-tls-ca", os.Getenv("REDIS_TLS_CACERT"), "PEM file of the CA that signed Redis's certificate (REDIS_TLS_CACERT)")
-	fs.BoolVar(&f.redisSkipVerify, "redis-tls-skip-verify", envBool("REDIS_TLS_SKIP_HOSTNAME_VERIFICATION"), "do not verify Redis's certificate (REDIS_TLS_SKIP_HOSTNAME_VERIFICATION)")
-	poolSize, _ := strconv.Atoi(env("REDIS_POOL_SIZE", "0"))
-	fs.IntVar(&f.poolSize, "redis-pool-size", poolSize, "connections per Redis node (REDIS_POOL_SIZE; 0: go-redis's default, 10 per CPU)")
-	fs.DurationVar(&f.timeout, "redis-timeout", 100*time.Millisecond, "bound on each Redis call; past it the request fails with UNAVAILABLE")
-	fs.StringVar(&f.prefix, "prefix", os.Getenv("CACHE_KEY_PREFIX"), "prefix of every Redis key (CACHE_KEY_PREFIX)")
-	ratio, err := strconv.ParseFloat(env("NEAR_LIMIT_RATIO", "0.8"), 64)
-	if err != nil {
-		return nil, fmt.Errorf("NEAR_LIMIT_RATIO: %v", err)
-	}
-	fs.Float64Var(&f.nearLimit, "near-limit-ratio", ratio, "share of a limit past which hits count as near it (NEAR_LIMIT_RATIO)")
-	fs.BoolVar(&f.shadow, "shadow", envBool("SHADOW_MODE"), "answer OK whatever the limits decide; statuses and metrics still tell (SHADOW_MODE)")
-	fs.IntVar(&f.refusalCache, "refusal-cache", 0, "refused keys remembered until their retry_after, answered without Redis (0: off)")
-	ints := map[string]int64{}
-	for _, e := range []struct {
-		env string
-		def int64
-	}{{"REFUSAL_CACHE_BYTES", 16 << 20}, {"METRIC_KEYS", 1000}, {"GRPC_MAX_CONCURRENT_STREAMS", rls.DefaultStreamsPerConnection}, {"GRPC_MAX_STREAMS", rls.DefaultStreams}} {
-		if ints[e.env], err = envInt(e.env, e.def); err != nil {
-			return nil, err
+	for _, s := range settings(f) {
+		v := value{&s}
+		if err := v.Set(s.def); err != nil {
+			return nil, fmt.Errorf("-%s's default %q: %v", s.flag, s.def, err)
 		}
+		if text, ok := os.LookupEnv(s.env); ok && s.env != "" {
+			_, isBool := s.value.(*bool)
+			if err := v.Set(text); err != nil && !isBool {
+				return nil, fmt.Errorf("%s: %v", s.env, err)
+			} else if err != nil { // as the peer reads its booleans: anything else is false
+				*s.value.(*bool) = false
+			}
+		}
+		usage := s.usage
+		if s.env != "" {
+			usage += " (" + s.env + ")"
+		}
+		fs.Var(v, s.flag, usage)
 	}
-	fs.Int64Var(&f.refusalCacheBytes, "refusal-cache-bytes", ints["REFUSAL_CACHE_BYTES"], "bound of the refusal cache in bytes, each entry counted as its key's length and 160 (REFUSAL_CACHE_BYTES)")
-	fs.IntVar(&f.metricKeys, "metric-keys", int(ints["METRIC_KEYS"]), "stat keys made of requests' own values (detailed_metric, Envoy's limit override) with metric series of their own; the rest count under key=\"_overflow\" (METRIC_KEYS; 0: none)")
-	fs.IntVar(&f.connStreams, "grpc-conn-streams", int(ints["GRPC_MAX_CONCURRENT_STREAMS"]), "concurrent gRPC streams per connection (HTTP/2's SETTINGS_MAX_CONCURRENT_STREAMS; GRPC_MAX_CONCURRENT_STREAMS)")
-	fs.IntVar(&f.streams, "grpc-streams", int(ints["GRPC_MAX_STREAMS"]), "concurrent gRPC streams over every connection; past it a stream is refused with RESOURCE_EXHAUSTED (GRPC_MAX_STREAMS)")
-	fs.BoolVar(&f.headers, "ietf-headers", false, "add the IETF RateLimit and RateLimit-Policy fields to responses (response_headers_to_add)")
-	fs.BoolVar(&f.limitHeaders, "limit-headers", envBool("LIMIT_RESPONSE_HEADERS_ENABLED"), "add the peer's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields (LIMIT_RESPONSE_HEADERS_ENABLED; names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)")
-	fs.StringVar(&f.engine, "engine", "auto", "auto (the module where loaded, else the Lua library), module, functions or scripts")
-	fs.DurationVar(&f.drain, "drain", 10*time.Second, "on SIGTERM, how long requests in flight may take to finish")
-	fs.StringVar(&f.logLevel, "log-level", strings.ToLower(env("LOG_LEVEL", "info")), "debug, info, warn or error (LOG_LEVEL)")
-	fs.BoolVar(&f.version, "version", false, "print the version and exit")
-	fs.BoolVar(&f.healthcheck, "healthcheck", false, "ask the /healthcheck of the rls listening at -http (on loopback when it listens on every address) and exit 0 if it answers 200, else 1")
 	if err := fs.Parse(args); err != nil {
 		return nil, err
 	}

@@ -3,9 +3,11 @@ package main
 import (
 	"net"
 	"net/http/httptest"
+	"os"
 	"runtime"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 
@@ -85,5 +87,46 @@ func TestBoundFlags(t *testing.T) {
 	t.Setenv("GRPC_MAX_STREAMS", "many")
 	if _, err := parse(nil); err == nil || !strings.Contains(err.Error(), "GRPC_MAX_STREAMS") {
 		t.Errorf("GRPC_MAX_STREAMS=many: %v", err)
+	}
+}
+
+// TestSettingsDocumented: docs/rls.md's table of settings names every
+// flag and the environment variable that sets it.
+func TestSettingsDocumented(t *testing.T) {
+	doc, err := os.ReadFile("../../../docs/rls.md")
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, s := range settings(&flags{}) {
+		row := ""
+		for _, line := range strings.Split(string(doc), "\n") {
+			cols := strings.Split(line, " | ")
+			if strings.HasPrefix(line, "| `-") && (strings.Contains(cols[0], "`-"+s.flag+"`") || strings.Contains(cols[0], "`-"+s.flag+" ")) {
+				row = line
+			}
+		}
+		switch {
+		case row == "":
+			t.Errorf("docs/rls.md has no row for -%s", s.flag)
+		case s.env != "" && !strings.Contains(row, "`"+s.env+"`"):
+			t.Errorf("docs/rls.md's row for -%s does not name %s: %s", s.flag, s.env, row)
+		}
+	}
+}
+
+// TestSettingsFromEnvironment: a setting's variable replaces its default,
+// a flag replaces both, and a variable that does not parse is refused by
+// name.
+func TestSettingsFromEnvironment(t *testing.T) {
+	t.Setenv("REDIS_TYPE", "Cluster")
+	t.Setenv("NEAR_LIMIT_RATIO", "0.5")
+	t.Setenv("METRIC_KEYS", "7")
+	f, err := parse([]string{"-metric-keys", "9"})
+	if err != nil || f.redisType != "cluster" || f.nearLimit != 0.5 || f.metricKeys != 9 || f.timeout != 100*time.Millisecond {
+		t.Fatalf("%+v %v", f, err)
+	}
+	t.Setenv("REDIS_POOL_SIZE", "ten")
+	if _, err := parse(nil); err == nil || !strings.Contains(err.Error(), "REDIS_POOL_SIZE") {
+		t.Fatalf("REDIS_POOL_SIZE=ten: %v", err)
 	}
 }

@@ -1,0 +1,72 @@
+package schedule
+
+import (
+	"math"
+	"testing"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit"
+)
+
+// A schedule of 5 units a second, 4 at once: each unit costs 200 ms, and
+// the state may run 800 ms ahead of now.
+var five = Schedule{Limit: 4, Slots: 4, Interval: int64(200 * time.Millisecond), Tolerance: int64(800 * time.Millisecond)}
+
+// TestApply steps one schedule on a virtual clock, t0 = 0: the state is
+// the instant the limiter is full again (0 or less: full).
+func TestApply(t *testing.T) {
+	ms := int64(time.Millisecond)
+	never := ratelimit.Never
+	state := int64(0)
+	for i, c := range []struct {
+		now, units int64
+		limited    bool
+		remaining  int64
+		retry      time.Duration
+		reset      time.Duration
+		write      bool
+	}{
+		{0, 1, false, 3, never, 200 * time.Millisecond, true},                          // t0: one of four
+		{0, 3, false, 0, never, 800 * time.Millisecond, true},                          // the rest of the burst
+		{0, 1, true, 0, 200 * time.Millisecond, 800 * time.Millisecond, false},         // full: wait one interval
+		{0, 5, true, 0, never, 800 * time.Millisecond, false},                          // more than fits: never
+		{100 * ms, 0, false, 0, never, 700 * time.Millisecond, false},                  // a report: nothing moves
+		{200 * ms, 1, false, 0, never, 800 * time.Millisecond, true},                   // one interval later: one more
+		{200 * ms, -2, false, 2, never, 400 * time.Millisecond, true},                  // a refund of two
+		{200 * ms, -10, false, 4, never, 0, true},                                      // a refund past full stops at full
+		{2000 * ms, 0, false, 4, never, 0, false},                                      // idle: full, nothing to write
+		{2000 * ms, 4, false, 0, never, 800 * time.Millisecond, true},                  // a whole burst again
+		{2000 * ms, 2, true, 0, 400 * time.Millisecond, 800 * time.Millisecond, false}, // two wait two intervals
+	} {
+		st, ok := five.Apply(state, c.now, c.units)
+		if !ok || st.Limited != c.limited || st.Remaining != c.remaining || st.RetryAfter != c.retry || st.ResetAfter != c.reset || st.Write != c.write || st.Limit != 4 {
+			t.Fatalf("step %d (t=%v, %d units): %+v %v; want limited %v, remaining %d, retry %v, reset %v, write %v",
+				i, time.Duration(c.now), c.units, st, ok, c.limited, c.remaining, c.retry, c.reset, c.write)
+		}
+		if st.State != c.now+st.Next {
+			t.Fatalf("step %d: state %d, want now + next = %d", i, st.State, c.now+st.Next)
+		}
+		if st.Write {
+			state = st.State
+		}
+	}
+}
+
+// A state further ahead than Tolerance (a clock that stepped back) counts
+// as exactly Tolerance ahead, and is written even by a refusal, so the
+// lock-out is one refill, not the step.
+func TestApplyClockStepBack(t *testing.T) {
+	hour := int64(time.Hour)
+	st, ok := five.Apply(hour, 0, 1)
+	if !ok || !st.Limited || st.Ahead != five.Tolerance || st.RetryAfter != 200*time.Millisecond || !st.Write || st.State != five.Tolerance {
+		t.Fatalf("a state an hour ahead: %+v %v", st, ok)
+	}
+}
+
+// An admitted call whose state would pass the largest int64 nanosecond
+// is refused as an overflow (ok false), not wrapped.
+func TestApplyOverflow(t *testing.T) {
+	if st, ok := five.Apply(0, math.MaxInt64-int64(100*time.Millisecond), 1); ok {
+		t.Fatalf("a state past 2262: %+v, want ok false", st)
+	}
+}
