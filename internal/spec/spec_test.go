@@ -42,7 +42,7 @@ func TestEqualFold(t *testing.T) {
 	for _, c := range []struct {
 		s, word string
 		want    bool
-	}{{"ms", "MS", true}, {"Reserve", "RESERVE", true}, {"RESERV", "RESERVE", false}, {"M[", "M{", false}, {"", "", true}} {
+	}{{"ms", "MS", true}, {"Reserve", "RESERVE", true}, {"RESERV", "RESERVE", false}, {"M5", "MS", false}, {"eachx", "EACH", false}, {"", "", true}} {
 		if got := EqualFold(c.s, c.word); got != c.want {
 			t.Errorf("EqualFold(%q, %q) = %v", c.s, c.word, got)
 		}
