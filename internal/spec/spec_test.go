@@ -26,7 +26,7 @@ func TestRange(t *testing.T) {
 func TestFamilyNamed(t *testing.T) {
 	for name, want := range map[string]int{
 		"GCRA": GCRA, "gcra": GCRA, "Tb": TB, "sw": SW, "FW": FW, "sl": SL,
-		"lb": LB, // named, to be refused as not one of RL.ALL's
+		"lb":   LB, // named, to be refused as not one of RL.ALL's
 		"conc": -1, "": -1, "gcrax": -1, "GCR": -1,
 	} {
 		if got := FamilyNamed(name); got != want {
