@@ -65,6 +65,9 @@ func (l *Limiter) Handler(next http.Handler) http.Handler {
 	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { l.serve(w, r, next) })
 }
 
+// serve runs one request through the phases: shed (the in-flight
+// shedder), collect (each policy's key and cost), decide the rate
+// policies, acquire the concurrency slots; then the handler.
 func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handler) {
 	prio := Default
 	if l.opt.Priority != nil {
@@ -79,13 +82,39 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 	}
-	var rate, conc []applied
+	rate, conc, ok := l.collect(w, r, prio)
+	if !ok {
+		return
+	}
+	defer func() {
+		l.report(rate)
+		l.report(conc)
+	}()
+	w.Header().Set("RateLimit-Policy", l.header)
+	servers := l.serversOf(r, rate)
+	if !l.decideRates(w, r, rate, servers) {
+		return
+	}
+	if len(conc) > 0 {
+		release, ok := l.acquireSlots(w, r, rate, conc, servers)
+		defer release()
+		if !ok {
+			return
+		}
+	}
+	next.ServeHTTP(w, r)
+}
+
+// collect reads what each policy counts the request against: its rate and
+// its concurrency policies, or false when a policy cannot count it (the
+// request was answered 400).
+func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority) (rate, conc []applied, ok bool) {
 	for i := range l.policies {
 		p := &l.policies[i]
 		k, err := p.Key(r)
 		if err != nil {
 			l.badRequest(w, r, p, err)
-			return
+			return nil, nil, false
 		}
 		if k == "" {
 			continue
@@ -102,29 +131,28 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		}
 		if q, _ := p.Limit.Quota(); a.Cost < 0 || a.Cost > q {
 			l.badRequest(w, r, p, fmt.Errorf("cost %d is outside 0 to %d, the limit", a.Cost, q))
-			return
+			return nil, nil, false
 		}
 		rate = append(rate, a)
 	}
-	defer func() {
-		l.report(rate)
-		l.report(conc)
-	}()
-	w.Header().Set("RateLimit-Policy", l.header)
+	return rate, conc, true
+}
 
-	// Rate policies: in Redis, or as OnError says.
-	servers := l.serversOf(r, rate)
+// decideRates decides the rate policies, in Redis or as OnError says, and
+// answers a request they refuse: false when the request is answered (or
+// its client gone).
+func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []applied, servers []string) bool {
 	if len(rate) > 0 {
 		switch l.remote(r, servers, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
 		case gone:
-			return
+			return false
 		case decided:
 		default:
 			switch l.opt.OnError {
 			case FailClosed:
 				mark(rate, FailedClosed)
 				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.retryAfter(servers)})
-				return
+				return false
 			case FailLocal:
 				l.local.decide(rate, time.Now().UnixNano())
 			default: // FailOpen: no decision, no RateLimit field
@@ -135,38 +163,41 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			}
 		}
 	}
-	if refused := l.verdict(w, rate); refused != nil {
-		d := Decision{Status: http.StatusTooManyRequests, Policy: refused.p.Name, RetryAfter: refused.Result.RetryAfter}
-		if refused.Result.Remaining >= refused.Cost && refused.Reserve > 0 { // refused only for the reserve
-			d.Status = http.StatusServiceUnavailable
-			refused.outcome = Shed
-		}
-		l.refuse(w, r, d)
-		return
+	refused := l.verdict(w, rate)
+	if refused == nil {
+		return true
 	}
+	d := Decision{Status: http.StatusTooManyRequests, Policy: refused.p.Name, RetryAfter: refused.Result.RetryAfter}
+	if refused.Result.Remaining >= refused.Cost && refused.Reserve > 0 { // refused only for the reserve
+		d.Status = http.StatusServiceUnavailable
+		refused.outcome = Shed
+	}
+	l.refuse(w, r, d)
+	return false
+}
 
-	// Concurrency policies: a slot each, released after the handler.
-	if len(conc) > 0 {
-		release, d, ok := l.acquire(r, conc)
-		defer release()
-		if !ok {
-			for _, kind := range [...]EventKind{Admitted, LocalAdmitted} {
-				unmark(rate, kind)
-				unmark(conc, kind)
-			}
-			if d.Status == 0 {
-				return // the client is gone
-			}
-			// The request is not served: give back the rate units it took.
-			l.remote(r, servers, func(ctx context.Context) error {
-				l.refund(ctx, rate)
-				return nil
-			})
-			l.refuse(w, r, d)
-			return
-		}
+// acquireSlots takes a slot of each concurrency policy, released after
+// the handler (release); when one sheds the request, it gives back the
+// rate units the request took and answers it: false.
+func (l *Limiter) acquireSlots(w http.ResponseWriter, r *http.Request, rate, conc []applied, servers []string) (release func(), ok bool) {
+	release, d, ok := l.acquire(r, conc)
+	if ok {
+		return release, true
 	}
-	next.ServeHTTP(w, r)
+	for _, kind := range [...]EventKind{Admitted, LocalAdmitted} {
+		unmark(rate, kind)
+		unmark(conc, kind)
+	}
+	if d.Status == 0 {
+		return release, false // the client is gone
+	}
+	// The request is not served: give back the rate units it took.
+	l.remote(r, servers, func(ctx context.Context) error {
+		l.refund(ctx, rate)
+		return nil
+	})
+	l.refuse(w, r, d)
+	return release, false
 }
 
 // mark reports kind for every policy in as.

@@ -185,6 +185,21 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		return nil, errNoConfig
 	}
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
+	enforcing, shadow := s.match(cfg, req, resp)
+	if err := s.decide(ctx, enforcing); err != nil {
+		return nil, s.fail(err)
+	}
+	if err := s.decideEach(ctx, shadow); err != nil {
+		return nil, s.fail(err)
+	}
+	s.respond(resp, enforcing, shadow)
+	return resp, nil
+}
+
+// match finds each descriptor's limit under cfg: the items to decide,
+// enforcing and shadow, and in resp the statuses of those with none (or
+// unlimited, or replaced by another matched limit).
+func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimitResponse) (enforcing, shadow []*item) {
 	rules := make([]*rule, len(req.Descriptors))
 	stats := make([]string, len(req.Descriptors))
 	perValue := make([]bool, len(req.Descriptors))
@@ -201,7 +216,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			}
 		}
 	}
-	var enforcing, shadow []*item
 	for i, d := range req.Descriptors {
 		r := rules[i]
 		switch {
@@ -224,14 +238,12 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 			enforcing = append(enforcing, it)
 		}
 	}
+	return enforcing, shadow
+}
 
-	if err := s.decide(ctx, enforcing); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := s.decideEach(ctx, shadow); err != nil {
-		return nil, s.fail(err)
-	}
-
+// respond fills resp with each item's status, remembers refusals, and
+// sets the overall code and the headers asked for.
+func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item) {
 	over := false
 	for _, it := range enforcing {
 		if it.Known && it.Result.Limited {
@@ -259,7 +271,6 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	if s.opts.LimitHeaders.Limit != "" {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses)...)
 	}
-	return resp, nil
 }
 
 // limitHeaders are the peer's three fields for the status it picks: of
