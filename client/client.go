@@ -157,17 +157,38 @@ const (
 	algoSL
 )
 
-// algos are each limit's commands and family, as the command table names
-// them, and the names the client's errors give its fields.
-var algos = [...]struct{ take, peek, family, n, m, period string }{
-	algoNone: {"", "", "", "", "", ""},
-	algoGCRA: {cmdName(spec.OpGCRAThrottle), cmdName(spec.OpGCRAPeek), familyName(spec.GCRA), "burst", "rate", "period"},
-	algoTB:   {cmdName(spec.OpTBTake), cmdName(spec.OpTBPeek), familyName(spec.TB), "capacity", "refill", "period"},
-	algoLB:   {cmdName(spec.OpLBEnqueue), cmdName(spec.OpLBPeek), "", "capacity", "leak", "period"},
-	algoSW:   {cmdName(spec.OpSWHit), cmdName(spec.OpSWPeek), familyName(spec.SW), "limit", "", "window"},
-	algoFW:   {cmdName(spec.OpFWHit), cmdName(spec.OpFWPeek), familyName(spec.FW), "limit", "", "window"},
-	algoSL:   {cmdName(spec.OpSLHit), cmdName(spec.OpSLPeek), familyName(spec.SL), "limit", "", "window"},
+// algoTable is each limit's family in the command table (spec) and the
+// names the client's errors give its fields.
+var algoTable = [...]struct {
+	family         int
+	n, m, duration string
+}{
+	algoNone: {-1, "", "", ""},
+	algoGCRA: {spec.GCRA, "burst", "rate", "period"},
+	algoTB:   {spec.TB, "capacity", "refill", "period"},
+	algoLB:   {spec.LB, "capacity", "leak", "period"},
+	algoSW:   {spec.SW, "limit", "", "window"},
+	algoFW:   {spec.FW, "limit", "", "window"},
+	algoSL:   {spec.SL, "limit", "", "window"},
 }
+
+// algos are each limit's commands, its family's name in RL.ALL ("" when
+// RL.ALL does not take it) and its fields' names, from algoTable and the
+// command table.
+var algos = func() (as [len(algoTable)]struct{ take, peek, family, n, m, period string }) {
+	for a, t := range algoTable {
+		if t.family < 0 {
+			continue
+		}
+		x := &as[a]
+		x.take, x.peek = spec.CommandOf(t.family, false).Name, spec.CommandOf(t.family, true).Name
+		if spec.Families[t.family].InAll {
+			x.family = spec.Families[t.family].Name
+		}
+		x.n, x.m, x.period = t.n, t.m, t.duration
+	}
+	return as
+}()
 
 // The commands of several limits and of the concurrency limiter.
 var (
@@ -177,7 +198,6 @@ var (
 
 func cmdName(op spec.Op) string { return spec.Of(op).Name }
 
-func familyName(f int) string { return spec.Families[f].Name }
 
 // GCRA is GCRA.THROTTLE's limit (redis-cell's CL.THROTTLE): burst+1
 // requests at once, then rate per period. GCRA(9, 10, time.Minute) admits
@@ -277,8 +297,12 @@ func drain(period time.Duration, q, rate int64) time.Duration {
 }
 
 // Refundable reports whether the limit takes a negative cost back (GCRA and
-// the token bucket do; the windows and the shaper do not).
-func (l Limit) Refundable() bool { return l.algo == algoGCRA || l.algo == algoTB }
+// the token bucket do; the windows and the shaper do not), as the command
+// table says of its family.
+func (l Limit) Refundable() bool {
+	f := algoTable[l.algo].family
+	return f >= 0 && spec.Families[f].Refundable()
+}
 
 // appendArgs appends the arguments between the key and the cost.
 func (l Limit) appendArgs(args []any) ([]any, error) {

@@ -200,13 +200,13 @@ func replyTime(d time.Duration, ms bool) int64 {
 	return s
 }
 
-// Each operation's family (for a command of one key) and whether it only
-// peeks, from the command table.
-var opFamily, opPeek = func() (f [spec.NumOps]int, p [spec.NumOps]bool) {
+// Each operation's command, from the command table: what it runs, its
+// family (for a command of one key) and whether it only peeks.
+var opExec, opFamily, opPeek = func() (e [spec.NumOps]spec.Exec, f [spec.NumOps]int, p [spec.NumOps]bool) {
 	for _, c := range spec.Commands {
-		f[c.Op], p[c.Op] = c.Family, c.Peek
+		e[c.Op], f[c.Op], p[c.Op] = c.Exec, c.Family, c.Peek
 	}
-	return f, p
+	return e, f, p
 }()
 
 // execute runs one command: parse every argument, run each limit on its
@@ -215,15 +215,17 @@ var opFamily, opPeek = func() (f [spec.NumOps]int, p [spec.NumOps]bool) {
 // functions, so that nothing here escapes to the heap.
 func Execute(op spec.Op, args []string, r Reader, o *Outcome) {
 	var err error
-	switch {
-	case op < 0 || op >= spec.NumOps:
+	if op < 0 || op >= spec.NumOps {
 		err = fail(fmt.Sprintf("ERR internal error: unknown operation %d", op))
-	case op == spec.OpRLAll || op == spec.OpRLPeek:
-		err = executeAll(args, r, o, opPeek[op])
-	case op >= spec.OpConcAcquire:
-		err = executeConc(op, args, r, o)
-	default:
-		err = executeOne(opFamily[op], args, r, o, opPeek[op])
+	} else {
+		switch e := opExec[op]; e {
+		case spec.ExecOne:
+			err = executeOne(opFamily[op], args, r, o, opPeek[op])
+		case spec.ExecAll:
+			err = executeAll(args, r, o, opPeek[op])
+		default:
+			err = executeConc(e, args, r, o)
+		}
 	}
 	if err != nil {
 		o.setErr(err)

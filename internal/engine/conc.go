@@ -51,26 +51,26 @@ type concCall struct {
 
 // parseConc reads a concurrency command's arguments: args are the command
 // name, the key, the arguments. The error is the reply.
-func parseConc(op spec.Op, args []string, c *concCall) error {
+func parseConc(op spec.Exec, args []string, c *concCall) error {
 	i := 0 // the first option
 	switch op {
-	case spec.OpConcAcquire:
+	case spec.ExecAcquire:
 		c.idAt, i = 4, 5
-	case spec.OpConcPeek:
+	case spec.ExecConcPeek:
 		i = 3
-	case spec.OpConcRelease:
+	case spec.ExecRelease:
 		c.idAt, i = 2, 3
 	}
-	if len(args) < i || len(args) > maxOneKeyArgs || (op == spec.OpConcRelease && len(args) != i) {
+	if len(args) < i || len(args) > maxOneKeyArgs || (op == spec.ExecRelease && len(args) != i) {
 		return errArity
 	}
-	if op != spec.OpConcRelease {
+	if op != spec.ExecRelease {
 		var ok bool
 		if c.limit, ok = concLimitArg.parse(args[2]); !ok {
 			return fail(concLimitArg.rangeError(""))
 		}
 	}
-	if op == spec.OpConcAcquire {
+	if op == spec.ExecAcquire {
 		var ok bool
 		if c.lease, ok = leaseArg.parse(args[3]); !ok {
 			return fail(leaseArg.rangeError(""))
@@ -94,7 +94,7 @@ func parseConc(op spec.Op, args []string, c *concCall) error {
 }
 
 // executeConc runs CONC.ACQUIRE, CONC.PEEK or CONC.RELEASE.
-func executeConc(op spec.Op, args []string, r Reader, o *Outcome) error {
+func executeConc(op spec.Exec, args []string, r Reader, o *Outcome) error {
 	var c concCall
 	if err := parseConc(op, args, &c); err != nil {
 		return err
@@ -108,7 +108,7 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) error {
 	}
 	set := r.Holders(0)
 	w := &o.Writes[0]
-	if op == spec.OpConcRelease {
+	if op == spec.ExecRelease {
 		rel := conc.Free(set.Holder(args[c.idAt]), st.Now)
 		o.Action, o.ReplyLen = ActReply, 1
 		if rel.Held {
@@ -131,7 +131,7 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) error {
 	}
 	var d conc.Decision
 	var h conc.Holder
-	if op == spec.OpConcPeek {
+	if op == spec.ExecConcPeek {
 		var latest int64
 		if st.Kind == KeyZSet {
 			latest = ScoreNs(st.Newest.Score)
@@ -153,7 +153,7 @@ func executeConc(op spec.Op, args []string, r Reader, o *Outcome) error {
 	setReply(&rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, c.ms)
 	o.Action, o.ReplyLen = ActReply, 5
 	copy(o.Reply[:5], rep[:])
-	if op == spec.OpConcAcquire && !d.Limited {
+	if op == spec.ExecAcquire && !d.Limited {
 		w.Action, w.ConcID, w.ConcAdd = WriteConc, c.idAt, true
 		w.ZCutoff = FloorDiv(st.Now, 1000)
 		w.ZScore = checked.CeilDiv(d.End, 1000)

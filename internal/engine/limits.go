@@ -2,29 +2,33 @@ package engine
 
 import "github.com/seed-6b3823f5/ratelimit/internal/spec"
 
-// The limiter families of one key, numbered as spec numbers them.
+// The limiter families whose adapters tell them apart, numbered as spec
+// numbers them.
 const (
-	famGCRA  = spec.GCRA
-	famTB    = spec.TB
-	famLB    = spec.LB
-	famSW    = spec.SW
-	famFW    = spec.FW
-	famSL    = spec.SL
-	famCount = spec.CONC // the concurrency limiter is not one of them
+	famGCRA = spec.GCRA
+	famTB   = spec.TB
+	famLB   = spec.LB
+	famSL   = spec.SL
 )
 
-// family is one limiter family: its name in RL.ALL and its arguments.
+// family is one limiter family: its name in RL.ALL, its arguments (nil
+// for a family without commands of one key's syntax: the concurrency
+// limiter parses its own) and how it runs.
 type family struct {
 	name   string
 	syntax *syntax
 	plus   int64 // what it admits at once is its first argument plus this
+	run    spec.Run
 }
 
 // families are the table's, with each family's syntax made once.
-var families = func() (fs [famCount]family) {
-	for f := range famCount {
+var families = func() (fs [spec.NumFamilies]family) {
+	for f := range spec.NumFamilies {
 		sf := &spec.Families[f]
-		fs[f] = family{sf.Name, syntaxOf(sf), sf.LimitPlus}
+		fs[f] = family{name: sf.Name, plus: sf.LimitPlus, run: sf.Run}
+		if sf.Cost.Name != "" {
+			fs[f].syntax = syntaxOf(sf)
+		}
 	}
 	return fs
 }()
@@ -52,14 +56,14 @@ func (l *limit) cost() *int64 { return &l.v[len(families[l.family].syntax.positi
 // integers into rep and what to store into w. On a key that is not this
 // limiter's, or arguments the arithmetic cannot take, it returns the error.
 func (l *limit) run(st *KeyState, r Reader, i int, ms bool, rep *[5]int64, w *KeyWrite) error {
-	switch l.family {
-	case famGCRA, famTB, famLB:
+	switch families[l.family].run {
+	case spec.RunInstant:
 		return runInstant(l, st, ms, rep, w)
-	case famSW:
+	case spec.RunSlidingWindow:
 		return runSlidingWindow(l, st, ms, rep, w)
-	case famFW:
+	case spec.RunFixedWindow:
 		return runFixedWindow(l, st, ms, rep, w)
-	case famSL:
+	case spec.RunLog:
 		return runSlidingLog(l, st, r, i, ms, rep, w)
 	}
 	return fail("ERR internal error: unknown limiter")

@@ -102,7 +102,27 @@ type Family struct {
 	// State names what the family keeps in its key, in the error a key of
 	// other data gets.
 	State string
+	// Run is how the engines run a limit of the family; Part is the Lua
+	// engine's source that does (lua/src/<Part>.lua), Fast its fast path's
+	// function there.
+	Run  Run
+	Part string
+	Fast string
 }
+
+// Run is how the engines run a family's limit.
+type Run int
+
+const (
+	RunInstant       Run = iota // a virtual schedule in one string: GCRA, the buckets
+	RunSlidingWindow            // two counters in one string
+	RunFixedWindow              // one counter
+	RunLog                      // a sorted set of entries
+	RunConcurrency              // a sorted set of holders
+)
+
+// Refundable reports a family that takes a negative cost: a refund.
+func (f *Family) Refundable() bool { return f.Cost.Min < 0 }
 
 // The families, indexed by their number.
 const (
@@ -139,8 +159,9 @@ func period(name, what string) Arg {
 	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
 }
 
-func windowFamily(name, kind string, limit int64, state string) Family {
+func windowFamily(name, kind string, limit int64, state string, run Run, part, fast string) Family {
 	return Family{
+		Run: run, Part: part, Fast: fast,
 		Name: name, Kind: kind,
 		Args: []Arg{
 			{Name: "limit", Min: 1, Max: limit, Summary: "hits admitted per window"},
@@ -168,6 +189,7 @@ var Families = [NumFamilies]Family{
 		Costs:   "0 reports, negative gives back",
 		Reserve: true, LimitPlus: 1, InAll: true,
 		State: "GCRA state (a Unix time in nanoseconds)",
+		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
 	TB: {
 		Name: "TB", Kind: "tb",
@@ -181,6 +203,7 @@ var Families = [NumFamilies]Family{
 		Costs:   "0 reports, negative puts back",
 		Reserve: true, InAll: true,
 		State: "token bucket state (a Unix time in nanoseconds)",
+		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
 	LB: {
 		Name: "LB", Kind: "lb",
@@ -193,10 +216,11 @@ var Families = [NumFamilies]Family{
 		Def:   1,
 		Costs: "0 reports",
 		State: "shaper state (a Unix time in nanoseconds)",
+		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
-	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)"),
-	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)"),
-	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)"),
+	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)", RunSlidingWindow, "window", "fast_sliding"),
+	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", RunFixedWindow, "window", "fast_fixed"),
+	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)", RunLog, "log", "fast_log"),
 	CONC: {
 		Name: "CONC", Kind: "conc",
 		Args: []Arg{
@@ -206,6 +230,7 @@ var Families = [NumFamilies]Family{
 		},
 		Reserve: true,
 		State:   "concurrency state (holder ids scored with their lease's end in Unix microseconds)",
+		Run:     RunConcurrency, Part: "conc",
 	},
 }
 
@@ -237,10 +262,22 @@ const (
 	NumOps
 )
 
+// Exec is what a command runs.
+type Exec int
+
+const (
+	ExecOne      Exec = iota // its family's limit on its key
+	ExecAll                  // a limit per key, all or nothing (RL.ALL, RL.PEEK)
+	ExecAcquire              // the concurrency limiter: take or renew a slot
+	ExecRelease              // free a slot
+	ExecConcPeek             // what an acquire would answer
+)
+
 // Command is one command the module registers.
 type Command struct {
 	Name   string // as registered, in upper case: "GCRA.THROTTLE"
 	Op     Op
+	Exec   Exec // what it runs: its operation's number means nothing more
 	Family int  // its family, or -1 for RL.ALL and RL.PEEK
 	Peek   bool // changes nothing: readonly, no-writes, FCALL_RO
 	Alias  bool // registered only while the CL.THROTTLE alias is on
@@ -327,20 +364,20 @@ var Commands = []Command{
 	family("SL.HIT", OpSLHit, SL, false,
 		"Sliding log: the exact count of hits in the trailing window, in a sorted set", logComplexity),
 	peekOf("SL.PEEK", OpSLPeek, SL, "SL.HIT", logComplexity),
-	{Name: "RL.ALL", Op: OpRLAll, Family: -1, NumKeys: true, Options: true,
+	{Name: "RL.ALL", Op: OpRLAll, Exec: ExecAll, Family: -1, NumKeys: true, Options: true,
 		Summary: "Several limits in one atomic decision: every limit admits or nothing is written; replies the " +
 			"deciding limit's five integers and its position",
 		Complexity: allComplexity},
-	{Name: "RL.PEEK", Op: OpRLPeek, Family: -1, Peek: true, NumKeys: true, Options: true,
+	{Name: "RL.PEEK", Op: OpRLPeek, Exec: ExecAll, Family: -1, Peek: true, NumKeys: true, Options: true,
 		Summary: "What RL.ALL would reply now, changing nothing", Complexity: allComplexity},
-	{Name: "CONC.ACQUIRE", Op: OpConcAcquire, Family: CONC, Args: Families[CONC].Args, Options: true,
+	{Name: "CONC.ACQUIRE", Op: OpConcAcquire, Exec: ExecAcquire, Family: CONC, Args: Families[CONC].Args, Options: true,
 		Summary:    "Concurrency limit: take a slot for id, or renew its lease; reply limited, limit, free slots, retry, reset",
 		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse"},
-	{Name: "CONC.RELEASE", Op: OpConcRelease, Family: CONC, Frees: true,
+	{Name: "CONC.RELEASE", Op: OpConcRelease, Exec: ExecRelease, Family: CONC, Frees: true,
 		Args:       []Arg{{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder whose slot is freed"}},
 		Summary:    "Free id's slot at once: 1 if it held one, else 0",
 		Complexity: "O(log N), plus up to 64 lapsed holders removed"},
-	{Name: "CONC.PEEK", Op: OpConcPeek, Family: CONC, Peek: true, Args: Families[CONC].Args[:1], Options: true,
+	{Name: "CONC.PEEK", Op: OpConcPeek, Exec: ExecConcPeek, Family: CONC, Peek: true, Args: Families[CONC].Args[:1], Options: true,
 		Summary: "What CONC.ACQUIRE by a new id would reply now, changing nothing", Complexity: "O(log N + K)"},
 }
 
@@ -352,6 +389,18 @@ func Of(op Op) *Command {
 		}
 	}
 	panic("spec: no command for op " + itoa(int64(op)))
+}
+
+// CommandOf is family f's command of one key that consumes (peek false)
+// or its peek, not an alias; nil when it has none (the concurrency
+// limiter's are its own).
+func CommandOf(f int, peek bool) *Command {
+	for i := range Commands {
+		if c := &Commands[i]; c.Exec == ExecOne && c.Family == f && c.Peek == peek && !c.Alias {
+			return c
+		}
+	}
+	return nil
 }
 
 // Limiters lists the families RL.ALL takes, for its error: "GCRA, TB, SW,
