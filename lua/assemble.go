@@ -6,6 +6,7 @@ import (
 	"encoding/hex"
 	"fmt"
 	"math"
+	"slices"
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit"
@@ -22,6 +23,14 @@ import (
 
 //go:embed src/*.lua
 var sources embed.FS
+
+// partOf is a part of a script or the library that holds parts.
+func partOf(part string, parts []string) string {
+	if part == dispatch {
+		return dispatchLua(parts)
+	}
+	return sourceOf(part)
+}
 
 func sourceOf(part string) string {
 	if part == "spec.lua" {
@@ -214,34 +223,80 @@ local function fast_args(kind, args)
 }
 
 // A recipe is how one command runs: the parts it needs (after the common
-// ones) and the function of them that runs it, with its arguments.
+// ones) and the function of them that runs it, with its arguments; all
+// from the command table.
 type recipe struct {
 	parts []string
-	run   string // "instant_command", ...
+	run   string // "one_command", ...
 	kind  string // the family, or what a concurrency command does
 }
 
 // The parts every command needs, in order.
 var common = []string{"int.lua", "fast.lua", "spec.lua", "common.lua"}
 
-// libraryParts are every part, in an order that gives each what it uses.
-var libraryParts = append(common[:len(common):len(common)],
-	"instant.lua", "window.lua", "log.lua", "conc.lua", "all.lua")
+// dispatch is the generated part that names each family's functions
+// (LIMIT), for the families whose parts a script holds; one.lua and
+// all.lua follow it.
+const dispatch = "dispatch.lua"
 
-// recipeOf is command c's recipe.
-func recipeOf(c *spec.Command) recipe {
-	switch {
-	case c.NumKeys:
-		return recipe{[]string{"instant.lua", "window.lua", "log.lua", "all.lua"}, "all_command", "all"}
-	case c.Family == spec.CONC:
-		return recipe{[]string{"log.lua", "conc.lua"}, "conc_command",
-			strings.ToLower(c.Name[strings.IndexByte(c.Name, '.')+1:])} // acquire, peek, release
-	case c.Family == spec.SW || c.Family == spec.FW:
-		return recipe{[]string{"window.lua"}, "window_command", spec.Families[c.Family].Kind}
-	case c.Family == spec.SL:
-		return recipe{[]string{"log.lua"}, "log_command", "sl"}
+// libraryParts are every part, in an order that gives each what it uses.
+var libraryParts = func() []string {
+	parts := slices.Clone(common)
+	for _, f := range spec.Families {
+		parts = appendPart(parts, f.Needs...)
+		parts = appendPart(parts, f.Part+".lua")
 	}
-	return recipe{[]string{"instant.lua"}, "instant_command", spec.Families[c.Family].Kind}
+	return append(parts, dispatch, "one.lua", "all.lua")
+}()
+
+// appendPart appends the parts parts lacks.
+func appendPart(parts []string, more ...string) []string {
+	for _, p := range more {
+		if !slices.Contains(parts, p) {
+			parts = append(parts, p)
+		}
+	}
+	return parts
+}
+
+// recipeOf is command c's recipe, from what it runs (spec.Exec) and its
+// family's parts.
+func recipeOf(c *spec.Command) recipe {
+	switch c.Exec {
+	case spec.ExecAll:
+		var parts []string
+		for _, f := range spec.Families {
+			if f.InAll {
+				parts = appendPart(parts, f.Needs...)
+				parts = appendPart(parts, f.Part+".lua")
+			}
+		}
+		return recipe{append(parts, dispatch, "all.lua"), "all_command", "all"}
+	case spec.ExecOne:
+		f := &spec.Families[c.Family]
+		return recipe{append(appendPart(slices.Clone(f.Needs), f.Part+".lua"), dispatch, "one.lua"), "one_command", f.Kind}
+	}
+	f := &spec.Families[c.Family]
+	return recipe{appendPart(slices.Clone(f.Needs), f.Part+".lua"), f.Part + "_command",
+		strings.ToLower(c.Name[strings.IndexByte(c.Name, '.')+1:])} // acquire, peek, release
+}
+
+// dispatchLua is the part dispatch for a script of parts: LIMIT, each
+// family of one key's syntax whose part it holds, with its fast path, its
+// limit, its write, the words of its RL.ALL limiter, and whether RL.ALL
+// takes it and it is a log.
+func dispatchLua(parts []string) string {
+	var b strings.Builder
+	b.WriteString("-- dispatch.lua, from internal/spec: each family's functions.\n\nlocal LIMIT = {\n")
+	for _, f := range spec.Families {
+		if f.Fast == "" || !slices.Contains(parts, f.Part+".lua") {
+			continue
+		}
+		fmt.Fprintf(&b, "  %s = {fast = %s, limit = %s_limit, store = %s_store, words = %d, all = %v, log = %v},\n",
+			f.Kind, f.Fast, f.Part, f.Part, len(f.Args)+1, f.InAll, f.Run == spec.RunLog)
+	}
+	b.WriteString("}\n")
+	return b.String()
 }
 
 // call is the Lua expression that runs command c on keys and args.
@@ -261,8 +316,9 @@ func script(c *spec.Command) string {
 		b.WriteString("#!lua\n")
 	}
 	fmt.Fprintf(&b, "-- %s.lua: %s\n", c.File(), generated)
-	for _, p := range append(common[:len(common):len(common)], r.parts...) {
-		b.WriteString("\n" + sourceOf(p))
+	parts := append(common[:len(common):len(common)], r.parts...)
+	for _, p := range parts {
+		b.WriteString("\n" + partOf(p, parts))
 	}
 	b.WriteString("\nreturn " + r.call(c, "KEYS", "ARGV") + "\n")
 	return b.String()
@@ -323,7 +379,7 @@ func library(suffix, version string) string {
 `)
 	b.WriteString("-- The sources, with their comments, are lua/src/*.lua.\n")
 	for _, p := range libraryParts {
-		b.WriteString("\n" + code(sourceOf(p)))
+		b.WriteString("\n" + code(partOf(p, libraryParts)))
 	}
 	b.WriteString("\n-- One function per command.\n")
 	for i := range spec.Commands {

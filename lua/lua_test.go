@@ -65,8 +65,8 @@ func TestGet(t *testing.T) {
 // Each command's recipe runs its family's part with its own name.
 func TestRecipes(t *testing.T) {
 	for name, want := range map[string]string{
-		"CL.THROTTLE":  `instant_command("gcra", "cl.throttle", false, KEYS, ARGV)`,
-		"SL.PEEK":      `log_command("sl", "sl.peek", true, KEYS, ARGV)`,
+		"CL.THROTTLE":  `one_command("gcra", "cl.throttle", false, KEYS, ARGV)`,
+		"SL.PEEK":      `one_command("sl", "sl.peek", true, KEYS, ARGV)`,
 		"RL.ALL":       `all_command("all", "rl.all", false, KEYS, ARGV)`,
 		"CONC.RELEASE": `conc_command("release", "conc.release", false, KEYS, ARGV)`,
 	} {

@@ -836,18 +836,8 @@ local function fast_instant(kind, key, v, now, ms, peek)
   return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
-local function instant_command(kind, name, peek, keys, args)
-  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local reply, now = fast_first(fast_instant, kind, keys[1], args, peek)
-  if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
-  if err then return err end
-  now = now or clock()
-  local w
-  reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
-  if err then return err end
-  if not peek then store_instant(w.key, w.existed, now, w.at, w.write) end
-  return reply
+local function instant_store(w, now)
+  store_instant(w.key, w.existed, now, w.at, w.write)
 end
 
 
@@ -1118,18 +1108,8 @@ local function fast_sliding(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
-local function window_command(kind, name, peek, keys, args)
-  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local reply, now = fast_first(kind == 'fw' and fast_fixed or fast_sliding, kind, keys[1], args, peek)
-  if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
-  if err then return err end
-  now = now or clock()
-  local w
-  reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
-  if err then return err end
-  if not peek then store(w) end
-  return reply
+local function window_store(w)
+  store(w)
 end
 
 
@@ -1204,7 +1184,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   return d
 end
 
-local function log_limit(key, v, reserve, now, ms)
+local function log_limit(_, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
   local kind, expire, size = read_zset(key)
   local err = check_key(kind, expire, 'zset', LOG_STATE)
@@ -1338,18 +1318,8 @@ local function fast_log(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
-local function log_command(kind, name, peek, keys, args)
-  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local reply, now = fast_first(fast_log, kind, keys[1], args, peek)
-  if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
-  if err then return err end
-  now = now or clock()
-  local w
-  reply, w, err = log_limit(keys[1], v, reserve, now, ms)
-  if err then return err end
-  if not peek and w.log then store_log(w) end
-  return reply
+local function log_store(w)
+  if w.log then store_log(w) end
 end
 
 
@@ -1659,6 +1629,32 @@ local function conc_command(op, name, peek, keys, args)
 end
 
 
+local LIMIT = {
+  gcra = {fast = fast_instant, limit = instant_limit, store = instant_store, words = 4, all = true, log = false},
+  tb = {fast = fast_instant, limit = instant_limit, store = instant_store, words = 4, all = true, log = false},
+  lb = {fast = fast_instant, limit = instant_limit, store = instant_store, words = 4, all = false, log = false},
+  sw = {fast = fast_sliding, limit = window_limit, store = window_store, words = 3, all = true, log = false},
+  fw = {fast = fast_fixed, limit = window_limit, store = window_store, words = 3, all = true, log = false},
+  sl = {fast = fast_log, limit = log_limit, store = log_store, words = 3, all = true, log = true},
+}
+
+
+local function one_command(kind, name, peek, keys, args)
+  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
+  local f = LIMIT[kind]
+  local reply, now = fast_first(f.fast, kind, keys[1], args, peek)
+  if reply then return reply end
+  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
+  if err then return err end
+  now = now or clock()
+  local w
+  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms)
+  if err then return err end
+  if not peek then f.store(w, now) end
+  return reply
+end
+
+
 local function family_named(s)
   local u = string.upper(s)
   for _, f in ipairs(FAMILIES) do
@@ -1734,15 +1730,7 @@ local function parse_all(name, keys, args)
 end
 
 local function run_limit(j, l, key, v, reserve, now, ms)
-  local reply, w, err
-  if l.family == 'gcra' or l.family == 'tb' then
-    reply, w, err = instant_limit(l.family, key, v, reserve, now, ms)
-    if w then w.instant = true end
-  elseif l.family == 'sl' then
-    reply, w, err = log_limit(key, v, reserve, now, ms)
-  else
-    reply, w, err = window_limit(l.family, key, v, reserve, now, ms)
-  end
+  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
   if err then
     local where = 'limiter ' .. j .. ' (' .. string.upper(l.family) .. ', key ' .. quote(key) .. ')'
     if err.err == WRONGTYPE then
@@ -1759,8 +1747,6 @@ local function later_retry(a, b)
   return a == -1 or a > b
 end
 
-local FAST_LIMIT = {gcra = fast_instant, tb = fast_instant, fw = fast_fixed, sw = fast_sliding, sl = fast_log}
-
 local function fast_all(peek, keys, args)
   local n = #keys
   if n < 1 or n > MAX_KEYS then return nil end
@@ -1774,14 +1760,14 @@ local function fast_all(peek, keys, args)
     local w = args[i]
     if w == nil or #w > 4 then return nil end
     local kind = string.lower(w)
-    local fast = FAST_LIMIT[kind]
-    if not fast then return nil end
-    local words = (kind == 'gcra' or kind == 'tb') and 4 or 3
+    local f = LIMIT[kind]
+    if not f or not f.all then return nil end
+    local words = f.words
     if i + words > #args then return nil end
     local v = fast_args(kind, {unpack(args, i + 1, i + words)})
     if not v then return nil end
-    if kind == 'sl' and v[3] <= v[1] then entries = entries + v[3] end
-    lims[j] = {fast = fast, kind = kind, v = v}
+    if f.log and v[words] <= v[1] then entries = entries + v[words] end
+    lims[j] = {fast = f.fast, kind = kind, v = v}
     i = i + 1 + words
   end
   if entries > MAX_LOG_ADD then return nil end
@@ -1869,36 +1855,28 @@ local function all_command(_, name, peek, keys, args)
     end
   end
   if not peek then
-    for _, w in ipairs(writes) do
-      if w.instant then
-        store_instant(w.key, w.existed, now, w.at, w.write)
-      elseif w.log then
-        store_log(w)
-      else
-        store(w)
-      end
-    end
+    for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
   return reply
 end
 
 -- One function per command.
-redis.register_function{function_name = 'gcra_throttle', callback = function(keys, args) return instant_command("gcra", "gcra.throttle", false, keys, args) end}
-redis.register_function{function_name = 'cl_throttle', callback = function(keys, args) return instant_command("gcra", "cl.throttle", false, keys, args) end}
-redis.register_function{function_name = 'gcra_peek', callback = function(keys, args) return instant_command("gcra", "gcra.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'tb_take', callback = function(keys, args) return instant_command("tb", "tb.take", false, keys, args) end}
-redis.register_function{function_name = 'tb_peek', callback = function(keys, args) return instant_command("tb", "tb.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'lb_enqueue', callback = function(keys, args) return instant_command("lb", "lb.enqueue", false, keys, args) end}
-redis.register_function{function_name = 'lb_peek', callback = function(keys, args) return instant_command("lb", "lb.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'sw_hit', callback = function(keys, args) return window_command("sw", "sw.hit", false, keys, args) end}
-redis.register_function{function_name = 'sw_peek', callback = function(keys, args) return window_command("sw", "sw.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'fw_hit', callback = function(keys, args) return window_command("fw", "fw.hit", false, keys, args) end}
-redis.register_function{function_name = 'fw_peek', callback = function(keys, args) return window_command("fw", "fw.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'sl_hit', callback = function(keys, args) return log_command("sl", "sl.hit", false, keys, args) end}
-redis.register_function{function_name = 'sl_peek', callback = function(keys, args) return log_command("sl", "sl.peek", true, keys, args) end, flags = {'no-writes'}}
+redis.register_function{function_name = 'gcra_throttle', callback = function(keys, args) return one_command("gcra", "gcra.throttle", false, keys, args) end}
+redis.register_function{function_name = 'cl_throttle', callback = function(keys, args) return one_command("gcra", "cl.throttle", false, keys, args) end}
+redis.register_function{function_name = 'gcra_peek', callback = function(keys, args) return one_command("gcra", "gcra.peek", true, keys, args) end, flags = {'no-writes'}}
+redis.register_function{function_name = 'tb_take', callback = function(keys, args) return one_command("tb", "tb.take", false, keys, args) end}
+redis.register_function{function_name = 'tb_peek', callback = function(keys, args) return one_command("tb", "tb.peek", true, keys, args) end, flags = {'no-writes'}}
+redis.register_function{function_name = 'lb_enqueue', callback = function(keys, args) return one_command("lb", "lb.enqueue", false, keys, args) end}
+redis.register_function{function_name = 'lb_peek', callback = function(keys, args) return one_command("lb", "lb.peek", true, keys, args) end, flags = {'no-writes'}}
+redis.register_function{function_name = 'sw_hit', callback = function(keys, args) return one_command("sw", "sw.hit", false, keys, args) end}
+redis.register_function{function_name = 'sw_peek', callback = function(keys, args) return one_command("sw", "sw.peek", true, keys, args) end, flags = {'no-writes'}}
+redis.register_function{function_name = 'fw_hit', callback = function(keys, args) return one_command("fw", "fw.hit", false, keys, args) end}
+redis.register_function{function_name = 'fw_peek', callback = function(keys, args) return one_command("fw", "fw.peek", true, keys, args) end, flags = {'no-writes'}}
+redis.register_function{function_name = 'sl_hit', callback = function(keys, args) return one_command("sl", "sl.hit", false, keys, args) end}
+redis.register_function{function_name = 'sl_peek', callback = function(keys, args) return one_command("sl", "sl.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'rl_all', callback = function(keys, args) return all_command("all", "rl.all", false, keys, args) end}
 redis.register_function{function_name = 'rl_peek', callback = function(keys, args) return all_command("all", "rl.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+84616aac214fa25d' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+77d556bc18a344db' end, flags = {'no-writes'}}

@@ -103,11 +103,14 @@ type Family struct {
 	// other data gets.
 	State string
 	// Run is how the engines run a limit of the family; Part is the Lua
-	// engine's source that does (lua/src/<Part>.lua), Fast its fast path's
-	// function there.
-	Run  Run
-	Part string
-	Fast string
+	// engine's source that does (lua/src/<Part>.lua: <Part>_limit and
+	// <Part>_store for a family of one key's syntax, <Part>_command for
+	// the concurrency limiter), Needs the parts it uses, Fast its fast
+	// path's function.
+	Run   Run
+	Part  string
+	Needs []string
+	Fast  string
 }
 
 // Run is how the engines run a family's limit.
@@ -230,7 +233,7 @@ var Families = [NumFamilies]Family{
 		},
 		Reserve: true,
 		State:   "concurrency state (holder ids scored with their lease's end in Unix microseconds)",
-		Run:     RunConcurrency, Part: "conc",
+		Run:     RunConcurrency, Part: "conc", Needs: []string{"log.lua"},
 	},
 }
 

@@ -83,15 +83,7 @@ end
 -- run_limit runs one limit on its key: five integers and a write, or an
 -- error naming the limiter and its key.
 local function run_limit(j, l, key, v, reserve, now, ms)
-  local reply, w, err
-  if l.family == 'gcra' or l.family == 'tb' then
-    reply, w, err = instant_limit(l.family, key, v, reserve, now, ms)
-    if w then w.instant = true end
-  elseif l.family == 'sl' then
-    reply, w, err = log_limit(key, v, reserve, now, ms)
-  else
-    reply, w, err = window_limit(l.family, key, v, reserve, now, ms)
-  end
+  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
   if err then
     local where = 'limiter ' .. j .. ' (' .. string.upper(l.family) .. ', key ' .. quote(key) .. ')'
     if err.err == WRONGTYPE then
@@ -117,8 +109,6 @@ end
 -- path run again on the same keys at the same instant, which decides the
 -- same. It gives the reply, or nil and the instant read (nil if none) for
 -- the exact path, before anything was written.
-local FAST_LIMIT = {gcra = fast_instant, tb = fast_instant, fw = fast_fixed, sw = fast_sliding, sl = fast_log}
-
 local function fast_all(peek, keys, args)
   local n = #keys
   if n < 1 or n > MAX_KEYS then return nil end
@@ -132,14 +122,14 @@ local function fast_all(peek, keys, args)
     local w = args[i]
     if w == nil or #w > 4 then return nil end
     local kind = string.lower(w)
-    local fast = FAST_LIMIT[kind]
-    if not fast then return nil end
-    local words = (kind == 'gcra' or kind == 'tb') and 4 or 3
+    local f = LIMIT[kind]
+    if not f or not f.all then return nil end
+    local words = f.words
     if i + words > #args then return nil end
     local v = fast_args(kind, {unpack(args, i + 1, i + words)})
     if not v then return nil end
-    if kind == 'sl' and v[3] <= v[1] then entries = entries + v[3] end
-    lims[j] = {fast = fast, kind = kind, v = v}
+    if f.log and v[words] <= v[1] then entries = entries + v[words] end
+    lims[j] = {fast = f.fast, kind = kind, v = v}
     i = i + 1 + words
   end
   if entries > MAX_LOG_ADD then return nil end
@@ -229,15 +219,7 @@ local function all_command(_, name, peek, keys, args)
     end
   end
   if not peek then
-    for _, w in ipairs(writes) do
-      if w.instant then
-        store_instant(w.key, w.existed, now, w.at, w.write)
-      elseif w.log then
-        store_log(w)
-      else
-        store(w)
-      end
-    end
+    for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
   return reply
 end

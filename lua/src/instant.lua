@@ -167,17 +167,7 @@ local function fast_instant(kind, key, v, now, ms, peek)
   return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- instant_command is GCRA.THROTTLE, TB.TAKE, LB.ENQUEUE and their peeks.
-local function instant_command(kind, name, peek, keys, args)
-  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local reply, now = fast_first(fast_instant, kind, keys[1], args, peek)
-  if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
-  if err then return err end
-  now = now or clock()
-  local w
-  reply, w, err = instant_limit(kind, keys[1], v, reserve, now, ms)
-  if err then return err end
-  if not peek then store_instant(w.key, w.existed, now, w.at, w.write) end
-  return reply
+-- instant_store makes an instant limit's write.
+local function instant_store(w, now)
+  store_instant(w.key, w.existed, now, w.at, w.write)
 end

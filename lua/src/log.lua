@@ -83,9 +83,10 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   return d
 end
 
--- log_limit runs a sliding log on its key: the five integers and the write
+-- log_limit runs a sliding log on its key (its first argument, the
+-- family, is the same for every log): the five integers and the write
 -- to make, or an error.
-local function log_limit(key, v, reserve, now, ms)
+local function log_limit(_, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
   local kind, expire, size = read_zset(key)
   local err = check_key(kind, expire, 'zset', LOG_STATE)
@@ -238,17 +239,7 @@ local function fast_log(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- log_command is SL.HIT and SL.PEEK.
-local function log_command(kind, name, peek, keys, args)
-  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local reply, now = fast_first(fast_log, kind, keys[1], args, peek)
-  if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
-  if err then return err end
-  now = now or clock()
-  local w
-  reply, w, err = log_limit(keys[1], v, reserve, now, ms)
-  if err then return err end
-  if not peek and w.log then store_log(w) end
-  return reply
+-- log_store makes a sliding log's write, when there is one.
+local function log_store(w)
+  if w.log then store_log(w) end
 end

@@ -293,17 +293,7 @@ local function fast_sliding(_, key, v, now, ms, peek)
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
 
--- window_command is SW.HIT, FW.HIT and their peeks.
-local function window_command(kind, name, peek, keys, args)
-  if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
-  local reply, now = fast_first(kind == 'fw' and fast_fixed or fast_sliding, kind, keys[1], args, peek)
-  if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
-  if err then return err end
-  now = now or clock()
-  local w
-  reply, w, err = window_limit(kind, keys[1], v, reserve, now, ms)
-  if err then return err end
-  if not peek then store(w) end
-  return reply
+-- window_store makes a window limit's write.
+local function window_store(w)
+  store(w)
 end
