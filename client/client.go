@@ -198,7 +198,6 @@ var (
 
 func cmdName(op spec.Op) string { return spec.Of(op).Name }
 
-
 // GCRA is GCRA.THROTTLE's limit (redis-cell's CL.THROTTLE): burst+1
 // requests at once, then rate per period. GCRA(9, 10, time.Minute) admits
 // 10 at once and one more every 6 s.
