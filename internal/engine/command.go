@@ -6,45 +6,38 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
-// What call.c does once execute returns, numbered as enum rl_action.
+// The protocol's numbers (internal/protocol), by the names the engine
+// has always used.
 const (
-	ActError = iota
-	ActReply
-	ActWrongType
-	ActArity
+	ActError     = protocol.ActError
+	ActReply     = protocol.ActReply
+	ActWrongType = protocol.ActWrongType
+	ActArity     = protocol.ActArity
+
+	WriteNone = protocol.WriteNone
+	WriteSet  = protocol.WriteSet
+	WriteDel  = protocol.WriteDel
+	WriteZLog = protocol.WriteZLog
+	WriteConc = protocol.WriteConc
+
+	MaxArgs  = protocol.MaxArgs
+	MaxKeys  = protocol.MaxKeys
+	MaxReply = protocol.MaxReply
 )
 
-// What call.c writes to one key, numbered as enum rl_write.
-const (
-	WriteNone = iota
-	WriteSet
-	WriteDel
-	WriteZLog
-	WriteConc
-)
-
-// MaxArgs is RL_MAX_ARGS: the most arguments, command name included.
-const MaxArgs = spec.MaxArgs
-
-// MaxKeys is RL_MAX_KEYS: the most keys one command names.
-const MaxKeys = spec.MaxKeys
-
-// MaxReply is RL_MAX_REPLY: RL.ALL ... EACH's six integers and five per
-// limit.
-const MaxReply = 6 + 5*MaxKeys
-
-// KeyKind is what a key holds, numbered as enum rl_keykind.
-type KeyKind int
+// KeyKind is what a key holds.
+type KeyKind = protocol.KeyKind
 
 const (
-	KeyEmpty KeyKind = iota
-	KeyString
-	KeyZSet
-	KeyOther
+	KeyEmpty  = protocol.KeyEmpty
+	KeyString = protocol.KeyString
+	KeyZSet   = protocol.KeyZSet
+	KeyOther  = protocol.KeyOther
 )
 
 // KeyState is one key as C read it, with the command's clock.
@@ -65,12 +58,11 @@ type ZEntry struct {
 	Length int    // the member's whole length
 }
 
-// ErrCapacity is the size of C's error buffer (rl_call's err), NUL
-// included: the longest error is one byte shorter.
-const ErrCapacity = 512
-
-// MaxMember is RL_MEMBER_MAX - 1: members are copied up to it.
-const MaxMember = 63
+// ErrCapacity and MaxMember: see internal/protocol.
+const (
+	ErrCapacity = protocol.ErrCapacity
+	MaxMember   = protocol.MaxMember
+)
 
 // Reader gives the command's keys, which C read before the arguments were
 // parsed (reading is not a side effect bad input must avoid; writing is):
@@ -88,10 +80,10 @@ type Reader interface {
 
 // KeyWrite is what a command writes to one key.
 type KeyWrite struct {
-	Action   int      // WriteNone, WriteSet, WriteDel or WriteZLog
-	ExpireMs int64    // absolute Unix milliseconds, for WriteSet and WriteZLog
-	ValueLen int      // WriteSet: the value
-	Value    [64]byte //
+	Action   int                   // WriteNone, WriteSet, WriteDel or WriteZLog
+	ExpireMs int64                 // absolute Unix milliseconds, for WriteSet and WriteZLog
+	ValueLen int                   // WriteSet: the value
+	Value    [protocol.SetMax]byte //
 	// WriteZLog: remove the entries scored at or below zCutoff, move those
 	// scored after zScore to zScore when zRedate, add zAdd entries scored
 	// zScore (Unix microseconds); zGrowth is the entries the write costs in

@@ -7,6 +7,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/conc"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -25,7 +26,7 @@ const maxID = spec.MaxID
 
 // ConcSweep is RL_CONC_SWEEP (spec.ConcSweep): the most lapsed holders one
 // write removes.
-const ConcSweep = spec.ConcSweep
+const ConcSweep = protocol.ConcSweep
 
 var (
 	concLimitArg = argOf(spec.Families[spec.CONC].Args[0])

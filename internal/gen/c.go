@@ -6,7 +6,7 @@ import (
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit"
-	"github.com/seed-6b3823f5/ratelimit/internal/engine"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -223,13 +223,13 @@ func protocolH() []byte {
 		doc   string
 	}{
 		{"RL_NCOMMANDS", len(spec.Commands), "the rows of rl_commands"},
-		{"RL_MEMBER_MAX", engine.MaxMember + 1, "a sorted-set member longer than this - 1 can't be a sliding log's"},
-		{"RL_MAX_ARGS", engine.MaxArgs, "the most arguments a command takes, command name included"},
-		{"RL_MAX_KEYS", engine.MaxKeys, "the most keys one command names (RL.ALL's numkeys)"},
-		{"RL_MAX_REPLY", engine.MaxReply, "the longest reply: RL.ALL ... EACH, six integers and five per limit"},
-		{"RL_ERR_CAPACITY", engine.ErrCapacity, "the error buffer, NUL included: holds the longest error whole"},
-		{"RL_SET_MAX", len(engine.KeyWrite{}.Value), "the longest string value Go sets"},
-		{"RL_CONC_SWEEP", engine.ConcSweep, "the most lapsed holders one concurrency write removes"},
+		{"RL_MEMBER_MAX", protocol.MaxMember + 1, "a sorted-set member longer than this - 1 can't be a sliding log's"},
+		{"RL_MAX_ARGS", protocol.MaxArgs, "the most arguments a command takes, command name included"},
+		{"RL_MAX_KEYS", protocol.MaxKeys, "the most keys one command names (RL.ALL's numkeys)"},
+		{"RL_MAX_REPLY", protocol.MaxReply, "the longest reply: RL.ALL ... EACH, six integers and five per limit"},
+		{"RL_ERR_CAPACITY", protocol.ErrCapacity, "the error buffer, NUL included: holds the longest error whole"},
+		{"RL_SET_MAX", protocol.SetMax, "the longest string value Go sets"},
+		{"RL_CONC_SWEEP", protocol.ConcSweep, "the most lapsed holders one concurrency write removes"},
 	}
 	for _, d := range defines {
 		fmt.Fprintf(&b, "#define %s %d /* %s */\n", d.name, d.value, d.doc)
@@ -239,19 +239,19 @@ func protocolH() []byte {
 		items     []enumItem
 	}{
 		{"rl_keykind", "What a key holds, as C reads it.", []enumItem{
-			{"RL_KEY_EMPTY", int(engine.KeyEmpty), ""}, {"RL_KEY_STRING", int(engine.KeyString), ""},
-			{"RL_KEY_ZSET", int(engine.KeyZSet), ""}, {"RL_KEY_OTHER", int(engine.KeyOther), ""}}},
+			{"RL_KEY_EMPTY", int(protocol.KeyEmpty), ""}, {"RL_KEY_STRING", int(protocol.KeyString), ""},
+			{"RL_KEY_ZSET", int(protocol.KeyZSet), ""}, {"RL_KEY_OTHER", int(protocol.KeyOther), ""}}},
 		{"rl_action", "What C does once Go returns.", []enumItem{
-			{"RL_ACT_ERROR", engine.ActError, "reply err (the default: a call Go never finished is an error)"},
-			{"RL_ACT_REPLY", engine.ActReply, "carry out each key's write, then reply the integers"},
-			{"RL_ACT_WRONGTYPE", engine.ActWrongType, "reply the standard WRONGTYPE error"},
-			{"RL_ACT_ARITY", engine.ActArity, "reply the standard wrong-number-of-arguments error"}}},
+			{"RL_ACT_ERROR", protocol.ActError, "reply err (the default: a call Go never finished is an error)"},
+			{"RL_ACT_REPLY", protocol.ActReply, "carry out each key's write, then reply the integers"},
+			{"RL_ACT_WRONGTYPE", protocol.ActWrongType, "reply the standard WRONGTYPE error"},
+			{"RL_ACT_ARITY", protocol.ActArity, "reply the standard wrong-number-of-arguments error"}}},
 		{"rl_write", "What C writes to one key, for RL_ACT_REPLY.", []enumItem{
-			{"RL_WRITE_NONE", engine.WriteNone, ""},
-			{"RL_WRITE_SET", engine.WriteSet, "SET key value PXAT expire_ms"},
-			{"RL_WRITE_DEL", engine.WriteDel, "DEL key"},
-			{"RL_WRITE_ZLOG", engine.WriteZLog, "sliding log: trim, move, add entries, expire"},
-			{"RL_WRITE_CONC", engine.WriteConc, "concurrency: sweep lapsed holders, add or remove one, expire"}}},
+			{"RL_WRITE_NONE", protocol.WriteNone, ""},
+			{"RL_WRITE_SET", protocol.WriteSet, "SET key value PXAT expire_ms"},
+			{"RL_WRITE_DEL", protocol.WriteDel, "DEL key"},
+			{"RL_WRITE_ZLOG", protocol.WriteZLog, "sliding log: trim, move, add entries, expire"},
+			{"RL_WRITE_CONC", protocol.WriteConc, "concurrency: sweep lapsed holders, add or remove one, expire"}}},
 	}
 	for _, e := range enums {
 		fmt.Fprintf(&b, "\n/* %s */\nenum %s {\n", e.doc, e.name)
