@@ -132,10 +132,10 @@ soak: build ## ten million calls per server, RSS and the Go runtime's share samp
 	cd integration && SOAK=1 $(GO) test -count=1 -v -timeout 60m -run 'TestSoak' . | grep -E 'soak_test|^(---|ok|FAIL)'
 
 generate: ## write the files made from the command table (internal/spec): module/*_gen.*, internal/engine/params_gen.go, lua/ratelimit.lua (unit tests check they match)
-	$(GO) generate ./internal/spec
+	$(GO) generate ./module ./internal/engine ./lua
 
 lua: ## write each command's EVAL script to build/lua/<command>.lua, for other languages (lua/ratelimit.lua is the FUNCTION library)
-	$(GO) run ./internal/gen -scripts build/lua
+	$(GO) run ./cmd/gen -scripts build/lua
 
 fuzz: ## run every fuzz target for FUZZTIME (default 30s) each
 	@for p in $$($(GO) list ./...); do \

@@ -33,6 +33,9 @@
 // limits (max_burst + 1, capacity) up to 2^53 - 1.
 package lua
 
+// ratelimit.lua: the FUNCTION library, as a file for other languages.
+//go:generate go run ../cmd/gen -only lua
+
 import (
 	"crypto/sha1"
 	"encoding/hex"

@@ -10,4 +10,8 @@
 // docs/design.md for why the module has its own thin binding.
 package main
 
+// commands_gen.c, protocol_gen.h and version_gen.h, from the command table,
+// internal/protocol and version.go.
+//go:generate go run ../cmd/gen -only module
+
 func main() {}

@@ -43,7 +43,7 @@ done
 cp lua/ratelimit.lua "$out/ratelimit-$version.lua"
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
-go run ./internal/gen -scripts "$tmp/scripts" >/dev/null
+go run ./cmd/gen -scripts "$tmp/scripts" >/dev/null
 # Reproducible: names sorted, no owner, the time of the last commit.
 when=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$when" -C "$tmp" -cf - scripts |

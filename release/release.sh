@@ -23,7 +23,7 @@ version=${version#v}
 [ -z "$(git status --porcelain)" ] || fail "the work tree is not clean (git status): commit or stash first"
 declared=$(release/version.sh)
 [ "$declared" = "$version" ] ||
-  fail "version.go declares $declared, not $version: set it, run go generate ./internal/spec, add the CHANGELOG.md section and commit"
+  fail "version.go declares $declared, not $version: set it, run go generate ./..., add the CHANGELOG.md section and commit"
 grep -q "^## \[$version\]" CHANGELOG.md || fail "CHANGELOG.md has no \"## [$version]\" section"
 tags=("v$version" "prom/v$version" "rls/v$version")
 for t in "${tags[@]}"; do

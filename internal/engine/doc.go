@@ -10,3 +10,6 @@
 // nothing), compute, and decide the writes; nothing is written unless the
 // whole command parsed and computed. Nothing here allocates per call.
 package engine
+
+// params_gen.go: each family's parsed arguments by name, from the table.
+//go:generate go run ../../cmd/gen -only internal/engine

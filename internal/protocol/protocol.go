@@ -1,7 +1,7 @@
 // Package protocol holds the numbers the module's C and the engine's Go
 // share: what C does once Go has decided a command (an action, and a
 // write per key), what a key holds, and the sizes of the buffers between
-// them. `go generate ./internal/spec` writes them into
+// them. `go generate ./...` (cmd/gen) writes them into
 // module/protocol_gen.h; the engine uses them by these names.
 package protocol
 

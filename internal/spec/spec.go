@@ -3,11 +3,11 @@
 // calls, with its bounds, declared once.
 //
 // The engine parses by it, and package lua writes the Lua engine's syntax,
-// bounds and texts from it; `go generate ./internal/spec` writes from it the
+// bounds and texts from it; `go generate ./...` (cmd/gen) writes from it the
 // C registration (module/commands_gen.c: argument arrays, key specs, rows,
 // handlers), the protocol's enums and sizes (module/protocol_gen.h), the
 // engine's typed parameters (internal/engine/params_gen.go) and the FUNCTION
-// library (lua/ratelimit.lua). internal/gen's tests fail when a generated
+// library (lua/ratelimit.lua). cmd/gen's tests fail when a generated
 // file is not what the table makes.
 //
 // Adding a family: a Family here and its commands in Commands, its
@@ -20,8 +20,6 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 )
-
-//go:generate go run ../gen
 
 // Bounds, named once.
 const (

@@ -1,8 +1,9 @@
 // Command gen writes the files made from the command table (internal/spec):
 // the module's C registration and protocol header, the engine's typed
 // parameters, and the Lua engine's FUNCTION library (lua/ratelimit.lua).
-// Run it with `go generate ./internal/spec` (or `make generate`); its tests
-// fail when a file on disk is not what it writes.
+// `go generate ./...` (or `make generate`) runs it from beside each output
+// (module, internal/engine, lua: -only names the directories whose files it
+// writes); its tests fail when a file on disk is not what it writes.
 //
 // With -scripts DIR it also writes each command's EVAL script to DIR
 // (`make lua`: build/lua), for other languages.
@@ -14,14 +15,18 @@ import (
 	"fmt"
 	"log"
 	"os"
+	"path"
 	"path/filepath"
+	"slices"
 	"sort"
+	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
 func main() {
 	scripts := flag.String("scripts", "", "also write each command's EVAL script to this directory")
+	only := flag.String("only", "", "write only the files in these directories of the repository, comma-separated (module,lua); all when empty")
 	flag.Parse()
 	root, err := repoRoot()
 	if err != nil {
@@ -37,6 +42,9 @@ func main() {
 		log.Fatal(err)
 	}
 	for _, name := range sortedNames(files) {
+		if *only != "" && !slices.Contains(strings.Split(*only, ","), path.Dir(name)) {
+			continue
+		}
 		path := filepath.Join(root, filepath.FromSlash(name))
 		if old, err := os.ReadFile(path); err == nil && bytes.Equal(old, files[name]) {
 			continue
