@@ -37,10 +37,10 @@ chromium:
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
 
 demo: build build/clockshift.so redis-server ## serve the simulator page on 127.0.0.1:8080 (DEMO_ADDR overrides) with a redis-server of its own
-	$(GO) run ./demo
+	$(GO) run ./cmd/demo
 
 charts: build build/clockshift.so redis-server ## write docs/charts/<pattern>.svg: every algorithm under each traffic pattern, from the module
-	$(GO) run ./demo -charts docs/charts
+	$(GO) run ./cmd/demo -charts docs/charts
 
 run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in the foreground
 	@echo "serving ratelimit on 127.0.0.1:$(PORT); in another terminal try:"

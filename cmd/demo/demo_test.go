@@ -50,7 +50,7 @@ func startServer() (*Server, error) {
 	if _, err := exec.LookPath("redis-server"); err != nil {
 		return nil, fmt.Errorf("no redis-server: install Debian's (make test does)")
 	}
-	return StartServer("redis-server", "../build/ratelimit.so", "../build/clockshift.so")
+	return StartServer("redis-server", "../../build/ratelimit.so", "../../build/clockshift.so")
 }
 
 // needServer skips a test that needs the demo's server where there is none.
