@@ -99,7 +99,7 @@ clients:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-redis node-redis $$(command -v node >/dev/null || echo nodejs) >/dev/null; }
 
-bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes BENCHMARKS.md, bench/chart.svg and BENCHMARKS-RLS.md
+bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes bench/BENCHMARKS.md, bench/chart.svg and bench/BENCHMARKS-RLS.md
 	./images/build.sh servers
 	cd bench && $(GO) build -o ../build/bench . && $(GO) build -o ../build/bench-rls ./rls
 	./build/bench -images local/redis:8.0,local/valkey:8.1

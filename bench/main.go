@@ -2,7 +2,7 @@
 // beside Lua scripts doing the same job (bench/lua, run with EVALSHA: what
 // users run without the module) and beside a C module making GCRA.THROTTLE's
 // server calls (bench/cref: what the module API itself costs), in one run,
-// and writes BENCHMARKS.md and bench/chart.svg. `make bench` builds the C
+// and writes bench/BENCHMARKS.md and bench/chart.svg. `make bench` builds the C
 // reference and runs it.
 //
 // On Debian's redis-server, for every command, in alternating rounds (the
@@ -80,7 +80,7 @@ func main() {
 	module := flag.String("module", "build/ratelimit.so", "the module")
 	cref := flag.String("cref", "build/cref.so", "the C reference module (make bench builds it)")
 	images := flag.String("images", "", "comma-separated local server images to measure GCRA.THROTTLE on as well (make bench: Redis 8.0 and Valkey 8.1)")
-	out := flag.String("out", "BENCHMARKS.md", "the report")
+	out := flag.String("out", "bench/BENCHMARKS.md", "the report")
 	chart := flag.String("chart", "bench/chart.svg", "the chart")
 	flag.Parse()
 	log.SetFlags(0)

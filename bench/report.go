@@ -52,7 +52,7 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	fmt.Fprintf(&b, "Machine: %s, %d cores, %s/%s, %s. Shared and noisy: compare figures within one run only.\n\n",
 		cpu, cores, runtime.GOOS, runtime.GOARCH, runtime.Version())
 
-	fmt.Fprintf(&b, "![µs per call](bench/chart.svg)\n\n")
+	fmt.Fprintf(&b, "![µs per call](chart.svg)\n\n")
 	fmt.Fprintf(&b, "| command | µs/call | × INCR | ops/s -P 1 | ops/s -P 16 | × INCR at -P 16 | Lua µs/call | faster than Lua |\n")
 	fmt.Fprintf(&b, "|---|---|---|---|---|---|---|---|\n")
 	for _, w := range works {

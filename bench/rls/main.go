@@ -3,7 +3,7 @@
 // the module: ShouldRateLimit calls per second and latency with 32
 // concurrent callers, one and three descriptors, and Redis commands per
 // request, also under a flood against one key over its limit. It writes
-// BENCHMARKS-RLS.md. Run by make bench (after the module's benchmarks), from
+// bench/BENCHMARKS-RLS.md. Run by make bench (after the module's benchmarks), from
 // the repository's root:
 //
 //	cd bench && go build -o ../build/bench-rls ./rls && cd .. && ./build/bench-rls
@@ -67,7 +67,7 @@ func main() {
 	rounds := flag.Int("rounds", 5, "alternating rounds (the median is reported)")
 	dur := flag.Duration("d", 5*time.Second, "length of each run")
 	callers := flag.Int("c", 32, "concurrent callers")
-	out := flag.String("out", "BENCHMARKS-RLS.md", "the report")
+	out := flag.String("out", "bench/BENCHMARKS-RLS.md", "the report")
 	module := flag.String("module", "build/ratelimit.so", "the module")
 	flag.Parse()
 	log.SetFlags(0)

@@ -1,4 +1,4 @@
 // Package docs holds no code: its test checks that every relative link in
-// README.md, BENCHMARKS.md and docs/*.md names a file that exists and, with
+// README.md, bench/BENCHMARKS.md and docs/*.md names a file that exists and, with
 // a #fragment, a heading in it.
 package docs
