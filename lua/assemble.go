@@ -135,6 +135,16 @@ func specLua() string {
 	for f, name := range luaStates {
 		fmt.Fprintf(&b, "local %s = %s\n", name, luaString(spec.Families[f].State))
 	}
+	b.WriteString("\n-- The error texts both engines reply (internal/spec's Texts): text fills\n" +
+		"-- each {} with its arguments, in order, as .. writes them.\n")
+	for _, t := range spec.Texts {
+		fmt.Fprintf(&b, "local T_%s = %s\n", t.Lua, luaString(t.Template))
+	}
+	b.WriteString(`local function text(t, ...)
+  local args, i = {...}, 0
+  return (string.gsub(t, '{}', function() i = i + 1; return tostring(args[i]) end))
+end
+`)
 	b.WriteString("\n")
 	for _, e := range luaErrors {
 		fmt.Fprintf(&b, "local %s = %s\n", e.name, luaString("ERR "+e.err.Error()))

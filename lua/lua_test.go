@@ -7,6 +7,7 @@ import (
 	"os"
 	"path/filepath"
 	"regexp"
+	"slices"
 	"strings"
 	"testing"
 
@@ -149,5 +150,45 @@ func TestVersioned(t *testing.T) {
 	}
 	if !strings.Contains(ed.Source, "function_name = '"+VersionFunction+ed.Suffix+"', callback = function() return '"+version+"'") {
 		t.Fatal("the edition's version function does not return the library's version")
+	}
+}
+
+// TestTextsFromTheCatalogue: the Lua sources write no error text of their
+// own but those the module has no twin of (a script's own arity and key
+// count, and the prefix naming RL.ALL's limiter): every other comes from
+// internal/spec's Texts, which the engine fills too, so the two cannot
+// drift apart.
+func TestTextsFromTheCatalogue(t *testing.T) {
+	own := []string{
+		`"ERR wrong number of arguments for '"`,
+		`'ERR this script takes one key: call it with numkeys 1'`,
+		`'ERR ' .. where .. ': '`,
+		`string.sub(err.err, 1, 4) == 'ERR '`,
+	}
+	literal := regexp.MustCompile(`['"](ERR|WRONGTYPE) [^'"]*['"]`)
+	files, err := filepath.Glob("src/*.lua")
+	if err != nil || len(files) == 0 {
+		t.Fatalf("no sources: %v", err)
+	}
+	for _, f := range files {
+		b, err := os.ReadFile(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for i, line := range strings.Split(string(b), "\n") {
+			if strings.HasPrefix(strings.TrimSpace(line), "--") || !literal.MatchString(line) {
+				continue
+			}
+			if !slices.ContainsFunc(own, func(o string) bool { return strings.Contains(line, o) }) &&
+				!strings.Contains(line, "local WRONGTYPE = ") {
+				t.Errorf("%s:%d writes an error text of its own: %s", f, i+1, strings.TrimSpace(line))
+			}
+		}
+	}
+	lib, _ := Library()
+	for _, tx := range spec.Texts {
+		if !strings.Contains(lib, "local T_"+tx.Lua+" = "+luaString(tx.Template)) {
+			t.Errorf("the library lacks T_%s", tx.Lua)
+		}
 	}
 }

@@ -303,6 +303,32 @@ local FIXED_STATE = 'fixed window state (a count)'
 local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
 local CONC_STATE = 'concurrency state (holder ids scored with their lease\'s end in Unix microseconds)'
 
+local T_RANGE = 'ERR {}{} must be an integer from {} to {}'
+local T_SECONDS = 'ERR {}{} must be whole seconds from {} to {}'
+local T_RESERVE_RANGE = 'ERR {}RESERVE must be an integer from 0 to {} (the limit)'
+local T_RESERVE_WORD = 'ERR RESERVE needs a number: RESERVE n, n from 0 to the limit'
+local T_UNKNOWN_OPTION = 'ERR unknown option {}: the options are {}'
+local T_TWICE = 'ERR the option {} is given twice'
+local T_NUMKEYS = 'ERR numkeys must be an integer from 1 to {}'
+local T_NUMKEYS_ARGS = 'ERR numkeys is {} but {} arguments follow it'
+local T_KEY_TWICE = 'ERR key {} is named twice: each limiter needs a key of its own'
+local T_FEW_LIMITERS = 'ERR numkeys is {} but {} limiters follow the keys'
+local T_MANY_LIMITERS = 'ERR numkeys is {} but more limiters follow'
+local T_UNKNOWN_LIMITER = 'ERR unknown limiter {} for key {}: the limiters are {}'
+local T_SHAPER_NOT_IN_ALL = 'ERR limiter {}: LB is a shaper (it answers with a delay) and is not part of RL.ALL'
+local T_LIMITER_WORDS = 'ERR limiter {} ({}) takes {} arguments: {}'
+local T_LOG_ADD = 'ERR the sliding logs of one call may add at most {} entries, not {}: split the call'
+local T_LIMITER_PREFIX = 'limiter {} ({}): '
+local T_LIMITER_WHERE = 'limiter {} ({}, key {})'
+local T_WRONGTYPE_WHERE = 'WRONGTYPE {}: the key holds the wrong kind of value'
+local T_ID = 'ERR id must be 1 to {} bytes (a request id), not {}'
+local T_LEASE = 'ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score held exactly): at most {} seconds from now'
+local T_OTHER_DATA = 'ERR the key holds other data, not {}: {}; the limiter changed nothing (use a key prefix per limiter)'
+local function text(t, ...)
+  local args, i = {...}, 0
+  return (string.gsub(t, '{}', function() i = i + 1; return tostring(args[i]) end))
+end
+
 local GCRA_RATE = 'ERR count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)'
 local GCRA_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter\'s state would lie beyond the year 2262)'
 local BUCKET_RATE = 'ERR the rate is above one per nanosecond: the count must be at most period x 1000000000'
@@ -490,9 +516,9 @@ local function isword(s, word) return string.upper(s) == word end
 
 local function range_error(a, prefix)
   if a.seconds then
-    return fail('ERR ' .. prefix .. a.name .. ' must be whole seconds from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
+    return fail(text(T_SECONDS, prefix, a.name, fmt(a.min), fmt(a.max)))
   end
-  return fail('ERR ' .. prefix .. a.name .. ' must be an integer from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
+  return fail(text(T_RANGE, prefix, a.name, fmt(a.min), fmt(a.max)))
 end
 
 local function parse_arg(a, s)
@@ -504,7 +530,7 @@ end
 local function parse_reserve(s, limit, prefix)
   local n = parse(s)
   if n == nil or lt(n, 0) or lt(limit, n) then
-    return nil, fail('ERR ' .. prefix .. 'RESERVE must be an integer from 0 to ' .. fmt(limit) .. ' (the limit)')
+    return nil, fail(text(T_RESERVE_RANGE, prefix, fmt(limit)))
   end
   return n
 end
@@ -514,20 +540,20 @@ local function parse_options(args, i, allowed, names, each)
   while i <= #args do
     local a = args[i]
     if isword(a, 'MS') then
-      if ms then return nil, nil, nil, fail('ERR the option MS is given twice') end
+      if ms then return nil, nil, nil, fail(text(T_TWICE, 'MS')) end
       ms = true
     elseif each and isword(a, 'EACH') then
-      if each_seen then return nil, nil, nil, fail('ERR the option EACH is given twice') end
+      if each_seen then return nil, nil, nil, fail(text(T_TWICE, 'EACH')) end
       each_seen = true
     elseif allowed and isword(a, 'RESERVE') then
-      if reserve_at > 0 then return nil, nil, nil, fail('ERR the option RESERVE is given twice') end
+      if reserve_at > 0 then return nil, nil, nil, fail(text(T_TWICE, 'RESERVE')) end
       if i + 1 > #args then
-        return nil, nil, nil, fail('ERR RESERVE needs a number: RESERVE n, n from 0 to the limit')
+        return nil, nil, nil, fail(text(T_RESERVE_WORD))
       end
       i = i + 1
       reserve_at = i
     else
-      return nil, nil, nil, fail('ERR unknown option ' .. quote(a) .. ': the options are ' .. names)
+      return nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(a), names))
     end
     i = i + 1
   end
@@ -625,8 +651,7 @@ local function read_string(key)
 end
 
 local function other_data(state, why)
-  return fail('ERR the key holds other data, not ' .. state .. ': ' .. why ..
-    '; the limiter changed nothing (use a key prefix per limiter)')
+  return fail(text(T_OTHER_DATA, state, why))
 end
 
 local function check_key(kind, expire, want, state)
@@ -1349,7 +1374,7 @@ local function parse_conc(op, name, args)
     c.id = args[1]
   end
   if c.id and (#c.id < 1 or #c.id > MAX_ID) then
-    return nil, fail('ERR id must be 1 to ' .. MAX_ID .. ' bytes (a request id), not ' .. #c.id)
+    return nil, fail(text(T_ID, MAX_ID, #c.id))
   end
   local ms, reserve_at, _, err = parse_options(args, first, syn.reserve, syn.options, false)
   if err then return nil, err end
@@ -1605,7 +1630,7 @@ local function conc_command(op, name, peek, keys, args)
   end
   local max_lease = quo(sub(mul(MAX_LIMIT, 1000), n), SECOND) -- (2^53 - 1) µs
   if lt(max_lease, c.lease) then
-    return fail('ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score held exactly): at most ' .. fmt(max_lease) .. ' seconds from now')
+    return fail(text(T_LEASE, fmt(max_lease)))
   end
   local own, latest = holder(key, k, c.id)
   local stop = add(n, mul(c.lease, SECOND))
@@ -1672,11 +1697,11 @@ end
 local function parse_all(name, keys, args)
   local n = #keys
   if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
-  if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to ' .. MAX_KEYS) end
+  if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail(text(T_NUMKEYS, MAX_KEYS)) end
   for a = 1, n do
     for b = a + 1, n do
       if keys[a] == keys[b] then
-        return nil, nil, nil, fail('ERR key ' .. quote(keys[a]) .. ' is named twice: each limiter needs a key of its own')
+        return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a])))
       end
     end
   end
@@ -1684,20 +1709,20 @@ local function parse_all(name, keys, args)
   for j = 1, n do
     local w = args[i]
     if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') then
-      return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but ' .. (j - 1) .. ' limiters follow the keys')
+      return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1))
     end
     local f = family_named(w)
     if f == nil then
-      return nil, nil, nil, fail('ERR unknown limiter ' .. quote(w) .. ' for key ' .. j .. ': the limiters are ' .. LIMITERS)
+      return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
     elseif f == 'lb' then
-      return nil, nil, nil, fail('ERR limiter ' .. j .. ': LB is a shaper (it answers with a delay) and is not part of RL.ALL')
+      return nil, nil, nil, fail(text(T_SHAPER_NOT_IN_ALL, j))
     end
     local syn = syntax(f)
     local words = #syn.positional + 1
     if i + words > #args then
-      return nil, nil, nil, fail('ERR limiter ' .. j .. ' (' .. string.upper(f) .. ') takes ' .. words .. ' arguments: ' .. arg_names(syn))
+      return nil, nil, nil, fail(text(T_LIMITER_WORDS, j, string.upper(f), words, arg_names(syn)))
     end
-    local prefix = 'limiter ' .. j .. ' (' .. string.upper(f) .. '): '
+    local prefix = text(T_LIMITER_PREFIX, j, string.upper(f))
     local v = {}
     for k, a in ipairs(syn.positional) do
       v[k] = parse_arg(a, args[i + k])
@@ -1709,7 +1734,7 @@ local function parse_all(name, keys, args)
     i = i + 1 + words
   end
   if i <= #args and family_named(args[i]) then
-    return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but more limiters follow')
+    return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
   local ms, reserve_at, each, err = parse_options(args, i, true, 'MS, RESERVE n and EACH', true)
   if err then return nil, nil, nil, err end
@@ -1724,7 +1749,7 @@ local function parse_all(name, keys, args)
     if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
   end
   if entries > MAX_LOG_ADD then
-    return nil, nil, nil, fail('ERR the sliding logs of one call may add at most ' .. MAX_LOG_ADD .. ' entries, not ' .. fmt(entries) .. ': split the call')
+    return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries)))
   end
   return lims, ms, each
 end
@@ -1732,9 +1757,9 @@ end
 local function run_limit(j, l, key, v, reserve, now, ms)
   local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
   if err then
-    local where = 'limiter ' .. j .. ' (' .. string.upper(l.family) .. ', key ' .. quote(key) .. ')'
+    local where = text(T_LIMITER_WHERE, j, string.upper(l.family), quote(key))
     if err.err == WRONGTYPE then
-      err = fail('WRONGTYPE ' .. where .. ': the key holds the wrong kind of value')
+      err = fail(text(T_WRONGTYPE_WHERE, where))
     elseif string.sub(err.err, 1, 4) == 'ERR ' then
       err = fail('ERR ' .. where .. ': ' .. string.sub(err.err, 5))
     end
@@ -1879,4 +1904,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+4c4b82c28787f1d1' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ab7d5b620512da83' end, flags = {'no-writes'}}

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
@@ -103,35 +102,35 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) 
 	}
 	n64, ok := parseInt(args[1])
 	if !ok || n64 < 1 || n64 > MaxKeys {
-		return 0, fail(fmt.Sprintf("ERR numkeys must be an integer from 1 to %d", MaxKeys))
+		return 0, fail(spec.Fill(spec.TNumKeys, MaxKeys))
 	}
 	n := int(n64)
 	if 2+n > len(args) {
-		return 0, fail(fmt.Sprintf("ERR numkeys is %d but %d arguments follow it", n, len(args)-2))
+		return 0, fail(spec.Fill(spec.TNumKeysArgs, n, len(args)-2))
 	}
 	for a := range n {
 		for b := a + 1; b < n; b++ {
 			if args[2+a] == args[2+b] {
-				return 0, fail(fmt.Sprintf("ERR key %s is named twice: each limiter needs a key of its own", quote(args[2+a])))
+				return 0, fail(spec.Fill(spec.TKeyTwice, quote(args[2+a])))
 			}
 		}
 	}
 	i := 2 + n
 	for j := range n {
 		if i >= len(args) || isOption(args[i]) || isReserve(args[i]) {
-			return 0, fail(fmt.Sprintf("ERR numkeys is %d but %d limiters follow the keys", n, j))
+			return 0, fail(spec.Fill(spec.TFewLimiters, n, j))
 		}
 		f := spec.FamilyNamed(args[i])
 		switch f {
 		case -1:
-			return 0, fail(fmt.Sprintf("ERR unknown limiter %s for key %d: the limiters are %s", quote(args[i]), j+1, limiters))
+			return 0, fail(spec.Fill(spec.TUnknownLimiter, quote(args[i]), j+1, limiters))
 		case famLB:
-			return 0, fail(fmt.Sprintf("ERR limiter %d: LB is a shaper (it answers with a delay) and is not part of RL.ALL", j+1))
+			return 0, fail(spec.Fill(spec.TShaperNotInAll, j+1))
 		}
 		syn := families[f].syntax
 		words := len(syn.positional) + 1 // the cost is written out
 		if i+1+words > len(args) {
-			return 0, fail(fmt.Sprintf("ERR limiter %d (%s) takes %d arguments: %s", j+1, families[f].name, words, argNames(syn)))
+			return 0, fail(spec.Fill(spec.TLimiterWords, j+1, families[f].name, words, argNames(syn)))
 		}
 		l := &lims[j]
 		l.family = f
@@ -146,7 +145,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) 
 		i += 1 + words
 	}
 	if i < len(args) && spec.FamilyNamed(args[i]) >= 0 {
-		return 0, fail(fmt.Sprintf("ERR numkeys is %d but more limiters follow", n))
+		return 0, fail(spec.Fill(spec.TManyLimiters, n))
 	}
 	reserveAt := 0
 	if err := parseOptions(args, i, true, "MS, RESERVE n and EACH", ms, &reserveAt, each); err != nil {
@@ -168,7 +167,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) 
 		}
 	}
 	if entries > maxLogAdd {
-		return 0, fail(fmt.Sprintf("ERR the sliding logs of one call may add at most %d entries, not %d: split the call", maxLogAdd, entries))
+		return 0, fail(spec.Fill(spec.TLogAdd, maxLogAdd, entries))
 	}
 	return n, nil
 }
@@ -197,10 +196,10 @@ func nameLimiter(err error, i int, l *limit, key string) error {
 	if !ok {
 		return err
 	}
-	where := fmt.Sprintf("limiter %d (%s, key %s)", i+1, families[l.family].name, quote(key))
+	where := spec.Fill(spec.TLimiterWhere, i+1, families[l.family].name, quote(key))
 	switch {
 	case f.action == ActWrongType:
-		return &failure{ActWrongType, "WRONGTYPE " + where + ": the key holds the wrong kind of value"}
+		return &failure{ActWrongType, spec.Fill(spec.TWrongTypeWhere, where)}
 	case strings.HasPrefix(f.msg, "ERR "):
 		return &failure{f.action, "ERR " + where + ": " + f.msg[len("ERR "):]}
 	}

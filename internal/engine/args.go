@@ -1,8 +1,6 @@
 package engine
 
 import (
-	"fmt"
-
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -24,9 +22,9 @@ func (a arg) parse(s string) (int64, bool) {
 // names the limiter it belongs to.
 func (a arg) rangeError(prefix string) string {
 	if a.seconds {
-		return fmt.Sprintf("ERR %s%s must be whole seconds from %d to %d", prefix, a.name, a.min, a.max)
+		return spec.Fill(spec.TSeconds, prefix, a.name, a.min, a.max)
 	}
-	return fmt.Sprintf("ERR %s%s must be an integer from %d to %d", prefix, a.name, a.min, a.max)
+	return spec.Fill(spec.TRange, prefix, a.name, a.min, a.max)
 }
 
 // argOf is the table's argument a.
@@ -104,7 +102,7 @@ func (l *limit) prefix(n int) string {
 	if n < 0 {
 		return ""
 	}
-	return fmt.Sprintf("limiter %d (%s): ", n+1, families[l.family].name)
+	return spec.Fill(spec.TLimiterPrefix, n+1, families[l.family].name)
 }
 
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
@@ -128,19 +126,19 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 				return twice("RESERVE")
 			}
 			if i+1 >= len(args) {
-				return fail("ERR RESERVE needs a number: RESERVE n, n from 0 to the limit")
+				return fail(spec.Fill(spec.TReserveWord))
 			}
 			i++
 			*reserveAt = i
 		default:
-			return fail(fmt.Sprintf("ERR unknown option %s: the options are %s", quote(args[i]), names))
+			return fail(spec.Fill(spec.TUnknownOption, quote(args[i]), names))
 		}
 	}
 	return nil
 }
 
 // twice refuses an option given twice: which of the two was meant?
-func twice(name string) error { return fail("ERR the option " + name + " is given twice") }
+func twice(name string) error { return fail(spec.Fill(spec.TTwice, name)) }
 
 // setReserve reads RESERVE's n, 0 to the limit; errors name the limiter
 // when it is RL.ALL's j-th (j ≥ 0).
@@ -155,7 +153,7 @@ func (l *limit) setReserve(s string, j int) error {
 func parseReserve(s string, max int64, prefix string) (int64, error) {
 	n, ok := parseInt(s)
 	if !ok || n < 0 || n > max {
-		return 0, fail(fmt.Sprintf("ERR %sRESERVE must be an integer from 0 to %d (the limit)", prefix, max))
+		return 0, fail(spec.Fill(spec.TReserveRange, prefix, max))
 	}
 	return n, nil
 }

@@ -1,7 +1,6 @@
 package engine
 
 import (
-	"fmt"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/conc"
@@ -79,7 +78,7 @@ func parseConc(op spec.Exec, args []string, c *concCall) error {
 	}
 	if c.idAt > 0 {
 		if n := len(args[c.idAt]); n < 1 || n > maxID {
-			return fail(fmt.Sprintf("ERR id must be 1 to %d bytes (a request id), not %d", maxID, n))
+			return fail(spec.Fill(spec.TID, maxID, n))
 		}
 	}
 	reserveAt := 0
@@ -141,8 +140,7 @@ func executeConc(op spec.Exec, args []string, r Reader, o *Outcome) error {
 	} else {
 		// A lease ends before 2^53 µs, the largest score a double holds exactly.
 		if maxLease := ((maxScoreUs-1)*1000 - st.Now) / int64(time.Second); c.lease > maxLease {
-			return fail(fmt.Sprintf("ERR lease must end before the year 2255 (2^53 microseconds, the largest "+
-				"sorted-set score held exactly): at most %d seconds from now", maxLease))
+			return fail(spec.Fill(spec.TLease, maxLease))
 		}
 		h = set.Holder(args[c.idAt])
 		d, err = l.Acquire(set, h, st.Now, time.Duration(c.lease)*time.Second, c.reserve)

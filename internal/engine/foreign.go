@@ -3,6 +3,8 @@ package engine
 import (
 	"math"
 	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // A key name used by a limiter and by application data is an everyday
@@ -27,8 +29,7 @@ const minState = 1_420_070_400 * int64(time.Second)
 // otherData is the error for a key that holds something else than this
 // limiter's state.
 func otherData(state, why string) string {
-	return "ERR the key holds other data, not " + state + ": " + why +
-		"; the limiter changed nothing (use a key prefix per limiter)"
+	return spec.Fill(spec.TOtherData, state, why)
 }
 
 // expiryNs converts the key's expiry in Unix ms to ns, saturating beyond

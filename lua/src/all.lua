@@ -22,11 +22,11 @@ end
 local function parse_all(name, keys, args)
   local n = #keys
   if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
-  if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail('ERR numkeys must be an integer from 1 to ' .. MAX_KEYS) end
+  if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail(text(T_NUMKEYS, MAX_KEYS)) end
   for a = 1, n do
     for b = a + 1, n do
       if keys[a] == keys[b] then
-        return nil, nil, nil, fail('ERR key ' .. quote(keys[a]) .. ' is named twice: each limiter needs a key of its own')
+        return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a])))
       end
     end
   end
@@ -34,20 +34,20 @@ local function parse_all(name, keys, args)
   for j = 1, n do
     local w = args[i]
     if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') then
-      return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but ' .. (j - 1) .. ' limiters follow the keys')
+      return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1))
     end
     local f = family_named(w)
     if f == nil then
-      return nil, nil, nil, fail('ERR unknown limiter ' .. quote(w) .. ' for key ' .. j .. ': the limiters are ' .. LIMITERS)
+      return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
     elseif f == 'lb' then
-      return nil, nil, nil, fail('ERR limiter ' .. j .. ': LB is a shaper (it answers with a delay) and is not part of RL.ALL')
+      return nil, nil, nil, fail(text(T_SHAPER_NOT_IN_ALL, j))
     end
     local syn = syntax(f)
     local words = #syn.positional + 1
     if i + words > #args then
-      return nil, nil, nil, fail('ERR limiter ' .. j .. ' (' .. string.upper(f) .. ') takes ' .. words .. ' arguments: ' .. arg_names(syn))
+      return nil, nil, nil, fail(text(T_LIMITER_WORDS, j, string.upper(f), words, arg_names(syn)))
     end
-    local prefix = 'limiter ' .. j .. ' (' .. string.upper(f) .. '): '
+    local prefix = text(T_LIMITER_PREFIX, j, string.upper(f))
     local v = {}
     for k, a in ipairs(syn.positional) do
       v[k] = parse_arg(a, args[i + k])
@@ -59,7 +59,7 @@ local function parse_all(name, keys, args)
     i = i + 1 + words
   end
   if i <= #args and family_named(args[i]) then
-    return nil, nil, nil, fail('ERR numkeys is ' .. n .. ' but more limiters follow')
+    return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
   local ms, reserve_at, each, err = parse_options(args, i, true, 'MS, RESERVE n and EACH', true)
   if err then return nil, nil, nil, err end
@@ -75,7 +75,7 @@ local function parse_all(name, keys, args)
     if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
   end
   if entries > MAX_LOG_ADD then
-    return nil, nil, nil, fail('ERR the sliding logs of one call may add at most ' .. MAX_LOG_ADD .. ' entries, not ' .. fmt(entries) .. ': split the call')
+    return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries)))
   end
   return lims, ms, each
 end
@@ -85,9 +85,9 @@ end
 local function run_limit(j, l, key, v, reserve, now, ms)
   local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
   if err then
-    local where = 'limiter ' .. j .. ' (' .. string.upper(l.family) .. ', key ' .. quote(key) .. ')'
+    local where = text(T_LIMITER_WHERE, j, string.upper(l.family), quote(key))
     if err.err == WRONGTYPE then
-      err = fail('WRONGTYPE ' .. where .. ': the key holds the wrong kind of value')
+      err = fail(text(T_WRONGTYPE_WHERE, where))
     elseif string.sub(err.err, 1, 4) == 'ERR ' then
       err = fail('ERR ' .. where .. ': ' .. string.sub(err.err, 5))
     end

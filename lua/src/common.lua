@@ -29,9 +29,9 @@ local function isword(s, word) return string.upper(s) == word end
 -- an arg is {name, min, max, seconds} with min and max exact integers.
 local function range_error(a, prefix)
   if a.seconds then
-    return fail('ERR ' .. prefix .. a.name .. ' must be whole seconds from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
+    return fail(text(T_SECONDS, prefix, a.name, fmt(a.min), fmt(a.max)))
   end
-  return fail('ERR ' .. prefix .. a.name .. ' must be an integer from ' .. fmt(a.min) .. ' to ' .. fmt(a.max))
+  return fail(text(T_RANGE, prefix, a.name, fmt(a.min), fmt(a.max)))
 end
 
 local function parse_arg(a, s)
@@ -44,7 +44,7 @@ end
 local function parse_reserve(s, limit, prefix)
   local n = parse(s)
   if n == nil or lt(n, 0) or lt(limit, n) then
-    return nil, fail('ERR ' .. prefix .. 'RESERVE must be an integer from 0 to ' .. fmt(limit) .. ' (the limit)')
+    return nil, fail(text(T_RESERVE_RANGE, prefix, fmt(limit)))
   end
   return n
 end
@@ -56,20 +56,20 @@ local function parse_options(args, i, allowed, names, each)
   while i <= #args do
     local a = args[i]
     if isword(a, 'MS') then
-      if ms then return nil, nil, nil, fail('ERR the option MS is given twice') end
+      if ms then return nil, nil, nil, fail(text(T_TWICE, 'MS')) end
       ms = true
     elseif each and isword(a, 'EACH') then
-      if each_seen then return nil, nil, nil, fail('ERR the option EACH is given twice') end
+      if each_seen then return nil, nil, nil, fail(text(T_TWICE, 'EACH')) end
       each_seen = true
     elseif allowed and isword(a, 'RESERVE') then
-      if reserve_at > 0 then return nil, nil, nil, fail('ERR the option RESERVE is given twice') end
+      if reserve_at > 0 then return nil, nil, nil, fail(text(T_TWICE, 'RESERVE')) end
       if i + 1 > #args then
-        return nil, nil, nil, fail('ERR RESERVE needs a number: RESERVE n, n from 0 to the limit')
+        return nil, nil, nil, fail(text(T_RESERVE_WORD))
       end
       i = i + 1
       reserve_at = i
     else
-      return nil, nil, nil, fail('ERR unknown option ' .. quote(a) .. ': the options are ' .. names)
+      return nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(a), names))
     end
     i = i + 1
   end
@@ -184,8 +184,7 @@ local function read_string(key)
 end
 
 local function other_data(state, why)
-  return fail('ERR the key holds other data, not ' .. state .. ': ' .. why ..
-    '; the limiter changed nothing (use a key prefix per limiter)')
+  return fail(text(T_OTHER_DATA, state, why))
 end
 
 -- check_key refuses a key of another type, and one without an expiry.

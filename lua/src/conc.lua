@@ -33,7 +33,7 @@ local function parse_conc(op, name, args)
     c.id = args[1]
   end
   if c.id and (#c.id < 1 or #c.id > MAX_ID) then
-    return nil, fail('ERR id must be 1 to ' .. MAX_ID .. ' bytes (a request id), not ' .. #c.id)
+    return nil, fail(text(T_ID, MAX_ID, #c.id))
   end
   local ms, reserve_at, _, err = parse_options(args, first, syn.reserve, syn.options, false)
   if err then return nil, err end
@@ -315,7 +315,7 @@ local function conc_command(op, name, peek, keys, args)
   -- A lease ends before 2^53 µs, the largest score a double holds exactly.
   local max_lease = quo(sub(mul(MAX_LIMIT, 1000), n), SECOND) -- (2^53 - 1) µs
   if lt(max_lease, c.lease) then
-    return fail('ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score held exactly): at most ' .. fmt(max_lease) .. ' seconds from now')
+    return fail(text(T_LEASE, fmt(max_lease)))
   end
   local own, latest = holder(key, k, c.id)
   local stop = add(n, mul(c.lease, SECOND))

@@ -1,0 +1,81 @@
+package spec
+
+import (
+	"fmt"
+	"strings"
+)
+
+// TextID names one of the error texts both engines reply.
+type TextID int
+
+// The texts, by what they refuse.
+const (
+	TRange          TextID = iota // an integer argument outside its range
+	TSeconds                      // a time argument outside its range
+	TReserveRange                 // RESERVE's n outside 0 to the limit
+	TReserveWord                  // RESERVE without its n
+	TUnknownOption                // an option the command does not take
+	TTwice                        // an option given twice
+	TNumKeys                      // numkeys outside its range
+	TNumKeysArgs                  // numkeys past the arguments (the module's; FCALL checks its own)
+	TKeyTwice                     // one key named twice in RL.ALL
+	TFewLimiters                  // fewer limiters than keys
+	TManyLimiters                 // more limiters than keys
+	TUnknownLimiter               // a limiter of no family RL.ALL takes
+	TShaperNotInAll               // LB in RL.ALL
+	TLimiterWords                 // a limiter short of its arguments
+	TLogAdd                       // sliding logs adding too many entries in one call
+	TLimiterPrefix                // what names RL.ALL's limiter in an argument's error
+	TLimiterWhere                 // what names RL.ALL's limiter and key in its key's error
+	TWrongTypeWhere               // a limiter's key of another type, in RL.ALL
+	TID                           // a holder id too long or empty
+	TLease                        // a lease ending past what a sorted-set score holds
+	TOtherData                    // a key holding something else than the limiter's state
+	NumTexts
+)
+
+// Texts are the error texts both engines reply, declared once: each {} is
+// filled, in order, with one argument (Fill; the Lua engine's text(), whose
+// templates package lua writes from these as T_<Lua>).
+var Texts = [NumTexts]struct{ Lua, Template string }{
+	TRange:          {"RANGE", "ERR {}{} must be an integer from {} to {}"},
+	TSeconds:        {"SECONDS", "ERR {}{} must be whole seconds from {} to {}"},
+	TReserveRange:   {"RESERVE_RANGE", "ERR {}RESERVE must be an integer from 0 to {} (the limit)"},
+	TReserveWord:    {"RESERVE_WORD", "ERR RESERVE needs a number: RESERVE n, n from 0 to the limit"},
+	TUnknownOption:  {"UNKNOWN_OPTION", "ERR unknown option {}: the options are {}"},
+	TTwice:          {"TWICE", "ERR the option {} is given twice"},
+	TNumKeys:        {"NUMKEYS", "ERR numkeys must be an integer from 1 to {}"},
+	TNumKeysArgs:    {"NUMKEYS_ARGS", "ERR numkeys is {} but {} arguments follow it"},
+	TKeyTwice:       {"KEY_TWICE", "ERR key {} is named twice: each limiter needs a key of its own"},
+	TFewLimiters:    {"FEW_LIMITERS", "ERR numkeys is {} but {} limiters follow the keys"},
+	TManyLimiters:   {"MANY_LIMITERS", "ERR numkeys is {} but more limiters follow"},
+	TUnknownLimiter: {"UNKNOWN_LIMITER", "ERR unknown limiter {} for key {}: the limiters are {}"},
+	TShaperNotInAll: {"SHAPER_NOT_IN_ALL", "ERR limiter {}: LB is a shaper (it answers with a delay) and is not part of RL.ALL"},
+	TLimiterWords:   {"LIMITER_WORDS", "ERR limiter {} ({}) takes {} arguments: {}"},
+	TLogAdd:         {"LOG_ADD", "ERR the sliding logs of one call may add at most {} entries, not {}: split the call"},
+	TLimiterPrefix:  {"LIMITER_PREFIX", "limiter {} ({}): "},
+	TLimiterWhere:   {"LIMITER_WHERE", "limiter {} ({}, key {})"},
+	TWrongTypeWhere: {"WRONGTYPE_WHERE", "WRONGTYPE {}: the key holds the wrong kind of value"},
+	TID:             {"ID", "ERR id must be 1 to {} bytes (a request id), not {}"},
+	TLease: {"LEASE", "ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score " +
+		"held exactly): at most {} seconds from now"},
+	TOtherData: {"OTHER_DATA", "ERR the key holds other data, not {}: {}; the limiter changed nothing (use a key prefix per limiter)"},
+}
+
+// Fill is text t with its holes filled by args, in order (fmt.Sprint of
+// each): Fill(TNumKeys, 16) is "ERR numkeys must be an integer from 1 to 16".
+func Fill(t TextID, args ...any) string {
+	tpl := Texts[t].Template
+	var b strings.Builder
+	for _, a := range args {
+		i := strings.Index(tpl, "{}")
+		if i < 0 {
+			break
+		}
+		b.WriteString(tpl[:i])
+		fmt.Fprint(&b, a)
+		tpl = tpl[i+2:]
+	}
+	b.WriteString(tpl)
+	return b.String()
+}
