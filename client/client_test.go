@@ -2,8 +2,6 @@ package client
 
 import (
 	"context"
-	"crypto/sha1"
-	"encoding/hex"
 	"errors"
 	"fmt"
 	"net"
@@ -14,199 +12,33 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
-// fakeServer answers every command without a network: it records the
-// arguments and replies reply (or fails with err).
-type fakeServer struct {
-	mu    sync.Mutex
-	args  [][]any
-	reply any
-	err   error
-	// noModule: COMMAND INFO knows no GCRA.THROTTLE; noCommand: COMMAND is
-	// refused (an ACL); unknown: the module's commands are unknown,
-	// whatever COMMAND INFO said.
-	noModule, noCommand, unknown bool
-	// loaded holds the SHA1s SCRIPT LOAD loaded: EVALSHA of another
-	// answers NOSCRIPT.
-	loaded map[string]bool
-	// probes counts COMMAND INFO calls; hold, when set, makes every
-	// command wait for it to close.
-	probes int
-	hold   chan struct{}
-	// functions: the server takes FUNCTION (else it answers FCALL,
-	// FCALL_RO and FUNCTION as unknown); lib is the version of the
-	// library it holds ("": none; another version's edition defines none
-	// of this one's functions, so FCALL answers that the function is not
-	// found). The library's version checks and loads are counted, not
-	// recorded in args; replaced counts FUNCTION LOAD REPLACE.
-	functions                    bool
-	lib                          string
-	versionAsks, loads, replaced int
-	// before, when set, answers a command (not a probe, a library's
-	// check or load, nor ASKING) with its error instead of the usual
-	// answer when it returns one. Called with f.mu held.
-	before func(cmd redis.Cmder) error
-}
-
-// versionFunction is this version's edition's version function, and fn a
-// command's function in it.
-var versionFunction = lua.VersionFunction + lua.Versioned().Suffix
-
+// fn is a command's function in this version's edition.
 func fn(name string) string { return name + lua.Versioned().Suffix }
 
 // libVersion is the version this client's edition returns.
 var libVersion = lua.Versioned().Version
 
-// replyError is an error reply, as go-redis returns one.
-type replyError string
-
-func (e replyError) Error() string { return string(e) }
-func (replyError) RedisError()     {}
-
-func (f *fakeServer) DialHook(next redis.DialHook) redis.DialHook {
-	return func(ctx context.Context, network, addr string) (net.Conn, error) {
-		return nil, errors.New("fakeServer: no network")
-	}
-}
-
-func (f *fakeServer) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		f.mu.Lock()
-		hold := f.hold
-		f.mu.Unlock()
-		if hold != nil {
-			<-hold
-		}
-		f.mu.Lock()
-		defer f.mu.Unlock()
-		first, _ := cmd.Args()[0].(string)
-		if first == "COMMAND" {
-			f.probes++
-		}
-		if first == "COMMAND" && f.noCommand {
-			err := replyError("NOPERM User default has no permissions to run the 'command' command")
-			cmd.SetErr(err)
-			return err
-		}
-		if first == "COMMAND" { // the client asking whether the module is there
-			info := []any{[]any{"gcra.throttle"}}
-			if f.noModule {
-				info = []any{nil}
-			}
-			cmd.(interface{ SetVal(any) }).SetVal(info)
-			return nil
-		}
-		lower := strings.ToLower(first)
-		library := lower == "function" || (lower == "fcall_ro" && cmd.Args()[1] == versionFunction)
-		if !library {
-			f.args = append(f.args, cmd.Args())
-		}
-		if !library && lower != "asking" && f.before != nil {
-			if err := f.before(cmd); err != nil {
-				cmd.SetErr(err)
-				return err
-			}
-		}
-		if lower == "fcall" || lower == "fcall_ro" || lower == "function" {
-			if err := f.function(cmd); err != nil || library {
-				return err
-			}
-		}
-		if f.unknown && strings.Contains(first, ".") {
-			err := replyError("ERR unknown command '" + first + "', with args beginning with: ")
-			cmd.SetErr(err)
-			return err
-		}
-		if first == "SCRIPT" {
-			src, _ := cmd.Args()[2].(string)
-			sum := sha1.Sum([]byte(src))
-			sha := hex.EncodeToString(sum[:])
-			if f.loaded == nil {
-				f.loaded = map[string]bool{}
-			}
-			f.loaded[sha] = true
-			cmd.(interface{ SetVal(any) }).SetVal(sha)
-			return nil
-		}
-		if lower == "asking" {
-			cmd.(interface{ SetVal(any) }).SetVal("OK")
-			return nil
-		}
-		if sha, _ := cmd.Args()[1].(string); strings.HasPrefix(first, "evalsha") && !f.loaded[sha] {
-			err := replyError("NOSCRIPT No matching script. Please use EVAL.")
-			cmd.SetErr(err)
-			return err
-		}
-		if f.err != nil {
-			cmd.SetErr(f.err)
-			return f.err
-		}
-		cmd.(interface{ SetVal(any) }).SetVal(f.reply)
-		return nil
-	}
-}
-
-// function answers FUNCTION LOAD and the version function as a server
-// with (or without) FUNCTION does, and fails an FCALL of a library it does
-// not hold. Called with f.mu held.
-func (f *fakeServer) function(cmd redis.Cmder) error {
-	first, _ := cmd.Args()[0].(string)
-	fail := func(msg string) error {
-		err := replyError(msg)
-		cmd.SetErr(err)
-		return err
-	}
-	switch {
-	case !f.functions:
-		return fail("ERR unknown command '" + first + "', with args beginning with: ")
-	case strings.EqualFold(first, "function"):
-		f.loads++
-		if cmd.Args()[2] == "REPLACE" {
-			f.replaced++
-		} else if f.lib == libVersion {
-			return fail("ERR Library '" + lua.Versioned().Name + "' already exists")
-		}
-		f.lib = libVersion
-		cmd.(interface{ SetVal(any) }).SetVal(lua.Versioned().Name)
-		return nil
-	case f.lib != libVersion:
-		if cmd.Args()[1] == versionFunction {
-			f.versionAsks++
-		}
-		return fail("ERR Function not found")
-	case cmd.Args()[1] == versionFunction:
-		f.versionAsks++
-		cmd.(interface{ SetVal(any) }).SetVal(f.lib)
-	}
-	return nil
-}
-
-// ProcessPipelineHook answers a pipeline's commands one by one, as
-// ProcessHook answers each.
-func (f *fakeServer) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return func(ctx context.Context, cmds []redis.Cmder) error {
-		one := f.ProcessHook(nil)
-		var first error
-		for _, c := range cmds {
-			if err := one(ctx, c); err != nil && first == nil {
-				first = err
-			}
-		}
-		return first
-	}
-}
+// fakeServer is the shared fake Redis (internal/fakeredis), and
+// replyError its error reply.
+type (
+	fakeServer = fakeredis.Server
+	replyError = fakeredis.ReplyError
+)
 
 func newFake(reply ...int64) (*Client, *fakeServer) {
+	f := fakeredis.New()
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
-	f := &fakeServer{}
 	vals := make([]any, len(reply))
 	for i, v := range reply {
 		vals[i] = v
 	}
-	f.reply = vals
+	f.Reply = vals
 	rdb.AddHook(f)
 	return New(rdb), f
 }
@@ -236,8 +68,8 @@ func TestArguments(t *testing.T) {
 		} else {
 			_, err = c2.Take(ctx, "k", c.l, c.cost, c.opts...)
 		}
-		if err != nil || len(f.args) != 1 || fmt.Sprint(f.args[0]) != c.want {
-			t.Errorf("%v: sent %v (%v), want %s", c.l, f.args, err, c.want)
+		if err != nil || len(f.Sent) != 1 || fmt.Sprint(f.Sent[0]) != c.want {
+			t.Errorf("%v: sent %v (%v), want %s", c.l, f.Sent, err, c.want)
 		}
 	}
 }
@@ -258,8 +90,8 @@ func TestWholeSeconds(t *testing.T) {
 	if _, err := c.Acquire(ctx, "k", Concurrency{Limit: 1, Lease: time.Millisecond}, "id"); err == nil {
 		t.Error("a lease of 1 ms: no error")
 	}
-	if len(f.args) != 0 {
-		t.Fatalf("sent %v", f.args)
+	if len(f.Sent) != 0 {
+		t.Fatalf("sent %v", f.Sent)
 	}
 }
 
@@ -287,14 +119,14 @@ func TestAll(t *testing.T) {
 		{Key: "{u}:tpm", Limit: TokenBucket(40000, 40000, time.Minute), Cost: 1200},
 	}, Reserve(5))
 	want := "[RL.ALL 2 {u}:rpm {u}:tpm GCRA 59 60 60 1 TB 40000 40000 60 1200 MS RESERVE 5]"
-	if err != nil || fmt.Sprint(f.args[0]) != want || r.Policy != 1 || !r.Limited || r.RetryAfter != 2*time.Second {
-		t.Fatalf("sent %v, got %+v %v", f.args, r, err)
+	if err != nil || fmt.Sprint(f.Sent[0]) != want || r.Policy != 1 || !r.Limited || r.RetryAfter != 2*time.Second {
+		t.Fatalf("sent %v, got %+v %v", f.Sent, r, err)
 	}
 	if _, err := c.PeekAll(ctx, []Keyed{{Key: "k", Limit: Shaper(1, 1, time.Second)}}); err == nil {
 		t.Fatal("a shaper in All: no error")
 	}
-	if len(f.args) != 1 {
-		t.Fatalf("sent %v", f.args)
+	if len(f.Sent) != 1 {
+		t.Fatalf("sent %v", f.Sent)
 	}
 }
 
@@ -302,15 +134,15 @@ func TestConcurrency(t *testing.T) {
 	c, f := newFake(0, 4, 3, -1, 120000)
 	r, err := c.Acquire(ctx, "rl:conc:export", Concurrency{Limit: 4, Lease: 2 * time.Minute}, "req-1", Reserve(1))
 	if err != nil || r.Remaining != 3 || r.ResetAfter != 2*time.Minute ||
-		fmt.Sprint(f.args[0]) != "[CONC.ACQUIRE rl:conc:export 4 120 req-1 MS RESERVE 1]" {
-		t.Fatalf("%+v %v, sent %v", r, err, f.args)
+		fmt.Sprint(f.Sent[0]) != "[CONC.ACQUIRE rl:conc:export 4 120 req-1 MS RESERVE 1]" {
+		t.Fatalf("%+v %v, sent %v", r, err, f.Sent)
 	}
-	if _, err := c.PeekConcurrency(ctx, "rl:conc:export", 4); err != nil || fmt.Sprint(f.args[1]) != "[CONC.PEEK rl:conc:export 4 MS]" {
-		t.Fatalf("peek: %v, sent %v", err, f.args)
+	if _, err := c.PeekConcurrency(ctx, "rl:conc:export", 4); err != nil || fmt.Sprint(f.Sent[1]) != "[CONC.PEEK rl:conc:export 4 MS]" {
+		t.Fatalf("peek: %v, sent %v", err, f.Sent)
 	}
-	f.reply = int64(1)
-	if held, err := c.Release(ctx, "rl:conc:export", "req-1"); !held || err != nil || fmt.Sprint(f.args[2]) != "[CONC.RELEASE rl:conc:export req-1]" {
-		t.Fatalf("release: %v %v, sent %v", held, err, f.args)
+	f.Reply = int64(1)
+	if held, err := c.Release(ctx, "rl:conc:export", "req-1"); !held || err != nil || fmt.Sprint(f.Sent[2]) != "[CONC.RELEASE rl:conc:export req-1]" {
+		t.Fatalf("release: %v %v, sent %v", held, err, f.Sent)
 	}
 }
 
@@ -318,16 +150,16 @@ func TestConcurrency(t *testing.T) {
 func TestNoModule(t *testing.T) {
 	c, f := newFake()
 	c.engine = Module
-	f.err = errors.New("ERR unknown command 'GCRA.THROTTLE', with args beginning with: 'k' '9' ")
+	f.Err = errors.New("ERR unknown command 'GCRA.THROTTLE', with args beginning with: 'k' '9' ")
 	_, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1)
 	if !errors.Is(err, ErrNoModule) {
 		t.Fatalf("%v does not wrap ErrNoModule", err)
 	}
-	f.err = errors.New("ERR max_burst must be an integer from 0 to 9007199254740990")
+	f.Err = errors.New("ERR max_burst must be an integer from 0 to 9007199254740990")
 	if _, err := c.Take(ctx, "k", GCRA(-1, 10, time.Minute), 1); errors.Is(err, ErrNoModule) || err == nil {
 		t.Fatalf("an argument error became %v", err)
 	}
-	if _, err := c.Release(ctx, "k", "id"); !errors.Is(err, ErrNoModule) && !errors.Is(err, f.err) {
+	if _, err := c.Release(ctx, "k", "id"); !errors.Is(err, ErrNoModule) && !errors.Is(err, f.Err) {
 		t.Fatalf("release: %v", err)
 	}
 }
@@ -337,7 +169,7 @@ func TestNoModule(t *testing.T) {
 // restart, a failover) gets it loaded again and the call sent again.
 func TestAutoEngine(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noModule = true
+	f.NoModule = true
 	for range 2 {
 		if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
 			t.Fatal(err)
@@ -346,47 +178,47 @@ func TestAutoEngine(t *testing.T) {
 	s, _ := lua.Get("GCRA.THROTTLE")
 	call := []any{"evalsha", s.SHA1, int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"}
 	load := []any{"SCRIPT", "LOAD", s.Source}
-	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{load, call, call}); got != want {
+	if got, want := fmt.Sprint(f.Sent), fmt.Sprint([][]any{load, call, call}); got != want {
 		t.Fatalf("sent %.300s...", got)
 	}
-	f.args, f.loaded = nil, nil // the server restarted: no scripts
+	f.Sent, f.Loaded = nil, nil // the server restarted: no scripts
 	if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, load, call}); got != want {
+	if got, want := fmt.Sprint(f.Sent), fmt.Sprint([][]any{call, load, call}); got != want {
 		t.Fatalf("after a restart, sent %.300s...", got)
 	}
-	if f.probes != 1 {
-		t.Fatalf("%d COMMAND INFO probes, want 1", f.probes)
+	if f.Probes != 1 {
+		t.Fatalf("%d COMMAND INFO probes, want 1", f.Probes)
 	}
-	f.args = nil
+	f.Sent = nil
 	p, _ := lua.Get("GCRA.PEEK")
 	if _, err := c.Peek(ctx, "k", GCRA(9, 10, time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
-	if len(f.args) != 2 || f.args[1][0] != "evalsha_ro" || f.args[1][1] != p.SHA1 {
-		t.Fatalf("a peek sent %v", f.args)
+	if len(f.Sent) != 2 || f.Sent[1][0] != "evalsha_ro" || f.Sent[1][1] != p.SHA1 {
+		t.Fatalf("a peek sent %v", f.Sent)
 	}
-	f.args = nil
+	f.Sent = nil
 	if _, err := c.All(ctx, []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if a, _ := lua.Get("RL.ALL"); fmt.Sprint(f.args[1][:5]) != fmt.Sprint([]any{"evalsha", a.SHA1, int64(2), "{u}:a", "{u}:b"}) {
-		t.Fatalf("All sent %v", f.args)
+	if a, _ := lua.Get("RL.ALL"); fmt.Sprint(f.Sent[1][:5]) != fmt.Sprint([]any{"evalsha", a.SHA1, int64(2), "{u}:a", "{u}:b"}) {
+		t.Fatalf("All sent %v", f.Sent)
 	}
 
 	// Forced engines: the module's command whatever COMMAND INFO says, and
 	// the scripts on a server that has the module.
 	m, fm := newFake(0, 10, 9, -1, 6000)
-	fm.noModule = true
+	fm.NoModule = true
 	m.engine = Module
-	if _, err := m.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fm.args[0][0] != "GCRA.THROTTLE" {
-		t.Fatalf("Module sent %v (%v)", fm.args, err)
+	if _, err := m.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fm.Sent[0][0] != "GCRA.THROTTLE" {
+		t.Fatalf("Module sent %v (%v)", fm.Sent, err)
 	}
 	sc, fs := newFake(0, 10, 9, -1, 6000)
 	sc.engine = Scripts
-	if _, err := sc.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fs.args[1][0] != "evalsha" || fs.probes != 0 {
-		t.Fatalf("Scripts sent %v (%v)", fs.args, err)
+	if _, err := sc.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || fs.Sent[1][0] != "evalsha" || fs.Probes != 0 {
+		t.Fatalf("Scripts sent %v (%v)", fs.Sent, err)
 	}
 }
 
@@ -395,14 +227,14 @@ func TestAutoEngine(t *testing.T) {
 // next call goes to the script at once.
 func TestEngineWithoutCommand(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noCommand, f.unknown = true, true
+	f.NoCommand, f.Unknown = true, true
 	for range 2 {
 		if r, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || r.Limit != 10 {
 			t.Fatalf("take: %+v, %v", r, err)
 		}
 	}
 	var sent []any
-	for _, a := range f.args {
+	for _, a := range f.Sent {
 		sent = append(sent, a[0])
 	}
 	if fmt.Sprint(sent) != "[GCRA.THROTTLE SCRIPT evalsha evalsha]" {
@@ -467,9 +299,9 @@ func TestAllEach(t *testing.T) {
 		{Key: "{u}:b", Limit: SlidingWindow(100, time.Hour), Cost: 1},
 	}, each)
 	want := "[RL.ALL 2 {u}:a {u}:b GCRA 9 10 60 1 SW 100 3600 1 MS EACH]"
-	if err != nil || fmt.Sprint(f.args[0]) != want || !r.Limited || r.Policy != 0 ||
+	if err != nil || fmt.Sprint(f.Sent[0]) != want || !r.Limited || r.Policy != 0 ||
 		!each[0].Limited || each[1].Limited || each[1].Remaining != 40 || each[1].ResetAfter != 3*time.Second {
-		t.Fatalf("sent %v, got %+v %+v %v", f.args, r, each, err)
+		t.Fatalf("sent %v, got %+v %+v %v", f.Sent, r, each, err)
 	}
 	if _, err := c.AllEach(ctx, []Keyed{{Key: "a", Limit: GCRA(1, 1, time.Second)}}, nil); err == nil {
 		t.Fatal("no room for the results: no error")
@@ -484,16 +316,16 @@ func TestAllEach(t *testing.T) {
 // and one SCRIPT LOAD, whatever the number of calls waiting for them.
 func TestFirstCallsHerd(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noModule = true
+	f.NoModule = true
 	herd(t, c, f)
 	loads := 0
-	for _, a := range f.args {
+	for _, a := range f.Sent {
 		if a[0] == "SCRIPT" {
 			loads++
 		}
 	}
-	if f.probes != 1 || loads != 1 || len(f.args) != 61 {
-		t.Fatalf("%d probes, %d loads, %d commands for 60 calls; want 1, 1, 61", f.probes, loads, len(f.args))
+	if f.Probes != 1 || loads != 1 || len(f.Sent) != 61 {
+		t.Fatalf("%d probes, %d loads, %d commands for 60 calls; want 1, 1, 61", f.Probes, loads, len(f.Sent))
 	}
 	if e := c.Engines(); len(e) != 1 || e["127.0.0.1:1"] != Scripts {
 		t.Fatalf("Engines() = %v", e)
@@ -504,7 +336,7 @@ func TestFirstCallsHerd(t *testing.T) {
 // all of them wait on the probe, then answers; each call must succeed.
 func herd(t *testing.T, c *Client, f *fakeServer) {
 	t.Helper()
-	f.hold = make(chan struct{})
+	f.Hold = make(chan struct{})
 	var wg sync.WaitGroup
 	errs := make(chan error, 60)
 	for range 60 {
@@ -514,10 +346,10 @@ func herd(t *testing.T, c *Client, f *fakeServer) {
 		})
 	}
 	time.Sleep(50 * time.Millisecond) // let every call reach the probe
-	f.mu.Lock()
-	close(f.hold)
-	f.hold = nil
-	f.mu.Unlock()
+	f.Lock()
+	close(f.Hold)
+	f.Hold = nil
+	f.Unlock()
 	wg.Wait()
 	close(errs)
 	for err := range errs {
@@ -536,8 +368,8 @@ func TestDeadlineWithoutContextTimeout(t *testing.T) {
 	if c.HonoursDeadlines() {
 		t.Fatal("a client without ContextTimeoutEnabled honours deadlines?")
 	}
-	f.hold = make(chan struct{}) // never closed while the call runs
-	defer close(f.hold)
+	f.Hold = make(chan struct{}) // never closed while the call runs
+	defer close(f.Hold)
 	dctx, cancel := context.WithTimeout(ctx, 20*time.Millisecond)
 	defer cancel()
 	_, err := c.Take(dctx, "k", GCRA(9, 10, time.Minute), 1)
@@ -546,16 +378,16 @@ func TestDeadlineWithoutContextTimeout(t *testing.T) {
 	}
 	gone, cancel2 := context.WithCancel(ctx)
 	cancel2()
-	f.mu.Lock()
-	sent := len(f.args)
-	f.mu.Unlock()
+	f.Lock()
+	sent := len(f.Sent)
+	f.Unlock()
 	if _, err := c.Take(gone, "k", GCRA(9, 10, time.Minute), 1); !errors.Is(err, context.Canceled) || Unavailable(err) {
 		t.Fatalf("a caller gone: %v", err)
 	}
-	f.mu.Lock()
-	defer f.mu.Unlock()
-	if len(f.args) != sent {
-		t.Fatalf("a caller gone still sent %v", f.args[sent:])
+	f.Lock()
+	defer f.Unlock()
+	if len(f.Sent) != sent {
+		t.Fatalf("a caller gone still sent %v", f.Sent[sent:])
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer rdb.Close()
@@ -605,8 +437,8 @@ func TestPerPeriod(t *testing.T) {
 		{PerHour(1000), "[GCRA.THROTTLE k 999 1000 3600 1 MS]", 1000, time.Hour},
 	} {
 		cl, f := newFake(0, 1, 0, -1, 0)
-		if _, err := cl.Take(ctx, "k", c.l, 1); err != nil || fmt.Sprint(f.args[len(f.args)-1]) != c.want {
-			t.Errorf("%v sent %v (%v), want %s", c.l, f.args, err, c.want)
+		if _, err := cl.Take(ctx, "k", c.l, 1); err != nil || fmt.Sprint(f.Sent[len(f.Sent)-1]) != c.want {
+			t.Errorf("%v sent %v (%v), want %s", c.l, f.Sent, err, c.want)
 		}
 		if q, w := c.l.Quota(); q != c.q || w != c.w {
 			t.Errorf("%v: quota %d per %v, want %d per %v", c.l, q, w, c.q, c.w)
@@ -620,7 +452,7 @@ func TestPerPeriod(t *testing.T) {
 func TestBatch(t *testing.T) {
 	for _, scripts := range []bool{false, true} {
 		c, f := newFake(0, 10, 9, -1, 6000)
-		f.noModule = scripts
+		f.NoModule = scripts
 		b := c.Batch()
 		take := b.Take("k1", PerMinute(10), 1)
 		peek := b.Peek("k2", FixedWindow(5, time.Minute), 0, Reserve(1))
@@ -639,7 +471,7 @@ func TestBatch(t *testing.T) {
 			t.Fatal("the bad call has no error")
 		}
 		var sent []string
-		for _, a := range f.args {
+		for _, a := range f.Sent {
 			sent = append(sent, fmt.Sprint(a[0]))
 		}
 		want := "[GCRA.THROTTLE FW.PEEK CONC.ACQUIRE]"
@@ -649,10 +481,10 @@ func TestBatch(t *testing.T) {
 		if got := fmt.Sprint(sent); got != want {
 			t.Fatalf("scripts %v: sent %s, want %s", scripts, got, want)
 		}
-		if !scripts && fmt.Sprint(f.args[1]) != "[FW.PEEK k2 5 60 0 MS RESERVE 1]" {
-			t.Fatalf("the peek: %v", f.args[1])
+		if !scripts && fmt.Sprint(f.Sent[1]) != "[FW.PEEK k2 5 60 0 MS RESERVE 1]" {
+			t.Fatalf("the peek: %v", f.Sent[1])
 		}
-		f.reply = int64(1)
+		f.Reply = int64(1)
 		b = c.Batch()
 		rel := b.Release("k4", "id")
 		if err := b.Exec(ctx); err != nil {
@@ -682,13 +514,13 @@ func TestBatchAllEach(t *testing.T) {
 	if each[0].Limited || each[0].Remaining != 8 || !each[1].Limited || each[1].Limit != 5 {
 		t.Fatalf("each: %+v", each)
 	}
-	if got := fmt.Sprint(f.args); got != "[[RL.ALL 2 {u}:a {u}:b GCRA 9 10 60 1 FW 5 60 1 MS EACH]]" {
+	if got := fmt.Sprint(f.Sent); got != "[[RL.ALL 2 {u}:a {u}:b GCRA 9 10 60 1 FW 5 60 1 MS EACH]]" {
 		t.Fatalf("sent %s", got)
 	}
 	if _, err := short.Result(); err == nil {
 		t.Fatal("too few results: no error")
 	}
-	f.reply = []any{int64(0), int64(1), int64(2), int64(-1), int64(0), int64(0)}
+	f.Reply = []any{int64(0), int64(1), int64(2), int64(-1), int64(0), int64(0)}
 	b = c.Batch()
 	b.AllEach(limits, each)
 	if err := b.Exec(ctx); err == nil || !strings.Contains(err.Error(), "replied 6 integers for 2 limits") {
@@ -703,56 +535,56 @@ func TestBatchAllEach(t *testing.T) {
 // again.
 func TestFunctionsEngine(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noModule, f.functions, f.lib = true, true, "an older version"
+	f.NoModule, f.Functions, f.Lib = true, true, "an older version"
 	for range 2 {
 		if r, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || r.Remaining != 9 {
 			t.Fatalf("take: %+v %v", r, err)
 		}
 	}
 	call := []any{"fcall", fn("gcra_throttle"), int64(1), "k", int64(9), int64(10), int64(60), int64(1), "MS"}
-	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, call}); got != want {
+	if got, want := fmt.Sprint(f.Sent), fmt.Sprint([][]any{call, call}); got != want {
 		t.Fatalf("sent %v, want %v", got, want)
 	}
-	if f.probes != 1 || f.versionAsks != 1 || f.loads != 1 || f.lib != libVersion {
-		t.Fatalf("%d probes, %d version checks, %d loads (library %q); want 1, 1, 1", f.probes, f.versionAsks, f.loads, f.lib)
+	if f.Probes != 1 || f.VersionAsks != 1 || f.Loads != 1 || f.Lib != libVersion {
+		t.Fatalf("%d probes, %d version checks, %d loads (library %q); want 1, 1, 1", f.Probes, f.VersionAsks, f.Loads, f.Lib)
 	}
-	if f.replaced != 0 {
-		t.Fatalf("%d FUNCTION LOAD REPLACE: another version's library must stay", f.replaced)
+	if f.Replaced != 0 {
+		t.Fatalf("%d FUNCTION LOAD REPLACE: another version's library must stay", f.Replaced)
 	}
 	if e := c.Engines(); e["127.0.0.1:1"] != Functions {
 		t.Fatalf("Engines() = %v", e)
 	}
-	f.args, f.lib = nil, "" // flushed
+	f.Sent, f.Lib = nil, "" // flushed
 	if _, err := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fmt.Sprint(f.args), fmt.Sprint([][]any{call, call}); got != want || f.loads != 2 {
-		t.Fatalf("after a flush, sent %v and loaded %d times", got, f.loads)
+	if got, want := fmt.Sprint(f.Sent), fmt.Sprint([][]any{call, call}); got != want || f.Loads != 2 {
+		t.Fatalf("after a flush, sent %v and loaded %d times", got, f.Loads)
 	}
-	f.args = nil
+	f.Sent = nil
 	if _, err := c.Peek(ctx, "k", GCRA(9, 10, time.Minute), 0); err != nil {
 		t.Fatal(err)
 	}
 	if _, err := c.All(ctx, []Keyed{{"{u}:a", GCRA(9, 10, time.Minute), 1}, {"{u}:b", FixedWindow(5, time.Minute), 1}}); err != nil {
 		t.Fatal(err)
 	}
-	if got, want := fmt.Sprint(f.args[0][:3], f.args[1][:5]), fmt.Sprintf("[fcall_ro %s 1] [fcall %s 2 {u}:a {u}:b]", fn("gcra_peek"), fn("rl_all")); got != want {
+	if got, want := fmt.Sprint(f.Sent[0][:3], f.Sent[1][:5]), fmt.Sprintf("[fcall_ro %s 1] [fcall %s 2 {u}:a {u}:b]", fn("gcra_peek"), fn("rl_all")); got != want {
 		t.Fatalf("a peek and RL.ALL sent %s", got)
 	}
 
 	// A server that already holds this version is not loaded again.
 	c2, f2 := newFake(0, 10, 9, -1, 6000)
-	f2.noModule, f2.functions, f2.lib = true, true, libVersion
-	if _, err := c2.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || f2.loads != 0 || f2.versionAsks != 1 {
-		t.Fatalf("%d loads, %d version checks (%v)", f2.loads, f2.versionAsks, err)
+	f2.NoModule, f2.Functions, f2.Lib = true, true, libVersion
+	if _, err := c2.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || f2.Loads != 0 || f2.VersionAsks != 1 {
+		t.Fatalf("%d loads, %d version checks (%v)", f2.Loads, f2.VersionAsks, err)
 	}
 
 	// Forced: the library on a server that has the module, with no probe.
 	c3, f3 := newFake(0, 10, 9, -1, 6000)
-	f3.functions = true
+	f3.Functions = true
 	c3.engine = Functions
-	if _, err := c3.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || f3.probes != 0 || f3.args[0][0] != "fcall" {
-		t.Fatalf("Functions sent %v, %d probes (%v)", f3.args, f3.probes, err)
+	if _, err := c3.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); err != nil || f3.Probes != 0 || f3.Sent[0][0] != "fcall" {
+		t.Fatalf("Functions sent %v, %d probes (%v)", f3.Sent, f3.Probes, err)
 	}
 	// Forced on a server without FUNCTION: its error, not the scripts.
 	c4, _ := newFake(0, 10, 9, -1, 6000)
@@ -766,10 +598,10 @@ func TestFunctionsEngine(t *testing.T) {
 // FUNCTION costs one probe and one library load.
 func TestFirstCallsHerdFunctions(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noModule, f.functions = true, true
+	f.NoModule, f.Functions = true, true
 	herd(t, c, f)
-	if f.probes != 1 || f.loads != 1 || f.versionAsks != 1 || len(f.args) != 60 {
-		t.Fatalf("%d probes, %d loads, %d version checks, %d commands for 60 calls; want 1, 1, 1, 60", f.probes, f.loads, f.versionAsks, len(f.args))
+	if f.Probes != 1 || f.Loads != 1 || f.VersionAsks != 1 || len(f.Sent) != 60 {
+		t.Fatalf("%d probes, %d loads, %d version checks, %d commands for 60 calls; want 1, 1, 1, 60", f.Probes, f.Loads, f.VersionAsks, len(f.Sent))
 	}
 }
 
@@ -777,7 +609,7 @@ func TestFirstCallsHerdFunctions(t *testing.T) {
 // per call in one pipeline.
 func TestBatchFunctions(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
-	f.noModule, f.functions = true, true
+	f.NoModule, f.Functions = true, true
 	b := c.Batch()
 	take := b.Take("k1", PerMinute(10), 1)
 	peek := b.Peek("k2", FixedWindow(5, time.Minute), 0)
@@ -789,14 +621,14 @@ func TestBatchFunctions(t *testing.T) {
 			t.Fatalf("%+v %v", r, err)
 		}
 	}
-	if got, want := fmt.Sprint(f.args[0][:2], f.args[1][:2]), fmt.Sprintf("[fcall %s] [fcall_ro %s]", fn("gcra_throttle"), fn("fw_peek")); got != want {
+	if got, want := fmt.Sprint(f.Sent[0][:2], f.Sent[1][:2]), fmt.Sprintf("[fcall %s] [fcall_ro %s]", fn("gcra_throttle"), fn("fw_peek")); got != want {
 		t.Fatalf("sent %s", got)
 	}
-	f.lib, f.args = "", nil // flushed: loaded again, the call sent again
+	f.Lib, f.Sent = "", nil // flushed: loaded again, the call sent again
 	b = c.Batch()
 	take = b.Take("k1", PerMinute(10), 1)
-	if err := b.Exec(ctx); err != nil || f.loads != 2 || len(f.args) != 2 {
-		t.Fatalf("after a flush: %v, %d loads, sent %v", err, f.loads, f.args)
+	if err := b.Exec(ctx); err != nil || f.Loads != 2 || len(f.Sent) != 2 {
+		t.Fatalf("after a flush: %v, %d loads, sent %v", err, f.Loads, f.Sent)
 	}
 	if r, err := take.Result(); err != nil || r.Remaining != 9 {
 		t.Fatalf("after a flush: %+v %v", r, err)

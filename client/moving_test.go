@@ -9,6 +9,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
 
 // fakeCluster is a Redis Cluster of two fake primaries without a network:
@@ -20,29 +22,16 @@ type fakeCluster struct {
 
 func newFakeCluster(t *testing.T, setup func(f *fakeServer)) (*Client, *fakeCluster, *redis.ClusterClient) {
 	t.Helper()
-	fc := &fakeCluster{addrs: [2]string{"fake1:1", "fake2:1"}, servers: map[string]*fakeServer{}}
-	for _, a := range fc.addrs {
-		f := &fakeServer{reply: []any{int64(0), int64(10), int64(9), int64(-1), int64(6000)}}
+	c := fakeredis.NewCluster(2, func(f *fakeServer) {
+		f.Reply = []any{int64(0), int64(10), int64(9), int64(-1), int64(6000)}
 		setup(f)
-		fc.servers[a] = f
+	})
+	fc := &fakeCluster{servers: map[string]*fakeServer{}}
+	for i, f := range c.Servers {
+		fc.addrs[i] = f.Addr
+		fc.servers[f.Addr] = f
 	}
-	cc := redis.NewClusterClient(&redis.ClusterOptions{
-		ClusterSlots: func(context.Context) ([]redis.ClusterSlot, error) {
-			return []redis.ClusterSlot{
-				{Start: 0, End: 8191, Nodes: []redis.ClusterNode{{Addr: fc.addrs[0]}}},
-				{Start: 8192, End: 16383, Nodes: []redis.ClusterNode{{Addr: fc.addrs[1]}}},
-			}, nil
-		},
-		DisableRoutingPolicies: true,
-	})
-	cc.OnNewNode(func(rdb *redis.Client) {
-		if f := fc.servers[rdb.Options().Addr]; f != nil {
-			rdb.AddHook(f)
-		} else {
-			panic(rdb.Options().Addr)
-		}
-	})
-	t.Cleanup(func() { cc.Close() })
+	cc := c.Client(t)
 	return New(cc), fc, cc
 }
 
@@ -58,10 +47,10 @@ func keyOn(i int) string {
 
 // sentNames lists the commands f was sent (their first two words).
 func sentNames(f *fakeServer) []string {
-	f.mu.Lock()
-	defer f.mu.Unlock()
+	f.Lock()
+	defer f.Unlock()
 	var out []string
-	for _, a := range f.args {
+	for _, a := range f.Sent {
 		w := fmt.Sprint(a[0])
 		if len(a) > 1 && !strings.EqualFold(w, "asking") {
 			second := fmt.Sprint(a[1])
@@ -83,7 +72,7 @@ func TestTryAgain(t *testing.T) {
 	key := keyOn(0)
 	f := fc.servers[fc.addrs[0]]
 	tries := 0
-	f.before = func(redis.Cmder) error {
+	f.Before = func(redis.Cmder) error {
 		if tries++; tries <= 3 {
 			return replyError("TRYAGAIN Multiple keys request during rehashing of slot")
 		}
@@ -101,9 +90,9 @@ func TestTryAgain(t *testing.T) {
 
 	// A slot that keeps moving past the deadline: the call is unavailable,
 	// as a moving slot, on that server.
-	f.mu.Lock()
-	f.before = func(redis.Cmder) error { return replyError("TRYAGAIN Multiple keys request during rehashing of slot") }
-	f.mu.Unlock()
+	f.Lock()
+	f.Before = func(redis.Cmder) error { return replyError("TRYAGAIN Multiple keys request during rehashing of slot") }
+	f.Unlock()
 	short, cancel2 := context.WithTimeout(ctx, 30*time.Millisecond)
 	defer cancel2()
 	start := time.Now()
@@ -126,10 +115,10 @@ func TestTryAgain(t *testing.T) {
 	}
 
 	// Any other refusal is not sent again.
-	f.mu.Lock()
+	f.Lock()
 	tries = 0
-	f.before = func(redis.Cmder) error { tries++; return replyError("ERR max_burst must be 0 to 9007199254740990") }
-	f.mu.Unlock()
+	f.Before = func(redis.Cmder) error { tries++; return replyError("ERR max_burst must be 0 to 9007199254740990") }
+	f.Unlock()
 	if _, err = c.Take(context.Background(), key, PerMinute(10), 1); err == nil || Unavailable(err) || tries != 1 {
 		t.Fatalf("an ERR reply: %v, sent %d times", err, tries)
 	}
@@ -141,7 +130,7 @@ func TestClusterDownBatch(t *testing.T) {
 	c, fc, _ := newFakeCluster(t, func(*fakeServer) {})
 	f := fc.servers[fc.addrs[1]]
 	tries := 0
-	f.before = func(redis.Cmder) error {
+	f.Before = func(redis.Cmder) error {
 		if tries++; tries <= 2 {
 			return replyError("CLUSTERDOWN The cluster is down")
 		}
@@ -169,24 +158,24 @@ func TestClusterDownBatch(t *testing.T) {
 // never had the library is decided by the script's source, one round trip
 // more; the new primary gets the library behind it.
 func TestLibraryFollowsTheCall(t *testing.T) {
-	c, fc, _ := newFakeCluster(t, func(f *fakeServer) { f.noModule, f.functions = true, true })
+	c, fc, _ := newFakeCluster(t, func(f *fakeServer) { f.NoModule, f.Functions = true, true })
 	key := keyOn(0)
 	from, to := fc.servers[fc.addrs[0]], fc.servers[fc.addrs[1]]
 	if r, err := c.Take(ctx, key, PerMinute(10), 1); err != nil || r.Remaining != 9 {
 		t.Fatalf("before the migration: %+v %v", r, err)
 	}
-	to.mu.Lock()
-	loaded := to.lib
-	to.mu.Unlock()
+	to.Lock()
+	loaded := to.Lib
+	to.Unlock()
 	if loaded != "" {
 		t.Fatalf("the second primary holds %q before any call reached it", loaded)
 	}
-	from.mu.Lock()
-	from.args = nil
-	from.before = func(cmd redis.Cmder) error { // the key has moved to the importing node
+	from.Lock()
+	from.Sent = nil
+	from.Before = func(cmd redis.Cmder) error { // the key has moved to the importing node
 		return replyError(fmt.Sprintf("ASK %d %s", Slot(key), fc.addrs[1]))
 	}
-	from.mu.Unlock()
+	from.Unlock()
 	if r, err := c.Take(ctx, key, PerMinute(10), 1); err != nil || r.Remaining != 9 {
 		t.Fatalf("during the migration: %+v %v", r, err)
 	}
@@ -195,9 +184,9 @@ func TestLibraryFollowsTheCall(t *testing.T) {
 	}
 	deadline := time.Now().Add(5 * time.Second)
 	for {
-		to.mu.Lock()
-		loaded = to.lib
-		to.mu.Unlock()
+		to.Lock()
+		loaded = to.Lib
+		to.Unlock()
 		if loaded == libVersion {
 			break
 		}
@@ -206,16 +195,16 @@ func TestLibraryFollowsTheCall(t *testing.T) {
 		}
 		time.Sleep(5 * time.Millisecond)
 	}
-	to.mu.Lock()
-	to.args = nil
-	to.mu.Unlock()
+	to.Lock()
+	to.Sent = nil
+	to.Unlock()
 	if _, err := c.Take(ctx, key, PerMinute(10), 1); err != nil {
 		t.Fatal(err)
 	}
 	if got, want := fmt.Sprint(sentNames(to)), fmt.Sprintf("[asking fcall %s]", fn("gcra_throttle")); got != want {
 		t.Fatalf("once readied, the importing primary was sent %s, want %s", got, want)
 	}
-	if to.replaced != 0 || from.replaced != 0 {
+	if to.Replaced != 0 || from.Replaced != 0 {
 		t.Fatal("FUNCTION LOAD REPLACE sent")
 	}
 }
@@ -229,7 +218,7 @@ func TestServerFor(t *testing.T) {
 		}
 	}
 	f := fc.servers[fc.addrs[1]]
-	f.err = errors.New("dial tcp: connection refused")
+	f.Err = errors.New("dial tcp: connection refused")
 	_, err := c.Take(ctx, keyOn(1), PerMinute(10), 1)
 	if ServerOf(err) != fc.addrs[1] {
 		t.Fatalf("ServerOf(%v) = %q", err, ServerOf(err))

@@ -79,8 +79,8 @@ func TestCostOutOfRange(t *testing.T) {
 			t.Errorf("%s: %d %s, want %d", c.query, w.Code, w.Body, c.code)
 		}
 	}
-	if n := len(f.calls()); n != 2 {
-		t.Fatalf("%d calls to Redis, want 2 (the bad requests cost nothing): %v", n, f.calls())
+	if n := len(f.Calls()); n != 2 {
+		t.Fatalf("%d calls to Redis, want 2 (the bad requests cost nothing): %v", n, f.Calls())
 	}
 	if got := ev.decisions(); got != "bad-request:tokens bad-request:tokens admitted:tokens admitted:tokens" {
 		t.Fatalf("decisions %q", got)
@@ -136,8 +136,8 @@ func TestClientGone(t *testing.T) {
 		cancel()
 		serveOne(l, httptest.NewRequest("GET", "/", nil).WithContext(ctx))
 	}
-	if len(f.calls()) != 0 || l.BreakerOpen() || ev.count(Failure) != 0 {
-		t.Fatalf("hung-up clients: %d calls, breaker open %v", len(f.calls()), l.BreakerOpen())
+	if len(f.Calls()) != 0 || l.BreakerOpen() || ev.count(Failure) != 0 {
+		t.Fatalf("hung-up clients: %d calls, breaker open %v", len(f.Calls()), l.BreakerOpen())
 	}
 }
 

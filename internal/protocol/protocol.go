@@ -5,7 +5,11 @@
 // module/protocol_gen.h; the engine uses them by these names.
 package protocol
 
-import "github.com/seed-6b3823f5/ratelimit/internal/spec"
+import (
+	"strings"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
+)
 
 // What call.c does once Go returns, numbered as enum rl_action.
 const (
@@ -54,3 +58,26 @@ const (
 	// one concurrency write removes.
 	ConcSweep = spec.ConcSweep
 )
+
+// Slot is key's Redis Cluster hash slot, as CLUSTER KEYSLOT answers it:
+// CRC16 (XMODEM) of the key, or of its hash tag (the first {...} with
+// something inside), modulo 16384.
+func Slot(key string) int {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			key = key[i+1 : i+1+j]
+		}
+	}
+	var crc uint16
+	for k := 0; k < len(key); k++ {
+		crc ^= uint16(key[k]) << 8
+		for range 8 {
+			if crc&0x8000 != 0 {
+				crc = crc<<1 ^ 0x1021
+			} else {
+				crc <<= 1
+			}
+		}
+	}
+	return int(crc) % 16384
+}

@@ -1,0 +1,105 @@
+package httplimit
+
+import (
+	"net/http"
+	"net/http/httptest"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+)
+
+// TestOnFake: the middleware in front of a real HTTP server, its limits
+// decided on the shared fake Redis (the module's engine, a clock at 20 s
+// into a minute), seen by a real HTTP client: a fixed window of 2 a minute
+// per route admits two requests with the IETF fields, refuses the third
+// with 429, Retry-After (40 s, plus up to the spread) and r=0, and admits
+// again once the minute ends; a concurrency limit of 1 sheds a second
+// request while the first holds its slot (503), and frees the slot when
+// the first ends.
+func TestOnFake(t *testing.T) {
+	f := fakeredis.New()
+	t0 := time.Unix(1_700_000_000, 0)
+	f.Clock = func() time.Time { return t0 }
+	rdb := f.Client()
+	lim, err := New(rdb, Options{OnError: FailClosed},
+		Policy{Name: "per-route", Limit: client.FixedWindow(2, time.Minute), Key: Route()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer srv.Close()
+	get := func() *http.Response {
+		resp, err := http.Get(srv.URL + "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		return resp
+	}
+	for i, want := range []struct {
+		code  int
+		state string
+	}{{200, `"per-route";r=1;t=40`}, {200, `"per-route";r=0;t=40`}, {429, `"per-route";r=0;t=40`}} {
+		resp := get()
+		if resp.StatusCode != want.code || resp.Header.Get("RateLimit") != want.state || resp.Header.Get("RateLimit-Policy") != `"per-route";q=2;w=60` {
+			t.Fatalf("request %d: %d %v, want %d and RateLimit %s", i+1, resp.StatusCode, resp.Header, want.code, want.state)
+		}
+		if want.code == 429 {
+			if s, err := strconv.Atoi(resp.Header.Get("Retry-After")); err != nil || s < 40 || s > 50 {
+				t.Errorf("Retry-After %q, want 40 s and a spread", resp.Header.Get("Retry-After"))
+			}
+		}
+	}
+	f.Advance(40 * time.Second)
+	if resp := get(); resp.StatusCode != 200 || resp.Header.Get("RateLimit") != `"per-route";r=1;t=60` {
+		t.Fatalf("in the next minute: %d %v", resp.StatusCode, resp.Header)
+	}
+
+	conc, err := New(rdb, Options{OnError: FailClosed},
+		Policy{Name: "one", Concurrency: client.Concurrency{Limit: 1, Lease: time.Minute}, Key: Route()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	inside, release := make(chan struct{}), make(chan struct{})
+	slow := httptest.NewServer(conc.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Query().Get("slow") != "" {
+			close(inside)
+			<-release
+		}
+	})))
+	defer slow.Close()
+	done := make(chan int)
+	go func() {
+		resp, err := http.Get(slow.URL + "/x?slow=1")
+		if err != nil {
+			done <- 0
+			return
+		}
+		resp.Body.Close()
+		done <- resp.StatusCode
+	}()
+	<-inside
+	resp, err := http.Get(slow.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 503 || resp.Header.Get("Retry-After") == "" {
+		t.Errorf("while the slot is held: %d %v, want 503 with Retry-After", resp.StatusCode, resp.Header)
+	}
+	close(release)
+	if code := <-done; code != 200 {
+		t.Fatalf("the slow request: %d", code)
+	}
+	resp, err = http.Get(slow.URL + "/x")
+	if err != nil {
+		t.Fatal(err)
+	}
+	resp.Body.Close()
+	if resp.StatusCode != 200 {
+		t.Errorf("after the slot was freed: %d, want 200", resp.StatusCode)
+	}
+}
