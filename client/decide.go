@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"fmt"
 	"slices"
 	"time"
 
@@ -70,10 +71,18 @@ type StepFunc func(ctx context.Context, s Step) error
 // can still leave the first counted when the second refuses: a cluster has
 // no transaction across slots.
 //
+// A key named more than once (the same descriptor twice in one request)
+// is decided once, for the sum of its costs, and each of its wants gets
+// that answer; the same key with two different limits or reserves is an
+// error, and nothing is sent.
+//
 // send sends each step (nil: Client.Send).
 func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error {
 	if send == nil {
 		send = c.Send
+	}
+	if repeated(wants) {
+		return c.decideOnce(ctx, wants, send)
 	}
 	budget := time.Second // what a refund may take: as long as ctx had at first, up to a second
 	if d, ok := ctx.Deadline(); ok {
@@ -95,6 +104,57 @@ func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 		return err
 	}
 	return nil
+}
+
+// repeated reports wants that name a key more than once.
+func repeated(wants []*Want) bool {
+	if len(wants) > MaxAll {
+		seen := make(map[string]bool, len(wants))
+		for _, w := range wants {
+			if seen[w.Key] {
+				return true
+			}
+			seen[w.Key] = true
+		}
+		return false
+	}
+	for i, w := range wants {
+		for _, v := range wants[i+1:] {
+			if v.Key == w.Key {
+				return true
+			}
+		}
+	}
+	return false
+}
+
+// decideOnce decides wants that name a key more than once as wants of
+// each key once, their costs summed, and gives each want its key's answer.
+func (c *Client) decideOnce(ctx context.Context, wants []*Want, send StepFunc) error {
+	var once []*Want
+	of := make([]int, len(wants))
+	at := map[string]int{}
+	for i, w := range wants {
+		k, ok := at[w.Key]
+		switch {
+		case !ok:
+			k = len(once)
+			at[w.Key] = k
+			one := *w
+			once = append(once, &one)
+		case once[k].Limit != w.Limit || once[k].Reserve != w.Reserve:
+			return fmt.Errorf("client: key %q is decided twice, with two limits or reserves", w.Key)
+		default:
+			once[k].Cost = min(once[k].Cost+w.Cost, MaxCost)
+		}
+		of[i] = k
+	}
+	err := c.Decide(ctx, once, send)
+	for i, w := range wants {
+		one := once[of[i]]
+		w.Result, w.Known, w.Taken = one.Result, one.Known, one.Taken
+	}
+	return err
 }
 
 // grouped reports a client whose keys live on several servers, grouped

@@ -6,6 +6,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
 
 // TestPlan: the steps planned for a slot's limits hold at most 16 each;
@@ -93,5 +95,36 @@ func TestIETFItems(t *testing.T) {
 		if got != want {
 			t.Errorf("got %s, want %s", got, want)
 		}
+	}
+}
+
+// TestDecideRepeatedKey: a key named twice in one decision is decided once
+// for the sum of its costs (on the engine, in one call), and both wants
+// get that answer; the same key with two limits is an error and sends
+// nothing.
+func TestDecideRepeatedKey(t *testing.T) {
+	f := fakeredis.New()
+	c := New(f.Client())
+	w := func(key string, l Limit, cost int64) *Want { return &Want{Key: key, Limit: l, Cost: cost} }
+	a, b, other := w("k", FixedWindow(5, time.Minute), 2), w("k", FixedWindow(5, time.Minute), 2), w("j", GCRA(4, 5, time.Minute), 1)
+	if err := c.Decide(ctx, []*Want{a, other, b}, nil); err != nil {
+		t.Fatal(err)
+	}
+	for i, x := range []*Want{a, b} {
+		if !x.Known || !x.Taken || x.Result.Limited || x.Result.Remaining != 1 || x.Cost != 2 {
+			t.Errorf("want %d: %+v, want admitted with 1 remaining (5 - 2 - 2), its cost still 2", i, x)
+		}
+	}
+	if n := len(f.Calls()); n != 1 {
+		t.Errorf("%d calls, want 1 (one RL.ALL)", n)
+	}
+	a, b = w("k", FixedWindow(5, time.Minute), 1), w("k", FixedWindow(5, time.Minute), 1)
+	if err := c.Decide(ctx, []*Want{a, b}, nil); err != nil || !a.Result.Limited || !b.Result.Limited || a.Taken {
+		t.Errorf("2 more of 1 left: %v %+v %+v, want both refused", err, a, b)
+	}
+	before := len(f.Calls())
+	err := c.Decide(ctx, []*Want{w("k", FixedWindow(5, time.Minute), 1), w("k", FixedWindow(6, time.Minute), 1)}, nil)
+	if err == nil || !strings.Contains(err.Error(), `"k"`) || len(f.Calls()) != before {
+		t.Errorf("one key, two limits: %v after %d calls, want an error naming it and none", err, len(f.Calls())-before)
 	}
 }

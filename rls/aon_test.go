@@ -102,28 +102,36 @@ func TestAllOrNothingAnyNumber(t *testing.T) {
 				if strings.HasSuffix(c.name, "first") {
 					all = append([]*rlv3.RateLimitDescriptor{c.tight}, c.limit...)
 				}
-				if r := ask(t, s, all); r.OverallCode != pb.RateLimitResponse_OK {
-					t.Fatalf("%s: the first request %v", c.name, brief(r))
-				}
-				r := ask(t, s, all)
-				if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-					t.Fatalf("%s: the second request %v", c.name, brief(r))
-				}
-				for _, st := range r.Statuses {
-					if st.Code == pb.RateLimitResponse_OVER_LIMIT && st.CurrentLimit.RequestsPerUnit != 1 {
-						t.Fatalf("%s: a limit of 3 refused: %v", c.name, brief(r))
-					}
-				}
-				// The refused request took nothing: the others have
-				// counted two requests, the first and this one.
-				r = ask(t, s, c.limit)
-				for i, st := range r.Statuses {
-					if st.Code != pb.RateLimitResponse_OK || st.LimitRemaining != 1 {
-						t.Fatalf("%s: descriptor %d after a refused request: %v (want remaining 1: the refusal was counted)", c.name, i, brief(r))
-					}
-				}
+				allOrNothing(t, s, c.name, all, c.limit)
 			}
 		})
+	}
+}
+
+// allOrNothing asks for all (limit and a tight limit of 1) twice, then
+// for limit (limits of 3) alone: the first is OK; the second OVER_LIMIT,
+// refused by a limit of 1 only; and the refused request took nothing, so
+// each of limit has counted two requests, the first and the last, and
+// has 1 remaining.
+func allOrNothing(t *testing.T, s *Service, name string, all, limit []*rlv3.RateLimitDescriptor) {
+	t.Helper()
+	if r := ask(t, s, all); r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("%s: the first request %v", name, brief(r))
+	}
+	r := ask(t, s, all)
+	if r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+		t.Fatalf("%s: the second request %v", name, brief(r))
+	}
+	for _, st := range r.Statuses {
+		if st.Code == pb.RateLimitResponse_OVER_LIMIT && st.CurrentLimit.RequestsPerUnit != 1 {
+			t.Fatalf("%s: a limit of 3 refused: %v", name, brief(r))
+		}
+	}
+	r = ask(t, s, limit)
+	for i, st := range r.Statuses {
+		if st.Code != pb.RateLimitResponse_OK || st.LimitRemaining != 1 {
+			t.Fatalf("%s: descriptor %d after a refused request: %v (want remaining 1: the refusal was counted)", name, i, brief(r))
+		}
 	}
 }
 
@@ -304,18 +312,6 @@ func TestAllOrNothingCluster(t *testing.T) {
 		{"16 windows and a 17th refusing", many("fw", "c17", 16), descriptor("tight", "c17")},
 		{"20 refundable and 10 windows", append(append(many("gcra", "c", 10), many("tb", "c", 10)...), many("sl", "c", 10)...), descriptor("tight", "c31")},
 	} {
-		all := append(slices.Clone(c.limit), c.tight)
-		if r := ask(t, s, all); r.OverallCode != pb.RateLimitResponse_OK {
-			t.Fatalf("%s: the first request %v", c.name, brief(r))
-		}
-		if r := ask(t, s, all); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
-			t.Fatalf("%s: the second request %v", c.name, brief(r))
-		}
-		r := ask(t, s, c.limit)
-		for i, st := range r.Statuses {
-			if st.Code != pb.RateLimitResponse_OK || st.LimitRemaining != 1 {
-				t.Fatalf("%s: descriptor %d after a refused request: %v", c.name, i, brief(r))
-			}
-		}
+		allOrNothing(t, s, c.name, append(slices.Clone(c.limit), c.tight), c.limit)
 	}
 }
