@@ -51,3 +51,29 @@ func Reserve(cost, reserve int64) (probe int64, first bool) {
 	}
 	return cost, false
 }
+
+// MaxUpTo is the most calls one call may ask for at once (the module's
+// UPTO n): 1,000,000.
+const MaxUpTo = 1_000_000
+
+// Grant is the grant rule every limiter follows (the module's UPTO n): a
+// call asking for up to n calls of cost each takes g, the most in 0..n
+// that the limiter admits together now, keeping reserve free: the largest
+// g ≤ n with g × cost + reserve ≤ remaining, where remaining is what the
+// limiter admits now (the Remaining of a call of cost 0). With 7
+// remaining, cost 2 and a reserve of 1, UPTO 5 grants 3 (6 units, 1 left);
+// UPTO 2 grants 2. A cost of 0 or less is always admitted: g = n. g = 0 is
+// a refusal, whose answer is the call's for one cost.
+func Grant(remaining, cost, reserve, n int64) int64 {
+	switch {
+	case n <= 0:
+		return 0
+	case cost <= 0:
+		return n
+	}
+	free := remaining - max(reserve, 0)
+	if free < cost {
+		return 0
+	}
+	return min(n, free/cost)
+}
