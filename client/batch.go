@@ -33,6 +33,7 @@ type Call struct {
 	args    []any
 	keyPos  int8
 	release bool     // CONC.RELEASE: an integer reply, not five
+	upto    bool     // UpTo: the reply ends with the grant
 	each    []Result // RL.ALL EACH: filled with each limit's result
 	wants   []*Want  // a decision's step (Step): filled with their answers
 	res     Result
@@ -49,8 +50,8 @@ func (c *Call) Released() (bool, error) { return c.held, c.err }
 // Batch returns an empty batch of calls on c.
 func (c *Client) Batch() *Batch { return &Batch{c: c} }
 
-func (b *Batch) add(args []any, err error, keyPos int8) *Call {
-	call := &Call{args: args, keyPos: keyPos, err: err}
+func (b *Batch) add(args []any, err error, keyPos int8, opts ...Option) *Call {
+	call := &Call{args: args, keyPos: keyPos, err: err, upto: upTo(opts)}
 	b.calls = append(b.calls, call)
 	return call
 }
@@ -58,20 +59,20 @@ func (b *Batch) add(args []any, err error, keyPos int8) *Call {
 // Take adds Client.Take's call.
 func (b *Batch) Take(key string, l Limit, cost int64, opts ...Option) *Call {
 	args, err := oneArgs(takeName[l.algo], key, l, cost, opts)
-	return b.add(args, err, 1)
+	return b.add(args, err, 1, opts...)
 }
 
 // Peek adds Client.Peek's call.
 func (b *Batch) Peek(key string, l Limit, cost int64, opts ...Option) *Call {
 	args, err := oneArgs(peekName[l.algo], key, l, cost, opts)
-	return b.add(args, err, 1)
+	return b.add(args, err, 1, opts...)
 }
 
 // All adds Client.All's call (RL.ALL): all of limits admit, or nothing
 // is taken from any.
 func (b *Batch) All(limits []Keyed, opts ...Option) *Call {
 	args, err := allArgs(cmdAll, limits, opts)
-	return b.add(args, err, 2)
+	return b.add(args, err, 2, opts...)
 }
 
 // AllEach adds Client.AllEach's call: each[i] holds limits[i]'s own result
@@ -84,7 +85,7 @@ func (b *Batch) AllEach(limits []Keyed, each []Result, opts ...Option) *Call {
 	if err == nil {
 		args = append(args, "EACH")
 	}
-	call := b.add(args, err, 2)
+	call := b.add(args, err, 2, opts...)
 	call.each = each[:len(limits)]
 	return call
 }
@@ -92,7 +93,7 @@ func (b *Batch) AllEach(limits []Keyed, each []Result, opts ...Option) *Call {
 // Acquire adds Client.Acquire's call.
 func (b *Batch) Acquire(key string, l Concurrency, id string, opts ...Option) *Call {
 	args, err := acquireArgs(key, l, id, opts)
-	return b.add(args, err, 1)
+	return b.add(args, err, 1, opts...)
 }
 
 // Release adds Client.Release's call; its answer is Call.Released.
@@ -213,9 +214,9 @@ func (call *Call) read(cmd *onceCmd, err error) {
 	vals, err := cmd.integers(call.args[0])
 	switch {
 	case err == nil && call.each != nil:
-		call.res, err = readEach(vals, call.each)
+		call.res, err = readEach(vals, call.each, call.upto)
 	case err == nil:
-		call.res, err = reading(call.args[0], vals)
+		call.res, err = reading(call.args[0], vals, call.upto)
 	}
 	call.err = err
 	switch {

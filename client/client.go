@@ -134,6 +134,12 @@ type Result struct {
 	// Policy is, for All and PeekAll, the position of the deciding limit in
 	// the call's list; 0 otherwise.
 	Policy int
+	// Granted is, for a call with UpTo(n), how many of its calls were taken
+	// at once: the most in 0..n every limit admitted (ratelimit.Grant), each
+	// limit's cost times Granted; 0 is a refusal, the one a call without
+	// UpTo gets. 10 a minute, 7 used: Take of cost 2 with UpTo(5) is granted
+	// 1 (2 units), Remaining 1. 0 without UpTo.
+	Granted int64
 }
 
 // Limit is one rate limiter and its parameters, made by GCRA, TokenBucket,
@@ -326,7 +332,7 @@ func appendPeriod(a []any, name string, d time.Duration) ([]any, error) {
 }
 
 // Option changes one call.
-type Option struct{ reserve int64 }
+type Option struct{ reserve, upto int64 }
 
 // Reserve admits the call only if n units (slots, for a concurrency limit)
 // remain after it: non-critical traffic passes a reserve, critical traffic
@@ -334,14 +340,33 @@ type Option struct{ reserve int64 }
 // a Shaper.
 func Reserve(n int64) Option { return Option{reserve: n} }
 
+// UpTo asks for up to n calls (1 to 1,000,000) of the call's cost at once
+// and takes as many as the limits admit, Result.Granted (the module's UPTO
+// n): how a local tier draws units from the global limit in one round trip.
+// For Take and All, not for a Shaper, a Peek nor a concurrency limit.
+func UpTo(n int64) Option { return Option{upto: n} }
+
 func appendOptions(a []any, opts []Option) []any {
 	a = append(a, "MS")
 	for _, o := range opts {
 		if o.reserve != 0 {
 			a = append(a, "RESERVE", o.reserve)
 		}
+		if o.upto != 0 {
+			a = append(a, "UPTO", o.upto)
+		}
 	}
 	return a
+}
+
+// upTo reports options that ask for a grant: the reply ends with it.
+func upTo(opts []Option) bool {
+	for _, o := range opts {
+		if o.upto != 0 {
+			return true
+		}
+	}
+	return false
 }
 
 // Client calls the module's commands through a go-redis client. It is safe
@@ -417,7 +442,7 @@ func (c *Client) one(ctx context.Context, name any, key string, l Limit, cost in
 	if err != nil {
 		return Result{}, err
 	}
-	return c.run(ctx, args, 1)
+	return c.run(ctx, args, 1, upTo(opts))
 }
 
 // oneArgs is a command of one limit's arguments.
@@ -470,11 +495,16 @@ func (c *Client) AllEach(ctx context.Context, limits []Keyed, each []Result, opt
 	if err != nil {
 		return Result{}, err
 	}
-	return readEach(vals, each[:len(limits)])
+	return readEach(vals, each[:len(limits)], upTo(opts))
 }
 
-// readEach reads RL.ALL EACH's reply: the call's result, then each limit's.
-func readEach(vals []int64, each []Result) (Result, error) {
+// readEach reads RL.ALL EACH's reply: the call's result, then each limit's
+// (then, with upto, the grant).
+func readEach(vals []int64, each []Result, upto bool) (Result, error) {
+	var granted int64
+	if upto && len(vals) > 0 {
+		granted, vals = vals[len(vals)-1], vals[:len(vals)-1]
+	}
 	if len(vals) != 6+5*len(each) {
 		return Result{}, fmt.Errorf("ratelimit: RL.ALL EACH replied %d integers for %d limits", len(vals), len(each))
 	}
@@ -482,7 +512,7 @@ func readEach(vals []int64, each []Result) (Result, error) {
 		each[i] = result(vals[6+5*i : 11+5*i])
 	}
 	r := result(vals[:5])
-	r.Policy = int(vals[5])
+	r.Policy, r.Granted = int(vals[5]), granted
 	return r, nil
 }
 
@@ -491,7 +521,7 @@ func (c *Client) all(ctx context.Context, name string, limits []Keyed, opts []Op
 	if err != nil {
 		return Result{}, err
 	}
-	return c.run(ctx, args, 2)
+	return c.run(ctx, args, 2, upTo(opts))
 }
 
 // allArgs is RL.ALL's or RL.PEEK's arguments.
@@ -532,7 +562,7 @@ func (c *Client) Acquire(ctx context.Context, key string, l Concurrency, id stri
 	if err != nil {
 		return Result{}, err
 	}
-	return c.run(ctx, args, 1)
+	return c.run(ctx, args, 1, upTo(opts))
 }
 
 // acquireArgs is CONC.ACQUIRE's arguments.
@@ -562,7 +592,7 @@ func (c *Client) Release(ctx context.Context, key, id string) (bool, error) {
 func (c *Client) PeekConcurrency(ctx context.Context, key string, limit int64, opts ...Option) (Result, error) {
 	args := make([]any, 0, 6)
 	args = append(args, cmdPeekConc, key, limit)
-	return c.run(ctx, appendOptions(args, opts), 1)
+	return c.run(ctx, appendOptions(args, opts), 1, upTo(opts))
 }
 
 // onceCmd is a command go-redis sends once: it is never retried after a
@@ -578,13 +608,14 @@ type onceCmd struct {
 func (*onceCmd) NoRetry() bool { return true }
 
 // run sends a limiter command whose first key is at position keyPos and
-// reads its five integers (six for RL.ALL and RL.PEEK).
-func (c *Client) run(ctx context.Context, args []any, keyPos int8) (Result, error) {
+// reads its five integers (six for RL.ALL and RL.PEEK; then, with upto,
+// the grant).
+func (c *Client) run(ctx context.Context, args []any, keyPos int8, upto bool) (Result, error) {
 	vals, err := c.send(ctx, args, keyPos)
 	if err != nil {
 		return Result{}, err
 	}
-	return reading(args[0], vals)
+	return reading(args[0], vals, upto)
 }
 
 // send sends a command once and reads its array of integers (in the
@@ -616,8 +647,12 @@ func (cmd *onceCmd) integers(name any) ([]int64, error) {
 }
 
 // reading reads a limiter's reply of five integers (six for RL.ALL and
-// RL.PEEK) into a Result.
-func reading(name any, vals []int64) (Result, error) {
+// RL.PEEK; then, with upto, the grant) into a Result.
+func reading(name any, vals []int64, upto bool) (Result, error) {
+	var granted int64
+	if upto && len(vals) > 5 {
+		granted, vals = vals[len(vals)-1], vals[:len(vals)-1]
+	}
 	if len(vals) != 5 && len(vals) != 6 {
 		return Result{}, fmt.Errorf("ratelimit: %v replied %d integers, want 5 or 6", name, len(vals))
 	}
@@ -625,6 +660,7 @@ func reading(name any, vals []int64) (Result, error) {
 	if len(vals) == 6 {
 		r.Policy = int(vals[5])
 	}
+	r.Granted = granted
 	return r, nil
 }
 

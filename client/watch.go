@@ -215,7 +215,7 @@ func readChunk(cmd *onceCmd, chunk []*Want) (Result, error) {
 		return Result{}, err
 	}
 	each := make([]Result, len(chunk))
-	head, err := readEach(vals, each)
+	head, err := readEach(vals, each, false)
 	if err != nil {
 		return Result{}, err
 	}

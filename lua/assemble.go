@@ -119,6 +119,8 @@ func specLua() string {
 	fmt.Fprintf(&b, "local MAX_KEYS = %d -- RL.ALL's numkeys\n", spec.MaxKeys)
 	fmt.Fprintf(&b, "local MAX_ONE_KEY_ARGS = %d -- a command of one key's arguments, its name included\n", spec.MaxOneKeyArgs)
 	fmt.Fprintf(&b, "local MAX_LOG_ADD = %d -- the sliding-log entries one RL.ALL adds\n", spec.MaxLogAdd)
+	fmt.Fprintf(&b, "local MAX_UPTO = %d -- UPTO's n\n", ratelimit.MaxUpTo)
+	fmt.Fprintf(&b, "local ALL_OPTIONS, PEEK_OPTIONS = %s, %s -- RL.ALL's and RL.PEEK's, for errors\n", luaString(spec.AllOptions), luaString(spec.PeekOptions))
 	fmt.Fprintf(&b, "local MAX_ID = %d -- a holder id's bytes\n", spec.MaxID)
 	fmt.Fprintf(&b, "local MAX_CONC_LIMIT = %d -- the most holders of one concurrency limit\n", spec.MaxConcLimit)
 	fmt.Fprintf(&b, "local CONC_SWEEP = %d -- the most lapsed holders one concurrency write removes\n\n", spec.ConcSweep)
@@ -152,7 +154,8 @@ end
 
 	b.WriteString(`
 -- syntax is a family's arguments: positional ones, the optional cost, its
--- default, whether RESERVE n is taken, the options' names and what the
+-- default, whether RESERVE n and (by the consuming command) UPTO n are
+-- taken, the options' names (the peek's, the consuming command's) and what the
 -- limiter admits at once (RESERVE's bound); built for the one family a call
 -- runs, since every table costs on every call.
 local function syntax(kind)
@@ -171,7 +174,7 @@ local function syntax(kind)
 		if f.Cost.Name != "" {
 			fmt.Fprintf(&b, "      optional = %s,\n      def = %d,\n", luaArg(f.Cost), f.Def)
 		}
-		fmt.Fprintf(&b, "      reserve = %v, options = %s,\n", f.Reserve, luaString(f.Options()))
+		fmt.Fprintf(&b, "      reserve = %v, upto = %v, options = %s, upto_options = %s,\n", f.Reserve, f.UpTo, luaString(f.Options()), luaString(f.UpToOptions()))
 		if f.Reserve {
 			if f.LimitPlus != 0 {
 				fmt.Fprintf(&b, "      limit = function(v) return add(v[1], %d) end,\n", f.LimitPlus)

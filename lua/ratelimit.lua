@@ -288,6 +288,8 @@ local MAX_ARGS = 128 -- a command's arguments, its name included
 local MAX_KEYS = 16 -- RL.ALL's numkeys
 local MAX_ONE_KEY_ARGS = 16 -- a command of one key's arguments, its name included
 local MAX_LOG_ADD = 100000 -- the sliding-log entries one RL.ALL adds
+local MAX_UPTO = 1000000 -- UPTO's n
+local ALL_OPTIONS, PEEK_OPTIONS = 'MS, RESERVE n, UPTO n and EACH', 'MS, RESERVE n and EACH' -- RL.ALL's and RL.PEEK's, for errors
 local MAX_ID = 128 -- a holder id's bytes
 local MAX_CONC_LIMIT = 100000 -- the most holders of one concurrency limit
 local CONC_SWEEP = 64 -- the most lapsed holders one concurrency write removes
@@ -307,6 +309,9 @@ local T_RANGE = 'ERR {}{} must be an integer from {} to {}'
 local T_SECONDS = 'ERR {}{} must be whole seconds from {} to {}'
 local T_RESERVE_RANGE = 'ERR {}RESERVE must be an integer from 0 to {} (the limit)'
 local T_RESERVE_WORD = 'ERR RESERVE needs a number: RESERVE n, n from 0 to the limit'
+local T_UPTO_RANGE = 'ERR UPTO must be an integer from 1 to {}'
+local T_UPTO_WORD = 'ERR UPTO needs a number: UPTO n, n from 1 to {}'
+local T_UPTO_REFUND = 'ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)'
 local T_UNKNOWN_OPTION = 'ERR unknown option {}: the options are {}'
 local T_TWICE = 'ERR the option {} is given twice'
 local T_NUMKEYS = 'ERR numkeys must be an integer from 1 to {}'
@@ -345,7 +350,7 @@ local function syntax(kind)
       },
       optional = {name = 'quantity', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, options = 'MS and RESERVE n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
       limit = function(v) return add(v[1], 1) end,
     }
   elseif kind == 'tb' then
@@ -357,7 +362,7 @@ local function syntax(kind)
       },
       optional = {name = 'tokens', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, options = 'MS and RESERVE n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'lb' then
@@ -369,7 +374,7 @@ local function syntax(kind)
       },
       optional = {name = 'quantity', min = 0, max = MAXI},
       def = 1,
-      reserve = false, options = 'MS',
+      reserve = false, upto = false, options = 'MS', upto_options = 'MS',
     }
   elseif kind == 'sw' then
     return {
@@ -379,7 +384,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = 0, max = MAXI},
       def = 1,
-      reserve = true, options = 'MS and RESERVE n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'fw' then
@@ -390,7 +395,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = 0, max = MAXI},
       def = 1,
-      reserve = true, options = 'MS and RESERVE n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'sl' then
@@ -401,7 +406,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = 0, max = MAXI},
       def = 1,
-      reserve = true, options = 'MS and RESERVE n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'conc' then
@@ -411,7 +416,7 @@ local function syntax(kind)
         {name = 'lease', min = 1, max = 9223372036, seconds = true},
         {name = 'id', min = 1, max = 128},
       },
-      reserve = true, options = 'MS and RESERVE n',
+      reserve = true, upto = false, options = 'MS and RESERVE n', upto_options = 'MS and RESERVE n',
       limit = function(v) return v[1] end,
     }
   end
@@ -535,54 +540,61 @@ local function parse_reserve(s, limit, prefix)
   return n
 end
 
-local function parse_options(args, i, allowed, names, each)
-  local ms, reserve_at, each_seen = false, 0, false
+local function parse_upto(s, cost, prefix)
+  local n = parse(s)
+  if n == nil or lt(n, 1) or lt(MAX_UPTO, n) then return nil, fail(text(T_UPTO_RANGE, MAX_UPTO)) end
+  if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
+  return n
+end
+
+local function parse_options(args, i, allowed, names, each, upto)
+  local seen, at = {}, {RESERVE = 0, UPTO = 0}
   while i <= #args do
-    local a = args[i]
-    if isword(a, 'MS') then
-      if ms then return nil, nil, nil, fail(text(T_TWICE, 'MS')) end
-      ms = true
-    elseif each and isword(a, 'EACH') then
-      if each_seen then return nil, nil, nil, fail(text(T_TWICE, 'EACH')) end
-      each_seen = true
-    elseif allowed and isword(a, 'RESERVE') then
-      if reserve_at > 0 then return nil, nil, nil, fail(text(T_TWICE, 'RESERVE')) end
-      if i + 1 > #args then
-        return nil, nil, nil, fail(text(T_RESERVE_WORD))
-      end
+    local w = string.upper(args[i])
+    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and w == 'UPTO')) then
+      return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
+    end
+    if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
+    seen[w] = true
+    if at[w] then
+      if i + 1 > #args then return nil, nil, nil, nil, fail(w == 'RESERVE' and text(T_RESERVE_WORD) or text(T_UPTO_WORD, MAX_UPTO)) end
       i = i + 1
-      reserve_at = i
-    else
-      return nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(a), names))
+      at[w] = i
     end
     i = i + 1
   end
-  return ms, reserve_at, each_seen
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO
 end
 
-local function parse_one(syn, args, name)
+local function zero(v) local z = {unpack(v)}; z[#z] = 0; return z end
+local function grant(remaining, cost, reserve, n)
+  if not lt(0, cost) then return n end
+  if lt(remaining - reserve, cost) then return 0 end
+  return math.min(n, math.floor((remaining - reserve) / cost))
+end
+
+local function parse_one(syn, args, name, upto)
   local np = #syn.positional
-  if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, arity(name) end
+  if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, nil, arity(name) end
   local v = {}
   for j, a in ipairs(syn.positional) do
     v[j] = parse_arg(a, args[j])
-    if v[j] == nil then return nil, nil, nil, range_error(a, '') end
+    if v[j] == nil then return nil, nil, nil, nil, range_error(a, '') end
   end
   local i = np + 1
   v[np + 1] = syn.def
-  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') then
+  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') and not isword(args[i], 'UPTO') then
     v[np + 1] = parse_arg(syn.optional, args[i])
-    if v[np + 1] == nil then return nil, nil, nil, range_error(syn.optional, '') end
+    if v[np + 1] == nil then return nil, nil, nil, nil, range_error(syn.optional, '') end
     i = i + 1
   end
-  local ms, reserve_at, _, err = parse_options(args, i, syn.reserve, syn.options, false)
-  if err then return nil, nil, nil, err end
-  local reserve = 0
-  if reserve_at > 0 then
-    reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '')
-    if err then return nil, nil, nil, err end
-  end
-  return v, ms, reserve
+  upto = upto and syn.upto
+  local ms, reserve_at, _, upto_at, err = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
+  local n, reserve = 0, 0
+  if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
+  if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
+  if err then return nil, nil, nil, nil, err end
+  return v, ms, reserve, n
 end
 
 local function clock()
@@ -1376,7 +1388,7 @@ local function parse_conc(op, name, args)
   if c.id and (#c.id < 1 or #c.id > MAX_ID) then
     return nil, fail(text(T_ID, MAX_ID, #c.id))
   end
-  local ms, reserve_at, _, err = parse_options(args, first, syn.reserve, syn.options, false)
+  local ms, reserve_at, _, _, err = parse_options(args, first, syn.reserve, syn.options, false)
   if err then return nil, err end
   c.ms = ms
   if reserve_at > 0 then
@@ -1669,13 +1681,20 @@ local function one_command(kind, name, peek, keys, args)
   local f = LIMIT[kind]
   local reply, now = fast_first(f.fast, kind, keys[1], args, peek)
   if reply then return reply end
-  local v, ms, reserve, err = parse_one(syntax(kind), args, name)
+  local v, ms, reserve, upto, err = parse_one(syntax(kind), args, name, not peek)
   if err then return err end
   now = now or clock()
-  local w
+  local w, granted
+  if upto > 0 then -- the most calls a call of cost 0 leaves room for (limit.remaining)
+    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms)
+    if err then return err end
+    granted = grant(reply[3], v[#v], reserve, upto)
+    if granted > 0 then v[#v] = granted * v[#v] end
+  end
   reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then f.store(w, now) end
+  if granted then reply[#reply + 1] = granted end
   return reply
 end
 
@@ -1694,23 +1713,19 @@ local function arg_names(syn)
   return table.concat(names, ' ')
 end
 
-local function parse_all(name, keys, args)
+local function parse_all(name, keys, args, peek)
   local n = #keys
   if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
   if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail(text(T_NUMKEYS, MAX_KEYS)) end
   for a = 1, n do
     for b = a + 1, n do
-      if keys[a] == keys[b] then
-        return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a])))
-      end
+      if keys[a] == keys[b] then return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a]))) end
     end
   end
   local lims, i = {}, 1
   for j = 1, n do
     local w = args[i]
-    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') then
-      return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1))
-    end
+    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') or isword(w, 'UPTO') then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
     local f = family_named(w)
     if f == nil then
       return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
@@ -1736,14 +1751,16 @@ local function parse_all(name, keys, args)
   if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
-  local ms, reserve_at, each, err = parse_options(args, i, true, 'MS, RESERVE n and EACH', true)
+  local names = ALL_OPTIONS
+  if peek then names = PEEK_OPTIONS end
+  local ms, reserve_at, each, upto_at, err = parse_options(args, i, true, names, true, not peek)
   if err then return nil, nil, nil, err end
-  if reserve_at > 0 then
-    for _, l in ipairs(lims) do
-      l.reserve, err = parse_reserve(args[reserve_at], l.syn.limit(l.v), l.prefix)
-      if err then return nil, nil, nil, err end
-    end
+  local upto = 0
+  for _, l in ipairs(upto_at > 0 and lims or {}) do
+    if lt(l.v[#l.v], 0) then return nil, nil, nil, select(2, parse_upto(args[upto_at], l.v[#l.v], l.prefix)) end
   end
+  if upto_at > 0 then upto, err = parse_upto(args[upto_at], 0, '') end
+  if err then return nil, nil, nil, err end
   local entries = 0
   for _, l in ipairs(lims) do
     if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
@@ -1751,7 +1768,7 @@ local function parse_all(name, keys, args)
   if entries > MAX_LOG_ADD then
     return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries)))
   end
-  return lims, ms, each
+  return lims, ms, each, nil, upto
 end
 
 local function run_limit(j, l, key, v, reserve, now, ms)
@@ -1815,8 +1832,7 @@ local function fast_all(peek, keys, args)
   if deciding then
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
-        l.zero = {unpack(l.v)}
-        l.zero[#l.zero] = 0
+        l.zero = zero(l.v)
         reps[j] = l.fast(l.kind, keys[j], l.zero, now, ms, true)
         if reps[j] == nil or reps[j].err then return nil, now end
       end
@@ -1845,10 +1861,20 @@ end
 local function all_command(_, name, peek, keys, args)
   local fast_reply, now = fast_all(peek, keys, args)
   if fast_reply then return fast_reply end
-  local lims, ms, each, err = parse_all(name, keys, args)
+  local lims, ms, each, err, upto = parse_all(name, keys, args, peek)
   if err then return err end
   now = now or clock()
   local reps, writes = {}, {}
+  local granted, logs = upto > 0 and upto, 0
+  for j, l in ipairs(upto > 0 and lims or {}) do -- UPTO n: the module's grantAll
+    local rep
+    rep, _, err = run_limit(j, l, keys[j], zero(l.v), 0, now, ms)
+    if err then return err end
+    granted = math.min(granted, grant(rep[3], l.v[#l.v], l.reserve, upto))
+    if l.family == 'sl' and not lt(l.v[1], l.v[3]) then logs = logs + l.v[3] end
+  end
+  if logs > 0 then granted = math.min(granted, math.floor(MAX_LOG_ADD / logs)) end
+  for _, l in ipairs(granted and granted > 0 and lims or {}) do l.v[#l.v] = granted * l.v[#l.v] end
   for j, l in ipairs(lims) do
     reps[j], writes[j], err = run_limit(j, l, keys[j], l.v, l.reserve, now, ms)
     if err then return err end
@@ -1860,10 +1886,7 @@ local function all_command(_, name, peek, keys, args)
   if deciding then
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
-        local v = {}
-        for k = 1, #l.v do v[k] = l.v[k] end
-        v[#v] = 0
-        reps[j], writes[j], err = run_limit(j, l, keys[j], v, 0, now, ms)
+        reps[j], writes[j], err = run_limit(j, l, keys[j], zero(l.v), 0, now, ms)
         if err then return err end
       end
     end
@@ -1882,6 +1905,7 @@ local function all_command(_, name, peek, keys, args)
   if not peek then
     for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
+  if granted then reply[#reply + 1] = granted end
   return reply
 end
 
@@ -1904,4 +1928,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ab7d5b620512da83' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+66f9db67961a09d5' end, flags = {'no-writes'}}

@@ -38,8 +38,22 @@ RedisModuleCommandKeySpec rl_keys_all_read[] =
 #define RL_RESERVE_ARG                                                                                  \
     {.name = "reserve", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "RESERVE", \
      .summary = "admit only if this many units remain after the call (0 to the limit)", .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+#define RL_UPTO_ARG                                                                               \
+    {.name = "upto", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "UPTO", \
+     .summary = "take up to this many calls of the cost, as many as admitted; the reply ends with how many (1 to 1000000)", .flags = REDISMODULE_CMD_ARG_OPTIONAL}
 
 static RedisModuleCommandArg rl_args_gcra[] = {
+    RL_KEY_ARG,
+    {.name = "max_burst", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "extra requests allowed at once: the limit is max_burst + 1 (0 to 9007199254740990)"},
+    {.name = "count", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "requests admitted per period (1 or more)"},
+    {.name = "period", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the period in whole seconds (1 to 9223372036)"},
+    {.name = "quantity", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this call, default 1; 0 reports, negative gives back", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    RL_RESERVE_ARG,
+    RL_UPTO_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_args_gcra_peek[] = {
     RL_KEY_ARG,
     {.name = "max_burst", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "extra requests allowed at once: the limit is max_burst + 1 (0 to 9007199254740990)"},
     {.name = "count", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "requests admitted per period (1 or more)"},
@@ -50,6 +64,17 @@ static RedisModuleCommandArg rl_args_gcra[] = {
     {0}};
 
 static RedisModuleCommandArg rl_args_tb[] = {
+    RL_KEY_ARG,
+    {.name = "capacity", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the most tokens the bucket holds; it starts full (1 to 9007199254740991)"},
+    {.name = "refill_tokens", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "tokens added per refill_period, continuously (1 or more)"},
+    {.name = "refill_period", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the refill period in whole seconds (1 to 9223372036)"},
+    {.name = "tokens", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "tokens to take, default 1; 0 reports, negative puts back", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    RL_RESERVE_ARG,
+    RL_UPTO_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_args_tb_peek[] = {
     RL_KEY_ARG,
     {.name = "capacity", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the most tokens the bucket holds; it starts full (1 to 9007199254740991)"},
     {.name = "refill_tokens", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "tokens added per refill_period, continuously (1 or more)"},
@@ -75,9 +100,29 @@ static RedisModuleCommandArg rl_args_sw[] = {
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit (0 or more), default 1; 0 reports", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_UPTO_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_args_sw_peek[] = {
+    RL_KEY_ARG,
+    {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit (0 or more), default 1; 0 reports", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    RL_RESERVE_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_fw[] = {
+    RL_KEY_ARG,
+    {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit (0 or more), default 1; 0 reports", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    RL_RESERVE_ARG,
+    RL_UPTO_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_args_fw_peek[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
     {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
@@ -93,6 +138,16 @@ static RedisModuleCommandArg rl_args_sl[] = {
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit (0 or more), default 1; 0 reports", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_UPTO_ARG,
+    {0}};
+
+static RedisModuleCommandArg rl_args_sl_peek[] = {
+    RL_KEY_ARG,
+    {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 100000)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit (0 or more), default 1; 0 reports", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    RL_RESERVE_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_rl_all[] = {
@@ -102,6 +157,7 @@ static RedisModuleCommandArg rl_args_rl_all[] = {
      .flags = REDISMODULE_CMD_ARG_MULTIPLE},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_UPTO_ARG,
     RL_TOKEN_ARG("each", "EACH", "after the six integers, every limit's own five, in order"),
     {0}};
 
@@ -148,7 +204,7 @@ const rl_command_def rl_commands[RL_NCOMMANDS] = {
     {.name = "gcra.peek", .info_name = "gcra_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
      .summary = "What GCRA.THROTTLE would reply now, changing nothing",
      .complexity = "O(1)",
-     .args = rl_args_gcra},
+     .args = rl_args_gcra_peek},
     {.name = "tb.take", .info_name = "tb_take", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
      .summary = "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
      .complexity = "O(1)",
@@ -156,7 +212,7 @@ const rl_command_def rl_commands[RL_NCOMMANDS] = {
     {.name = "tb.peek", .info_name = "tb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
      .summary = "What TB.TAKE would reply now, changing nothing",
      .complexity = "O(1)",
-     .args = rl_args_tb},
+     .args = rl_args_tb_peek},
     {.name = "lb.enqueue", .info_name = "lb_enqueue", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
      .summary = "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
      .complexity = "O(1)",
@@ -172,7 +228,7 @@ const rl_command_def rl_commands[RL_NCOMMANDS] = {
     {.name = "sw.peek", .info_name = "sw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
      .summary = "What SW.HIT would reply now, changing nothing",
      .complexity = "O(1)",
-     .args = rl_args_sw},
+     .args = rl_args_sw_peek},
     {.name = "fw.hit", .info_name = "fw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
      .summary = "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary",
      .complexity = "O(1)",
@@ -180,7 +236,7 @@ const rl_command_def rl_commands[RL_NCOMMANDS] = {
     {.name = "fw.peek", .info_name = "fw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
      .summary = "What FW.HIT would reply now, changing nothing",
      .complexity = "O(1)",
-     .args = rl_args_fw},
+     .args = rl_args_fw_peek},
     {.name = "sl.hit", .info_name = "sl_hit", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
      .summary = "Sliding log: the exact count of hits in the trailing window, in a sorted set",
      .complexity = "O(log N + M)",
@@ -188,7 +244,7 @@ const rl_command_def rl_commands[RL_NCOMMANDS] = {
     {.name = "sl.peek", .info_name = "sl_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
      .summary = "What SL.HIT would reply now, changing nothing",
      .complexity = "O(log N + M)",
-     .args = rl_args_sl},
+     .args = rl_args_sl_peek},
     {.name = "rl.all", .info_name = "rl_all", .readonly = 0, .alias = 0, .numkeys = 1, .frees = 0, .arity = -2,
      .summary = "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding limit's five integers and its position",
      .complexity = "O(N) for N keys, O(log N + M) per sliding log",

@@ -35,6 +35,7 @@ func cString(s string) string {
 const (
 	msSummary      = "reply times in milliseconds, rounded up"
 	reserveSummary = "admit only if this many units remain after the call (0 to the limit)"
+	uptoSummary    = "take up to this many calls of the cost, as many as admitted; the reply ends with how many (1 to 1000000)"
 	eachSummary    = "after the six integers, every limit's own five, in order"
 )
 
@@ -73,7 +74,11 @@ func limiterSummary() string {
 // share theirs.
 func argsName(c *spec.Command) string {
 	if c.Cost {
-		return "rl_args_" + spec.Families[c.Family].Kind
+		f := &spec.Families[c.Family]
+		if c.Peek && f.UpTo { // the peek takes no UPTO
+			return "rl_args_" + f.Kind + "_peek"
+		}
+		return "rl_args_" + f.Kind
 	}
 	return "rl_args_" + c.File()
 }
@@ -114,6 +119,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 		b.WriteString("    RL_TOKEN_ARG(\"ms\", \"MS\", " + cString(msSummary) + "),\n")
 		if c.NumKeys || spec.Families[c.Family].Reserve {
 			b.WriteString("    RL_RESERVE_ARG,\n")
+		}
+		if !c.Peek && (c.NumKeys || spec.Families[c.Family].UpTo) {
+			b.WriteString("    RL_UPTO_ARG,\n")
 		}
 		if c.NumKeys {
 			b.WriteString("    RL_TOKEN_ARG(\"each\", \"EACH\", " + cString(eachSummary) + "),\n")
@@ -166,8 +174,11 @@ RedisModuleCommandKeySpec rl_keys_all_read[] =
 	fmt.Fprintf(&b, `#define RL_RESERVE_ARG                                                                                  \
     {.name = "reserve", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "RESERVE", \
      .summary = %s, .flags = REDISMODULE_CMD_ARG_OPTIONAL}
+#define RL_UPTO_ARG                                                                               \
+    {.name = "upto", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "UPTO", \
+     .summary = %s, .flags = REDISMODULE_CMD_ARG_OPTIONAL}
 
-`, cString(reserveSummary))
+`, cString(reserveSummary), cString(uptoSummary))
 	done := map[string]bool{}
 	for i := range spec.Commands {
 		c := &spec.Commands[i]

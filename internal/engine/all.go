@@ -3,6 +3,7 @@ package engine
 import (
 	"strings"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -20,12 +21,23 @@ import (
 func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 	var lims [MaxKeys]limit
 	var ms, each bool
-	n, err := parseAll(args, &lims, &ms, &each)
+	var upto int64
+	at := &upto
+	if peek {
+		at = nil
+	}
+	n, err := parseAll(args, &lims, &ms, &each, at)
 	if err != nil {
 		return err
 	}
 	if r.Keys() != n {
 		return fail("ERR internal error: the keys were not read")
+	}
+	var granted int64
+	if upto > 0 {
+		if granted, err = grantAll(args, r, lims[:n], upto); err != nil {
+			return err
+		}
 	}
 	var reps [MaxKeys][5]int64
 	for i := range n {
@@ -77,6 +89,10 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 		}
 		o.ReplyLen = 6 + 5*n
 	}
+	if upto > 0 {
+		o.Reply[o.ReplyLen] = granted
+		o.ReplyLen++
+	}
 	if peek {
 		for i := range n {
 			o.Writes[i] = KeyWrite{}
@@ -84,6 +100,34 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 		return nil
 	}
 	return checkMemory(o, r, n)
+}
+
+// grantAll decides RL.ALL's UPTO n: the most calls g ≤ n every limit
+// admits at once (ratelimit.Grant on each), and no more than the sliding
+// logs may add in one call; with g > 0 each limit's cost becomes g times
+// its own.
+func grantAll(args []string, r Reader, lims []limit, n int64) (int64, error) {
+	g, logs := n, int64(0)
+	for i := range lims {
+		l := &lims[i]
+		rem, err := l.remaining(r.Key(i), r, i)
+		if err != nil {
+			return 0, nameLimiter(err, i, l, args[2+i])
+		}
+		g = min(g, ratelimit.Grant(rem, *l.cost(), l.reserve, n))
+		if l.family == famSL && l.sl().cost <= l.sl().limit { // a log over its limit grants none
+			logs += l.sl().cost // each ≤ spec.MaxLogLimit: no overflow
+		}
+	}
+	if logs > 0 {
+		g = min(g, maxLogAdd/logs)
+	}
+	if g > 0 {
+		for i := range lims {
+			*lims[i].cost() *= g // ≤ what remains: no overflow
+		}
+	}
+	return g, nil
 }
 
 // later reports whether retry a is later than b: -1 (never) is the latest.
@@ -96,7 +140,9 @@ func later(a, b int64) bool {
 
 // parseAll reads RL.ALL's arguments into lims and ms and returns how many
 // keys and limiters there are, or the error naming the problem.
-func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) {
+//
+// upto, where not nil (RL.ALL), receives UPTO's n (0 when absent).
+func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) (int, error) {
 	if len(args) < 2 || len(args) > MaxArgs {
 		return 0, errArity
 	}
@@ -117,7 +163,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) 
 	}
 	i := 2 + n
 	for j := range n {
-		if i >= len(args) || isOption(args[i]) || isReserve(args[i]) {
+		if i >= len(args) || isOption(args[i]) || isReserve(args[i]) || isUpTo(args[i]) {
 			return 0, fail(spec.Fill(spec.TFewLimiters, n, j))
 		}
 		f := spec.FamilyNamed(args[i])
@@ -147,9 +193,25 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool) (int, error) 
 	if i < len(args) && spec.FamilyNamed(args[i]) >= 0 {
 		return 0, fail(spec.Fill(spec.TManyLimiters, n))
 	}
-	reserveAt := 0
-	if err := parseOptions(args, i, true, "MS, RESERVE n and EACH", ms, &reserveAt, each); err != nil {
+	reserveAt, uptoAt, names := 0, 0, spec.PeekOptions
+	var at *int
+	if upto != nil {
+		at, names = &uptoAt, spec.AllOptions
+	}
+	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at); err != nil {
 		return 0, err
+	}
+	if uptoAt > 0 {
+		for j := range n {
+			if c := *lims[j].cost(); c < 0 {
+				_, err := parseUpTo(args[uptoAt], c, lims[j].prefix(j))
+				return 0, err
+			}
+		}
+		var err error
+		if *upto, err = parseUpTo(args[uptoAt], 0, ""); err != nil {
+			return 0, err
+		}
 	}
 	if reserveAt > 0 {
 		for j := range n {

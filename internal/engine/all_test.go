@@ -7,6 +7,7 @@ import (
 	"testing"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -206,7 +207,14 @@ func TestAllErrors(t *testing.T) {
 		{"1", []string{"a"}, []string{"GCRA", "5", "0", "60", "1"}, "ERR limiter 1 (GCRA): count must be an integer from 1 to 9223372036854775807"},
 		{"1", []string{"a"}, []string{"SL", "100001", "60", "1"}, "ERR limiter 1 (SL): limit must be an integer from 1 to 100000"},
 		{"1", []string{"a"}, []string{"FW", "5", "60", "-1"}, "ERR limiter 1 (FW): cost must be an integer from 0 to 9223372036854775807"},
-		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS, RESERVE n and EACH`},
+		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n and EACH`},
+		{"1", []string{"a"}, append(append([]string{}, g...), "UPTO"), "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "UPTO", "0"), "ERR UPTO must be an integer from 1 to 1000000"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "upto", "1000001"), "ERR UPTO must be an integer from 1 to 1000000"},
+		{"1", []string{"a"}, append(append([]string{}, g...), "UPTO", "2", "UPTO", "3"), "ERR the option UPTO is given twice"},
+		{"2", []string{"a", "b"}, []string{"FW", "5", "60", "1", "GCRA", "5", "1", "60", "-2", "UPTO", "3"},
+			"ERR limiter 2 (GCRA): UPTO asks for calls of a cost of 0 or more, not -2 (a refund takes no UPTO)"},
+		{"1", []string{"a"}, []string{"UPTO", "3"}, "ERR numkeys is 1 but 0 limiters follow the keys"},
 		{"1", []string{"a"}, []string{"GCRA", "1", "2000000000", "1", "1"}, "ERR limiter 1 (GCRA, key \"a\"): count must be at most period x 1000000000"},
 		// What Redis's arity check answered before (RL.ALL's arity is now -2).
 		{"99", []string{"a"}, nil, "ERR numkeys must be an integer from 1 to 16"},
@@ -252,6 +260,7 @@ func FuzzAll(f *testing.F) {
 	f.Add(false, "3 a b c SL 5 60 1 GCRA 0 1 1 1 FW 5 60 5", "", "")
 	f.Add(false, "1 a gcra 1 1 1 -5", "1700000000000000001", "")
 	f.Add(false, "2 a b GCRA 5 1 60 9 TB 5 1 60 1 EACH MS", "1700000010000000000", "1700000000500000000")
+	f.Add(false, "2 a b GCRA 5 1 60 1 FW 3 60 1 UPTO 10 EACH", "1700000010000000000", "1")
 	f.Fuzz(func(t *testing.T, peek bool, line, v0, v1 string) {
 		args := append([]string{"rl.all"}, strings.Split(line, " ")...)
 		n := 0
@@ -281,6 +290,13 @@ func FuzzAll(f *testing.F) {
 			t.Fatalf("action %d", o.Action)
 		}
 		r := o.Reply
+		if o.ReplyLen == 7 || o.ReplyLen == 7+5*n { // UPTO's grant, last: 0 exactly when refused
+			g := r[o.ReplyLen-1]
+			if peek || !strings.Contains(strings.ToUpper(line), "UPTO") || g < 0 || g > ratelimit.MaxUpTo || (g == 0) != (r[0] == 1) {
+				t.Fatalf("reply %v over %d keys: a grant of %d", r[:o.ReplyLen], n, g)
+			}
+			o.ReplyLen--
+		}
 		if (o.ReplyLen != 6 && o.ReplyLen != 6+5*n) || r[5] < 0 || int(r[5]) >= n || r[0] < 0 || r[0] > 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 {
 			t.Fatalf("reply %v over %d keys", r, n)
 		}

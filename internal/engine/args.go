@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -35,19 +36,22 @@ func argOf(a spec.Arg) arg { return arg{name: a.Name, min: a.Min, max: a.Max, se
 const maxOneKeyArgs = spec.MaxOneKeyArgs
 
 // syntax is a limiter's arguments after the key: positional integers,
-// then one optional integer (the cost), then options in any order: MS, and
-// RESERVE n where reserve is set.
+// then one optional integer (the cost), then options in any order: MS,
+// RESERVE n where reserve is set, and UPTO n where upto is (its consuming
+// command's).
 type syntax struct {
 	positional []arg
 	optional   arg
-	def        int64  // the optional argument's default
-	reserve    bool   // RESERVE n is an option
-	options    string // the options' names, for errors
+	def        int64 // the optional argument's default
+	reserve    bool  // RESERVE n is an option
+	upto       bool  // UPTO n is an option of the consuming command
+	// the options' names, for errors: the peek's, the consuming command's
+	options, uptoOptions string
 }
 
 // syntaxOf is family f's syntax.
 func syntaxOf(f *spec.Family) *syntax {
-	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, options: f.Options()}
+	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, options: f.Options(), uptoOptions: f.UpToOptions()}
 	for _, a := range f.Args {
 		s.positional = append(s.positional, argOf(a))
 	}
@@ -55,8 +59,9 @@ func syntaxOf(f *spec.Family) *syntax {
 }
 
 // parse fills l and ms from a command of one key: args are the command
-// name, the key, the arguments. The error is the reply.
-func (s *syntax) parse(args []string, l *limit, ms *bool) error {
+// name, the key, the arguments; upto, where not nil (a consuming command),
+// receives UPTO's n (0 when absent). The error is the reply.
+func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	i := 2 + len(s.positional)
 	if len(args) < i || len(args) > maxOneKeyArgs {
 		return errArity
@@ -65,7 +70,7 @@ func (s *syntax) parse(args []string, l *limit, ms *bool) error {
 		return err
 	}
 	l.v[len(s.positional)] = s.def
-	if i < len(args) && !isOption(args[i]) && !isReserve(args[i]) {
+	if i < len(args) && !isOption(args[i]) && !isReserve(args[i]) && !isUpTo(args[i]) {
 		v, ok := s.optional.parse(args[i])
 		if !ok {
 			return fail(s.optional.rangeError(""))
@@ -73,14 +78,38 @@ func (s *syntax) parse(args []string, l *limit, ms *bool) error {
 		l.v[len(s.positional)] = v
 		i++
 	}
-	reserveAt := 0
-	if err := parseOptions(args, i, s.reserve, s.options, ms, &reserveAt, nil); err != nil {
+	reserveAt, uptoAt, names := 0, 0, s.options
+	var at *int
+	if upto != nil && s.upto {
+		at, names = &uptoAt, s.uptoOptions
+	}
+	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at); err != nil {
 		return err
+	}
+	if uptoAt > 0 {
+		n, err := parseUpTo(args[uptoAt], *l.cost(), "")
+		if err != nil {
+			return err
+		}
+		*upto = n
 	}
 	if reserveAt == 0 {
 		return nil
 	}
 	return l.setReserve(args[reserveAt], -1)
+}
+
+// parseUpTo reads UPTO's n, 1 to MaxUpTo, for a call of cost (a refund
+// takes none); errors start with prefix.
+func parseUpTo(s string, cost int64, prefix string) (int64, error) {
+	n, ok := parseInt(s)
+	switch {
+	case !ok || n < 1 || n > ratelimit.MaxUpTo:
+		return 0, fail(spec.Fill(spec.TUpToRange, ratelimit.MaxUpTo))
+	case cost < 0:
+		return 0, fail(spec.Fill(spec.TUpToRefund, prefix, cost))
+	}
+	return n, nil
 }
 
 // parseNumbers reads the positional arguments into l.v; errors name the
@@ -106,9 +135,9 @@ func (l *limit) prefix(n int) string {
 }
 
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
-// allowed, and EACH when each is not nil. reserveAt is set to the index of
-// n (0 when RESERVE is absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool) error {
+// allowed, EACH when each is not nil, and UPTO n when uptoAt is not nil.
+// reserveAt and uptoAt are set to the index of their n (0 when absent).
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int) error {
 	for ; i < len(args); i++ {
 		switch {
 		case isOption(args[i]):
@@ -130,6 +159,15 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 			}
 			i++
 			*reserveAt = i
+		case uptoAt != nil && isUpTo(args[i]):
+			if *uptoAt > 0 {
+				return twice("UPTO")
+			}
+			if i+1 >= len(args) {
+				return fail(spec.Fill(spec.TUpToWord, ratelimit.MaxUpTo))
+			}
+			i++
+			*uptoAt = i
 		default:
 			return fail(spec.Fill(spec.TUnknownOption, quote(args[i]), names))
 		}
@@ -201,6 +239,9 @@ func isOption(s string) bool { return spec.EqualFold(s, "MS") }
 
 // isReserve reports whether s is the RESERVE option, in any case.
 func isReserve(s string) bool { return spec.EqualFold(s, "RESERVE") }
+
+// isUpTo reports whether s is the UPTO option, in any case.
+func isUpTo(s string) bool { return spec.EqualFold(s, "UPTO") }
 
 // quote shows untrusted input in an error: at most 32 bytes between double
 // quotes, printable ASCII as it is (with " and \\ escaped by a backslash),

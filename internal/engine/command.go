@@ -5,6 +5,7 @@ import (
 	"strconv"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
@@ -229,13 +230,28 @@ func Execute(op spec.Op, args []string, r Reader, o *Outcome) {
 func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) error {
 	l := limit{family: family}
 	var ms bool
-	if err := families[family].syntax.parse(args, &l, &ms); err != nil {
+	var upto int64
+	at := &upto
+	if peek {
+		at = nil
+	}
+	if err := families[family].syntax.parse(args, &l, &ms, at); err != nil {
 		return err
 	}
 	if r.Keys() != 1 {
 		return fail("ERR internal error: the key was not read")
 	}
 	st := r.Key(0)
+	var granted int64
+	if upto > 0 {
+		rem, err := l.remaining(st, r, 0)
+		if err != nil {
+			return err
+		}
+		if granted = ratelimit.Grant(rem, *l.cost(), l.reserve, upto); granted > 0 {
+			*l.cost() *= granted // ≤ rem ≤ the limit: no overflow
+		}
+	}
 	var rep [5]int64
 	w := &o.Writes[0]
 	if err := l.run(&st, r, 0, ms, &rep, w); err != nil {
@@ -244,6 +260,9 @@ func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) erro
 	o.Action = ActReply
 	o.ReplyLen = 5
 	copy(o.Reply[:5], rep[:])
+	if upto > 0 {
+		o.Reply[5], o.ReplyLen = granted, 6
+	}
 	if peek {
 		*w = KeyWrite{}
 		return nil

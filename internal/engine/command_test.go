@@ -8,6 +8,7 @@ import (
 	"time"
 	"unicode/utf8"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/window"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
@@ -257,7 +258,7 @@ func TestParse(t *testing.T) {
 // parseOutcome parses a command of one key as Execute does, its error
 // into o: whether it parsed.
 func parseOutcome(s *syntax, args []string, l *limit, ms *bool, o *Outcome) bool {
-	if err := s.parse(args, l, ms); err != nil {
+	if err := s.parse(args, l, ms, nil); err != nil {
 		o.setErr(err)
 		return false
 	}
@@ -468,7 +469,8 @@ func TestBucketCommands(t *testing.T) {
 // what it refuses gets an ERR that names an argument or the option, on one
 // line.
 func FuzzParse(f *testing.F) {
-	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff"} {
+	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff",
+		"15 30 60 2 UPTO 3", "15 30 60 UPTO 1000000 RESERVE 1", "1 1 1 -1 UPTO 2", "1 1 1 1 UPTO 0 MS", "1 1 1 UPTO"} {
 		for op := range spec.NumOps {
 			f.Add(uint8(op), s)
 		}
@@ -479,7 +481,13 @@ func FuzzParse(f *testing.F) {
 		p := limit{family: opFamily[spec.Op(op)%spec.OpRLAll]}
 		var ms bool
 		var o Outcome
-		if parseOutcome(syn, args, &p, &ms, &o) {
+		var upto int64
+		if err := syn.parse(args, &p, &ms, &upto); err != nil {
+			o.setErr(err)
+		} else {
+			if upto < 0 || upto > ratelimit.MaxUpTo || (upto > 0 && (!syn.upto || p.v[len(syn.positional)] < 0)) {
+				t.Fatalf("UPTO %d accepted", upto)
+			}
 			for i, a := range syn.positional {
 				if p.v[i] < a.min || p.v[i] > a.max {
 					t.Fatalf("%s = %d accepted out of range", a.name, p.v[i])
@@ -505,7 +513,7 @@ func FuzzParse(f *testing.F) {
 			if !strings.HasPrefix(o.Err, "ERR ") || strings.ContainsAny(o.Err, "\r\n") || !utf8.ValidString(o.Err) {
 				t.Fatalf("bad error text %q", o.Err)
 			}
-			named := strings.Contains(o.Err, "unknown option") || strings.Contains(o.Err, "RESERVE") ||
+			named := strings.Contains(o.Err, "unknown option") || strings.Contains(o.Err, "RESERVE") || strings.Contains(o.Err, "UPTO") ||
 				strings.HasPrefix(o.Err, "ERR the option MS is given twice")
 			for _, a := range append(syn.positional, syn.optional) {
 				named = named || strings.HasPrefix(o.Err, "ERR "+a.name+" must be")
@@ -528,6 +536,7 @@ func FuzzCommand(f *testing.F) {
 		f.Add(uint8(op), "4 1 1 6", "1700000002000000000", t0)
 		f.Add(uint8(op), "4 1 1 -2 MS", "1700000002000000000", t0)
 		f.Add(uint8(op), "0 3 10 0", "garbage", t0)
+		f.Add(uint8(op), "4 1 1 2 UPTO 3", "1700000002000000000", t0)
 	}
 	f.Fuzz(func(t *testing.T, op8 uint8, line, stored string, now int64) {
 		if now <= 0 {

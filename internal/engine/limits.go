@@ -52,6 +52,18 @@ func (l *limit) limit() int64 {
 // cost is the limit's cost: the argument after the positional ones.
 func (l *limit) cost() *int64 { return &l.v[len(families[l.family].syntax.positional)] }
 
+// remaining is what the limit on its key (the i-th, st as read) admits
+// now: the Remaining of a call of cost 0 without the reserve, whose write
+// is dropped (UPTO's grant is decided on it: ratelimit.Grant).
+func (l *limit) remaining(st KeyState, r Reader, i int) (int64, error) {
+	z := *l
+	*z.cost(), z.reserve = 0, 0
+	var rep [5]int64
+	var w KeyWrite
+	err := z.run(&st, r, i, false, &rep, &w)
+	return rep[2], err
+}
+
 // run computes the limit on its key, the i-th of the command: the five
 // integers into rep and what to store into w. On a key that is not this
 // limiter's, or arguments the arithmetic cannot take, it returns the error.

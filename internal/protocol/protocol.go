@@ -43,9 +43,9 @@ const (
 	MaxArgs = spec.MaxArgs
 	// MaxKeys is RL_MAX_KEYS: the most keys one command names.
 	MaxKeys = spec.MaxKeys
-	// MaxReply is RL_MAX_REPLY: RL.ALL ... EACH's six integers and five
-	// per limit.
-	MaxReply = 6 + 5*MaxKeys
+	// MaxReply is RL_MAX_REPLY: RL.ALL ... EACH's six integers, five per
+	// limit, and UPTO's grant.
+	MaxReply = 7 + 5*MaxKeys
 	// ErrCapacity is the size of C's error buffer (rl_call's err), NUL
 	// included: the longest error is one byte shorter.
 	ErrCapacity = 512

@@ -96,7 +96,10 @@ type Family struct {
 	// what the limiter admits at once from a full state.
 	Reserve   bool
 	LimitPlus int64
-	InAll     bool // RL.ALL and RL.PEEK take it
+	// UpTo: its consuming command (not its peek) takes UPTO n, asking for
+	// up to n calls of its cost (ratelimit.Grant), n from 1 to MaxUpTo.
+	UpTo  bool
+	InAll bool // RL.ALL and RL.PEEK take it
 	// State names what the family keeps in its key, in the error a key of
 	// other data gets.
 	State string
@@ -148,13 +151,29 @@ func FamilyNamed(s string) int {
 	return -1
 }
 
-// Options names the options a command of the family takes, for errors.
+// Options names the options a command of the family takes, for errors:
+// its peek's (and, without UpTo, its consuming command's).
 func (f *Family) Options() string {
 	if f.Reserve {
 		return "MS and RESERVE n"
 	}
 	return "MS"
 }
+
+// UpToOptions names the options its consuming command takes, UPTO n
+// among them where UpTo.
+func (f *Family) UpToOptions() string {
+	if f.UpTo {
+		return "MS, RESERVE n and UPTO n"
+	}
+	return f.Options()
+}
+
+// The options RL.ALL and RL.PEEK take, for errors.
+const (
+	AllOptions  = "MS, RESERVE n, UPTO n and EACH"
+	PeekOptions = "MS, RESERVE n and EACH"
+)
 
 func period(name, what string) Arg {
 	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
@@ -171,7 +190,7 @@ func windowFamily(name, kind string, limit int64, state string, run Run, part, f
 		Cost:    Arg{Name: "cost", Min: 0, Max: maxInt64, Summary: "the cost of this hit"},
 		Def:     1,
 		Costs:   "0 reports",
-		Reserve: true, InAll: true,
+		Reserve: true, UpTo: true, InAll: true,
 		State: state,
 	}
 }
@@ -188,7 +207,7 @@ var Families = [NumFamilies]Family{
 		Cost:    Arg{Name: "quantity", Min: minInt64, Max: maxInt64, Summary: "the cost of this call"},
 		Def:     1,
 		Costs:   "0 reports, negative gives back",
-		Reserve: true, LimitPlus: 1, InAll: true,
+		Reserve: true, LimitPlus: 1, UpTo: true, InAll: true,
 		State: "GCRA state (a Unix time in nanoseconds)",
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
@@ -202,7 +221,7 @@ var Families = [NumFamilies]Family{
 		Cost:    Arg{Name: "tokens", Min: minInt64, Max: maxInt64, Summary: "tokens to take"},
 		Def:     1,
 		Costs:   "0 reports, negative puts back",
-		Reserve: true, InAll: true,
+		Reserve: true, UpTo: true, InAll: true,
 		State: "token bucket state (a Unix time in nanoseconds)",
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},

@@ -14,6 +14,9 @@ const (
 	TSeconds                      // a time argument outside its range
 	TReserveRange                 // RESERVE's n outside 0 to the limit
 	TReserveWord                  // RESERVE without its n
+	TUpToRange                    // UPTO's n outside 1 to MaxUpTo
+	TUpToWord                     // UPTO without its n
+	TUpToRefund                   // UPTO with a negative cost
 	TUnknownOption                // an option the command does not take
 	TTwice                        // an option given twice
 	TNumKeys                      // numkeys outside its range
@@ -42,6 +45,9 @@ var Texts = [NumTexts]struct{ Lua, Template string }{
 	TSeconds:        {"SECONDS", "ERR {}{} must be whole seconds from {} to {}"},
 	TReserveRange:   {"RESERVE_RANGE", "ERR {}RESERVE must be an integer from 0 to {} (the limit)"},
 	TReserveWord:    {"RESERVE_WORD", "ERR RESERVE needs a number: RESERVE n, n from 0 to the limit"},
+	TUpToRange:      {"UPTO_RANGE", "ERR UPTO must be an integer from 1 to {}"},
+	TUpToWord:       {"UPTO_WORD", "ERR UPTO needs a number: UPTO n, n from 1 to {}"},
+	TUpToRefund:     {"UPTO_REFUND", "ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)"},
 	TUnknownOption:  {"UNKNOWN_OPTION", "ERR unknown option {}: the options are {}"},
 	TTwice:          {"TWICE", "ERR the option {} is given twice"},
 	TNumKeys:        {"NUMKEYS", "ERR numkeys must be an integer from 1 to {}"},

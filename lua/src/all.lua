@@ -19,23 +19,19 @@ end
 
 -- parse_all reads the limiters after the keys, and the options: the
 -- limits ({family, v}), ms, each, or an error, in the module's order.
-local function parse_all(name, keys, args)
+local function parse_all(name, keys, args, peek)
   local n = #keys
   if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
   if n < 1 or n > MAX_KEYS then return nil, nil, nil, fail(text(T_NUMKEYS, MAX_KEYS)) end
   for a = 1, n do
     for b = a + 1, n do
-      if keys[a] == keys[b] then
-        return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a])))
-      end
+      if keys[a] == keys[b] then return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a]))) end
     end
   end
   local lims, i = {}, 1
   for j = 1, n do
     local w = args[i]
-    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') then
-      return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1))
-    end
+    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') or isword(w, 'UPTO') then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
     local f = family_named(w)
     if f == nil then
       return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
@@ -61,14 +57,16 @@ local function parse_all(name, keys, args)
   if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
-  local ms, reserve_at, each, err = parse_options(args, i, true, 'MS, RESERVE n and EACH', true)
+  local names = ALL_OPTIONS
+  if peek then names = PEEK_OPTIONS end
+  local ms, reserve_at, each, upto_at, err = parse_options(args, i, true, names, true, not peek)
   if err then return nil, nil, nil, err end
-  if reserve_at > 0 then
-    for _, l in ipairs(lims) do
-      l.reserve, err = parse_reserve(args[reserve_at], l.syn.limit(l.v), l.prefix)
-      if err then return nil, nil, nil, err end
-    end
+  local upto = 0
+  for _, l in ipairs(upto_at > 0 and lims or {}) do
+    if lt(l.v[#l.v], 0) then return nil, nil, nil, select(2, parse_upto(args[upto_at], l.v[#l.v], l.prefix)) end
   end
+  if upto_at > 0 then upto, err = parse_upto(args[upto_at], 0, '') end
+  if err then return nil, nil, nil, err end
   -- One call adds at most MAX_LOG_ADD sliding-log entries (the module's maxLogAdd).
   local entries = 0
   for _, l in ipairs(lims) do
@@ -77,7 +75,7 @@ local function parse_all(name, keys, args)
   if entries > MAX_LOG_ADD then
     return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries)))
   end
-  return lims, ms, each
+  return lims, ms, each, nil, upto
 end
 
 -- run_limit runs one limit on its key: five integers and a write, or an
@@ -152,8 +150,7 @@ local function fast_all(peek, keys, args)
   if deciding then
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
-        l.zero = {unpack(l.v)}
-        l.zero[#l.zero] = 0
+        l.zero = zero(l.v)
         reps[j] = l.fast(l.kind, keys[j], l.zero, now, ms, true)
         if reps[j] == nil or reps[j].err then return nil, now end
       end
@@ -182,10 +179,20 @@ end
 local function all_command(_, name, peek, keys, args)
   local fast_reply, now = fast_all(peek, keys, args)
   if fast_reply then return fast_reply end
-  local lims, ms, each, err = parse_all(name, keys, args)
+  local lims, ms, each, err, upto = parse_all(name, keys, args, peek)
   if err then return err end
   now = now or clock()
   local reps, writes = {}, {}
+  local granted, logs = upto > 0 and upto, 0
+  for j, l in ipairs(upto > 0 and lims or {}) do -- UPTO n: the module's grantAll
+    local rep
+    rep, _, err = run_limit(j, l, keys[j], zero(l.v), 0, now, ms)
+    if err then return err end
+    granted = math.min(granted, grant(rep[3], l.v[#l.v], l.reserve, upto))
+    if l.family == 'sl' and not lt(l.v[1], l.v[3]) then logs = logs + l.v[3] end
+  end
+  if logs > 0 then granted = math.min(granted, math.floor(MAX_LOG_ADD / logs)) end
+  for _, l in ipairs(granted and granted > 0 and lims or {}) do l.v[#l.v] = granted * l.v[#l.v] end
   for j, l in ipairs(lims) do
     reps[j], writes[j], err = run_limit(j, l, keys[j], l.v, l.reserve, now, ms)
     if err then return err end
@@ -199,10 +206,7 @@ local function all_command(_, name, peek, keys, args)
     -- stepped-back clock left too far ahead: run it at cost 0.
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
-        local v = {}
-        for k = 1, #l.v do v[k] = l.v[k] end
-        v[#v] = 0
-        reps[j], writes[j], err = run_limit(j, l, keys[j], v, 0, now, ms)
+        reps[j], writes[j], err = run_limit(j, l, keys[j], zero(l.v), 0, now, ms)
         if err then return err end
       end
     end
@@ -221,5 +225,6 @@ local function all_command(_, name, peek, keys, args)
   if not peek then
     for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
+  if granted then reply[#reply + 1] = granted end
   return reply
 end

@@ -49,59 +49,71 @@ local function parse_reserve(s, limit, prefix)
   return n
 end
 
--- parse_options reads MS, RESERVE n (when allowed) and EACH (when each)
--- from args[i..]: ms, the index of RESERVE's n (0 if none), EACH, or an error.
-local function parse_options(args, i, allowed, names, each)
-  local ms, reserve_at, each_seen = false, 0, false
+-- parse_upto reads UPTO's n, 1 to MAX_UPTO, for a call of cost (a refund takes none).
+local function parse_upto(s, cost, prefix)
+  local n = parse(s)
+  if n == nil or lt(n, 1) or lt(MAX_UPTO, n) then return nil, fail(text(T_UPTO_RANGE, MAX_UPTO)) end
+  if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
+  return n
+end
+
+-- parse_options reads MS, RESERVE n (when allowed), EACH (when each) and UPTO n
+-- (when upto) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's
+-- n's index, or an error.
+local function parse_options(args, i, allowed, names, each, upto)
+  local seen, at = {}, {RESERVE = 0, UPTO = 0}
   while i <= #args do
-    local a = args[i]
-    if isword(a, 'MS') then
-      if ms then return nil, nil, nil, fail(text(T_TWICE, 'MS')) end
-      ms = true
-    elseif each and isword(a, 'EACH') then
-      if each_seen then return nil, nil, nil, fail(text(T_TWICE, 'EACH')) end
-      each_seen = true
-    elseif allowed and isword(a, 'RESERVE') then
-      if reserve_at > 0 then return nil, nil, nil, fail(text(T_TWICE, 'RESERVE')) end
-      if i + 1 > #args then
-        return nil, nil, nil, fail(text(T_RESERVE_WORD))
-      end
+    local w = string.upper(args[i])
+    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and w == 'UPTO')) then
+      return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
+    end
+    if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
+    seen[w] = true
+    if at[w] then
+      if i + 1 > #args then return nil, nil, nil, nil, fail(w == 'RESERVE' and text(T_RESERVE_WORD) or text(T_UPTO_WORD, MAX_UPTO)) end
       i = i + 1
-      reserve_at = i
-    else
-      return nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(a), names))
+      at[w] = i
     end
     i = i + 1
   end
-  return ms, reserve_at, each_seen
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO
 end
 
--- parse_one reads a command of one key: args are its arguments after the key.
--- It returns the values (positional, then the cost), ms and the reserve,
--- or an error reply.
-local function parse_one(syn, args, name)
+-- zero is v with its cost 0; grant is UPTO's rule (ratelimit.Grant): the most
+-- calls in 0..n of cost each that remaining holds, keeping reserve.
+local function zero(v) local z = {unpack(v)}; z[#z] = 0; return z end
+local function grant(remaining, cost, reserve, n)
+  if not lt(0, cost) then return n end
+  if lt(remaining - reserve, cost) then return 0 end
+  return math.min(n, math.floor((remaining - reserve) / cost))
+end
+
+-- parse_one reads a command of one key: args are its arguments after the key;
+-- UPTO n is taken when upto (a consuming command). It returns the values
+-- (positional, then the cost), ms, the reserve and UPTO's n (0 if none), or
+-- an error reply.
+local function parse_one(syn, args, name, upto)
   local np = #syn.positional
-  if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, arity(name) end
+  if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, nil, arity(name) end
   local v = {}
   for j, a in ipairs(syn.positional) do
     v[j] = parse_arg(a, args[j])
-    if v[j] == nil then return nil, nil, nil, range_error(a, '') end
+    if v[j] == nil then return nil, nil, nil, nil, range_error(a, '') end
   end
   local i = np + 1
   v[np + 1] = syn.def
-  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') then
+  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') and not isword(args[i], 'UPTO') then
     v[np + 1] = parse_arg(syn.optional, args[i])
-    if v[np + 1] == nil then return nil, nil, nil, range_error(syn.optional, '') end
+    if v[np + 1] == nil then return nil, nil, nil, nil, range_error(syn.optional, '') end
     i = i + 1
   end
-  local ms, reserve_at, _, err = parse_options(args, i, syn.reserve, syn.options, false)
-  if err then return nil, nil, nil, err end
-  local reserve = 0
-  if reserve_at > 0 then
-    reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '')
-    if err then return nil, nil, nil, err end
-  end
-  return v, ms, reserve
+  upto = upto and syn.upto
+  local ms, reserve_at, _, upto_at, err = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
+  local n, reserve = 0, 0
+  if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
+  if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
+  if err then return nil, nil, nil, nil, err end
+  return v, ms, reserve, n
 end
 
 -- The clock: the server's TIME, as an instant {s, ns}.

@@ -35,7 +35,7 @@ local function parse_conc(op, name, args)
   if c.id and (#c.id < 1 or #c.id > MAX_ID) then
     return nil, fail(text(T_ID, MAX_ID, #c.id))
   end
-  local ms, reserve_at, _, err = parse_options(args, first, syn.reserve, syn.options, false)
+  local ms, reserve_at, _, _, err = parse_options(args, first, syn.reserve, syn.options, false)
   if err then return nil, err end
   c.ms = ms
   if reserve_at > 0 then

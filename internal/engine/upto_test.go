@@ -1,0 +1,92 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+)
+
+// TestUpTo: UPTO n on each consuming command, step by step on a virtual
+// clock (the shared fake Redis runs the engine and keeps the keys), at
+// t0 20 s into a minute. The reply gains the grant g, last: the most calls in
+// 0..n every limit admits now; with g = 0 it is the refusal of one call;
+// remaining and reset are those after taking g calls.
+func TestUpTo(t *testing.T) {
+	f := fakeredis.New()
+	t0 := time.Unix(1_700_000_000, 0)
+	var at time.Duration
+	f.Clock = func() time.Time { return t0.Add(at) }
+	rdb := f.Client()
+	ctx := context.Background()
+	for _, step := range []struct {
+		at   time.Duration // from t0
+		args []any
+		want string
+	}{
+		// GCRA: 5 at once, one back every 12 s.
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "UPTO", 3}, "[0 5 2 -1 36 3]"},
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "UPTO", 3}, "[0 5 0 -1 60 2]"},
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "upto", 3}, "[1 5 0 12 60 0]"},
+		{12 * time.Second, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "UPTO", 3}, "[0 5 0 -1 60 1]"},
+		{72 * time.Second, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 2, "RESERVE", 1, "UPTO", 5}, "[0 5 1 -1 48 2]"},
+		{72 * time.Second, []any{"GCRA.THROTTLE", "g2", 4, 5, 60, 6, "UPTO", 2}, "[1 5 5 -1 0 0]"},
+		{72 * time.Second, []any{"GCRA.THROTTLE", "g2", 4, 5, 60, 0, "UPTO", 4}, "[0 5 5 -1 0 4]"},
+		{72 * time.Second, []any{"CL.THROTTLE", "g3", 4, 5, 60, 1, "UPTO", 1, "MS"}, "[0 5 4 -1 12000 1]"},
+		// The token bucket: 4 tokens, one a second.
+		{72 * time.Second, []any{"TB.TAKE", "b", 4, 1, 1, 3, "UPTO", 2}, "[0 4 1 -1 3 1]"},
+		{72 * time.Second, []any{"TB.TAKE", "b", 4, 1, 1, 1, "UPTO", 9}, "[0 4 0 -1 4 1]"},
+		{74 * time.Second, []any{"TB.TAKE", "b", 4, 1, 1, 1, "UPTO", 9}, "[0 4 0 -1 4 2]"},
+		// The fixed window: 5 a minute, 40 s of it left.
+		{120 * time.Second, []any{"FW.HIT", "f", 5, 60, 2, "UPTO", 9}, "[0 5 1 -1 40 2]"},
+		{120 * time.Second, []any{"FW.HIT", "f", 5, 60, 2, "UPTO", 9}, "[1 5 1 40 40 0]"},
+		{120 * time.Second, []any{"FW.HIT", "f", 5, 60, 1, "UPTO", 9}, "[0 5 0 -1 40 1]"},
+		{160 * time.Second, []any{"FW.HIT", "f", 5, 60, 1, "UPTO", 2}, "[0 5 3 -1 60 2]"},
+		// The sliding window and the sliding log: 3 in any 10 s.
+		{120 * time.Second, []any{"SW.HIT", "s", 3, 10, 1, "UPTO", 5}, "[0 3 0 -1 20 3]"},
+		{120 * time.Second, []any{"SW.HIT", "s", 3, 10, 1, "UPTO", 5}, "[1 3 0 10 20 0]"},
+		{120 * time.Second, []any{"SL.HIT", "l", 3, 10, 1, "UPTO", 2}, "[0 3 1 -1 10 2]"},
+		{125 * time.Second, []any{"SL.HIT", "l", 3, 10, 1, "UPTO", 5}, "[0 3 0 -1 10 1]"},
+		{130 * time.Second, []any{"SL.HIT", "l", 3, 10, 1, "UPTO", 5}, "[0 3 0 -1 10 2]"}, // the two of 120 s left at 130 s,
+		// RL.ALL: g × each cost, the most every limit admits: the GCRA's 5
+		// and the window's 3 grant 3; the window, with none left, decides.
+		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 1, "FW", 3, 60, 1, "UPTO", 10}, "[0 3 0 -1 20 1 3]"},
+		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 1, "FW", 3, 60, 1, "UPTO", 10, "EACH"}, "[1 3 0 20 20 1 0 5 2 -1 36 1 3 0 20 20 0]"},
+		{200 * time.Second, []any{"RL.ALL", 1, "a3", "TB", 10, 1, 1, 2, "RESERVE", 3, "UPTO", 10}, "[0 10 4 -1 6 0 3]"},
+		// Two logs of 100000 grant what one call may add: 50000 each.
+		{200 * time.Second, []any{"RL.ALL", 2, "l1", "l2", "SL", 100000, 60, 1, "SL", 100000, 60, 1, "UPTO", 1000000}, "[0 100000 50000 -1 60 0 50000]"},
+	} {
+		at = step.at
+		v, err := rdb.Do(ctx, step.args...).Result()
+		got := fmt.Sprint(v)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != step.want {
+			t.Fatalf("at t0+%v: %v answered %s, want %s", step.at, step.args, got, step.want)
+		}
+	}
+	for _, bad := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"GCRA.PEEK", "g", 4, 5, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS and RESERVE n`},
+		{[]any{"RL.PEEK", 1, "a", "FW", 3, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS, RESERVE n and EACH`},
+		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS`},
+		{[]any{"GCRA.THROTTLE", "g", 4, 5, 60, -1, "UPTO", 3}, "ERR UPTO asks for calls of a cost of 0 or more, not -1 (a refund takes no UPTO)"},
+		{[]any{"TB.TAKE", "b", 4, 1, 1, 1, "UPTO", "x"}, "ERR UPTO must be an integer from 1 to 1000000"},
+		{[]any{"FW.HIT", "f", 5, 60, "UPTO"}, "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
+		{[]any{"SL.HIT", "l", 3, 10, "XX"}, `ERR cost must be an integer from 0 to 9223372036854775807`},
+		{[]any{"SW.HIT", "s", 3, 10, 1, "NX"}, `ERR unknown option "NX": the options are MS, RESERVE n and UPTO n`},
+	} {
+		before := fmt.Sprint(f.Keys())
+		if err := rdb.Do(ctx, bad.args...).Err(); err == nil || err.Error() != bad.want {
+			t.Errorf("%v: %v, want %s", bad.args, err, bad.want)
+		}
+		if after := fmt.Sprint(f.Keys()); after != before {
+			t.Errorf("%v changed the keys: %s, then %s", bad.args, before, after)
+		}
+	}
+}
