@@ -62,8 +62,9 @@ const MaxUpTo = 1_000_000
 // g ≤ n with g × cost + reserve ≤ remaining, where remaining is what the
 // limiter admits now (the Remaining of a call of cost 0). With 7
 // remaining, cost 2 and a reserve of 1, UPTO 5 grants 3 (6 units, 1 left);
-// UPTO 2 grants 2. A cost of 0 or less is always admitted: g = n. g = 0 is
-// a refusal, whose answer is the call's for one cost.
+// UPTO 2 grants 2. A cost of 0 or less grants n, unless the call itself is
+// refused (a reserve, a window already over its limit): a refusal grants 0,
+// and its answer is the call's for one cost.
 func Grant(remaining, cost, reserve, n int64) int64 {
 	switch {
 	case n <= 0:

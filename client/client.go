@@ -332,7 +332,10 @@ func appendPeriod(a []any, name string, d time.Duration) ([]any, error) {
 }
 
 // Option changes one call.
-type Option struct{ reserve, upto int64 }
+type Option struct {
+	reserve, upto int64
+	grant         bool // UpTo: upto is sent, whatever it is
+}
 
 // Reserve admits the call only if n units (slots, for a concurrency limit)
 // remain after it: non-critical traffic passes a reserve, critical traffic
@@ -344,7 +347,7 @@ func Reserve(n int64) Option { return Option{reserve: n} }
 // and takes as many as the limits admit, Result.Granted (the module's UPTO
 // n): how a local tier draws units from the global limit in one round trip.
 // For Take and All, not for a Shaper, a Peek nor a concurrency limit.
-func UpTo(n int64) Option { return Option{upto: n} }
+func UpTo(n int64) Option { return Option{upto: n, grant: true} }
 
 func appendOptions(a []any, opts []Option) []any {
 	a = append(a, "MS")
@@ -352,7 +355,7 @@ func appendOptions(a []any, opts []Option) []any {
 		if o.reserve != 0 {
 			a = append(a, "RESERVE", o.reserve)
 		}
-		if o.upto != 0 {
+		if o.grant {
 			a = append(a, "UPTO", o.upto)
 		}
 	}
@@ -362,7 +365,7 @@ func appendOptions(a []any, opts []Option) []any {
 // upTo reports options that ask for a grant: the reply ends with it.
 func upTo(opts []Option) bool {
 	for _, o := range opts {
-		if o.upto != 0 {
+		if o.grant {
 			return true
 		}
 	}

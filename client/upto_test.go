@@ -47,4 +47,7 @@ func TestUpTo(t *testing.T) {
 	if _, err := c.Peek(ctx, "k", l, 1, UpTo(2)); err == nil {
 		t.Error("Peek with UpTo: no error")
 	}
+	if r, err := c.Take(ctx, "k2", l, 1, UpTo(0)); err == nil {
+		t.Errorf("UpTo(0): %+v, want the server's error, not a call without UPTO", r)
+	}
 }

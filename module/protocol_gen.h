@@ -11,7 +11,7 @@
 #define RL_MEMBER_MAX 64 /* a sorted-set member longer than this - 1 can't be a sliding log's */
 #define RL_MAX_ARGS 128 /* the most arguments a command takes, command name included */
 #define RL_MAX_KEYS 16 /* the most keys one command names (RL.ALL's numkeys) */
-#define RL_MAX_REPLY 87 /* the longest reply: RL.ALL ... EACH, six integers and five per limit */
+#define RL_MAX_REPLY 87 /* the longest reply: RL.ALL ... UPTO n EACH, six integers, five per limit, the grant */
 #define RL_ERR_CAPACITY 512 /* the error buffer, NUL included: holds the longest error whole */
 #define RL_SET_MAX 64 /* the longest string value Go sets */
 #define RL_CONC_SWEEP 64 /* the most lapsed holders one concurrency write removes */

@@ -237,7 +237,7 @@ func protocolH() []byte {
 		{"RL_MEMBER_MAX", protocol.MaxMember + 1, "a sorted-set member longer than this - 1 can't be a sliding log's"},
 		{"RL_MAX_ARGS", protocol.MaxArgs, "the most arguments a command takes, command name included"},
 		{"RL_MAX_KEYS", protocol.MaxKeys, "the most keys one command names (RL.ALL's numkeys)"},
-		{"RL_MAX_REPLY", protocol.MaxReply, "the longest reply: RL.ALL ... EACH, six integers and five per limit"},
+		{"RL_MAX_REPLY", protocol.MaxReply, "the longest reply: RL.ALL ... UPTO n EACH, six integers, five per limit, the grant"},
 		{"RL_ERR_CAPACITY", protocol.ErrCapacity, "the error buffer, NUL included: holds the longest error whole"},
 		{"RL_SET_MAX", protocol.SetMax, "the longest string value Go sets"},
 		{"RL_CONC_SWEEP", protocol.ConcSweep, "the most lapsed holders one concurrency write removes"},

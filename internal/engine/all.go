@@ -90,6 +90,9 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 		o.ReplyLen = 6 + 5*n
 	}
 	if upto > 0 {
+		if o.Reply[0] == 1 { // a refusal grants none
+			granted = 0
+		}
 		o.Reply[o.ReplyLen] = granted
 		o.ReplyLen++
 	}

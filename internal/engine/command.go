@@ -102,7 +102,7 @@ type KeyWrite struct {
 type Outcome struct {
 	Action   int
 	Reply    [MaxReply]int64
-	ReplyLen int // 5, 6 for RL.ALL and RL.PEEK (6 + 5 per limit with EACH), 1 for CONC.RELEASE
+	ReplyLen int // 5, 6 for RL.ALL and RL.PEEK (6 + 5 per limit with EACH), one more with UPTO, 1 for CONC.RELEASE
 	Err      string
 	Writes   [MaxKeys]KeyWrite
 }
@@ -261,6 +261,9 @@ func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) erro
 	o.ReplyLen = 5
 	copy(o.Reply[:5], rep[:])
 	if upto > 0 {
+		if rep[0] == 1 { // a refusal grants none (a cost of 0 refused by its reserve, or by a window over its limit)
+			granted = 0
+		}
 		o.Reply[5], o.ReplyLen = granted, 6
 	}
 	if peek {

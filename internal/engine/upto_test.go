@@ -55,6 +55,14 @@ func TestUpTo(t *testing.T) {
 		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 1, "FW", 3, 60, 1, "UPTO", 10}, "[0 3 0 -1 20 1 3]"},
 		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 1, "FW", 3, 60, 1, "UPTO", 10, "EACH"}, "[1 3 0 20 20 1 0 5 2 -1 36 1 3 0 20 20 0]"},
 		{200 * time.Second, []any{"RL.ALL", 1, "a3", "TB", 10, 1, 1, 2, "RESERVE", 3, "UPTO", 10}, "[0 10 4 -1 6 0 3]"},
+		// A refusal grants none, even of a cost of 0: refused by its reserve,
+		// or by a window over a limit since lowered.
+		{200 * time.Second, []any{"TB.TAKE", "b2", 10, 1, 60, 5}, "[0 10 5 -1 300]"},
+		{200 * time.Second, []any{"TB.TAKE", "b2", 10, 1, 60, 0, "RESERVE", 8, "UPTO", 5}, "[1 10 5 180 300 0]"},
+		{200 * time.Second, []any{"FW.HIT", "o", 20, 60, 15}, "[0 20 5 -1 20]"},
+		{200 * time.Second, []any{"FW.HIT", "o", 10, 60, 0, "UPTO", 5}, "[1 10 0 20 20 0]"},
+		{200 * time.Second, []any{"RL.ALL", 2, "o", "o2", "FW", 10, 60, 0, "FW", 100, 60, 1, "UPTO", 50}, "[1 10 0 20 20 0 0]"},
+		{200 * time.Second, []any{"FW.PEEK", "o2", 100, 60, 0}, "[0 100 100 -1 0]"},
 		// Two logs of 100000 grant what one call may add: 50000 each.
 		{200 * time.Second, []any{"RL.ALL", 2, "l1", "l2", "SL", 100000, 60, 1, "SL", 100000, 60, 1, "UPTO", 1000000}, "[0 100000 50000 -1 60 0 50000]"},
 	} {

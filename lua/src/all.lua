@@ -57,24 +57,24 @@ local function parse_all(name, keys, args, peek)
   if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
-  local names = ALL_OPTIONS
-  if peek then names = PEEK_OPTIONS end
-  local ms, reserve_at, each, upto_at, err = parse_options(args, i, true, names, true, not peek)
+  local ms, reserve_at, each, upto_at, err = parse_options(args, i, true, peek and PEEK_OPTIONS or ALL_OPTIONS, true, not peek)
   if err then return nil, nil, nil, err end
   local upto = 0
   for _, l in ipairs(upto_at > 0 and lims or {}) do
     if lt(l.v[#l.v], 0) then return nil, nil, nil, select(2, parse_upto(args[upto_at], l.v[#l.v], l.prefix)) end
   end
   if upto_at > 0 then upto, err = parse_upto(args[upto_at], 0, '') end
+  for _, l in ipairs(not err and reserve_at > 0 and lims or {}) do
+    l.reserve, err = parse_reserve(args[reserve_at], l.syn.limit(l.v), l.prefix)
+    if err then break end
+  end
   if err then return nil, nil, nil, err end
   -- One call adds at most MAX_LOG_ADD sliding-log entries (the module's maxLogAdd).
   local entries = 0
   for _, l in ipairs(lims) do
     if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
   end
-  if entries > MAX_LOG_ADD then
-    return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries)))
-  end
+  if entries > MAX_LOG_ADD then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
   return lims, ms, each, nil, upto
 end
 
@@ -225,6 +225,6 @@ local function all_command(_, name, peek, keys, args)
   if not peek then
     for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
-  if granted then reply[#reply + 1] = granted end
+  if granted then reply[#reply + 1] = reply[1] == 1 and 0 or granted end -- a refusal grants none
   return reply
 end

@@ -22,6 +22,6 @@ local function one_command(kind, name, peek, keys, args)
   reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms)
   if err then return err end
   if not peek then f.store(w, now) end
-  if granted then reply[#reply + 1] = granted end
+  if granted then reply[#reply + 1] = reply[1] == 1 and 0 or granted end -- a refusal grants none
   return reply
 end
