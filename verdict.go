@@ -1,6 +1,7 @@
 package ratelimit
 
 import (
+	"errors"
 	"math"
 	"time"
 
@@ -78,3 +79,8 @@ func Grant(remaining, cost, reserve, n int64) int64 {
 	}
 	return min(n, free/cost)
 }
+
+// ErrDebt is a charge (the module's DEBT) that would take a limiter's
+// state past what it can hold: a schedule past the year 2262, or a count
+// past 2^63 − 1. Nothing is taken.
+var ErrDebt = errors.New("DEBT cannot take the charge: the limiter's state would pass the most it can hold (the year 2262, or 2^63 - 1 units)")

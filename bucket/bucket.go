@@ -95,6 +95,10 @@ type Decision struct {
 	// admitted call of non-zero cost, or to store a clamped state. A State
 	// at or before now means full (or empty): delete the stored state.
 	Write bool
+	// Owed reports a bucket in debt (Charge: its tokens below zero): store
+	// State marked, and pass owed when reading it back (TakeOwed), so that
+	// it is not clamped as a clock that stepped back.
+	Owed bool
 }
 
 // newSchedule is both buckets' schedule: units cost period/count rounded
@@ -121,7 +125,11 @@ func apply(s schedule.Schedule, state, now, units int64) (Decision, schedule.Ste
 	if !ok {
 		return Decision{}, st, ErrOverflow
 	}
-	return Decision{Verdict: st.Verdict, State: st.State, Write: st.Write}, st, nil
+	return decision(st), st, nil
+}
+
+func decision(st schedule.Step) Decision {
+	return Decision{Verdict: st.Verdict, State: st.State, Write: st.Write, Owed: st.Owed}
 }
 
 // TokenBucket holds the parameters of a token bucket; the state is passed
@@ -168,6 +176,48 @@ func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, er
 		}
 	}
 	return b.Take(full, now, tokens)
+}
+
+// TakeOwed is TakeReserve on a state that may be owed (stored by a
+// Charge that took the bucket below zero): an owed state is read as it
+// stands, so the bucket refuses every take, even of 0 tokens, until its
+// debt is refilled; a put-back always pays some of it.
+func (b TokenBucket) TakeOwed(full, now, tokens, reserve int64, owed bool) (Decision, error) {
+	if probe, first := ratelimit.Reserve(tokens, reserve); first {
+		st, ok := b.s.ApplyOwed(full, now, probe, owed)
+		if !ok || st.Limited {
+			return decision(st), overflow(ok)
+		}
+	}
+	st, ok := b.s.ApplyOwed(full, now, tokens, owed)
+	return decision(st), overflow(ok)
+}
+
+// Charge takes tokens ≥ 0 at now whatever the bucket holds (the module's
+// DEBT): a charge for work already done. A take the bucket holds is taken
+// as Take takes it; a larger one takes the bucket below zero: Limited
+// (over its capacity), Remaining 0, Owed, and RetryAfter the time until
+// one token is back. With capacity 10 refilled 1 a second, a charge of 15
+// on a full bucket leaves it at −5: one token is back after 6 s, the
+// bucket full after 15 s. ratelimit.ErrDebt refuses a charge whose state
+// would pass the year 2262.
+func (b TokenBucket) Charge(full, now, tokens int64, owed bool) (Decision, error) {
+	st, ok, held := b.s.Charge(full, now, tokens, owed)
+	switch {
+	case !ok:
+		return Decision{}, ErrOverflow
+	case !held:
+		return Decision{}, ratelimit.ErrDebt
+	}
+	return decision(st), nil
+}
+
+// overflow is ErrOverflow when !ok.
+func overflow(ok bool) error {
+	if !ok {
+		return ErrOverflow
+	}
+	return nil
 }
 
 // Shaper holds the parameters of a leaky bucket used as a shaper; the state

@@ -121,6 +121,10 @@ type Decision struct {
 	// TAT at or before now means the limiter is full: delete the stored
 	// state.
 	Write bool
+	// Owed reports a limiter in debt (Charge took TAT past τ ahead):
+	// store TAT marked, and pass owed when reading it back (ThrottleOwed),
+	// so that it is not clamped as a clock that stepped back.
+	Owed bool
 }
 
 // Throttle applies a request of cost quantity at time now (Unix ns) to the
@@ -144,7 +148,11 @@ func (l Limiter) Throttle(tat, now, quantity int64) (Decision, error) {
 	if !ok {
 		return Decision{}, ErrOverflow
 	}
-	return Decision{Verdict: st.Verdict, TAT: st.State, Write: st.Write}, nil
+	return decision(st), nil
+}
+
+func decision(st schedule.Step) Decision {
+	return Decision{Verdict: st.Verdict, TAT: st.State, Write: st.Write, Owed: st.Owed}
 }
 
 // ThrottleReserve is Throttle with a reserve: a request of cost quantity ≥ 0
@@ -163,4 +171,46 @@ func (l Limiter) ThrottleReserve(tat, now, quantity, reserve int64) (Decision, e
 		}
 	}
 	return l.Throttle(tat, now, quantity)
+}
+
+// ThrottleOwed is ThrottleReserve on a TAT that may be owed (stored by a
+// Charge that took it more than τ ahead): an owed TAT is read as it
+// stands, so the limiter refuses every request, even of cost 0, until its
+// debt is paid off; a negative quantity always pays some of it back.
+func (l Limiter) ThrottleOwed(tat, now, quantity, reserve int64, owed bool) (Decision, error) {
+	if probe, first := ratelimit.Reserve(quantity, reserve); first {
+		st, ok := l.s.ApplyOwed(tat, now, probe, owed)
+		if !ok {
+			return Decision{}, ErrOverflow
+		}
+		if st.Limited {
+			return decision(st), nil
+		}
+	}
+	st, ok := l.s.ApplyOwed(tat, now, quantity, owed)
+	if !ok {
+		return Decision{}, ErrOverflow
+	}
+	return decision(st), nil
+}
+
+// Charge takes quantity ≥ 0 at now whatever remains (the module's DEBT): a
+// charge for work already done, such as a response's tokens counted after
+// it was sent. A request Throttle admits is admitted alike; a larger one
+// moves TAT on by quantity × T past τ: the limiter is in debt. The
+// decision is then Limited (the charge left it over its limit), Remaining
+// is 0, Owed is set and RetryAfter is the time until one request passes
+// again. With max_burst 9, count 1 and period 1 s (T = 1 s, τ = 10 s), a
+// charge of 15 from full leaves TAT 15 s ahead: one request passes again
+// after 6 s, the limiter is full after 15 s. ratelimit.ErrDebt refuses a
+// charge whose TAT would pass the year 2262; nothing is taken.
+func (l Limiter) Charge(tat, now, quantity int64, owed bool) (Decision, error) {
+	st, ok, held := l.s.Charge(tat, now, quantity, owed)
+	switch {
+	case !ok:
+		return Decision{}, ErrOverflow
+	case !held:
+		return Decision{}, ratelimit.ErrDebt
+	}
+	return decision(st), nil
 }

@@ -167,6 +167,26 @@ func (f FixedWindow) HitReserve(count, expires, now, cost, reserve int64) (d Dec
 	return f.Hit(count, expires, now, cost)
 }
 
+// Charge counts cost units at now whatever the count (the module's DEBT):
+// a charge for work already done. A hit Hit admits is admitted alike; a
+// larger one is counted past the limit: Limited (it left the window over
+// its limit), Remaining 0, Write, and RetryAfter the time until one unit
+// passes again, when the next window starts. With limit 10, a count of 8
+// and a charge of 5, the count is 13. ratelimit.ErrDebt refuses a count
+// past 2^63 − 1; nothing is counted.
+func (f FixedWindow) Charge(count, expires, now, cost int64) (d Decision, newCount, end int64, err error) {
+	d, newCount, end, err = f.Hit(count, expires, now, cost)
+	if err != nil || !d.Limited || cost == 0 {
+		return d, newCount, end, err
+	}
+	n, ok := checked.Add(newCount, cost) // newCount: the count Hit read
+	if !ok {
+		return Decision{}, 0, 0, ratelimit.ErrDebt
+	}
+	d.Write, d.Remaining, d.RetryAfter = true, 0, time.Duration(end-now)
+	return d, n, end, nil
+}
+
 // ---- Sliding window counter ----
 
 // SlidingWindow estimates the trailing window's count from two fixed
@@ -263,6 +283,32 @@ func (s SlidingWindow) HitReserve(c Counts, now, cost, reserve int64) (d Decisio
 	return s.Hit(c, now, cost)
 }
 
+// Charge counts cost units at now whatever the estimate (the module's
+// DEBT), as FixedWindow.Charge: a charge past the limit is counted in the
+// current window, Limited, Remaining 0, and RetryAfter the time until one
+// unit fits again, which may be in the next window, where the charge
+// weighs as the previous count. With limit 10 per 60 s, no previous count
+// and a charge of 15 at the start of a window, one unit fits again just
+// after 20 s into the next window, once ⌊15 × (60 s − e)/60 s⌋ ≤ 9: 80 s
+// from now. ratelimit.ErrDebt refuses a count past 2^63 − 1.
+func (s SlidingWindow) Charge(c Counts, now, cost int64) (d Decision, next Counts, expire int64, err error) {
+	d, next, expire, err = s.Hit(c, now, cost)
+	if err != nil || !d.Limited || cost == 0 {
+		return d, next, expire, err
+	}
+	cur, ok := checked.Add(next.Current, cost) // next: the counts Hit read
+	if !ok {
+		return Decision{}, c, 0, ratelimit.ErrDebt
+	}
+	next.Current = cur
+	start := s.p.start(now)
+	expire = start + 2*s.p.window // Hit checked it fits
+	d.Write, d.Remaining = true, 0
+	d.RetryAfter = time.Duration(s.retry(next, now-start, 1))
+	d.ResetAfter = time.Duration(expire - now)
+	return d, next, expire, nil
+}
+
 // retry is the time from elapsed e in the current window until cost fits,
 // when it does not fit now and cost ≤ limit.
 func (s SlidingWindow) retry(c Counts, e, cost int64) int64 {
@@ -320,6 +366,9 @@ type LogDecision struct {
 	Cutoff int64
 	// Expire is when the log is empty again (its newest entry leaves).
 	Expire int64
+	// Add is how many entries the caller adds at now: the cost, when
+	// admitted or charged.
+	Add int64
 	// Redate: the log holds entries after now, which only a clock that
 	// stepped back leaves. They count as entries at now; when Redate is set
 	// (and with it Write), the caller moves them to now.
@@ -361,6 +410,7 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 		total = live
 	} else if cost > 0 {
 		d.Write = true
+		d.Add = cost
 		newest = now
 	}
 	d.Remaining = min(max(L-total, 0), L)
@@ -372,6 +422,39 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 	} else {
 		d.Expire = now
 	}
+	return d, nil
+}
+
+// Charge adds cost entries at now whatever the count (the module's DEBT),
+// as FixedWindow.Charge: a charge past the limit is added, Limited,
+// Remaining 0, and RetryAfter the time until one unit fits again, when
+// the oldest entries over the limit have left the window. With limit 10
+// per 60 s, an empty log and a charge of 12 at now, one unit fits again
+// after 60 s, when all 12 leave. The caller bounds cost (the module adds
+// at most 100,000 entries per call); ratelimit.ErrDebt refuses a count
+// past 2^63 − 1.
+func (l SlidingLog) Charge(log Log, now, cost int64) (LogDecision, error) {
+	d, err := l.Hit(log, now, cost)
+	if err != nil || !d.Limited || cost == 0 {
+		return d, err
+	}
+	W, L := l.p.window, l.p.limit
+	live := log.Count(d.Cutoff)
+	total, ok := checked.Add(live, cost)
+	if !ok {
+		return LogDecision{}, ratelimit.ErrDebt
+	}
+	// One unit fits once the (total + 1 − L)-th oldest entry has left: an
+	// old one, or one of those added now.
+	d.RetryAfter = time.Duration(W)
+	if k := total + 1 - L; k <= live {
+		d.RetryAfter = time.Duration(min(log.Nth(d.Cutoff, k), now) + W - now)
+	}
+	d.Write, d.Add, d.Remaining = true, cost, 0
+	if d.Expire, ok = checked.Add(now, W); !ok {
+		return LogDecision{}, ErrOverflow
+	}
+	d.ResetAfter = time.Duration(W)
 	return d, nil
 }
 

@@ -4,6 +4,7 @@ import (
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -56,7 +57,7 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 			deciding = i
 		}
 	}
-	if deciding >= 0 {
+	if deciding >= 0 && !lims[0].debt {
 		// Nothing is taken. A limit that admitted may still hold a state a
 		// stepped-back clock left too far ahead, which the key must store
 		// as it counts (as its family command would): run it at cost 0.
@@ -71,7 +72,7 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 				}
 			}
 		}
-	} else {
+	} else if deciding < 0 {
 		deciding = 0
 		for i := 1; i < n; i++ {
 			if reps[i][2] < reps[deciding][2] {
@@ -144,7 +145,8 @@ func later(a, b int64) bool {
 // parseAll reads RL.ALL's arguments into lims and ms and returns how many
 // keys and limiters there are, or the error naming the problem.
 //
-// upto, where not nil (RL.ALL), receives UPTO's n (0 when absent).
+// upto, where not nil (RL.ALL), receives UPTO's n (0 when absent), and
+// DEBT sets every limit's debt.
 func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) (int, error) {
 	if len(args) < 2 || len(args) > MaxArgs {
 		return 0, errArity
@@ -166,7 +168,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	}
 	i := 2 + n
 	for j := range n {
-		if i >= len(args) || isOption(args[i]) || isReserve(args[i]) || isUpTo(args[i]) {
+		if i >= len(args) || isWord(args[i]) {
 			return 0, fail(spec.Fill(spec.TFewLimiters, n, j))
 		}
 		f := spec.FamilyNamed(args[i])
@@ -198,11 +200,18 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	}
 	reserveAt, uptoAt, names := 0, 0, spec.PeekOptions
 	var at *int
+	var charge *bool
 	if upto != nil {
-		at, names = &uptoAt, spec.AllOptions
+		at, names, charge = &uptoAt, spec.AllOptions, &lims[0].debt
 	}
-	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at); err != nil {
+	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge); err != nil {
 		return 0, err
+	}
+	if err := debtWith(lims[0].debt, reserveAt, uptoAt); err != nil {
+		return 0, err
+	}
+	for j := 1; j < n; j++ {
+		lims[j].debt = lims[0].debt
 	}
 	if uptoAt > 0 {
 		for j := range n {
@@ -224,11 +233,12 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 		}
 	}
 	// One call adds at most maxLogAdd sliding-log entries: 16 logs of
-	// 100000 each would stall the server for seconds.
+	// 100000 each would stall the server for seconds. A log adds its cost
+	// when it can admit it, and with DEBT whatever it is.
 	var entries int64
 	for j := range n {
-		if l := &lims[j]; l.family == famSL && l.sl().cost <= l.sl().limit {
-			entries += l.sl().cost // each cost ≤ spec.MaxLogLimit: no overflow
+		if l := &lims[j]; l.family == famSL && (l.debt || l.sl().cost <= l.sl().limit) {
+			entries = checked.SatAdd(entries, l.sl().cost)
 		}
 	}
 	if entries > maxLogAdd {

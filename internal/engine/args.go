@@ -45,13 +45,14 @@ type syntax struct {
 	def        int64 // the optional argument's default
 	reserve    bool  // RESERVE n is an option
 	upto       bool  // UPTO n is an option of the consuming command
+	debt       bool  // DEBT is an option of the consuming command
 	// the options' names, for errors: the peek's, the consuming command's
 	options, uptoOptions string
 }
 
 // syntaxOf is family f's syntax.
 func syntaxOf(f *spec.Family) *syntax {
-	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, options: f.Options(), uptoOptions: f.UpToOptions()}
+	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, debt: f.Debt, options: f.Options(), uptoOptions: f.UpToOptions()}
 	for _, a := range f.Args {
 		s.positional = append(s.positional, argOf(a))
 	}
@@ -60,7 +61,8 @@ func syntaxOf(f *spec.Family) *syntax {
 
 // parse fills l and ms from a command of one key: args are the command
 // name, the key, the arguments; upto, where not nil (a consuming command),
-// receives UPTO's n (0 when absent). The error is the reply.
+// receives UPTO's n (0 when absent), and l.debt is DEBT. The error is the
+// reply.
 func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	i := 2 + len(s.positional)
 	if len(args) < i || len(args) > maxOneKeyArgs {
@@ -70,7 +72,7 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 		return err
 	}
 	l.v[len(s.positional)] = s.def
-	if i < len(args) && !isOption(args[i]) && !isReserve(args[i]) && !isUpTo(args[i]) {
+	if i < len(args) && !isWord(args[i]) {
 		v, ok := s.optional.parse(args[i])
 		if !ok {
 			return fail(s.optional.rangeError(""))
@@ -80,11 +82,21 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	}
 	reserveAt, uptoAt, names := 0, 0, s.options
 	var at *int
+	var debt *bool
 	if upto != nil && s.upto {
 		at, names = &uptoAt, s.uptoOptions
 	}
-	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at); err != nil {
+	if upto != nil && s.debt {
+		debt = &l.debt
+	}
+	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt); err != nil {
 		return err
+	}
+	if err := debtWith(l.debt, reserveAt, uptoAt); err != nil {
+		return err
+	}
+	if l.debt && l.family == famSL && *l.cost() > maxLogAdd {
+		return fail(spec.Fill(spec.TLogAdd, maxLogAdd, *l.cost()))
 	}
 	if uptoAt > 0 {
 		n, err := parseUpTo(args[uptoAt], *l.cost(), "")
@@ -97,6 +109,19 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 		return nil
 	}
 	return l.setReserve(args[reserveAt], -1)
+}
+
+// debtWith refuses DEBT beside RESERVE or UPTO: a charge takes its whole
+// cost whatever remains, so it keeps no reserve and asks for no grant.
+func debtWith(debt bool, reserveAt, uptoAt int) error {
+	switch {
+	case !debt:
+	case reserveAt > 0:
+		return fail(spec.Fill(spec.TDebtWith, "RESERVE"))
+	case uptoAt > 0:
+		return fail(spec.Fill(spec.TDebtWith, "UPTO"))
+	}
+	return nil
 }
 
 // parseUpTo reads UPTO's n, 1 to MaxUpTo, for a call of cost (a refund
@@ -135,9 +160,10 @@ func (l *limit) prefix(n int) string {
 }
 
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
-// allowed, EACH when each is not nil, and UPTO n when uptoAt is not nil.
-// reserveAt and uptoAt are set to the index of their n (0 when absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int) error {
+// allowed, EACH when each is not nil, UPTO n when uptoAt is not nil and
+// DEBT when debt is not nil. reserveAt and uptoAt are set to the index of
+// their n (0 when absent).
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt *bool) error {
 	for ; i < len(args); i++ {
 		switch {
 		case isOption(args[i]):
@@ -150,6 +176,11 @@ func parseOptions(args []string, i int, allowed bool, names string, ms *bool, re
 				return twice("EACH")
 			}
 			*each = true
+		case debt != nil && spec.EqualFold(args[i], "DEBT"):
+			if *debt {
+				return twice("DEBT")
+			}
+			*debt = true
 		case allowed && isReserve(args[i]):
 			if *reserveAt > 0 {
 				return twice("RESERVE")
@@ -242,6 +273,12 @@ func isReserve(s string) bool { return spec.EqualFold(s, "RESERVE") }
 
 // isUpTo reports whether s is the UPTO option, in any case.
 func isUpTo(s string) bool { return spec.EqualFold(s, "UPTO") }
+
+// isWord reports an option's word where a number may stand (MS, RESERVE,
+// UPTO, DEBT): never read as a cost or a limiter.
+func isWord(s string) bool {
+	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT")
+}
 
 // quote shows untrusted input in an error: at most 32 bytes between double
 // quotes, printable ASCII as it is (with " and \\ escaped by a backslash),

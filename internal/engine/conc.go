@@ -82,7 +82,7 @@ func parseConc(op spec.Exec, args []string, c *concCall) error {
 		}
 	}
 	reserveAt := 0
-	if err := parseOptions(args, i, true, spec.Families[spec.CONC].Options(), &c.ms, &reserveAt, nil, nil); err != nil {
+	if err := parseOptions(args, i, true, spec.Families[spec.CONC].Options(), &c.ms, &reserveAt, nil, nil, nil); err != nil {
 		return err
 	}
 	if reserveAt > 0 {

@@ -1,6 +1,8 @@
 package engine
 
 import (
+	"errors"
+	"strings"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
@@ -36,27 +38,34 @@ func checkKey(st *KeyState, kind KeyKind, state string) error {
 	return nil
 }
 
-// loadInstant reads the stored instant (0 when the key is empty).
+// owedMark ends the stored instant of a limiter in debt (DEBT took it
+// past its tolerance): "<instant>:debt". Read back, it is not clamped as a
+// clock that stepped back.
+const owedMark = ":debt"
+
+// loadInstant reads the stored instant (0 when the key is empty), and
+// whether it is owed (marked, where debt: a family that takes DEBT).
 // tolerance is how far ahead of now the limiter's state can legitimately
 // be. On a key of another type, or one that holds other data, it returns
 // the error.
-func loadInstant(st *KeyState, state string, tolerance time.Duration) (int64, error) {
+func loadInstant(st *KeyState, state string, tolerance time.Duration, debt bool) (int64, bool, error) {
 	if err := checkKey(st, KeyString, state); err != nil {
-		return 0, err
+		return 0, false, err
 	}
 	if st.Kind == KeyEmpty {
-		return 0, nil
+		return 0, false, nil
 	}
-	v, ok := parseInstant(st.Value)
+	s, owed := strings.CutSuffix(st.Value, owedMark)
+	v, ok := parseInstant(s)
 	switch {
-	case !ok:
-		return 0, fail(otherData(state, "not a decimal integer"))
+	case !ok || owed && !debt:
+		return 0, false, fail(otherData(state, "not a decimal integer"))
 	case v < minState:
-		return 0, fail(otherData(state, "an instant before 2015"))
+		return 0, false, fail(otherData(state, "an instant before 2015"))
 	case strayInstant(st, v, int64(tolerance)):
-		return 0, fail(otherData(state, "an instant far past the key's own expiry"))
+		return 0, false, fail(otherData(state, "an instant far past the key's own expiry"))
 	}
-	return v, nil
+	return v, owed, nil
 }
 
 // strayInstant reports an instant no limiter wrote into this key: further
@@ -71,14 +80,18 @@ func strayInstant(st *KeyState, v, tolerance int64) bool {
 }
 
 // storeInstant asks for the new instant to be written when write is set:
-// SET with an expiry at the instant, or DEL when the instant has already
-// come (the limiter is full again, so the key has no work left).
-func storeInstant(w *KeyWrite, st *KeyState, instant int64, write bool) {
+// SET with an expiry at the instant (marked when owed), or DEL when the
+// instant has already come (the limiter is full again, so the key has no
+// work left).
+func storeInstant(w *KeyWrite, st *KeyState, instant int64, write, owed bool) {
 	if !write {
 		return
 	}
 	if instant > st.Now {
 		w.setInt(instant, instant)
+		if owed {
+			w.ValueLen += copy(w.Value[w.ValueLen:], owedMark)
+		}
 	} else if st.Kind != KeyEmpty {
 		w.Action = WriteDel
 	}
@@ -125,7 +138,7 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 	if err != nil {
 		return failErr(err)
 	}
-	at, err := loadInstant(st, state, tol)
+	at, owed, err := loadInstant(st, state, tol, l.family != famLB)
 	if err != nil {
 		return err
 	}
@@ -135,12 +148,20 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 	switch l.family {
 	case famGCRA:
 		var d gcra.Decision
-		d, err = g.ThrottleReserve(at, st.Now, l.gcra().quantity, l.reserve)
-		v, next, write = d.Verdict, d.TAT, d.Write
+		if q := l.gcra().quantity; l.debt {
+			d, err = g.Charge(at, st.Now, q, owed)
+		} else {
+			d, err = g.ThrottleOwed(at, st.Now, q, l.reserve, owed)
+		}
+		v, next, write, owed = d.Verdict, d.TAT, d.Write, d.Owed
 	case famTB:
 		var d bucket.Decision
-		d, err = b.TakeReserve(at, st.Now, l.tb().tokens, l.reserve)
-		v, next, write = d.Verdict, d.State, d.Write
+		if t := l.tb().tokens; l.debt {
+			d, err = b.Charge(at, st.Now, t, owed)
+		} else {
+			d, err = b.TakeOwed(at, st.Now, t, l.reserve, owed)
+		}
+		v, next, write, owed = d.Verdict, d.State, d.Write, d.Owed
 	default:
 		var d bucket.Decision
 		d, err = q.Enqueue(at, st.Now, l.lb().quantity)
@@ -148,9 +169,18 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 		v.ResetAfter = d.Delay // field 5
 	}
 	if err != nil {
-		return failErr(err)
+		return chargeErr(err, l)
 	}
 	setReply(rep, v.Limited, v.Limit, v.Remaining, v.RetryAfter, v.ResetAfter, ms)
-	storeInstant(w, st, next, write)
+	storeInstant(w, st, next, write, owed)
 	return nil
+}
+
+// chargeErr replies an algorithm package's error: DEBT's own text for a
+// charge past what the state holds.
+func chargeErr(err error, l *limit) error {
+	if errors.Is(err, ratelimit.ErrDebt) {
+		return fail(spec.Fill(spec.TDebtRange, *l.cost()))
+	}
+	return failErr(err)
 }

@@ -36,11 +36,12 @@ var families = func() (fs [spec.NumFamilies]family) {
 // limit is one limit of a command, parsed: its family, the family's
 // positional arguments and then the cost in v, in the table's order (read
 // them by name through the family's view: l.gcra().maxBurst, l.sw().cost;
-// params_gen.go), and the reserve.
+// params_gen.go), the reserve, and DEBT.
 type limit struct {
 	family  int
 	v       [maxWords]int64
 	reserve int64
+	debt    bool // DEBT: the cost is taken whatever remains
 }
 
 // limit is what the limiter admits at once from a full state, the bound

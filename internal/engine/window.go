@@ -34,9 +34,16 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 			return fail(otherData(counterState, "not three decimal integers"))
 		}
 	}
-	d, next, expire, err := sw.HitReserve(counts, st.Now, p.cost, l.reserve)
+	var d window.Decision
+	var next window.Counts
+	var expire int64
+	if l.debt {
+		d, next, expire, err = sw.Charge(counts, st.Now, p.cost)
+	} else {
+		d, next, expire, err = sw.HitReserve(counts, st.Now, p.cost, l.reserve)
+	}
 	if err != nil {
-		return failErr(err)
+		return chargeErr(err, l)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	switch {
@@ -87,9 +94,15 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 			return fail(otherData(fixedState, "not a decimal integer"))
 		}
 	}
-	d, n, end, err := f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, p.cost, l.reserve)
+	var d window.Decision
+	var n, end int64
+	if l.debt {
+		d, n, end, err = f.Charge(count, expiryNs(st.ExpireMs), st.Now, p.cost)
+	} else {
+		d, n, end, err = f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, p.cost, l.reserve)
+	}
 	if err != nil {
-		return failErr(err)
+		return chargeErr(err, l)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	if d.Write {
@@ -125,17 +138,22 @@ func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, rep *[5]int
 	if st.Kind == KeyZSet && (!logEntry(st.Oldest) || !logEntry(st.Newest)) {
 		return fail(otherData(logState, "its members are not the log's own"))
 	}
-	d, err := sl.HitReserve(r.Log(i), st.Now, p.cost, l.reserve)
+	var d window.LogDecision
+	if l.debt {
+		d, err = sl.Charge(r.Log(i), st.Now, p.cost)
+	} else {
+		d, err = sl.HitReserve(r.Log(i), st.Now, p.cost, l.reserve)
+	}
 	if err != nil {
-		return failErr(err)
+		return chargeErr(err, l)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	if !d.Write {
 		return nil
 	}
 	w.Action = WriteZLog
-	if !d.Limited {
-		w.ZAdd = p.cost
+	if d.Add > 0 {
+		w.ZAdd = d.Add
 		w.ZGrowth = w.ZAdd
 		if st.ZLen <= compactLog && st.ZLen+w.ZAdd > compactLog { // leaves the compact encoding
 			w.ZGrowth += st.ZLen

@@ -32,6 +32,10 @@ type Step struct {
 	// Write reports that State must be stored: after an admitted call of
 	// non-zero cost, or to store a state clamped to Tolerance.
 	Write bool
+	// Owed reports a state past Tolerance that a charge left (Charge): the
+	// caller stores it marked, and passes owed when it reads it back, so
+	// that it is not clamped as a clock that stepped back.
+	Owed bool
 }
 
 // Apply moves the state by units at now (Unix ns). A state further ahead
@@ -42,15 +46,28 @@ type Step struct {
 // multiplied; a refund (units < 0) stops at full. ok is false when the
 // state after an admitted call would overflow int64 nanoseconds.
 func (s Schedule) Apply(state, now, units int64) (st Step, ok bool) {
+	return s.ApplyOwed(state, now, units, false)
+}
+
+// ApplyOwed is Apply on a state that may be owed (a charge left it past
+// Tolerance, Charge): an owed state counts as far ahead as it is, so every
+// call of cost 0 or more is refused until it is paid off (a call of cost 0
+// waits until the state is back within Tolerance), and a refund is always
+// admitted, paying it off by at most Slots units.
+func (s Schedule) ApplyOwed(state, now, units int64, owed bool) (st Step, ok bool) {
 	st.Limit, st.RetryAfter = s.Limit, ratelimit.Never
-	st.Ahead, st.Write = checked.Ahead(state, now, s.Tolerance)
+	if owed {
+		st.Ahead = max(state-now, 0) // both positive instants: no overflow
+	} else {
+		st.Ahead, st.Write = checked.Ahead(state, now, s.Tolerance)
+	}
 	if units > s.Slots {
 		return s.refuse(st, now), true
 	}
 	units = max(units, -s.Slots) // a refund beyond full stops at full
 	cost := s.Interval * units   // |units| ≤ Slots: |cost| ≤ Tolerance
 	next, fits := checked.Add(st.Ahead, cost)
-	if !fits || next > s.Tolerance {
+	if units >= 0 && (!fits || next > s.Tolerance) {
 		// It fits when next ≤ Tolerance: it waits next − Tolerance, written
 		// so that it cannot overflow.
 		st.RetryAfter = time.Duration(st.Ahead - (s.Tolerance - cost))
@@ -61,9 +78,38 @@ func (s Schedule) Apply(state, now, units int64) (st Step, ok bool) {
 		return Step{}, false
 	}
 	st.Write = st.Write || units > 0 || (units < 0 && st.Ahead > 0)
+	st.Owed = st.Next > s.Tolerance // a refund that left some of a debt
 	st.ResetAfter = time.Duration(st.Next)
 	st.Remaining = s.free(st.Next)
 	return st, true
+}
+
+// Charge takes units ≥ 0 at now whatever remains (the module's DEBT): a
+// charge for work already done. A call Apply admits is admitted alike;
+// otherwise the state moves on by units × Interval past Tolerance: the
+// call is Limited (it left the limiter over its limit) yet taken (Write,
+// Owed), Remaining is 0 and RetryAfter the time until one unit fits again.
+// With 4 slots of 200 ms, a charge of 6 units from full leaves the state
+// 1.2 s ahead: 400 ms over, so one unit fits again after 600 ms. A refund
+// (units < 0) and a cost of 0 are ApplyOwed's. ok is ApplyOwed's (false:
+// an admitted call overflows); held is false when the debt would take the
+// state past the int64 nanoseconds (the year 2262): nothing is taken.
+func (s Schedule) Charge(state, now, units int64, owed bool) (st Step, ok, held bool) {
+	st, ok = s.ApplyOwed(state, now, units, owed)
+	if !ok || !st.Limited || units <= 0 {
+		return st, ok, true
+	}
+	cost, ok1 := checked.Mul(s.Interval, units)
+	next, ok2 := checked.Add(st.Ahead, cost)
+	state, ok3 := checked.Add(now, next)
+	if !ok1 || !ok2 || !ok3 {
+		return Step{}, true, false
+	}
+	st.Next, st.State, st.Write, st.Owed = next, state, true, true
+	st.RetryAfter = time.Duration(next - (s.Tolerance - s.Interval)) // next > Tolerance ≥ Interval: no overflow
+	st.ResetAfter = time.Duration(next)
+	st.Remaining = 0
+	return st, true, true
 }
 
 // refuse completes a refusal: the state stays Ahead of now.

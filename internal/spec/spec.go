@@ -98,7 +98,10 @@ type Family struct {
 	LimitPlus int64
 	// UpTo: its consuming command (not its peek) takes UPTO n, asking for
 	// up to n calls of its cost (ratelimit.Grant), n from 1 to MaxUpTo.
-	UpTo  bool
+	UpTo bool
+	// Debt: its consuming command takes DEBT, a charge taken even past the
+	// limit (the limiter goes into debt).
+	Debt  bool
 	InAll bool // RL.ALL and RL.PEEK take it
 	// State names what the family keeps in its key, in the error a key of
 	// other data gets.
@@ -161,17 +164,17 @@ func (f *Family) Options() string {
 }
 
 // UpToOptions names the options its consuming command takes, UPTO n
-// among them where UpTo.
+// and DEBT among them where UpTo and Debt.
 func (f *Family) UpToOptions() string {
-	if f.UpTo {
-		return "MS, RESERVE n and UPTO n"
+	if f.UpTo && f.Debt {
+		return "MS, RESERVE n, UPTO n and DEBT"
 	}
 	return f.Options()
 }
 
 // The options RL.ALL and RL.PEEK take, for errors.
 const (
-	AllOptions  = "MS, RESERVE n, UPTO n and EACH"
+	AllOptions  = "MS, RESERVE n, UPTO n, DEBT and EACH"
 	PeekOptions = "MS, RESERVE n and EACH"
 )
 
@@ -190,7 +193,7 @@ func windowFamily(name, kind string, limit int64, state string, run Run, part, f
 		Cost:    Arg{Name: "cost", Min: 0, Max: maxInt64, Summary: "the cost of this hit"},
 		Def:     1,
 		Costs:   "0 reports",
-		Reserve: true, UpTo: true, InAll: true,
+		Reserve: true, UpTo: true, Debt: true, InAll: true,
 		State: state,
 	}
 }
@@ -207,7 +210,7 @@ var Families = [NumFamilies]Family{
 		Cost:    Arg{Name: "quantity", Min: minInt64, Max: maxInt64, Summary: "the cost of this call"},
 		Def:     1,
 		Costs:   "0 reports, negative gives back",
-		Reserve: true, LimitPlus: 1, UpTo: true, InAll: true,
+		Reserve: true, LimitPlus: 1, UpTo: true, Debt: true, InAll: true,
 		State: "GCRA state (a Unix time in nanoseconds)",
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
@@ -221,7 +224,7 @@ var Families = [NumFamilies]Family{
 		Cost:    Arg{Name: "tokens", Min: minInt64, Max: maxInt64, Summary: "tokens to take"},
 		Def:     1,
 		Costs:   "0 reports, negative puts back",
-		Reserve: true, UpTo: true, InAll: true,
+		Reserve: true, UpTo: true, Debt: true, InAll: true,
 		State: "token bucket state (a Unix time in nanoseconds)",
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},

@@ -17,6 +17,8 @@ const (
 	TUpToRange                    // UPTO's n outside 1 to MaxUpTo
 	TUpToWord                     // UPTO without its n
 	TUpToRefund                   // UPTO with a negative cost
+	TDebtWith                     // DEBT with RESERVE or UPTO
+	TDebtRange                    // a charge past what the state holds
 	TUnknownOption                // an option the command does not take
 	TTwice                        // an option given twice
 	TNumKeys                      // numkeys outside its range
@@ -41,13 +43,16 @@ const (
 // filled, in order, with one argument (Fill; the Lua engine's text(), whose
 // templates package lua writes from these as T_<Lua>).
 var Texts = [NumTexts]struct{ Lua, Template string }{
-	TRange:          {"RANGE", "ERR {}{} must be an integer from {} to {}"},
-	TSeconds:        {"SECONDS", "ERR {}{} must be whole seconds from {} to {}"},
-	TReserveRange:   {"RESERVE_RANGE", "ERR {}RESERVE must be an integer from 0 to {} (the limit)"},
-	TReserveWord:    {"RESERVE_WORD", "ERR RESERVE needs a number: RESERVE n, n from 0 to the limit"},
-	TUpToRange:      {"UPTO_RANGE", "ERR UPTO must be an integer from 1 to {}"},
-	TUpToWord:       {"UPTO_WORD", "ERR UPTO needs a number: UPTO n, n from 1 to {}"},
-	TUpToRefund:     {"UPTO_REFUND", "ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)"},
+	TRange:        {"RANGE", "ERR {}{} must be an integer from {} to {}"},
+	TSeconds:      {"SECONDS", "ERR {}{} must be whole seconds from {} to {}"},
+	TReserveRange: {"RESERVE_RANGE", "ERR {}RESERVE must be an integer from 0 to {} (the limit)"},
+	TReserveWord:  {"RESERVE_WORD", "ERR RESERVE needs a number: RESERVE n, n from 0 to the limit"},
+	TUpToRange:    {"UPTO_RANGE", "ERR UPTO must be an integer from 1 to {}"},
+	TUpToWord:     {"UPTO_WORD", "ERR UPTO needs a number: UPTO n, n from 1 to {}"},
+	TUpToRefund:   {"UPTO_REFUND", "ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)"},
+	TDebtWith:     {"DEBT_WITH", "ERR DEBT takes the whole cost whatever remains, so it does not go with {}"},
+	TDebtRange: {"DEBT_RANGE", "ERR DEBT cannot take a charge of {}: the limiter's state would pass the most it holds " +
+		"(the year 2262, or 2^63 - 1 units); nothing was taken"},
 	TUnknownOption:  {"UNKNOWN_OPTION", "ERR unknown option {}: the options are {}"},
 	TTwice:          {"TWICE", "ERR the option {} is given twice"},
 	TNumKeys:        {"NUMKEYS", "ERR numkeys must be an integer from 1 to {}"},

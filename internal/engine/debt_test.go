@@ -1,0 +1,117 @@
+package engine_test
+
+import (
+	"context"
+	"fmt"
+	"testing"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+)
+
+// TestDebt: DEBT on each consuming command, step by step on a virtual clock
+// (the shared fake Redis runs the engine and keeps the keys), at t0 20 s
+// into a minute. A charge is taken whatever remains: past the limit the
+// reply is limited 1, remaining 0, retry_after the time until one unit
+// passes again, and every call is refused until the debt is paid off.
+func TestDebt(t *testing.T) {
+	f := fakeredis.New()
+	t0 := time.Unix(1_700_000_000, 0)
+	var at time.Duration
+	f.Clock = func() time.Time { return t0.Add(at) }
+	rdb := f.Client()
+	ctx := context.Background()
+	for _, step := range []struct {
+		at   time.Duration // from t0
+		args []any
+		want string
+	}{
+		// GCRA: 5 at once, one back every 12 s (τ = 60 s).
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 3, "DEBT"}, "[0 5 2 -1 36]"},                   // within the limit: as without DEBT
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 4, "debt"}, "[1 5 0 36 84]"},                   // 84 s ahead: 24 s of debt
+		{0, []any{"GET", "g"}, "1700000084000000000:debt"},                                       // stored marked
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 0}, "[1 5 0 24 84]"},                           // a check of cost 0 waits out the debt
+		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1}, "[1 5 0 36 84]"},                           // one unit, one interval more
+		{35 * time.Second, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "MS"}, "[1 5 0 1000 49000]"}, // a second early
+		{36 * time.Second, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1}, "[0 5 0 -1 60]"},            // paid off: admitted
+		{36 * time.Second, []any{"GET", "g"}, "1700000096000000000"},                             // and stored unmarked
+		{36 * time.Second, []any{"GCRA.THROTTLE", "g", 4, 5, 60, -2}, "[0 5 2 -1 36]"},
+		// A charge above the limit, refused without DEBT, is taken with it;
+		// a refund pays some of a debt back.
+		{0, []any{"GCRA.THROTTLE", "g2", 4, 5, 60, 7}, "[1 5 5 -1 0]"},
+		{0, []any{"GCRA.THROTTLE", "g2", 4, 5, 60, 10, "DEBT"}, "[1 5 0 72 120]"},
+		{0, []any{"GCRA.THROTTLE", "g2", 4, 5, 60, -3}, "[0 5 0 -1 84]"},
+		{0, []any{"GCRA.THROTTLE", "g2", 4, 5, 60, 0, "DEBT"}, "[1 5 0 24 84]"},
+		{0, []any{"CL.THROTTLE", "g2", 4, 5, 60, 0}, "[1 5 0 24 84]"},
+		// The token bucket: 4 tokens, one a second; 6 take it to -2.
+		{0, []any{"TB.TAKE", "b", 4, 1, 1, 6, "DEBT"}, "[1 4 0 3 6]"},
+		{2 * time.Second, []any{"TB.TAKE", "b", 4, 1, 1}, "[1 4 0 1 4]"},
+		{3 * time.Second, []any{"TB.TAKE", "b", 4, 1, 1}, "[0 4 0 -1 4]"},
+		// The fixed window: 5 a minute, 40 s of it left; the count passes
+		// the limit and the next window starts empty.
+		{120 * time.Second, []any{"FW.HIT", "f", 5, 60, 4}, "[0 5 1 -1 40]"},
+		{120 * time.Second, []any{"FW.HIT", "f", 5, 60, 3, "DEBT"}, "[1 5 0 40 40]"},
+		{120 * time.Second, []any{"GET", "f"}, "7"},
+		{130 * time.Second, []any{"FW.HIT", "f", 5, 60, 0}, "[1 5 0 30 30]"},
+		{160 * time.Second, []any{"FW.HIT", "f", 5, 60}, "[0 5 4 -1 60]"},
+		// The sliding window: 3 in any 10 s. 5 at a window's start weigh
+		// in the next one until ⌊5 × (10 s − e)/10 s⌋ ≤ 2: just after 4 s.
+		{120 * time.Second, []any{"SW.HIT", "s", 3, 10, 5, "DEBT"}, "[1 3 0 14 20]"},
+		{120 * time.Second, []any{"GET", "s"}, "170000012:5:0"},
+		{134 * time.Second, []any{"SW.HIT", "s", 3, 10, 1, "MS"}, "[1 3 0 1 6000]"},
+		{135 * time.Second, []any{"SW.HIT", "s", 3, 10, 1}, "[0 3 0 -1 15]"},
+		// The sliding log: 3 in any 10 s. A charge waits for the entries
+		// over the limit to leave: the old ones, or its own.
+		{120 * time.Second, []any{"SL.HIT", "l", 3, 10, 2}, "[0 3 1 -1 10]"},
+		{125 * time.Second, []any{"SL.HIT", "l", 3, 10, 3, "DEBT"}, "[1 3 0 10 10]"},
+		{125 * time.Second, []any{"SL.HIT", "l", 3, 10, 0}, "[1 3 0 5 10]"},
+		{130 * time.Second, []any{"SL.HIT", "l", 3, 10, 1}, "[1 3 0 5 5]"},
+		{135 * time.Second, []any{"SL.HIT", "l", 3, 10, 1}, "[0 3 2 -1 10]"},
+		{120 * time.Second, []any{"SL.HIT", "l2", 3, 10, 2}, "[0 3 1 -1 10]"},
+		{125 * time.Second, []any{"SL.HIT", "l2", 3, 10, 2, "DEBT"}, "[1 3 0 5 10]"},
+		{130 * time.Second, []any{"SL.HIT", "l2", 3, 10, 1}, "[0 3 0 -1 10]"},
+		// RL.ALL: every limit takes its charge; the one with the longest
+		// wait decides.
+		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 3, "FW", 5, 60, 3, "DEBT"}, "[0 5 2 -1 36 0]"},
+		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 3, "FW", 5, 60, 3, "DEBT"}, "[1 5 0 24 72 0]"},
+		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 0, "FW", 5, 60, 0, "EACH"}, "[1 5 0 20 20 1 1 5 0 12 72 1 5 0 20 20]"},
+		{200 * time.Second, []any{"GET", "a2"}, "6"},
+	} {
+		at = step.at
+		v, err := rdb.Do(ctx, step.args...).Result()
+		got := fmt.Sprint(v)
+		if err != nil {
+			got = "error: " + err.Error()
+		}
+		if got != step.want {
+			t.Fatalf("at t0+%v: %v answered %s, want %s", step.at, step.args, got, step.want)
+		}
+	}
+	for _, bad := range []struct {
+		args []any
+		want string
+	}{
+		{[]any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "DEBT", "RESERVE", 1}, "ERR DEBT takes the whole cost whatever remains, so it does not go with RESERVE"},
+		{[]any{"TB.TAKE", "b", 4, 1, 1, "UPTO", 2, "DEBT"}, "ERR DEBT takes the whole cost whatever remains, so it does not go with UPTO"},
+		{[]any{"RL.ALL", 1, "a1", "GCRA", 4, 5, 60, 1, "RESERVE", 1, "DEBT"}, "ERR DEBT takes the whole cost whatever remains, so it does not go with RESERVE"},
+		{[]any{"FW.HIT", "f", 5, 60, "DEBT", "DEBT"}, "ERR the option DEBT is given twice"},
+		{[]any{"GCRA.PEEK", "g", 4, 5, 60, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS and RESERVE n`},
+		{[]any{"GCRA.PEEK", "g", 4, 5, 60, "DEBT"}, `ERR unknown option "DEBT": the options are MS and RESERVE n`},
+		{[]any{"RL.PEEK", 1, "a", "FW", 3, 60, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS, RESERVE n and EACH`},
+		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS`},
+		{[]any{"GCRA.THROTTLE", "new", 4, 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken"},
+		{[]any{"TB.TAKE", "b", 4, 1, 1, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken"},
+		{[]any{"FW.HIT", "f", 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken"},
+		{[]any{"SL.HIT", "new", 3, 10, 100001, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 100001: split the call"},
+		{[]any{"RL.ALL", 2, "n1", "n2", "SL", 3, 10, 60000, "SL", 3, 10, 60000, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 120000: split the call"},
+		{[]any{"RL.ALL", 2, "a1", "n2", "GCRA", 4, 5, 60, "9223372036854775807", "FW", 5, 60, 1, "DEBT"}, `ERR limiter 1 (GCRA, key "a1"): DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken`},
+	} {
+		before := fmt.Sprint(f.Keys())
+		if err := rdb.Do(ctx, bad.args...).Err(); err == nil || err.Error() != bad.want {
+			t.Errorf("%v: %v, want %s", bad.args, err, bad.want)
+		}
+		if after := fmt.Sprint(f.Keys()); after != before {
+			t.Errorf("%v changed the keys: %s, then %s", bad.args, before, after)
+		}
+	}
+}
