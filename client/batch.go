@@ -225,6 +225,6 @@ func (call *Call) read(cmd *onceCmd, err error) {
 		fill(call.wants, call.each, call.res.Limited)
 	default:
 		w := call.wants[0]
-		w.Result, w.Known, w.Taken = call.res, true, !call.res.Limited
+		w.Result, w.Known, w.Taken = call.res, true, !call.res.Limited || w.Debt
 	}
 }

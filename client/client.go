@@ -335,6 +335,7 @@ func appendPeriod(a []any, name string, d time.Duration) ([]any, error) {
 type Option struct {
 	reserve, upto int64
 	grant         bool // UpTo: upto is sent, whatever it is
+	debt          bool // Debt
 }
 
 // Reserve admits the call only if n units (slots, for a concurrency limit)
@@ -349,6 +350,18 @@ func Reserve(n int64) Option { return Option{reserve: n} }
 // For Take and All, not for a Shaper, a Peek nor a concurrency limit.
 func UpTo(n int64) Option { return Option{upto: n, grant: true} }
 
+// Debt takes the call's whole cost whatever remains (the module's DEBT): a
+// charge for work already done, such as an LLM response's tokens counted
+// after it was sent. Past its limit the limiter goes into debt: the
+// Result is Limited (the charge left it over its limit) yet taken,
+// Remaining is 0, RetryAfter the time until one unit passes again, and
+// every call, even of cost 0, is refused until the debt is paid off. A
+// token bucket of 1,000 refilled 1,000 a minute, 900 used: a charge of 300
+// leaves it 200 in debt; a check of cost 0 waits 12 s, one token 12.06 s.
+// For Take and
+// All on GCRA, token buckets and windows; not with Reserve or UpTo.
+func Debt() Option { return Option{debt: true} }
+
 func appendOptions(a []any, opts []Option) []any {
 	a = append(a, "MS")
 	for _, o := range opts {
@@ -357,6 +370,9 @@ func appendOptions(a []any, opts []Option) []any {
 		}
 		if o.grant {
 			a = append(a, "UPTO", o.upto)
+		}
+		if o.debt {
+			a = append(a, "DEBT")
 		}
 	}
 	return a

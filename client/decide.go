@@ -25,6 +25,10 @@ type Want struct {
 	Limit   Limit
 	Cost    int64
 	Reserve int64 // the module's RESERVE n (see Reserve)
+	// Debt: the cost is taken whatever remains (see Debt): the want is
+	// charged even when other limits refuse, and Limited reports a charge
+	// that left its limit over it, taken all the same.
+	Debt bool
 
 	// Result is the limit's own answer, when Known. A limit of a step after
 	// one that refused is not asked, and stays not Known.
@@ -76,6 +80,11 @@ type StepFunc func(ctx context.Context, s Step) error
 // that answer; the same key with two different limits or reserves is an
 // error, and nothing is sent.
 //
+// Wants with Debt are not part of the all or nothing: once the others are
+// decided (admitted or refused), they are charged, in steps of up to 16
+// per slot sent with DEBT, and stay Taken whatever they answer; none is
+// given back. A Debt want takes no Reserve.
+//
 // send sends each step (nil: Client.Send).
 func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error {
 	if send == nil {
@@ -83,6 +92,9 @@ func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 	}
 	if repeated(wants) {
 		return c.decideOnce(ctx, wants, send)
+	}
+	if slices.ContainsFunc(wants, func(w *Want) bool { return w.Debt }) {
+		return c.decideDebt(ctx, wants, send)
 	}
 	budget := time.Second // what a refund may take: as long as ctx had at first, up to a second
 	if d, ok := ctx.Deadline(); ok {
@@ -102,6 +114,49 @@ func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 		c.Refund(rctx, taken, send)
 		cancel()
 		return err
+	}
+	return nil
+}
+
+// decideDebt decides the wants without Debt all or nothing, then charges
+// those with Debt (see Decide).
+func (c *Client) decideDebt(ctx context.Context, wants []*Want, send StepFunc) error {
+	var all, debt []*Want
+	for _, w := range wants {
+		switch {
+		case !w.Debt:
+			all = append(all, w)
+		case w.Reserve != 0:
+			return fmt.Errorf("client: key %q is charged with DEBT, which takes no reserve", w.Key)
+		default:
+			debt = append(debt, w)
+		}
+	}
+	if len(all) > 0 {
+		if err := c.Decide(ctx, all, send); err != nil {
+			return err
+		}
+	}
+	groups, index := [][]*Want{}, map[int]int{}
+	for _, w := range debt {
+		slot := 0
+		if c.grouped() {
+			slot = Slot(w.Key)
+		}
+		k, ok := index[slot]
+		if !ok {
+			k = len(groups)
+			index[slot] = k
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], w)
+	}
+	for _, g := range groups {
+		for s := range slices.Chunk(g, MaxAll) {
+			if err := send(ctx, Step{Wants: s}); err != nil {
+				return err
+			}
+		}
 	}
 	return nil
 }
@@ -142,8 +197,8 @@ func (c *Client) decideOnce(ctx context.Context, wants []*Want, send StepFunc) e
 			at[w.Key] = k
 			one := *w
 			once = append(once, &one)
-		case once[k].Limit != w.Limit || once[k].Reserve != w.Reserve:
-			return fmt.Errorf("client: key %q is decided twice, with two limits or reserves", w.Key)
+		case once[k].Limit != w.Limit || once[k].Reserve != w.Reserve || once[k].Debt != w.Debt:
+			return fmt.Errorf("client: key %q is decided twice, with two limits, reserves or debts", w.Key)
 		default:
 			once[k].Cost = min(once[k].Cost+w.Cost, MaxCost)
 		}
@@ -267,22 +322,28 @@ func (c *Client) Send(ctx context.Context, s Step) error {
 	}
 	if len(s.Wants) == 1 {
 		w := s.Wants[0]
-		r, err := c.Take(ctx, w.Key, w.Limit, w.Cost, Reserve(w.Reserve))
+		r, err := c.Take(ctx, w.Key, w.Limit, w.Cost, stepOption(s))
 		if err != nil {
 			return err
 		}
-		w.Result, w.Known, w.Taken = r, true, !r.Limited
+		w.Result, w.Known, w.Taken = r, true, !r.Limited || w.Debt
 		return nil
 	}
 	var kbuf [MaxAll]Keyed
 	var ebuf [MaxAll]Result
 	keyed, each := keyedOf(s.Wants, kbuf[:0]), ebuf[:len(s.Wants)]
-	r, err := c.AllEach(ctx, keyed, each, Reserve(s.Wants[0].Reserve))
+	r, err := c.AllEach(ctx, keyed, each, stepOption(s))
 	if err != nil {
 		return err
 	}
 	fill(s.Wants, each, r.Limited)
 	return nil
+}
+
+// stepOption is a step's option: its wants' reserve, or DEBT (a step's
+// wants share both).
+func stepOption(s Step) Option {
+	return Option{reserve: s.Wants[0].Reserve, debt: s.Wants[0].Debt}
 }
 
 // keyedOf appends wants as All takes them.
@@ -293,10 +354,11 @@ func keyedOf(wants []*Want, keyed []Keyed) []Keyed {
 	return keyed
 }
 
-// fill gives wants their answers from an RL.ALL EACH call.
+// fill gives wants their answers from an RL.ALL EACH call (a charge is
+// taken, limited or not).
 func fill(wants []*Want, each []Result, limited bool) {
 	for i, w := range wants {
-		w.Result, w.Known, w.Taken = each[i], true, !limited
+		w.Result, w.Known, w.Taken = each[i], true, !limited || w.Debt
 	}
 }
 
@@ -326,12 +388,12 @@ func (c *Client) Refund(ctx context.Context, wants []*Want, send StepFunc) {
 func (b *Batch) Step(s Step) *Call {
 	if len(s.Wants) == 1 {
 		w := s.Wants[0]
-		call := b.Take(w.Key, w.Limit, w.Cost, Reserve(w.Reserve))
+		call := b.Take(w.Key, w.Limit, w.Cost, stepOption(s))
 		call.wants = s.Wants
 		return call
 	}
 	each := make([]Result, len(s.Wants))
-	call := b.AllEach(keyedOf(s.Wants, make([]Keyed, 0, len(s.Wants))), each, Reserve(s.Wants[0].Reserve))
+	call := b.AllEach(keyedOf(s.Wants, make([]Keyed, 0, len(s.Wants))), each, stepOption(s))
 	call.wants = s.Wants
 	return call
 }

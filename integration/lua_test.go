@@ -219,9 +219,12 @@ func (c diffCase) args(r *rand.Rand) (cmd string, args []string) {
 	if r.IntN(4) == 0 { // UPTO n: a grant (peeks and LB.ENQUEUE refuse it)
 		args = append(args, []string{"UPTO", "upto"}[r.IntN(2)], fmt.Sprint([]int64{1, 2, 3, 7, c.limit, 1000000, 0, 1000001}[r.IntN(8)]))
 	}
+	if r.IntN(4) == 0 { // DEBT: a charge taken past the limit (refused beside RESERVE or UPTO)
+		args = append(args, []string{"DEBT", "debt"}[r.IntN(2)])
+	}
 	if r.IntN(12) == 0 { // bad input
 		bad := []string{"", "x", "1.5", "1e3", " 1", "0x10", "-1", "0", "9223372036854775808", "-9223372036854775809",
-			"9007199254740991", "9007199254740992", "9223372036", "9223372037", "RESERVE", "reserve", "MS", "EACH", "UPTO", "\xff\"\\", strings.Repeat("a", 40)}
+			"9007199254740991", "9007199254740992", "9223372036", "9223372037", "RESERVE", "reserve", "MS", "EACH", "UPTO", "DEBT", "\xff\"\\", strings.Repeat("a", 40)}
 		switch r.IntN(4) {
 		case 0:
 			args = args[:r.IntN(len(args))]
@@ -537,6 +540,9 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 				}
 				if r.IntN(3) == 0 {
 					args = append(args, "UPTO", fmt.Sprint([]int64{1, 2, 5, 100, 1000000, 0}[r.IntN(6)]))
+				}
+				if r.IntN(4) == 0 {
+					args = append(args, "DEBT")
 				}
 				ks := keys
 				if r.IntN(10) == 0 { // bad input

@@ -337,26 +337,15 @@ func script(c *spec.Command) string {
 	return b.String()
 }
 
-// code is a part without its comment lines and repeated blank lines: the
-// library keeps the code, lua/src the explanations. (No source puts "--" at
-// a line's start inside a string.)
+// code is a part without its comment lines and blank lines: the library
+// keeps the code, lua/src the explanations and the layout. (No source puts
+// "--" at a line's start inside a string.)
 func code(src string) string {
 	var b strings.Builder
-	blank := false
 	for _, line := range strings.SplitAfter(src, "\n") {
-		t := strings.TrimSpace(line)
-		if strings.HasPrefix(t, "--") {
-			continue
+		if t := strings.TrimSpace(line); t != "" && !strings.HasPrefix(t, "--") {
+			b.WriteString(line)
 		}
-		if t == "" {
-			if blank {
-				continue
-			}
-			blank = true
-		} else {
-			blank = false
-		}
-		b.WriteString(line)
 	}
 	return b.String()
 }

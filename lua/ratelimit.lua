@@ -15,12 +15,10 @@
 
 local TWO53 = 9007199254740992
 local B = 10000000
-
 local limbs_made
 local function limbs()
   if limbs_made then return limbs_made end
   local M = {}
-
   local function big(n)
     if type(n) == 'table' then return n end
     local t = {s = 1}
@@ -48,7 +46,6 @@ local function limbs()
     end
     return t
   end
-
   local function small(t)
     local n = #t
     if n == 0 then return 0 end
@@ -58,7 +55,6 @@ local function limbs()
     if v >= TWO53 then return t end
     return t.s * v
   end
-
   local function cmpmag(a, b)
     if #a ~= #b then return #a < #b and -1 or 1 end
     for i = #a, 1, -1 do
@@ -66,7 +62,6 @@ local function limbs()
     end
     return 0
   end
-
   local function addmag(a, b, s)
     local r, carry = {s = s}, 0
     for i = 1, math.max(#a, #b) do
@@ -76,7 +71,6 @@ local function limbs()
     if carry > 0 then r[#r + 1] = carry end
     return r
   end
-
   local function submag(a, b, s)
     local r, borrow = {s = s}, 0
     for i = 1, #a do
@@ -86,7 +80,6 @@ local function limbs()
     while #r > 0 and r[#r] == 0 do r[#r] = nil end
     return r
   end
-
   local function mulmag(a, b, s)
     local r = {s = s}
     for i = 1, #a + #b do r[i] = 0 end
@@ -110,13 +103,11 @@ local function limbs()
     while #r > 0 and r[#r] == 0 do r[#r] = nil end
     return r
   end
-
   local function approx(t)
     local v = 0
     for i = #t, 1, -1 do v = v * B + t[i] end
     return v
   end
-
   local function divmag(a, b)
     local q, r = {s = 1}, {s = 1}
     for i = 1, #a do r[i] = a[i] end
@@ -130,38 +121,31 @@ local function limbs()
     end
     return q, r
   end
-
   function M.add(a, b)
     a, b = big(a), big(b)
     if a.s == b.s then return small(addmag(a, b, a.s)) end
     if cmpmag(a, b) >= 0 then return small(submag(a, b, a.s)) end
     return small(submag(b, a, b.s))
   end
-
   function M.mul(a, b)
     a, b = big(a), big(b)
     return small(mulmag(a, b, a.s * b.s))
   end
-
   function M.quorem(a, b)
     a, b = big(a), big(b)
     local q, r = divmag(a, b)
     q.s, r.s = a.s * b.s, a.s
     return small(q), small(r)
   end
-
   M.big, M.cmpmag, M.small = big, cmpmag, small
-
   function M.fmt(a)
     local parts = {a.s < 0 and '-' or '', string.format('%d', a[#a])}
     for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format('%07d', a[i]) end
     return table.concat(parts)
   end
-
   limbs_made = M
   return M
 end
-
 local function add(a, b)
   if type(a) == 'number' and type(b) == 'number' then
     local c = a + b
@@ -169,16 +153,13 @@ local function add(a, b)
   end
   return limbs().add(a, b)
 end
-
 local function neg(a)
   if type(a) == 'number' then return -a end
   local r = {s = -a.s}
   for i = 1, #a do r[i] = a[i] end
   return r
 end
-
 local function sub(a, b) return add(a, neg(b)) end
-
 local function mul(a, b)
   if type(a) == 'number' and type(b) == 'number' then
     local c = a * b
@@ -186,7 +167,6 @@ local function mul(a, b)
   end
   return limbs().mul(a, b)
 end
-
 local function quorem(a, b)
   if type(a) == 'number' and type(b) == 'number' then
     local r = math.fmod(a, b) -- exact
@@ -194,9 +174,7 @@ local function quorem(a, b)
   end
   return limbs().quorem(a, b)
 end
-
 local function quo(a, b) return (quorem(a, b)) end
-
 local function cmp(a, b)
   local ta, tb = type(a) == 'number', type(b) == 'number'
   if ta and tb then
@@ -210,20 +188,16 @@ local function cmp(a, b)
   if c == 0 then return 0 end
   return a.s * c
 end
-
 local function lt(a, b) return cmp(a, b) < 0 end
 local function le(a, b) return cmp(a, b) <= 0 end
 local function imax(a, b) if cmp(a, b) >= 0 then return a end return b end
 local function imin(a, b) if cmp(a, b) <= 0 then return a end return b end
-
 local function fmt(a)
   if type(a) == 'number' then return string.format('%d', a) end
   return limbs().fmt(a)
 end
-
 local MAXI = {s = 1, 4775807, 7203685, 92233}
 local MINI = {s = -1, 4775808, 7203685, 92233}
-
 local function parse(s)
   local sign, digits = string.match(s, '^([+-]?)0*(%d-)$')
   if not digits or (digits == '' and not string.match(s, '0$')) then return nil end
@@ -243,25 +217,20 @@ local function parse(s)
   if lt(MAXI, v) or lt(v, MINI) then return nil end
   return v
 end
-
 local function fits(a) return le(MINI, a) and le(a, MAXI) end
-
 local function whole(n)
   if n < TWO53 and n > -TWO53 then return n end
   return limbs().big(n)
 end
-
 local function float(a)
   if type(a) == 'number' then return a end
   return tonumber(fmt(a))
 end
 
-
 local function fast_number(s)
   if #s > 15 or not string.find(s, '^%d+$') then return nil end
   return tonumber(s)
 end
-
 local function fast_tail(args, i, v, cmin, cmax)
   local n = #args
   if i <= n then
@@ -281,7 +250,6 @@ local function fast_tail(args, i, v, cmin, cmax)
   return v, false
 end
 
-
 local MAX_SECONDS = 9223372036 -- the longest period, window or lease: whole seconds of 64-bit ns
 local MAX_LIMIT = 9007199254740991 -- 2^53 - 1: a reply's integers stay exact
 local MAX_ARGS = 128 -- a command's arguments, its name included
@@ -289,14 +257,12 @@ local MAX_KEYS = 16 -- RL.ALL's numkeys
 local MAX_ONE_KEY_ARGS = 16 -- a command of one key's arguments, its name included
 local MAX_LOG_ADD = 100000 -- the sliding-log entries one RL.ALL adds
 local MAX_UPTO = 1000000 -- UPTO's n
-local ALL_OPTIONS, PEEK_OPTIONS = 'MS, RESERVE n, UPTO n and EACH', 'MS, RESERVE n and EACH' -- RL.ALL's and RL.PEEK's, for errors
+local ALL_OPTIONS, PEEK_OPTIONS = 'MS, RESERVE n, UPTO n, DEBT and EACH', 'MS, RESERVE n and EACH' -- RL.ALL's and RL.PEEK's, for errors
 local MAX_ID = 128 -- a holder id's bytes
 local MAX_CONC_LIMIT = 100000 -- the most holders of one concurrency limit
 local CONC_SWEEP = 64 -- the most lapsed holders one concurrency write removes
-
 local FAMILIES = {'GCRA', 'TB', 'LB', 'SW', 'FW', 'SL'}
 local LIMITERS = 'GCRA, TB, SW, FW and SL'
-
 local GCRA_STATE = 'GCRA state (a Unix time in nanoseconds)'
 local BUCKET_STATE = 'token bucket state (a Unix time in nanoseconds)'
 local SHAPER_STATE = 'shaper state (a Unix time in nanoseconds)'
@@ -304,7 +270,6 @@ local COUNTER_STATE = 'sliding window state (index:current:previous)'
 local FIXED_STATE = 'fixed window state (a count)'
 local LOG_STATE = 'a sliding log (members <score>-<n>, scored in Unix microseconds)'
 local CONC_STATE = 'concurrency state (holder ids scored with their lease\'s end in Unix microseconds)'
-
 local T_RANGE = 'ERR {}{} must be an integer from {} to {}'
 local T_SECONDS = 'ERR {}{} must be whole seconds from {} to {}'
 local T_RESERVE_RANGE = 'ERR {}RESERVE must be an integer from 0 to {} (the limit)'
@@ -312,6 +277,8 @@ local T_RESERVE_WORD = 'ERR RESERVE needs a number: RESERVE n, n from 0 to the l
 local T_UPTO_RANGE = 'ERR UPTO must be an integer from 1 to {}'
 local T_UPTO_WORD = 'ERR UPTO needs a number: UPTO n, n from 1 to {}'
 local T_UPTO_REFUND = 'ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)'
+local T_DEBT_WITH = 'ERR DEBT takes the whole cost whatever remains, so it does not go with {}'
+local T_DEBT_RANGE = 'ERR DEBT cannot take a charge of {}: the limiter\'s state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken'
 local T_UNKNOWN_OPTION = 'ERR unknown option {}: the options are {}'
 local T_TWICE = 'ERR the option {} is given twice'
 local T_NUMKEYS = 'ERR numkeys must be an integer from 1 to {}'
@@ -333,13 +300,11 @@ local function text(t, ...)
   local args, i = {...}, 0
   return (string.gsub(t, '{}', function() i = i + 1; return tostring(args[i]) end))
 end
-
 local GCRA_RATE = 'ERR count must be at most period x 1000000000 (the interval period/count must be at least 1 ns)'
 local GCRA_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter\'s state would lie beyond the year 2262)'
 local BUCKET_RATE = 'ERR the rate is above one per nanosecond: the count must be at most period x 1000000000'
 local BUCKET_OVERFLOW = 'ERR arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)'
 local WINDOW_OVERFLOW = 'ERR the window overflows 64-bit nanoseconds: the window is too long'
-
 local function syntax(kind)
   if kind == 'gcra' then
     return {
@@ -350,7 +315,7 @@ local function syntax(kind)
       },
       optional = {name = 'quantity', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return add(v[1], 1) end,
     }
   elseif kind == 'tb' then
@@ -362,7 +327,7 @@ local function syntax(kind)
       },
       optional = {name = 'tokens', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'lb' then
@@ -384,7 +349,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = 0, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'fw' then
@@ -395,7 +360,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = 0, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'sl' then
@@ -406,7 +371,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = 0, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n and UPTO n',
+      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'conc' then
@@ -421,7 +386,6 @@ local function syntax(kind)
     }
   end
 end
-
 local function fast_args(kind, args)
   local n, v = #args, {}
   if kind == 'gcra' then
@@ -496,16 +460,12 @@ local function fast_args(kind, args)
   end
 end
 
-
 local WRONGTYPE = 'WRONGTYPE Operation against a key holding the wrong kind of value'
 local SECOND = 1000000000
-
 local function fail(msg) return {err = msg} end
-
 local function arity(name)
   return fail("ERR wrong number of arguments for '" .. name .. "' command")
 end
-
 local function quote(s)
   local more = ''
   if #s > 32 then s = string.sub(s, 1, 32); more = '...' end
@@ -516,22 +476,20 @@ local function quote(s)
   end)
   return '"' .. s .. '"' .. more
 end
-
 local function isword(s, word) return string.upper(s) == word end
-
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' end
+local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 local function range_error(a, prefix)
   if a.seconds then
     return fail(text(T_SECONDS, prefix, a.name, fmt(a.min), fmt(a.max)))
   end
   return fail(text(T_RANGE, prefix, a.name, fmt(a.min), fmt(a.max)))
 end
-
 local function parse_arg(a, s)
   local v = parse(s)
   if v == nil or lt(v, a.min) or lt(a.max, v) then return nil end
   return v
 end
-
 local function parse_reserve(s, limit, prefix)
   local n = parse(s)
   if n == nil or lt(n, 0) or lt(limit, n) then
@@ -539,19 +497,17 @@ local function parse_reserve(s, limit, prefix)
   end
   return n
 end
-
 local function parse_upto(s, cost, prefix)
   local n = parse(s)
   if n == nil or lt(n, 1) or lt(MAX_UPTO, n) then return nil, fail(text(T_UPTO_RANGE, MAX_UPTO)) end
   if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
   return n
 end
-
 local function parse_options(args, i, allowed, names, each, upto)
   local seen, at = {}, {RESERVE = 0, UPTO = 0}
   while i <= #args do
     local w = string.upper(args[i])
-    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and w == 'UPTO')) then
+    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT'))) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
@@ -563,16 +519,16 @@ local function parse_options(args, i, allowed, names, each, upto)
     end
     i = i + 1
   end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO
+  local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
+  if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT
 end
-
 local function zero(v) local z = {unpack(v)}; z[#z] = 0; return z end
 local function grant(remaining, cost, reserve, n)
   if not lt(0, cost) then return n end
   if lt(remaining - reserve, cost) then return 0 end
   return math.min(n, math.floor((remaining - reserve) / cost))
 end
-
 local function parse_one(syn, args, name, upto)
   local np = #syn.positional
   if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, nil, arity(name) end
@@ -583,36 +539,32 @@ local function parse_one(syn, args, name, upto)
   end
   local i = np + 1
   v[np + 1] = syn.def
-  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') and not isword(args[i], 'UPTO') then
+  if i <= #args and not optword(args[i]) then
     v[np + 1] = parse_arg(syn.optional, args[i])
     if v[np + 1] == nil then return nil, nil, nil, nil, range_error(syn.optional, '') end
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
-  local n, reserve = 0, 0
+  local ms, reserve_at, _, upto_at, err, debt = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
+  local n, reserve = 0, debt and DEBT or 0
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
   if err then return nil, nil, nil, nil, err end
   return v, ms, reserve, n
 end
-
 local function clock()
   local t = redis.call('TIME')
   return {tonumber(t[1]), tonumber(t[2]) * 1000}
 end
-
 local function fast_first(fast, kind, key, args, peek)
   local v, ms = fast_args(kind, args)
   if not v then return nil, nil end
   local now = clock()
   return fast(kind, key, v, now, ms, peek), now
 end
-
 local function since(a, b) -- a - b, an exact integer of nanoseconds
   return add(mul(a[1] - b[1], SECOND), a[2] - b[2])
 end
-
 local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
@@ -620,15 +572,11 @@ local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
   if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
   return {s, ns}
 end
-
 local function after(a, b) -- a > b
   return a[1] > b[1] or (a[1] == b[1] and a[2] > b[2])
 end
-
 local function instant_string(a) return string.format('%d%09d', a[1], a[2]) end
-
 local function ceil_ms(a) return a[1] * 1000 + math.ceil(a[2] / 1000000) end
-
 local function reply_time(d, ms)
   if lt(d, 0) then return -1 end
   if ms then
@@ -640,7 +588,6 @@ local function reply_time(d, ms)
   if r >= 1000000 then q = add(q, 1) end
   return float(q)
 end
-
 local function fast_time(d, ms)
   if d < 0 then return -1 end
   local unit, over = SECOND, 1000000 -- whole seconds, plus one from a millisecond over
@@ -650,31 +597,25 @@ local function fast_time(d, ms)
   if r >= over then q = q + 1 end
   return q
 end
-
 local function five(limited, limit, remaining, retry, reset, ms)
   return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
 end
-
 local function read_string(key)
   local v = redis.pcall('GET', key)
   if not v then return 'none', -1 end
   if type(v) == 'table' then return 'other', -1 end
   return 'string', redis.call('PEXPIRETIME', key), v
 end
-
 local function other_data(state, why)
   return fail(text(T_OTHER_DATA, state, why))
 end
-
 local function check_key(kind, expire, want, state)
   if kind ~= 'none' and kind ~= want then return fail(WRONGTYPE) end
   if kind == want and expire < 0 then
     return other_data(state, 'it has no expiry, and limiter keys always expire')
   end
 end
-
 local MIN_STATE = 1420070400 -- 2015-01-01, in seconds
-
 local function split_instant(s)
   local d = string.match(s, '^0*(%d+)$')
   if d == nil then return nil end
@@ -682,13 +623,13 @@ local function split_instant(s)
   if #d <= 9 then return {0, tonumber(d)} end
   return {tonumber(string.sub(d, 1, -10)), tonumber(string.sub(d, -9))}
 end
-
-local function load_instant(key, now, state, tolerance)
+local function load_instant(key, now, state, tolerance, debt)
   local kind, expire, s = read_string(key)
   local err = check_key(kind, expire, 'string', state)
   if err then return nil, err end
   if kind == 'none' then return nil end
-  local at = split_instant(s)
+  local owed = debt and string.sub(s, -5) == ':debt'
+  local at = split_instant(owed and string.sub(s, 1, -6) or s)
   if at == nil then return nil, other_data(state, 'not a decimal integer') end
   if at[1] < MIN_STATE then return nil, other_data(state, 'an instant before 2015') end
   if after(at, now) and lt(tolerance, since(at, now)) then
@@ -697,36 +638,37 @@ local function load_instant(key, now, state, tolerance)
       return nil, other_data(state, 'an instant far past the key\'s own expiry')
     end
   end
-  return at
+  return at, nil, owed
 end
-
-local function store_instant(key, existed, now, at, write)
+local function store_instant(key, existed, now, at, write, owed)
   if not write then return end
   if after(at, now) then
-    redis.call('SET', key, instant_string(at), 'PXAT', string.format('%d', ceil_ms(at)))
+    redis.call('SET', key, instant_string(at) .. (owed and ':debt' or ''), 'PXAT', string.format('%d', ceil_ms(at)))
   elseif existed then
     redis.call('DEL', key)
   end
 end
-
-local function ahead_of(state, now, limit)
+local function ahead_of(state, now, limit, owed)
   if state == nil or not after(state, now) then return 0, false end
   local d = since(state, now)
-  if lt(limit, d) then return limit, true end
+  if lt(limit, d) and not owed then return limit, true end
   return d, false
 end
-
 local function sat_add(a, b)
   local c = add(a, b)
   if lt(MAXI, c) then return MAXI end
   return c
 end
-
+local function reserved(hit, cost, reserve)
+  local d, n, at, err
+  if lt(0, reserve) then d, n, at, err = hit(sat_add(cost, reserve), false) end
+  if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT) end
+  return d, n, at, err
+end
 local function parse_count(s)
   if not string.match(s, '^%d') then return nil end
   return parse(s)
 end
-
 
 local function schedule(kind, limit, slots, count, period)
   local interval
@@ -747,9 +689,8 @@ local function schedule(kind, limit, slots, count, period)
   end
   return {kind = kind, limit = limit, slots = slots, interval = interval, tolerance = tolerance}
 end
-
-local function apply(s, state, now, units)
-  local ahead, clamped = ahead_of(state, now, s.tolerance)
+local function apply(s, state, now, units, owed)
+  local ahead, clamped = ahead_of(state, now, s.tolerance, owed)
   local d = {limited = false, retry = -1, write = clamped}
   if lt(s.slots, units) then
     d.limited, d.at = true, later(now, ahead)
@@ -758,7 +699,7 @@ local function apply(s, state, now, units)
   units = imax(units, neg(s.slots))
   local cost = mul(s.interval, units)
   local nxt = add(ahead, cost)
-  if lt(s.tolerance, nxt) then
+  if le(0, units) and lt(s.tolerance, nxt) then
     d.retry = sub(ahead, sub(s.tolerance, cost))
     d.limited, d.at = true, later(now, ahead)
     return d, ahead, ahead
@@ -769,48 +710,45 @@ local function apply(s, state, now, units)
     return nil, nil, nil, fail(s.kind == 'gcra' and GCRA_OVERFLOW or BUCKET_OVERFLOW)
   end
   d.write = d.write or lt(0, units) or (lt(units, 0) and lt(0, ahead))
+  d.owed = lt(s.tolerance, nxt)
   return d, ahead, nxt
 end
-
-local function decide(kind, s, state, now, units, reserve)
+local function decide(kind, s, state, now, units, reserve, owed)
   if lt(0, reserve) and le(0, units) then
-    local d, ahead, nxt, err = decide(kind, s, state, now, sat_add(units, reserve), 0)
+    local d, ahead, nxt, err = decide(kind, s, state, now, sat_add(units, reserve), 0, owed)
     if err or d.limited then return d, ahead, nxt, err end
   end
-  local d, ahead, nxt, err = apply(s, state, now, units)
+  local d, ahead, nxt, err = apply(s, state, now, units, owed)
   if err then return nil, nil, nil, err end
-  d.reset = nxt
-  if kind == 'gcra' then
-    d.remaining = quo(sub(s.tolerance, nxt), s.interval)
-  else
-    d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)
+  if reserve == DEBT and d.limited and lt(0, units) then
+    nxt = add(ahead, mul(s.interval, units))
+    d.at, d.write, d.owed, d.retry = later(now, nxt), true, true, sub(nxt, sub(s.tolerance, s.interval))
+    if d.at == nil then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(units))) end
   end
+  d.reset = nxt
+  d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)
   if kind == 'lb' then
     d.reset = d.limited and 0 or ahead -- the shaper's field 5: its delay
   end
   return d, ahead, nxt
 end
-
 local INSTANT_STATE = {gcra = GCRA_STATE, tb = BUCKET_STATE, lb = SHAPER_STATE}
-
 local function new_schedule(kind, v)
   if kind == 'gcra' then return schedule(kind, add(v[1], 1), add(v[1], 1), v[2], v[3]) end
   if kind == 'tb' then return schedule(kind, v[1], v[1], v[2], v[3]) end
   return schedule(kind, v[1], add(v[1], 1), v[2], v[3])
 end
-
 local function instant_limit(kind, key, v, reserve, now, ms)
   local s, err = new_schedule(kind, v)
   if err then return nil, nil, err end
-  local state
-  state, err = load_instant(key, now, INSTANT_STATE[kind], s.tolerance)
+  local state, owed
+  state, err, owed = load_instant(key, now, INSTANT_STATE[kind], s.tolerance, kind ~= 'lb')
   if err then return nil, nil, err end
-  local d, _, _, derr = decide(kind, s, state, now, v[4], reserve)
+  local d, _, _, derr = decide(kind, s, state, now, v[4], reserve, owed)
   if derr then return nil, nil, derr end
   local reply = five(d.limited, s.limit, d.remaining, d.retry, d.reset, ms)
-  return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write}
+  return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write, owed = d.owed}
 end
-
 local function fast_instant(kind, key, v, now, ms, peek)
   local n1, count, period, units = v[1], v[2], v[3], v[4]
   local limit, slots, interval
@@ -872,28 +810,23 @@ local function fast_instant(kind, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-
 local function instant_store(w, now)
-  store_instant(w.key, w.existed, now, w.at, w.write)
+  store_instant(w.key, w.existed, now, w.at, w.write, w.owed)
 end
-
 
 local function muldiv_ceil(a, b, c)
   local q, r = quorem(mul(a, b), c)
   if lt(0, r) then q = add(q, 1) end
   return q, fits(q)
 end
-
 local function window_at(now, window)
   local start = now[1] - math.fmod(now[1], window)
   return start, start + window
 end
-
 local function in_range(s) -- an instant of whole second s fits 64-bit ns
   return s <= MAX_SECONDS
 end
-
-local function fixed_hit(L, window, count, expire, now, cost)
+local function fixed_hit(L, window, count, expire, now, cost, debt)
   local d = {limited = false, retry = -1, write = false, reset = 0}
   local start, stop = window_at(now, window)
   if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
@@ -903,8 +836,13 @@ local function fixed_hit(L, window, count, expire, now, cost)
   local n = add(count, cost)
   if lt(L, cost) or not fits(n) or lt(L, n) then
     d.limited = true
-    if le(cost, L) then d.retry = left end
-    n = count
+    if debt and lt(0, cost) then
+      if not fits(n) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      d.write, d.retry = true, left
+    else
+      if le(cost, L) then d.retry = left end
+      n = count
+    end
   else
     d.write = d.write or lt(0, cost)
   end
@@ -912,8 +850,7 @@ local function fixed_hit(L, window, count, expire, now, cost)
   if lt(0, n) then d.reset = left end
   return d, n, stop
 end
-
-local function sliding_hit(L, window, c, now, cost)
+local function sliding_hit(L, window, c, now, cost, debt)
   local W = mul(window, SECOND)
   local d = {limited = false, retry = -1, write = false}
   local start, stop = window_at(now, window)
@@ -935,6 +872,11 @@ local function sliding_hit(L, window, c, now, cost)
   local total = add(est, cost)
   if lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
     d.limited = true
+    if debt and lt(0, cost) then
+      nxt.current = add(nxt.current, cost)
+      if not fits(nxt.current) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      c, cost, d.write = nxt, 1, true
+    end
     if le(cost, L) then
       local r = sub(W, e)
       local room = sub(sub(L, cost), c.current)
@@ -969,7 +911,6 @@ local function sliding_hit(L, window, c, now, cost)
   d.reset = since(expire, now)
   return d, nxt, expire
 end
-
 local function window_limit(kind, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
   local kindof, expire, raw = read_string(key)
@@ -983,14 +924,8 @@ local function window_limit(kind, key, v, reserve, now, ms)
       count = parse_count(raw)
       if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
     end
-    if lt(0, reserve) then
-      d, n, at, err = fixed_hit(L, window, count, expire, now, sat_add(cost, reserve))
-      if err then return nil, nil, err end
-    end
-    if not d or not d.limited then
-      d, n, at, err = fixed_hit(L, window, count, expire, now, cost)
-      if err then return nil, nil, err end
-    end
+    d, n, at, err = reserved(function(k, debt) return fixed_hit(L, window, count, expire, now, k, debt) end, cost, reserve)
+    if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
     return reply, {key = key}
@@ -1003,20 +938,13 @@ local function window_limit(kind, key, v, reserve, now, ms)
       return nil, nil, other_data(state, 'not three decimal integers')
     end
   end
-  if lt(0, reserve) then
-    d, n, at, err = sliding_hit(L, window, c, now, sat_add(cost, reserve))
-    if err then return nil, nil, err end
-  end
-  if not d or not d.limited then
-    d, n, at, err = sliding_hit(L, window, c, now, cost)
-    if err then return nil, nil, err end
-  end
+  d, n, at, err = reserved(function(k, debt) return sliding_hit(L, window, c, now, k, debt) end, cost, reserve)
+  if err then return nil, nil, err end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
   if not after(at, now) then return reply, {key = key, del = raw ~= nil} end
   return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
 end
-
 local function store(w)
   if w.set then
     redis.call('SET', w.key, w.set, 'PXAT', string.format('%d', ceil_ms(w.at)))
@@ -1024,7 +952,6 @@ local function store(w)
     redis.call('DEL', w.key)
   end
 end
-
 local function fast_read(key, pattern)
   local raw = redis.pcall('GET', key)
   if not raw then return nil end
@@ -1034,7 +961,6 @@ local function fast_read(key, pattern)
   if expire < 0 then return false end
   return raw, expire
 end
-
 local function fast_fixed(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
@@ -1065,14 +991,12 @@ local function fast_fixed(_, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-
 local function ceil_div(a, b)
   local r = math.fmod(a, b)
   local q = (a - r) / b
   if r > 0 then q = q + 1 end
   return q
 end
-
 local function fast_sliding(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
@@ -1144,25 +1068,20 @@ local function fast_sliding(_, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-
 local function window_store(w)
   store(w)
 end
 
-
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
-
 local function read_zset(key)
   local n = redis.pcall('ZCARD', key)
   if type(n) == 'table' then return 'other', -1, 0 end
   if n == 0 then return 'none', -1, 0 end
   return 'zset', redis.call('PEXPIRETIME', key), n
 end
-
 local function state_score(us)
   return us >= MIN_STATE * 1000000 and us < MAX_SCORE and us == math.floor(us)
 end
-
 local function log_entry(member, score)
   if #member > 63 or not state_score(score) then return false end
   local a, b = string.match(member, '^([^-]*)%-(.*)$')
@@ -1170,17 +1089,14 @@ local function log_entry(member, score)
   local us = parse_count(a)
   return us ~= nil and cmp(us, score) == 0 and parse_count(b) ~= nil
 end
-
 local function score_ns(us)
   if us ~= us or us <= -MAX_SCORE then return nil end
   if us >= MAX_SCORE then us = MAX_SCORE end
   if us < 0 then us = math.ceil(us) else us = math.floor(us) end
   return mul(us, 1000)
 end
-
 local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
-
-local function log_hit(key, size, L, window, now, cost, cutoff_us)
+local function log_hit(key, size, L, window, now, cost, cutoff_us, debt)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local n = now_ns(now)
@@ -1198,14 +1114,16 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   local total = add(live, cost)
   if lt(L, cost) or lt(L, total) then
     d.limited = true
-    if le(cost, L) then
-      local k = sub(total, L)
+    local charge = debt and lt(0, cost)
+    if le(cost, L) or charge then
+      local k = sub(total, L) -- the oldest entry to leave; one more for a unit after a charge
+      if charge then k = add(k, 1) end
       local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), '1', 'WITHSCORES')
       local nth = r[2] and score_ns(tonumber(r[2])) or nil
       if nth == nil or lt(n, nth) then nth = n end
       d.retry = sub(add(nth, W), n)
     end
-    total = live
+    if charge then d.write, newest, d.add = true, n, cost else total = live end
   elseif lt(0, cost) then
     d.write, newest, d.add = true, n, cost
   end
@@ -1213,16 +1131,16 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   d.reset = 0
   if lt(0, total) then
     d.expire = add(newest, W)
-    if not fits(d.expire) then return nil, fail(WINDOW_OVERFLOW) end
+    if not fits(d.expire) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
     d.reset = sub(d.expire, n)
   else
     d.expire = n
   end
   return d
 end
-
 local function log_limit(_, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
+  if reserve == DEBT and lt(MAX_LOG_ADD, cost) then return nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(cost))) end
   local kind, expire, size = read_zset(key)
   local err = check_key(kind, expire, 'zset', LOG_STATE)
   if err then return nil, nil, err end
@@ -1234,21 +1152,13 @@ local function log_limit(_, key, v, reserve, now, ms)
     end
   end
   local cutoff_us = sub(now[1] * 1000000 + math.floor(now[2] / 1000), mul(window, 1000000))
-  local d
-  if lt(0, reserve) then
-    d, err = log_hit(key, size, L, window, now, sat_add(cost, reserve), cutoff_us)
-    if err then return nil, nil, err end
-  end
-  if not d or not d.limited then
-    d, err = log_hit(key, size, L, window, now, cost, cutoff_us)
-    if err then return nil, nil, err end
-  end
+  local d, _, _, herr = reserved(function(k, debt) return log_hit(key, size, L, window, now, k, cutoff_us, debt) end, cost, reserve)
+  if herr then return nil, nil, herr end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
   return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add,
     score = now[1] * 1000000 + math.floor(now[2] / 1000), expire = d.expire}
 end
-
 local function store_log(w)
   redis.call('ZREMRANGEBYSCORE', w.key, '-inf', fmt(w.cutoff))
   local moved = 0
@@ -1270,13 +1180,11 @@ local function store_log(w)
   if lt(0, r) then q = add(q, 1) end
   redis.call('PEXPIREAT', w.key, fmt(q))
 end
-
 local function fast_entry(member, score)
   if #member > 63 or not state_score(score) then return false end
   local p = string.format('%d', score) .. '-'
   return #member - #p <= 18 and string.sub(member, 1, #p) == p and string.find(member, '^%d+$', #p + 1) ~= nil
 end
-
 local function fast_log(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
@@ -1354,18 +1262,15 @@ local function fast_log(_, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-
 local function log_store(w)
   if w.log then store_log(w) end
 end
-
 
 local function lease_expiry(ns)
   local q, r = quorem(ns, SECOND)
   if lt(0, r) then q = add(q, 1) end
   return mul(q, 1000)
 end
-
 local function parse_conc(op, name, args)
   local first = ({acquire = 4, peek = 2, release = 2})[op] -- the first option in args
   local nargs = 2 + #args
@@ -1397,12 +1302,10 @@ local function parse_conc(op, name, args)
   end
   return c
 end
-
 local function lease_ns(score)
   if score == nil then return 0 end
   return score_ns(score) or MINI
 end
-
 local function read_conc(key)
   local kind, expire, size = read_zset(key)
   local err = check_key(kind, expire, 'zset', CONC_STATE)
@@ -1421,7 +1324,6 @@ local function read_conc(key)
   k.newest = {last[1], ls}
   return k
 end
-
 local function holder(key, k, id)
   if k.kind ~= 'zset' then return 0, 0 end
   if k.newest[1] == id then
@@ -1432,7 +1334,6 @@ local function holder(key, k, id)
   if not own then return 0, lease_ns(k.newest[2]) end
   return lease_ns(tonumber(own)), lease_ns(k.newest[2])
 end
-
 local function conc_decide(key, k, L, held, now, n, reserve)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local live = 0
@@ -1454,7 +1355,6 @@ local function conc_decide(key, k, L, held, now, n, reserve)
   d.remaining = math.min(math.max(d.remaining, 0), L)
   return d
 end
-
 local function sweep(key, id, now_us, remove)
   local gone = {}
   local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1))
@@ -1466,7 +1366,6 @@ local function sweep(key, id, now_us, remove)
   if #gone == 0 then return 0 end
   return redis.call('ZREM', key, unpack(gone))
 end
-
 local function fast_conc_args(op, args)
   local n = #args
   if op == 'release' then
@@ -1486,7 +1385,6 @@ local function fast_conc_args(op, args)
   end
   return {limit = limit, lease = lease, id = id, reserve = 0, ms = ms}
 end
-
 local function fast_conc(op, key, c, now)
   if now[1] >= MAX_SECONDS - 2 * 9000000 or (op == 'acquire' and c.lease >= 9000000) then return nil end
   local size = redis.pcall('ZCARD', key)
@@ -1597,7 +1495,6 @@ local function fast_conc(op, key, c, now)
   if size == 0 or removed == size or e ~= expire then redis.call('PEXPIREAT', key, string.format('%d', e)) end
   return reply
 end
-
 local function conc_command(op, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
   local key = keys[1]
@@ -1665,7 +1562,6 @@ local function conc_command(op, name, peek, keys, args)
   return reply
 end
 
-
 local LIMIT = {
   gcra = {fast = fast_instant, limit = instant_limit, store = instant_store, words = 4, all = true, log = false},
   tb = {fast = fast_instant, limit = instant_limit, store = instant_store, words = 4, all = true, log = false},
@@ -1674,7 +1570,6 @@ local LIMIT = {
   fw = {fast = fast_fixed, limit = window_limit, store = window_store, words = 3, all = true, log = false},
   sl = {fast = fast_log, limit = log_limit, store = log_store, words = 3, all = true, log = true},
 }
-
 
 local function one_command(kind, name, peek, keys, args)
   if #keys ~= 1 then return fail('ERR this script takes one key: call it with numkeys 1') end
@@ -1698,21 +1593,18 @@ local function one_command(kind, name, peek, keys, args)
   return reply
 end
 
-
 local function family_named(s)
   local u = string.upper(s)
   for _, f in ipairs(FAMILIES) do
     if u == f then return string.lower(f) end
   end
 end
-
 local function arg_names(syn)
   local names = {}
   for _, a in ipairs(syn.positional) do names[#names + 1] = a.name end
   names[#names + 1] = syn.optional.name
   return table.concat(names, ' ')
 end
-
 local function parse_all(name, keys, args, peek)
   local n = #keys
   if 2 + n + #args > MAX_ARGS then return nil, nil, nil, arity(name) end
@@ -1725,7 +1617,7 @@ local function parse_all(name, keys, args, peek)
   local lims, i = {}, 1
   for j = 1, n do
     local w = args[i]
-    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') or isword(w, 'UPTO') then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
+    if w == nil or optword(w) then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
     local f = family_named(w)
     if f == nil then
       return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
@@ -1751,8 +1643,9 @@ local function parse_all(name, keys, args, peek)
   if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
-  local ms, reserve_at, each, upto_at, err = parse_options(args, i, true, peek and PEEK_OPTIONS or ALL_OPTIONS, true, not peek)
+  local ms, reserve_at, each, upto_at, err, debt = parse_options(args, i, true, peek and PEEK_OPTIONS or ALL_OPTIONS, true, not peek)
   if err then return nil, nil, nil, err end
+  for _, l in ipairs(debt and lims or {}) do l.reserve = DEBT end
   local upto = 0
   for _, l in ipairs(upto_at > 0 and lims or {}) do
     if lt(l.v[#l.v], 0) then return nil, nil, nil, select(2, parse_upto(args[upto_at], l.v[#l.v], l.prefix)) end
@@ -1765,12 +1658,11 @@ local function parse_all(name, keys, args, peek)
   if err then return nil, nil, nil, err end
   local entries = 0
   for _, l in ipairs(lims) do
-    if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
+    if l.family == 'sl' and (debt or not lt(l.v[1], l.v[3])) then entries = sat_add(entries, l.v[3]) end
   end
-  if entries > MAX_LOG_ADD then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
-  return lims, ms, each, nil, upto
+  if lt(MAX_LOG_ADD, entries) then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
+  return lims, ms, each, nil, upto, debt
 end
-
 local function run_limit(j, l, key, v, reserve, now, ms)
   local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
   if err then
@@ -1783,12 +1675,32 @@ local function run_limit(j, l, key, v, reserve, now, ms)
   end
   return reply, w, err
 end
-
 local function later_retry(a, b)
   if b == -1 then return false end
   return a == -1 or a > b
 end
-
+local function refusing(reps)
+  local deciding
+  for j = 1, #reps do
+    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
+  end
+  return deciding
+end
+local function fewest(reps)
+  local deciding = 1
+  for j = 2, #reps do
+    if reps[j][3] < reps[deciding][3] then deciding = j end
+  end
+  return deciding
+end
+local function all_reply(reps, deciding, each)
+  local reply = {unpack(reps[deciding], 1, 5)}
+  reply[6] = deciding - 1
+  for j = 1, each and #reps or 0 do
+    for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
+  end
+  return reply
+end
 local function fast_all(peek, keys, args)
   local n = #keys
   if n < 1 or n > MAX_KEYS then return nil end
@@ -1825,10 +1737,7 @@ local function fast_all(peek, keys, args)
     if r == nil or r.err then return nil, now end
     reps[j] = r
   end
-  local deciding
-  for j = 1, n do
-    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
-  end
+  local deciding = refusing(reps)
   if deciding then
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
@@ -1844,24 +1753,14 @@ local function fast_all(peek, keys, args)
     if not peek then
       for j, l in ipairs(lims) do reps[j] = l.fast(l.kind, keys[j], l.v, now, ms, false) end
     end
-    deciding = 1
-    for j = 2, n do
-      if reps[j][3] < reps[deciding][3] then deciding = j end
-    end
+    deciding = fewest(reps)
   end
-  local reply = {reps[deciding][1], reps[deciding][2], reps[deciding][3], reps[deciding][4], reps[deciding][5], deciding - 1}
-  if each then
-    for j = 1, n do
-      for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
-    end
-  end
-  return reply
+  return all_reply(reps, deciding, each)
 end
-
 local function all_command(_, name, peek, keys, args)
   local fast_reply, now = fast_all(peek, keys, args)
   if fast_reply then return fast_reply end
-  local lims, ms, each, err, upto = parse_all(name, keys, args, peek)
+  local lims, ms, each, err, upto, debt = parse_all(name, keys, args, peek)
   if err then return err end
   now = now or clock()
   local reps, writes = {}, {}
@@ -1879,29 +1778,16 @@ local function all_command(_, name, peek, keys, args)
     reps[j], writes[j], err = run_limit(j, l, keys[j], l.v, l.reserve, now, ms)
     if err then return err end
   end
-  local deciding = nil
-  for j = 1, #lims do
-    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
-  end
-  if deciding then
+  local deciding = refusing(reps)
+  if deciding and not debt then
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
         reps[j], writes[j], err = run_limit(j, l, keys[j], zero(l.v), 0, now, ms)
         if err then return err end
       end
     end
-  else
-    deciding = 1
-    for j = 2, #lims do
-      if reps[j][3] < reps[deciding][3] then deciding = j end
-    end
   end
-  local reply = {reps[deciding][1], reps[deciding][2], reps[deciding][3], reps[deciding][4], reps[deciding][5], deciding - 1}
-  if each then
-    for j = 1, #lims do
-      for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
-    end
-  end
+  local reply = all_reply(reps, deciding or fewest(reps), each)
   if not peek then
     for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
@@ -1928,4 +1814,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ca8ff155c3e42114' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+36c3a2cfade2c376' end, flags = {'no-writes'}}

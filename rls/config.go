@@ -79,6 +79,7 @@ type rule struct {
 	unlimited bool
 	shadow    bool
 	detailed  bool
+	debt      bool // hits are counted even past the limit (the module's DEBT)
 	name      string
 	replaces  []string
 	statKey   string // domain.key_value.key: the peer's stat key
@@ -208,7 +209,7 @@ func (l loader) errAt(n *yaml.Node, format string, args ...any) error {
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
-	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm"}
+	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt"}
 	replacesKeys   = []string{"name"}
 	unsupported    = []string{"quota_mode", "value_to_metric", "share_threshold", "metadata"}
 )
@@ -350,8 +351,8 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 	}
 	var perUnit uint32
 	var unitName, name, alg string
-	var unlimited bool
-	for key, dst := range map[string]any{"requests_per_unit": &perUnit, "unit": &unitName, "name": &name, "algorithm": &alg, "unlimited": &unlimited} {
+	var unlimited, debt bool
+	for key, dst := range map[string]any{"requests_per_unit": &perUnit, "unit": &unitName, "name": &name, "algorithm": &alg, "unlimited": &unlimited, "debt": &debt} {
 		if v := f[key]; v != nil {
 			if err := l.scalar(v, key, dst); err != nil {
 				return nil, err
@@ -372,6 +373,7 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 		unit:      unitLength(unit),
 		algorithm: FixedWindow,
 		unlimited: unlimited,
+		debt:      debt,
 		name:      name,
 		statKey:   statKey,
 	}

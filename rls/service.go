@@ -227,7 +227,7 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			continue
 		}
 		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
-		it.Cost = hits(req, d)
+		it.Cost, it.Debt = hits(req, d), r.debt
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
@@ -254,7 +254,7 @@ func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item)
 		for _, it := range list {
 			resp.Statuses[it.i] = statusOf(it)
 			s.m.decided(it, s.opts.NearLimitRatio)
-			if s.cache != nil && !it.r.shadow && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
+			if s.cache != nil && !it.r.shadow && !it.r.debt && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
 				s.cache.add(it.Key, it.Cost, it.started.Add(it.Result.RetryAfter))
 			}
 		}
@@ -384,7 +384,7 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 	}
 	now := s.now()
 	refused := false
-	var remote []*item
+	var remote, charged []*item
 	var until time.Time
 	for _, it := range items {
 		switch {
@@ -392,6 +392,8 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 			it.Known = true
 			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
 			refused = refused || it.Cost > 0
+		case it.r.debt: // counted whatever the others decide, never from the refusal cache
+			charged = append(charged, it)
 		case s.cache != nil && s.cache.refuses(it.Key, it.Cost, now, &until):
 			it.Known, it.cached = true, true
 			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}}
@@ -401,12 +403,15 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 			remote = append(remote, it)
 		}
 	}
-	if refused || len(remote) == 0 {
+	if refused {
+		remote = nil
+	}
+	if len(remote)+len(charged) == 0 {
 		return nil
 	}
-	wants := make([]*client.Want, len(remote))
-	for k, it := range remote {
-		wants[k] = &it.Want
+	wants := make([]*client.Want, 0, len(remote)+len(charged))
+	for _, it := range append(remote, charged...) {
+		wants = append(wants, &it.Want)
 	}
 	return s.c.Decide(ctx, wants, s.send)
 }

@@ -183,7 +183,8 @@ func (f FixedWindow) Charge(count, expires, now, cost int64) (d Decision, newCou
 	if !ok {
 		return Decision{}, 0, 0, ratelimit.ErrDebt
 	}
-	d.Write, d.Remaining, d.RetryAfter = true, 0, time.Duration(end-now)
+	d.Write, d.Remaining = true, 0
+	d.RetryAfter, d.ResetAfter = time.Duration(end-now), time.Duration(end-now)
 	return d, n, end, nil
 }
 

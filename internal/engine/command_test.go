@@ -470,7 +470,8 @@ func TestBucketCommands(t *testing.T) {
 // line.
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff",
-		"15 30 60 2 UPTO 3", "15 30 60 UPTO 1000000 RESERVE 1", "1 1 1 -1 UPTO 2", "1 1 1 1 UPTO 0 MS", "1 1 1 UPTO"} {
+		"15 30 60 2 UPTO 3", "15 30 60 UPTO 1000000 RESERVE 1", "1 1 1 -1 UPTO 2", "1 1 1 1 UPTO 0 MS", "1 1 1 UPTO",
+		"15 30 60 99 DEBT", "1 1 1 DEBT MS", "1 1 1 1 DEBT RESERVE 1", "1 1 1 debt UPTO 2", "3 10 100001 DEBT"} {
 		for op := range spec.NumOps {
 			f.Add(uint8(op), s)
 		}
@@ -487,6 +488,9 @@ func FuzzParse(f *testing.F) {
 		} else {
 			if upto < 0 || upto > ratelimit.MaxUpTo || (upto > 0 && (!syn.upto || p.v[len(syn.positional)] < 0)) {
 				t.Fatalf("UPTO %d accepted", upto)
+			}
+			if p.debt && (!syn.debt || upto > 0 || p.reserve > 0 || (p.family == famSL && p.v[len(syn.positional)] > maxLogAdd)) {
+				t.Fatalf("DEBT accepted with UPTO %d, RESERVE %d, cost %d", upto, p.reserve, p.v[len(syn.positional)])
 			}
 			for i, a := range syn.positional {
 				if p.v[i] < a.min || p.v[i] > a.max {
@@ -514,6 +518,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad error text %q", o.Err)
 			}
 			named := strings.Contains(o.Err, "unknown option") || strings.Contains(o.Err, "RESERVE") || strings.Contains(o.Err, "UPTO") ||
+				strings.Contains(o.Err, "DEBT") || strings.Contains(o.Err, "sliding logs") ||
 				strings.HasPrefix(o.Err, "ERR the option MS is given twice")
 			for _, a := range append(syn.positional, syn.optional) {
 				named = named || strings.HasPrefix(o.Err, "ERR "+a.name+" must be")
@@ -537,6 +542,8 @@ func FuzzCommand(f *testing.F) {
 		f.Add(uint8(op), "4 1 1 -2 MS", "1700000002000000000", t0)
 		f.Add(uint8(op), "0 3 10 0", "garbage", t0)
 		f.Add(uint8(op), "4 1 1 2 UPTO 3", "1700000002000000000", t0)
+		f.Add(uint8(op), "4 1 1 9 DEBT", "1700000002000000000", t0)
+		f.Add(uint8(op), "4 1 1 -1", "1700000009000000000:debt", t0)
 	}
 	f.Fuzz(func(t *testing.T, op8 uint8, line, stored string, now int64) {
 		if now <= 0 {
@@ -554,7 +561,7 @@ func FuzzCommand(f *testing.F) {
 		if k.reads > 1 {
 			t.Fatalf("%d reads", k.reads)
 		}
-		checkOutcome(t, op, k, &o)
+		checkOutcome(t, op, k, &o, strings.Contains(strings.ToUpper(line), "DEBT"))
 	})
 }
 
@@ -592,7 +599,7 @@ func FuzzForeignState(f *testing.F) {
 		if k.noExpiry && o.Action == ActReply {
 			t.Fatalf("a key without an expiry was taken for state: %+v", o)
 		}
-		checkOutcome(t, op, k, &o)
+		checkOutcome(t, op, k, &o, strings.Contains(strings.ToUpper(line), "DEBT"))
 	})
 }
 
@@ -601,7 +608,10 @@ func FuzzForeignState(f *testing.F) {
 // expiring at itself rounded up to the millisecond; the reply is in range; a
 // refused call writes only to store a state from a stepped-back clock as
 // it counts (never later than the stored one, never adding to a log).
-func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome) {
+//
+// With charge (DEBT), a call refused as over its limit is taken: its
+// write is an admission's, and a schedule's instant may be stored owed.
+func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome, charge bool) {
 	t.Helper()
 	o := toResult(out)
 	now, stored := k.st.Now, k.st
@@ -629,6 +639,9 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome) {
 	if peek && o.Action != ActReply {
 		t.Fatalf("a peek writes: %+v", o)
 	}
+	if charge && refused && o.Action != ActReply { // taken past the limit
+		refused = false
+	}
 	switch o.Action {
 	case resDel:
 		if stored.Kind == KeyEmpty || refused {
@@ -636,7 +649,7 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome) {
 		}
 	case resZLog:
 		if op != spec.OpSLHit || o.w.ZScore*1000 > now || o.w.ExpireMs*1e6 <= now || o.w.ZCutoff >= o.w.ZScore ||
-			(!refused && o.w.ZAdd < 1) || (refused && (o.w.ZAdd != 0 || !o.w.ZRedate)) {
+			(!refused && !charge && o.w.ZAdd < 1) || (refused && (o.w.ZAdd != 0 || !o.w.ZRedate)) {
 			t.Fatalf("sliding log write %+v at now %d", o, now)
 		}
 	case resSet:
@@ -657,7 +670,11 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome) {
 			if old, _ := parseInstant(stored.Value); !ok || n < 1 || (refused && n != old) {
 				t.Fatalf("wrote count %q over %q", v, stored.Value)
 			}
-		default: // an instant, expiring at itself rounded up to the ms
+		default: // an instant, expiring at itself rounded up to the ms; owed when a charge left it past the limit
+			v, owed := strings.CutSuffix(v, ":debt")
+			if owed && !charge && !strings.HasSuffix(stored.Value, ":debt") {
+				t.Fatalf("wrote %q owed, without DEBT, over %q", v, stored.Value)
+			}
 			state, ok := parseInstant(v)
 			if !ok || state <= now || o.w.ExpireMs*1e6 < state || o.w.ExpireMs*1e6-state >= 1e6 {
 				t.Fatalf("wrote %q expiring at %d ms at now %d", v, o.w.ExpireMs, now)

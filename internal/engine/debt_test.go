@@ -54,6 +54,7 @@ func TestDebt(t *testing.T) {
 		{120 * time.Second, []any{"GET", "f"}, "7"},
 		{130 * time.Second, []any{"FW.HIT", "f", 5, 60, 0}, "[1 5 0 30 30]"},
 		{160 * time.Second, []any{"FW.HIT", "f", 5, 60}, "[0 5 4 -1 60]"},
+		{160 * time.Second, []any{"FW.HIT", "f2", 5, 60, 7, "DEBT"}, "[1 5 0 60 60]"},
 		// The sliding window: 3 in any 10 s. 5 at a window's start weigh
 		// in the next one until ⌊5 × (10 s − e)/10 s⌋ ≤ 2: just after 4 s.
 		{120 * time.Second, []any{"SW.HIT", "s", 3, 10, 5, "DEBT"}, "[1 3 0 14 20]"},

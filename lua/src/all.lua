@@ -31,7 +31,7 @@ local function parse_all(name, keys, args, peek)
   local lims, i = {}, 1
   for j = 1, n do
     local w = args[i]
-    if w == nil or isword(w, 'MS') or isword(w, 'RESERVE') or isword(w, 'UPTO') then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
+    if w == nil or optword(w) then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
     local f = family_named(w)
     if f == nil then
       return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
@@ -57,8 +57,9 @@ local function parse_all(name, keys, args, peek)
   if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
   end
-  local ms, reserve_at, each, upto_at, err = parse_options(args, i, true, peek and PEEK_OPTIONS or ALL_OPTIONS, true, not peek)
+  local ms, reserve_at, each, upto_at, err, debt = parse_options(args, i, true, peek and PEEK_OPTIONS or ALL_OPTIONS, true, not peek)
   if err then return nil, nil, nil, err end
+  for _, l in ipairs(debt and lims or {}) do l.reserve = DEBT end
   local upto = 0
   for _, l in ipairs(upto_at > 0 and lims or {}) do
     if lt(l.v[#l.v], 0) then return nil, nil, nil, select(2, parse_upto(args[upto_at], l.v[#l.v], l.prefix)) end
@@ -72,10 +73,10 @@ local function parse_all(name, keys, args, peek)
   -- One call adds at most MAX_LOG_ADD sliding-log entries (the module's maxLogAdd).
   local entries = 0
   for _, l in ipairs(lims) do
-    if l.family == 'sl' and not lt(l.v[1], l.v[3]) then entries = entries + l.v[3] end
+    if l.family == 'sl' and (debt or not lt(l.v[1], l.v[3])) then entries = sat_add(entries, l.v[3]) end
   end
-  if entries > MAX_LOG_ADD then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
-  return lims, ms, each, nil, upto
+  if lt(MAX_LOG_ADD, entries) then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
+  return lims, ms, each, nil, upto, debt
 end
 
 -- run_limit runs one limit on its key: five integers and a write, or an
@@ -97,6 +98,33 @@ end
 local function later_retry(a, b)
   if b == -1 then return false end
   return a == -1 or a > b
+end
+
+-- refusing is the refusing limit with the latest retry (the first on a
+-- tie), or nil; fewest the limit with the fewest remaining (the first on a
+-- tie); all_reply the deciding limit's five and position, and with each
+-- every limit's five.
+local function refusing(reps)
+  local deciding
+  for j = 1, #reps do
+    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
+  end
+  return deciding
+end
+local function fewest(reps)
+  local deciding = 1
+  for j = 2, #reps do
+    if reps[j][3] < reps[deciding][3] then deciding = j end
+  end
+  return deciding
+end
+local function all_reply(reps, deciding, each)
+  local reply = {unpack(reps[deciding], 1, 5)}
+  reply[6] = deciding - 1
+  for j = 1, each and #reps or 0 do
+    for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
+  end
+  return reply
 end
 
 -- fast_all is RL.ALL and RL.PEEK when every limiter's words are plain
@@ -143,10 +171,7 @@ local function fast_all(peek, keys, args)
     if r == nil or r.err then return nil, now end
     reps[j] = r
   end
-  local deciding
-  for j = 1, n do
-    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
-  end
+  local deciding = refusing(reps)
   if deciding then
     for j, l in ipairs(lims) do
       if reps[j][1] == 0 then
@@ -162,24 +187,15 @@ local function fast_all(peek, keys, args)
     if not peek then
       for j, l in ipairs(lims) do reps[j] = l.fast(l.kind, keys[j], l.v, now, ms, false) end
     end
-    deciding = 1
-    for j = 2, n do
-      if reps[j][3] < reps[deciding][3] then deciding = j end
-    end
+    deciding = fewest(reps)
   end
-  local reply = {reps[deciding][1], reps[deciding][2], reps[deciding][3], reps[deciding][4], reps[deciding][5], deciding - 1}
-  if each then
-    for j = 1, n do
-      for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
-    end
-  end
-  return reply
+  return all_reply(reps, deciding, each)
 end
 
 local function all_command(_, name, peek, keys, args)
   local fast_reply, now = fast_all(peek, keys, args)
   if fast_reply then return fast_reply end
-  local lims, ms, each, err, upto = parse_all(name, keys, args, peek)
+  local lims, ms, each, err, upto, debt = parse_all(name, keys, args, peek)
   if err then return err end
   now = now or clock()
   local reps, writes = {}, {}
@@ -197,11 +213,8 @@ local function all_command(_, name, peek, keys, args)
     reps[j], writes[j], err = run_limit(j, l, keys[j], l.v, l.reserve, now, ms)
     if err then return err end
   end
-  local deciding = nil
-  for j = 1, #lims do
-    if reps[j][1] == 1 and (deciding == nil or later_retry(reps[j][4], reps[deciding][4])) then deciding = j end
-  end
-  if deciding then
+  local deciding = refusing(reps)
+  if deciding and not debt then
     -- Nothing is taken; a limit that admitted still stores a state a
     -- stepped-back clock left too far ahead: run it at cost 0.
     for j, l in ipairs(lims) do
@@ -210,18 +223,8 @@ local function all_command(_, name, peek, keys, args)
         if err then return err end
       end
     end
-  else
-    deciding = 1
-    for j = 2, #lims do
-      if reps[j][3] < reps[deciding][3] then deciding = j end
-    end
   end
-  local reply = {reps[deciding][1], reps[deciding][2], reps[deciding][3], reps[deciding][4], reps[deciding][5], deciding - 1}
-  if each then
-    for j = 1, #lims do
-      for k = 1, 5 do reply[#reply + 1] = reps[j][k] end
-    end
-  end
+  local reply = all_reply(reps, deciding or fewest(reps), each)
   if not peek then
     for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end

@@ -24,6 +24,9 @@ local function quote(s)
 end
 
 local function isword(s, word) return string.upper(s) == word end
+-- a word of an option where a number may stand: never a cost or a limiter
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' end
+local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 
 -- A syntax is {positional args, optional arg, default, reserve allowed};
 -- an arg is {name, min, max, seconds} with min and max exact integers.
@@ -57,14 +60,14 @@ local function parse_upto(s, cost, prefix)
   return n
 end
 
--- parse_options reads MS, RESERVE n (when allowed), EACH (when each) and UPTO n
--- (when upto) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's
--- n's index, or an error.
+-- parse_options reads MS, RESERVE n (when allowed), EACH (when each), UPTO n and
+-- DEBT (when upto) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's
+-- n's index, an error, and DEBT; DEBT with RESERVE or UPTO is an error.
 local function parse_options(args, i, allowed, names, each, upto)
   local seen, at = {}, {RESERVE = 0, UPTO = 0}
   while i <= #args do
     local w = string.upper(args[i])
-    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and w == 'UPTO')) then
+    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT'))) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
@@ -76,7 +79,9 @@ local function parse_options(args, i, allowed, names, each, upto)
     end
     i = i + 1
   end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO
+  local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
+  if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT
 end
 
 -- zero is v with its cost 0; grant is UPTO's rule (ratelimit.Grant): the most
@@ -102,14 +107,14 @@ local function parse_one(syn, args, name, upto)
   end
   local i = np + 1
   v[np + 1] = syn.def
-  if i <= #args and not isword(args[i], 'MS') and not isword(args[i], 'RESERVE') and not isword(args[i], 'UPTO') then
+  if i <= #args and not optword(args[i]) then
     v[np + 1] = parse_arg(syn.optional, args[i])
     if v[np + 1] == nil then return nil, nil, nil, nil, range_error(syn.optional, '') end
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
-  local n, reserve = 0, 0
+  local ms, reserve_at, _, upto_at, err, debt = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
+  local n, reserve = 0, debt and DEBT or 0
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
   if err then return nil, nil, nil, nil, err end
@@ -221,13 +226,15 @@ local function split_instant(s)
 end
 
 -- load_instant reads an instant state: nil for an empty key, the instant,
--- or an error reply.
-local function load_instant(key, now, state, tolerance)
+-- or an error reply; then whether it is owed ("<instant>:debt", where
+-- debt: a family that takes DEBT).
+local function load_instant(key, now, state, tolerance, debt)
   local kind, expire, s = read_string(key)
   local err = check_key(kind, expire, 'string', state)
   if err then return nil, err end
   if kind == 'none' then return nil end
-  local at = split_instant(s)
+  local owed = debt and string.sub(s, -5) == ':debt'
+  local at = split_instant(owed and string.sub(s, 1, -6) or s)
   if at == nil then return nil, other_data(state, 'not a decimal integer') end
   if at[1] < MIN_STATE then return nil, other_data(state, 'an instant before 2015') end
   -- An instant further ahead than the state can be, more than a second
@@ -238,27 +245,27 @@ local function load_instant(key, now, state, tolerance)
       return nil, other_data(state, 'an instant far past the key\'s own expiry')
     end
   end
-  return at
+  return at, nil, owed
 end
 
 -- store_instant writes an instant state when write is set: SET with an
--- expiry at the instant, or DEL when it has come (the limiter has no work
--- left).
-local function store_instant(key, existed, now, at, write)
+-- expiry at the instant (marked when owed), or DEL when it has come (the
+-- limiter has no work left).
+local function store_instant(key, existed, now, at, write, owed)
   if not write then return end
   if after(at, now) then
-    redis.call('SET', key, instant_string(at), 'PXAT', string.format('%d', ceil_ms(at)))
+    redis.call('SET', key, instant_string(at) .. (owed and ':debt' or ''), 'PXAT', string.format('%d', ceil_ms(at)))
   elseif existed then
     redis.call('DEL', key)
   end
 end
 
--- ahead is how far state runs ahead of now, at most limit, and whether it
--- had to be cut to limit (a clock that stepped back).
-local function ahead_of(state, now, limit)
+-- ahead is how far state runs ahead of now, at most limit unless owed, and
+-- whether it had to be cut to limit (a clock that stepped back).
+local function ahead_of(state, now, limit, owed)
   if state == nil or not after(state, now) then return 0, false end
   local d = since(state, now)
-  if lt(limit, d) then return limit, true end
+  if lt(limit, d) and not owed then return limit, true end
   return d, false
 end
 
@@ -266,6 +273,16 @@ local function sat_add(a, b)
   local c = add(a, b)
   if lt(MAXI, c) then return MAXI end
   return c
+end
+
+-- reserved is hit(cost, debt) as a family's HitReserve and Charge: first
+-- at cost + reserve when there is a reserve, then, unless refused, at cost
+-- (a charge when the reserve is DEBT).
+local function reserved(hit, cost, reserve)
+  local d, n, at, err
+  if lt(0, reserve) then d, n, at, err = hit(sat_add(cost, reserve), false) end
+  if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT) end
+  return d, n, at, err
 end
 
 -- parse_count reads a decimal count as the module reads an instant:

@@ -26,10 +26,10 @@ local function schedule(kind, limit, slots, count, period)
 end
 
 -- apply takes units (a cost, or a refund below 0) at now from state (an
--- instant or nil): the decision {limited, retry, at, write}, how far the
--- state was ahead, how far it is ahead after, or an error.
-local function apply(s, state, now, units)
-  local ahead, clamped = ahead_of(state, now, s.tolerance)
+-- instant or nil, owed or not): the decision {limited, retry, at, write,
+-- owed}, how far the state was ahead, how far it is ahead after, or an error.
+local function apply(s, state, now, units, owed)
+  local ahead, clamped = ahead_of(state, now, s.tolerance, owed)
   local d = {limited = false, retry = -1, write = clamped}
   if lt(s.slots, units) then
     d.limited, d.at = true, later(now, ahead)
@@ -38,7 +38,7 @@ local function apply(s, state, now, units)
   units = imax(units, neg(s.slots))
   local cost = mul(s.interval, units)
   local nxt = add(ahead, cost)
-  if lt(s.tolerance, nxt) then
+  if le(0, units) and lt(s.tolerance, nxt) then
     d.retry = sub(ahead, sub(s.tolerance, cost))
     d.limited, d.at = true, later(now, ahead)
     return d, ahead, ahead
@@ -49,23 +49,26 @@ local function apply(s, state, now, units)
     return nil, nil, nil, fail(s.kind == 'gcra' and GCRA_OVERFLOW or BUCKET_OVERFLOW)
   end
   d.write = d.write or lt(0, units) or (lt(units, 0) and lt(0, ahead))
+  d.owed = lt(s.tolerance, nxt)
   return d, ahead, nxt
 end
 
--- decide is one limit's decision with its five integers' parts.
-local function decide(kind, s, state, now, units, reserve)
+-- decide is one limit's decision with its five integers' parts; a reserve
+-- of DEBT makes it a charge (schedule.Charge): taken past the tolerance.
+local function decide(kind, s, state, now, units, reserve, owed)
   if lt(0, reserve) and le(0, units) then
-    local d, ahead, nxt, err = decide(kind, s, state, now, sat_add(units, reserve), 0)
+    local d, ahead, nxt, err = decide(kind, s, state, now, sat_add(units, reserve), 0, owed)
     if err or d.limited then return d, ahead, nxt, err end
   end
-  local d, ahead, nxt, err = apply(s, state, now, units)
+  local d, ahead, nxt, err = apply(s, state, now, units, owed)
   if err then return nil, nil, nil, err end
-  d.reset = nxt
-  if kind == 'gcra' then
-    d.remaining = quo(sub(s.tolerance, nxt), s.interval)
-  else
-    d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)
+  if reserve == DEBT and d.limited and lt(0, units) then
+    nxt = add(ahead, mul(s.interval, units))
+    d.at, d.write, d.owed, d.retry = later(now, nxt), true, true, sub(nxt, sub(s.tolerance, s.interval))
+    if d.at == nil then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(units))) end
   end
+  d.reset = nxt
+  d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)
   if kind == 'lb' then
     d.reset = d.limited and 0 or ahead -- the shaper's field 5: its delay
   end
@@ -86,13 +89,13 @@ end
 local function instant_limit(kind, key, v, reserve, now, ms)
   local s, err = new_schedule(kind, v)
   if err then return nil, nil, err end
-  local state
-  state, err = load_instant(key, now, INSTANT_STATE[kind], s.tolerance)
+  local state, owed
+  state, err, owed = load_instant(key, now, INSTANT_STATE[kind], s.tolerance, kind ~= 'lb')
   if err then return nil, nil, err end
-  local d, _, _, derr = decide(kind, s, state, now, v[4], reserve)
+  local d, _, _, derr = decide(kind, s, state, now, v[4], reserve, owed)
   if derr then return nil, nil, derr end
   local reply = five(d.limited, s.limit, d.remaining, d.retry, d.reset, ms)
-  return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write}
+  return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write, owed = d.owed}
 end
 
 -- fast_instant is instant_limit and its write on plain numbers, for the
@@ -169,5 +172,5 @@ end
 
 -- instant_store makes an instant limit's write.
 local function instant_store(w, now)
-  store_instant(w.key, w.existed, now, w.at, w.write)
+  store_instant(w.key, w.existed, now, w.at, w.write, w.owed)
 end

@@ -41,8 +41,9 @@ end
 local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
 
 -- log_hit is the log's decision at now: {limited, retry, remaining, reset,
--- write, redate, expire (ns), add (entries)} or an error.
-local function log_hit(key, size, L, window, now, cost, cutoff_us)
+-- write, redate, expire (ns), add (entries)} or an error; with debt, a
+-- charge (SlidingLog.Charge) added past the limit.
+local function log_hit(key, size, L, window, now, cost, cutoff_us, debt)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local n = now_ns(now)
@@ -60,14 +61,16 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   local total = add(live, cost)
   if lt(L, cost) or lt(L, total) then
     d.limited = true
-    if le(cost, L) then
-      local k = sub(total, L)
+    local charge = debt and lt(0, cost)
+    if le(cost, L) or charge then
+      local k = sub(total, L) -- the oldest entry to leave; one more for a unit after a charge
+      if charge then k = add(k, 1) end
       local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(k, 1)), '1', 'WITHSCORES')
       local nth = r[2] and score_ns(tonumber(r[2])) or nil
       if nth == nil or lt(n, nth) then nth = n end
       d.retry = sub(add(nth, W), n)
     end
-    total = live
+    if charge then d.write, newest, d.add = true, n, cost else total = live end
   elseif lt(0, cost) then
     d.write, newest, d.add = true, n, cost
   end
@@ -75,7 +78,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us)
   d.reset = 0
   if lt(0, total) then
     d.expire = add(newest, W)
-    if not fits(d.expire) then return nil, fail(WINDOW_OVERFLOW) end
+    if not fits(d.expire) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
     d.reset = sub(d.expire, n)
   else
     d.expire = n
@@ -88,6 +91,7 @@ end
 -- to make, or an error.
 local function log_limit(_, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
+  if reserve == DEBT and lt(MAX_LOG_ADD, cost) then return nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(cost))) end
   local kind, expire, size = read_zset(key)
   local err = check_key(kind, expire, 'zset', LOG_STATE)
   if err then return nil, nil, err end
@@ -100,15 +104,8 @@ local function log_limit(_, key, v, reserve, now, ms)
   end
   -- cutoff = now - window, in µs rounded down (the window is whole seconds)
   local cutoff_us = sub(now[1] * 1000000 + math.floor(now[2] / 1000), mul(window, 1000000))
-  local d
-  if lt(0, reserve) then
-    d, err = log_hit(key, size, L, window, now, sat_add(cost, reserve), cutoff_us)
-    if err then return nil, nil, err end
-  end
-  if not d or not d.limited then
-    d, err = log_hit(key, size, L, window, now, cost, cutoff_us)
-    if err then return nil, nil, err end
-  end
+  local d, _, _, herr = reserved(function(k, debt) return log_hit(key, size, L, window, now, k, cutoff_us, debt) end, cost, reserve)
+  if herr then return nil, nil, herr end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
   return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add,

@@ -21,8 +21,9 @@ local function in_range(s) -- an instant of whole second s fits 64-bit ns
 end
 
 -- fixed_hit is the fixed window's decision on count (stored, expiring at
--- expire ms) at now: decision, the count to store, the window's end.
-local function fixed_hit(L, window, count, expire, now, cost)
+-- expire ms) at now: decision, the count to store, the window's end; with
+-- debt, a charge (FixedWindow.Charge) is counted past the limit.
+local function fixed_hit(L, window, count, expire, now, cost, debt)
   local d = {limited = false, retry = -1, write = false, reset = 0}
   local start, stop = window_at(now, window)
   if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
@@ -32,8 +33,13 @@ local function fixed_hit(L, window, count, expire, now, cost)
   local n = add(count, cost)
   if lt(L, cost) or not fits(n) or lt(L, n) then
     d.limited = true
-    if le(cost, L) then d.retry = left end
-    n = count
+    if debt and lt(0, cost) then
+      if not fits(n) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      d.write, d.retry = true, left
+    else
+      if le(cost, L) then d.retry = left end
+      n = count
+    end
   else
     d.write = d.write or lt(0, cost)
   end
@@ -43,8 +49,10 @@ local function fixed_hit(L, window, count, expire, now, cost)
 end
 
 -- sliding_hit is the sliding window counter's decision on counts c at now:
--- decision, the counts to store, when the key's work ends.
-local function sliding_hit(L, window, c, now, cost)
+-- decision, the counts to store, when the key's work ends; with debt, a
+-- charge (SlidingWindow.Charge) counted past the limit, and retry is then
+-- one unit's on what it leaves.
+local function sliding_hit(L, window, c, now, cost, debt)
   local W = mul(window, SECOND)
   local d = {limited = false, retry = -1, write = false}
   local start, stop = window_at(now, window)
@@ -66,6 +74,11 @@ local function sliding_hit(L, window, c, now, cost)
   local total = add(est, cost)
   if lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
     d.limited = true
+    if debt and lt(0, cost) then
+      nxt.current = add(nxt.current, cost)
+      if not fits(nxt.current) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      c, cost, d.write = nxt, 1, true
+    end
     if le(cost, L) then
       -- retry: when the estimate first admits cost
       local r = sub(W, e)
@@ -118,14 +131,8 @@ local function window_limit(kind, key, v, reserve, now, ms)
       count = parse_count(raw)
       if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
     end
-    if lt(0, reserve) then
-      d, n, at, err = fixed_hit(L, window, count, expire, now, sat_add(cost, reserve))
-      if err then return nil, nil, err end
-    end
-    if not d or not d.limited then
-      d, n, at, err = fixed_hit(L, window, count, expire, now, cost)
-      if err then return nil, nil, err end
-    end
+    d, n, at, err = reserved(function(k, debt) return fixed_hit(L, window, count, expire, now, k, debt) end, cost, reserve)
+    if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
     return reply, {key = key}
@@ -138,14 +145,8 @@ local function window_limit(kind, key, v, reserve, now, ms)
       return nil, nil, other_data(state, 'not three decimal integers')
     end
   end
-  if lt(0, reserve) then
-    d, n, at, err = sliding_hit(L, window, c, now, sat_add(cost, reserve))
-    if err then return nil, nil, err end
-  end
-  if not d or not d.limited then
-    d, n, at, err = sliding_hit(L, window, c, now, cost)
-    if err then return nil, nil, err end
-  end
+  d, n, at, err = reserved(function(k, debt) return sliding_hit(L, window, c, now, k, debt) end, cost, reserve)
+  if err then return nil, nil, err end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
   if not after(at, now) then return reply, {key = key, del = raw ~= nil} end

@@ -1,0 +1,72 @@
+package client
+
+import (
+	"testing"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+)
+
+// TestDebt: Debt() charges the whole cost past the limit (the module's
+// DEBT), on the shared fake (the module's engine), and Decide charges Debt
+// wants whatever the others decide, without giving them back.
+func TestDebt(t *testing.T) {
+	f := fakeredis.New()
+	t0 := time.Unix(1_700_000_020, 0) // 40 s into a minute
+	var at time.Duration
+	f.Clock = func() time.Time { return t0.Add(at) }
+	c := New(f.Client())
+	tokens := TokenBucket(1000, 1000, time.Minute) // one token every 60 ms
+	if r, err := c.Take(ctx, "tpm", tokens, 900, Debt()); err != nil || r.Limited || r.Remaining != 100 {
+		t.Fatalf("900 of 1000: %+v %v", r, err)
+	}
+	if r, err := c.Take(ctx, "tpm", tokens, 300); err != nil || !r.Limited || r.Remaining != 100 {
+		t.Fatalf("300 without Debt: %+v %v, want refused, nothing taken", r, err)
+	}
+	r, err := c.Take(ctx, "tpm", tokens, 300, Debt())
+	if err != nil || !r.Limited || r.Remaining != 0 || r.RetryAfter != 12060*time.Millisecond || r.ResetAfter != 72*time.Second {
+		t.Fatalf("300 with Debt: %+v %v, want taken 200 into debt: one token after 12.06 s", r, err)
+	}
+	if r, err := c.Take(ctx, "tpm", tokens, 0); err != nil || !r.Limited || r.RetryAfter != 12*time.Second {
+		t.Fatalf("a check of cost 0 in debt: %+v %v, want refused for 12 s", r, err)
+	}
+	at = 12 * time.Second
+	if r, err := c.Take(ctx, "tpm", tokens, 0); err != nil || r.Limited {
+		t.Fatalf("a check once the debt is paid: %+v %v", r, err)
+	}
+	if r, err := c.Take(ctx, "tpm", tokens, 1, Debt(), Reserve(1)); err == nil {
+		t.Fatalf("Debt with Reserve: %+v, want the server's error", r)
+	}
+
+	// A request of two limits, one refusing, and a charge: the charge is
+	// counted, the refused limit is not, the other is given back.
+	at = time.Hour
+	window := FixedWindow(2, time.Minute)
+	if _, err := c.Take(ctx, "w", window, 2); err != nil {
+		t.Fatal(err)
+	}
+	wants := []*Want{
+		{Key: "g", Limit: GCRA(4, 5, time.Minute), Cost: 1},
+		{Key: "w", Limit: window, Cost: 1},
+		{Key: "budget", Limit: tokens, Cost: 1500, Debt: true},
+	}
+	if err := c.Decide(ctx, wants, nil); err != nil {
+		t.Fatal(err)
+	}
+	if !wants[1].Result.Limited || wants[0].Taken || wants[1].Taken {
+		t.Fatalf("the window refuses, the GCRA is given back: %+v %+v", wants[0], wants[1])
+	}
+	if b := wants[2]; !b.Known || !b.Taken || !b.Result.Limited || b.Result.ResetAfter != 90*time.Second {
+		t.Fatalf("the charge: %+v, want taken 500 into debt", b)
+	}
+	if r, err := c.Peek(ctx, "budget", tokens, 0); err != nil || !r.Limited || r.RetryAfter != 30*time.Second {
+		t.Fatalf("the budget after the charge: %+v %v, want 30 s of debt", r, err)
+	}
+	if r, err := c.Peek(ctx, "g", GCRA(4, 5, time.Minute), 0); err != nil || r.Remaining != 5 {
+		t.Fatalf("the GCRA after the refusal: %+v %v, want given back", r, err)
+	}
+	bad := []*Want{{Key: "x", Limit: tokens, Cost: 1, Reserve: 1, Debt: true}}
+	if err := c.Decide(ctx, bad, nil); err == nil {
+		t.Fatal("a Debt want with a reserve: no error")
+	}
+}

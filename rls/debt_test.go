@@ -1,0 +1,65 @@
+package rls
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/wrapperspb"
+)
+
+const debtConfig = `
+domain: d
+descriptors:
+  - key: budget
+    rate_limit: {unit: minute, requests_per_unit: 1000, debt: true}
+  - key: plain
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+  - key: rpm
+    rate_limit: {unit: minute, requests_per_unit: 1}
+`
+
+// TestDebt: the AI-gateway pattern on a virtual clock (a fixed window of
+// 1000 tokens a minute, 40 s of it left at t0). A request checks the
+// budget with hits_addend 0; the response charges the tokens it used.
+// With debt: true the charge is counted past the limit, as the peer
+// counts it, and the checks are refused until the window ends; without it
+// the charge is refused and not counted, and the client is never stopped.
+// A charge is counted even when another limit of the request refuses, and
+// never answered from the refusal cache.
+func TestDebt(t *testing.T) {
+	s, f := onFake(t, debtConfig, Options{RefusalCache: 10})
+	tokens := func(key string, hits uint64) *rlv3.RateLimitDescriptor {
+		d := descriptor(key, "u1")
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		return d
+	}
+	for _, step := range []struct {
+		advance time.Duration
+		ds      []*rlv3.RateLimitDescriptor
+		want    string
+	}{
+		{0, []*rlv3.RateLimitDescriptor{tokens("budget", 0)}, "OK OK/1000:1000:40s"},                 // the check
+		{0, []*rlv3.RateLimitDescriptor{tokens("budget", 1500)}, "OVER_LIMIT OVER_LIMIT/1000:0:40s"}, // the charge, counted
+		{0, []*rlv3.RateLimitDescriptor{tokens("budget", 0)}, "OVER_LIMIT OVER_LIMIT/1000:0:40s"},    // the next check: stopped
+		{0, []*rlv3.RateLimitDescriptor{tokens("budget", 100)}, "OVER_LIMIT OVER_LIMIT/1000:0:40s"},  // counted again, not cached
+		{0, []*rlv3.RateLimitDescriptor{tokens("plain", 1500)}, "OVER_LIMIT OVER_LIMIT/1000:0:40s"},
+		{0, []*rlv3.RateLimitDescriptor{tokens("plain", 0)}, "OK OK/1000:1000:40s"}, // without debt: never stopped
+		{40 * time.Second, []*rlv3.RateLimitDescriptor{tokens("budget", 0)}, "OK OK/1000:1000:60s"},
+		{0, []*rlv3.RateLimitDescriptor{tokens("rpm", 1), tokens("budget", 10)}, "OK OK/1:0:60s OK/1000:990:60s"},
+		{0, []*rlv3.RateLimitDescriptor{tokens("rpm", 1), tokens("budget", 10)}, "OVER_LIMIT OVER_LIMIT/1:0:60s OK/1000:980:60s"},
+	} {
+		f.Advance(step.advance)
+		r := ask(t, s, step.ds)
+		if got := line(r); got != step.want {
+			t.Fatalf("at t0+%v: %v answered %s, want %s", f.Now().Sub(t0), step.ds, got, step.want)
+		}
+	}
+	if n, err := f.Client().Get(context.Background(), "d_budget_u1_fw60").Int64(); err != nil || n != 20 {
+		t.Fatalf("the budget's count: %d %v, want 20", n, err)
+	}
+	if _, err := Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, debt: maybe}\n")}); err == nil {
+		t.Fatal("debt: maybe: no error")
+	}
+}
