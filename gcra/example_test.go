@@ -85,3 +85,22 @@ func ExampleLimiter_ThrottleReserve() {
 	// low priority 5 admitted: false remaining: 2
 	// critical admitted: true remaining: 1
 }
+
+// A charge for work already done: 10 at once, one back a second. A charge
+// of 15 from full takes the limiter 5 into debt; every request, even of
+// cost 0, is refused until it is paid off.
+func ExampleLimiter_Charge() {
+	l, _ := gcra.New(9, 1, 1) // T = 1 s, τ = 10 s
+	now := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	d, _ := l.Charge(0, now, 15, false)
+	fmt.Println("charged 15:", d.Limited, "owed", d.Owed, "one passes after", d.RetryAfter, "full after", d.ResetAfter)
+	c, _ := l.ThrottleOwed(d.TAT, now, 0, 0, d.Owed)
+	fmt.Println("a check of cost 0:", c.Limited, "retry after", c.RetryAfter)
+	now += int64(6 * time.Second)
+	c, _ = l.ThrottleOwed(d.TAT, now, 1, 0, d.Owed)
+	fmt.Println("6 s later:", c.Limited, "owed", c.Owed)
+	// Output:
+	// charged 15: true owed true one passes after 6s full after 15s
+	// a check of cost 0: true retry after 5s
+	// 6 s later: false owed false
+}

@@ -44,3 +44,19 @@ func ExampleFixedWindow_Hit() {
 	fmt.Println("admitted within 200 ms:", admitted)
 	// Output: admitted within 200 ms: 200
 }
+
+// A charge past the limit: 10 a minute, 8 counted, a charge of 5 makes 13,
+// and the window refuses until it ends.
+func ExampleFixedWindow_Charge() {
+	f, _ := window.NewFixedWindow(10, 60)
+	start := time.Date(2026, 1, 1, 0, 0, 0, 0, time.UTC).UnixNano()
+	now := start + int64(20*time.Second)
+	end := start + int64(time.Minute)
+	d, n, _, _ := f.Charge(8, end, now, 5)
+	fmt.Println("charged 5 over 8:", d.Limited, "count", n, "retry after", d.RetryAfter)
+	d, _, _, _ = f.Hit(n, end, now, 0)
+	fmt.Println("a check of cost 0:", d.Limited)
+	// Output:
+	// charged 5 over 8: true count 13 retry after 40s
+	// a check of cost 0: true
+}

@@ -7,6 +7,8 @@ import (
 	"sort"
 	"testing"
 	"time"
+
+	"github.com/seed-6b3823f5/ratelimit"
 )
 
 const (
@@ -616,5 +618,53 @@ func TestHitReserve(t *testing.T) {
 	}
 	if d, _ := l.HitReserve(log, w0, 1, 1); d.Limited || d.Remaining != 1 || !d.Write {
 		t.Fatalf("sliding log within the reserve: %+v", d)
+	}
+}
+
+// TestCharge: each window's Charge at its documented numbers. A charge
+// that fits is Hit's admission; one past the limit is counted, Limited,
+// Remaining 0, and RetryAfter is when one unit fits again.
+func TestCharge(t *testing.T) {
+	s := int64(time.Second)
+	start := int64(1_700_000_040) * s // a multiple of 60 s
+
+	sw, _ := NewSlidingWindow(10, 60)
+	d, next, expire, err := sw.Charge(Counts{}, start, 15)
+	if err != nil || !d.Limited || d.Remaining != 0 || !d.Write || next.Current != 15 ||
+		d.RetryAfter != 80*time.Second+1 || expire != start+120*s {
+		t.Fatalf("SW charge of 15 over 10: %+v %+v %d %v", d, next, expire, err)
+	}
+	// 80 s + 1 ns later one unit fits; a nanosecond before, it does not.
+	if d, _, _, _ := sw.Hit(next, start+80*s, 1); !d.Limited || d.RetryAfter != 1 {
+		t.Fatalf("SW at 80 s: %+v", d)
+	}
+	if d, _, _, _ := sw.Hit(next, start+80*s+1, 1); d.Limited {
+		t.Fatalf("SW at 80 s + 1 ns: %+v", d)
+	}
+	if d, next, _, _ := sw.Charge(Counts{}, start, 4); d.Limited || next.Current != 4 {
+		t.Fatalf("SW charge that fits: %+v %+v", d, next)
+	}
+	if _, _, _, err := sw.Charge(Counts{Index: start / (60 * s), Current: math.MaxInt64 - 1}, start, 2); err != ratelimit.ErrDebt {
+		t.Fatalf("SW count past 2^63 - 1: %v", err)
+	}
+
+	sl, _ := NewSlidingLog(10, 60)
+	ld, err := sl.Charge(sliceLog{}, start, 12)
+	if err != nil || !ld.Limited || ld.Add != 12 || ld.RetryAfter != time.Minute || ld.ResetAfter != time.Minute {
+		t.Fatalf("SL charge of 12 over 10: %+v %v", ld, err)
+	}
+	// 9 entries, the oldest 50 s ago: a charge of 3 makes 12; one unit fits
+	// once 3 have left: the third oldest, 40 s ago, leaves in 20 s.
+	log := sliceLog{start - 50*s, start - 45*s, start - 40*s, start - 30*s, start - 30*s, start - 30*s, start - 30*s, start - 30*s, start - 30*s}
+	if ld, err := sl.Charge(log, start, 3); err != nil || !ld.Limited || ld.Add != 3 || ld.RetryAfter != 20*time.Second {
+		t.Fatalf("SL charge of 3 over 9: %+v %v", ld, err)
+	}
+	if ld, _ := sl.Charge(log, start, 1); ld.Limited || ld.Add != 1 {
+		t.Fatalf("SL charge that fits: %+v", ld)
+	}
+
+	fw, _ := NewFixedWindow(10, 60)
+	if _, _, _, err := fw.Charge(math.MaxInt64, start+60*s, start, 1); err != ratelimit.ErrDebt {
+		t.Fatalf("FW count past 2^63 - 1: %v", err)
 	}
 }

@@ -70,3 +70,55 @@ func TestApplyOverflow(t *testing.T) {
 		t.Fatalf("a state past 2262: %+v, want ok false", st)
 	}
 }
+
+// TestCharge steps a debt on the schedule of TestApply (4 units, 200 ms
+// each): a charge is taken past the tolerance and marked owed; an owed
+// state is read as it stands, refusing every call, even of cost 0, until
+// it is back within the tolerance; a refund pays some of it back.
+func TestCharge(t *testing.T) {
+	ms := int64(time.Millisecond)
+	never := ratelimit.Never
+	state, owed := int64(0), false
+	for i, c := range []struct {
+		now, units int64
+		charge     bool
+		limited    bool
+		remaining  int64
+		retry      time.Duration
+		reset      time.Duration
+		write      bool
+		owed       bool
+	}{
+		{0, 3, true, false, 1, never, 600 * time.Millisecond, true, false},                          // fits: as Apply
+		{0, 3, true, true, 0, 600 * time.Millisecond, 1200 * time.Millisecond, true, true},          // 400 ms over: one unit fits after 600 ms
+		{0, 0, false, true, 0, 400 * time.Millisecond, 1200 * time.Millisecond, false, false},       // cost 0 waits out the debt
+		{0, 1, false, true, 0, 600 * time.Millisecond, 1200 * time.Millisecond, false, false},       // one unit, one interval more
+		{0, 0, true, true, 0, 400 * time.Millisecond, 1200 * time.Millisecond, false, false},        // a charge of 0 is a check
+		{100 * ms, -1, false, false, 0, never, 900 * time.Millisecond, true, true},                  // a refund pays 200 ms back
+		{300 * ms, 1, false, true, 0, 100 * time.Millisecond, 700 * time.Millisecond, false, false}, // 100 ms early
+		{400 * ms, 1, false, false, 0, never, 800 * time.Millisecond, true, false},                  // paid off
+	} {
+		var st Step
+		var ok, held bool
+		if c.charge {
+			st, ok, held = five.Charge(state, c.now, c.units, owed)
+		} else {
+			st, ok = five.ApplyOwed(state, c.now, c.units, owed)
+			held = true
+		}
+		if !ok || !held || st.Limited != c.limited || st.Remaining != c.remaining || st.RetryAfter != c.retry || st.ResetAfter != c.reset || st.Write != c.write || st.Owed != c.owed {
+			t.Fatalf("step %d (t=%v, %d units, charge %v): %+v; want limited %v, remaining %d, retry %v, reset %v, write %v, owed %v",
+				i, time.Duration(c.now), c.units, c.charge, st, c.limited, c.remaining, c.retry, c.reset, c.write, c.owed)
+		}
+		if st.Write {
+			state, owed = st.State, st.Owed
+		}
+	}
+	// Unmarked, the same state is a clock that stepped back: clamped.
+	if st, _ := five.Apply(int64(1200*time.Millisecond), 0, 0); st.Ahead != five.Tolerance || !st.Write {
+		t.Fatalf("an unmarked state past the tolerance: %+v, want clamped", st)
+	}
+	if _, ok, held := five.Charge(0, math.MaxInt64-int64(time.Second), 100, false); !ok || held {
+		t.Fatalf("a charge past 2262: ok %v held %v, want held false", ok, held)
+	}
+}
