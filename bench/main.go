@@ -312,6 +312,7 @@ func workloads() []*workload {
 		{everywhere: true, name: "SET (integer, PX)", kind: "native", stat: "set", args: []string{"SET", k("set"), "1795000000000000000", "PX", "60000"}},
 		{everywhere: true, name: "GCRA.THROTTLE", kind: "module", algo: "gcra", stat: "gcra.throttle", args: []string{"GCRA.THROTTLE", k("gcra"), "15", "30", "60"}},
 		{name: "GCRA.THROTTLE ... UPTO 10", kind: "module", algo: "gcrau", stat: "gcra.throttle", args: []string{"GCRA.THROTTLE", k("gcrau"), "15", "30", "60", "1", "UPTO", "10"}},
+		{name: "GCRA.THROTTLE ... 20 DEBT", kind: "module", algo: "gcrad", stat: "gcra.throttle", args: []string{"GCRA.THROTTLE", k("gcrad"), "15", "30", "60", "20", "DEBT"}},
 		{name: "TB.TAKE", kind: "module", algo: "tb", stat: "tb.take", args: []string{"TB.TAKE", k("tb"), "16", "30", "60"}},
 		{name: "LB.ENQUEUE", kind: "module", algo: "lb", stat: "lb.enqueue", args: []string{"LB.ENQUEUE", k("lb"), "15", "30", "60"}},
 		{name: "SW.HIT", kind: "module", algo: "sw", stat: "sw.hit", args: []string{"SW.HIT", k("sw"), "16", "60"}},
