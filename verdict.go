@@ -81,6 +81,7 @@ func Grant(remaining, cost, reserve, n int64) int64 {
 }
 
 // ErrDebt is a charge (the module's DEBT) that would take a limiter's
-// state past what it can hold: a schedule past the year 2262, or a count
-// past 2^63 − 1. Nothing is taken.
-var ErrDebt = errors.New("DEBT cannot take the charge: the limiter's state would pass the most it can hold (the year 2262, or 2^63 - 1 units)")
+// state past what it can hold: a schedule past the year 2262, a count
+// past 2^63 − 1, or a sliding log past its limit by more than 100,000
+// entries. Nothing is taken.
+var ErrDebt = errors.New("DEBT cannot take the charge: the limiter's state would pass the most it can hold (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries)")

@@ -125,7 +125,11 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	fmt.Fprintf(&b, "| algorithm | module | Lua script |\n|---|---|---|\n")
 	for _, w := range works {
 		if w.kind == "module" {
-			fmt.Fprintf(&b, "| %s | %d | %d |\n", w.name, w.bytes, lua[w.algo].bytes)
+			luaBytes := "" // the UPTO and DEBT rows have no script of their own
+			if l := lua[w.algo]; l != nil {
+				luaBytes = fmt.Sprint(l.bytes)
+			}
+			fmt.Fprintf(&b, "| %s | %d | %s |\n", w.name, w.bytes, luaBytes)
 		}
 	}
 	fmt.Fprintf(&b, "| the C reference's GCRA state | %d | |\n", cref.bytes)
@@ -161,8 +165,7 @@ func report(out, chart string, works []*workload, conc []*concRow, httpRows []*h
 	slowest := 1e9
 	slowestName := ""
 	for _, w := range works {
-		if w.kind == "module" {
-			l := lua[w.algo]
+		if l := lua[w.algo]; l != nil && w.kind == "module" {
 			if r := l.median(l.usec) / w.median(w.usec); r < slowest {
 				slowest, slowestName = r, w.name
 			}

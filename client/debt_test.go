@@ -38,17 +38,19 @@ func TestDebt(t *testing.T) {
 		t.Fatalf("Debt with Reserve: %+v, want the server's error", r)
 	}
 
-	// A request of two limits, one refusing, and a charge: the charge is
-	// counted, the refused limit is not, the other is given back.
+	// A request of two limits, one refusing, and a charge within its
+	// limit: the charge is counted, the refused limit is not, the other is
+	// given back.
 	at = time.Hour
 	window := FixedWindow(2, time.Minute)
 	if _, err := c.Take(ctx, "w", window, 2); err != nil {
 		t.Fatal(err)
 	}
+	g := GCRA(4, 5, time.Minute)
 	wants := []*Want{
-		{Key: "g", Limit: GCRA(4, 5, time.Minute), Cost: 1},
+		{Key: "g", Limit: g, Cost: 1},
 		{Key: "w", Limit: window, Cost: 1},
-		{Key: "budget", Limit: tokens, Cost: 1500, Debt: true},
+		{Key: "budget", Limit: tokens, Cost: 500, Debt: true},
 	}
 	if err := c.Decide(ctx, wants, nil); err != nil {
 		t.Fatal(err)
@@ -56,14 +58,34 @@ func TestDebt(t *testing.T) {
 	if !wants[1].Result.Limited || wants[0].Taken || wants[1].Taken {
 		t.Fatalf("the window refuses, the GCRA is given back: %+v %+v", wants[0], wants[1])
 	}
-	if b := wants[2]; !b.Known || !b.Taken || !b.Result.Limited || b.Result.ResetAfter != 90*time.Second {
-		t.Fatalf("the charge: %+v, want taken 500 into debt", b)
+	if b := wants[2]; !b.Known || !b.Taken || b.Result.Limited || b.Result.Remaining != 500 {
+		t.Fatalf("the charge: %+v, want 500 taken", b)
 	}
-	if r, err := c.Peek(ctx, "budget", tokens, 0); err != nil || !r.Limited || r.RetryAfter != 30*time.Second {
-		t.Fatalf("the budget after the charge: %+v %v, want 30 s of debt", r, err)
+	// A charge past its limit: the request's other limits are not asked.
+	wants = []*Want{{Key: "g", Limit: g, Cost: 1}, {Key: "budget", Limit: tokens, Cost: 1500, Debt: true}}
+	if err := c.Decide(ctx, wants, nil); err != nil {
+		t.Fatal(err)
 	}
-	if r, err := c.Peek(ctx, "g", GCRA(4, 5, time.Minute), 0); err != nil || r.Remaining != 5 {
-		t.Fatalf("the GCRA after the refusal: %+v %v, want given back", r, err)
+	if b := wants[1]; !b.Taken || !b.Result.Limited || b.Result.ResetAfter != 120*time.Second || wants[0].Known || wants[0].Taken {
+		t.Fatalf("a charge 1000 into debt: %+v, and the GCRA %+v, want not asked", b, wants[0])
+	}
+	if r, err := c.Peek(ctx, "budget", tokens, 0); err != nil || !r.Limited || r.RetryAfter != time.Minute {
+		t.Fatalf("the budget after the charge: %+v %v, want a minute of debt", r, err)
+	}
+	if r, err := c.Peek(ctx, "g", g, 0); err != nil || r.Remaining != 5 {
+		t.Fatalf("the GCRA: %+v %v, want never counted", r, err)
+	}
+	// Two logs' charges of 60000 go in two steps: one RL.ALL adds at most
+	// 100000 entries.
+	logs := []*Want{
+		{Key: "l1", Limit: SlidingLog(10, time.Minute), Cost: 60000, Debt: true},
+		{Key: "l2", Limit: SlidingLog(10, time.Minute), Cost: 60000, Debt: true},
+	}
+	if steps := c.chargeSteps(logs); len(steps) != 2 {
+		t.Fatalf("two charges of 60000 entries in %d steps, want 2", len(steps))
+	}
+	if err := c.Decide(ctx, logs, nil); err != nil || !logs[0].Taken || !logs[1].Taken {
+		t.Fatalf("two logs' charges: %v %+v %+v", err, logs[0], logs[1])
 	}
 	bad := []*Want{{Key: "x", Limit: tokens, Cost: 1, Reserve: 1, Debt: true}}
 	if err := c.Decide(ctx, bad, nil); err == nil {

@@ -80,10 +80,13 @@ type StepFunc func(ctx context.Context, s Step) error
 // that answer; the same key with two different limits or reserves is an
 // error, and nothing is sent.
 //
-// Wants with Debt are not part of the all or nothing: once the others are
-// decided (admitted or refused), they are charged, in steps of up to 16
-// per slot sent with DEBT, and stay Taken whatever they answer; none is
-// given back. A Debt want takes no Reserve.
+// Wants with Debt are not part of the all or nothing: they are charged
+// first, in steps sent with DEBT (per slot, up to 16 limits and 100,000
+// sliding-log entries each), and stay Taken whatever they answer; none is
+// given back. When one answers Limited (the charge left its limit over
+// it), the others are not asked, so a refused request counts nothing but
+// its charges; otherwise the others are decided all or nothing. A Debt want
+// takes no Reserve. An error leaves the charges sent before it taken.
 //
 // send sends each step (nil: Client.Send).
 func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error {
@@ -118,8 +121,8 @@ func (c *Client) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 	return nil
 }
 
-// decideDebt decides the wants without Debt all or nothing, then charges
-// those with Debt (see Decide).
+// decideDebt charges the wants with Debt, then, unless one of them
+// answers Limited, decides the others all or nothing (see Decide).
 func (c *Client) decideDebt(ctx context.Context, wants []*Want, send StepFunc) error {
 	var all, debt []*Want
 	for _, w := range wants {
@@ -132,11 +135,22 @@ func (c *Client) decideDebt(ctx context.Context, wants []*Want, send StepFunc) e
 			debt = append(debt, w)
 		}
 	}
-	if len(all) > 0 {
-		if err := c.Decide(ctx, all, send); err != nil {
+	for _, s := range c.chargeSteps(debt) {
+		if err := send(ctx, s); err != nil {
 			return err
 		}
 	}
+	if len(all) == 0 || slices.ContainsFunc(debt, func(w *Want) bool { return w.Result.Limited }) {
+		return nil
+	}
+	return c.Decide(ctx, all, send)
+}
+
+// chargeSteps groups charges by slot into steps of up to MaxAll limits
+// whose sliding logs add at most spec.MaxLogAdd entries (a log's charge
+// above it alone, which the server refuses).
+func (c *Client) chargeSteps(debt []*Want) []Step {
+	var steps []Step
 	groups, index := [][]*Want{}, map[int]int{}
 	for _, w := range debt {
 		slot := 0
@@ -152,13 +166,22 @@ func (c *Client) decideDebt(ctx context.Context, wants []*Want, send StepFunc) e
 		groups[k] = append(groups[k], w)
 	}
 	for _, g := range groups {
-		for s := range slices.Chunk(g, MaxAll) {
-			if err := send(ctx, Step{Wants: s}); err != nil {
-				return err
+		var step []*Want
+		entries := int64(0)
+		for _, w := range g {
+			var add int64
+			if w.Limit.algo == algoSL {
+				add = max(w.Cost, 0)
 			}
+			if len(step) == MaxAll || (len(step) > 0 && entries+add > spec.MaxLogAdd) {
+				steps = append(steps, Step{Wants: step})
+				step, entries = nil, 0
+			}
+			step, entries = append(step, w), entries+add
 		}
+		steps = append(steps, Step{Wants: step})
 	}
-	return nil
+	return steps
 }
 
 // repeated reports wants that name a key more than once.
@@ -372,8 +395,8 @@ func (c *Client) Refund(ctx context.Context, wants []*Want, send StepFunc) {
 		send = c.Send
 	}
 	for _, w := range wants {
-		if !w.Taken || w.Cost == 0 || !w.Limit.Refundable() {
-			continue
+		if !w.Taken || w.Cost == 0 || !w.Limit.Refundable() || w.Debt {
+			continue // a charge stays
 		}
 		back := &Want{Key: w.Key, Limit: w.Limit, Cost: -w.Cost}
 		if err := send(ctx, Step{Wants: []*Want{back}}); err == nil && back.Known {

@@ -278,7 +278,7 @@ local T_UPTO_RANGE = 'ERR UPTO must be an integer from 1 to {}'
 local T_UPTO_WORD = 'ERR UPTO needs a number: UPTO n, n from 1 to {}'
 local T_UPTO_REFUND = 'ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)'
 local T_DEBT_WITH = 'ERR DEBT takes the whole cost whatever remains, so it does not go with {}'
-local T_DEBT_RANGE = 'ERR DEBT cannot take a charge of {}: the limiter\'s state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken'
+local T_DEBT_RANGE = 'ERR DEBT cannot take a charge of {}: the limiter\'s state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log\'s limit plus 100000 entries); nothing was taken'
 local T_UNKNOWN_OPTION = 'ERR unknown option {}: the options are {}'
 local T_TWICE = 'ERR the option {} is given twice'
 local T_NUMKEYS = 'ERR numkeys must be an integer from 1 to {}'
@@ -1123,6 +1123,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us, debt)
       if nth == nil or lt(n, nth) then nth = n end
       d.retry = sub(add(nth, W), n)
     end
+    if charge and lt(add(L, MAX_LOG_ADD), total) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
     if charge then d.write, newest, d.add = true, n, cost else total = live end
   elseif lt(0, cost) then
     d.write, newest, d.add = true, n, cost
@@ -1814,4 +1815,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+36c3a2cfade2c376' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+aeec0b8a154c2f73' end, flags = {'no-writes'}}

@@ -51,6 +51,7 @@ static RedisModuleCommandArg rl_args_gcra[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
+    RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     {0}};
 
 static RedisModuleCommandArg rl_args_gcra_peek[] = {
@@ -72,6 +73,7 @@ static RedisModuleCommandArg rl_args_tb[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
+    RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     {0}};
 
 static RedisModuleCommandArg rl_args_tb_peek[] = {
@@ -101,6 +103,7 @@ static RedisModuleCommandArg rl_args_sw[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
+    RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     {0}};
 
 static RedisModuleCommandArg rl_args_sw_peek[] = {
@@ -120,6 +123,7 @@ static RedisModuleCommandArg rl_args_fw[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
+    RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     {0}};
 
 static RedisModuleCommandArg rl_args_fw_peek[] = {
@@ -139,6 +143,7 @@ static RedisModuleCommandArg rl_args_sl[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
+    RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     {0}};
 
 static RedisModuleCommandArg rl_args_sl_peek[] = {
@@ -158,6 +163,7 @@ static RedisModuleCommandArg rl_args_rl_all[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
+    RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     RL_TOKEN_ARG("each", "EACH", "after the six integers, every limit's own five, in order"),
     {0}};
 

@@ -383,6 +383,9 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 			return nil, l.errAt(f["algorithm"], "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", alg, statKey)
 		}
 	}
+	if r.algorithm == SlidingLog && debt {
+		return nil, l.errAt(f["debt"], "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)
+	}
 	if r.algorithm == SlidingLog && perUnit > maxLogLimit {
 		return nil, l.errAt(f["requests_per_unit"], "requests_per_unit %d for '%s' is past the sliding log's %d (one entry per request): take sliding_window", perUnit, statKey, maxLogLimit)
 	}

@@ -27,7 +27,8 @@ descriptors:
 // counts it, and the checks are refused until the window ends; without it
 // the charge is refused and not counted, and the client is never stopped.
 // A charge is counted even when another limit of the request refuses, and
-// never answered from the refusal cache.
+// never answered from the refusal cache; a request refused by a charge
+// counts nothing else.
 func TestDebt(t *testing.T) {
 	s, f := onFake(t, debtConfig, Options{RefusalCache: 10})
 	tokens := func(key string, hits uint64) *rlv3.RateLimitDescriptor {
@@ -49,6 +50,10 @@ func TestDebt(t *testing.T) {
 		{40 * time.Second, []*rlv3.RateLimitDescriptor{tokens("budget", 0)}, "OK OK/1000:1000:60s"},
 		{0, []*rlv3.RateLimitDescriptor{tokens("rpm", 1), tokens("budget", 10)}, "OK OK/1:0:60s OK/1000:990:60s"},
 		{0, []*rlv3.RateLimitDescriptor{tokens("rpm", 1), tokens("budget", 10)}, "OVER_LIMIT OVER_LIMIT/1:0:60s OK/1000:980:60s"},
+		// Refused by a budget in debt, a request counts nothing else.
+		{60 * time.Second, []*rlv3.RateLimitDescriptor{tokens("budget", 1500)}, "OVER_LIMIT OVER_LIMIT/1000:0:60s"},
+		{0, []*rlv3.RateLimitDescriptor{tokens("rpm", 1), tokens("budget", 0)}, "OVER_LIMIT OK/1:0 OVER_LIMIT/1000:0:60s"},
+		{0, []*rlv3.RateLimitDescriptor{tokens("rpm", 1)}, "OK OK/1:0:60s"},
 	} {
 		f.Advance(step.advance)
 		r := ask(t, s, step.ds)
@@ -56,10 +61,13 @@ func TestDebt(t *testing.T) {
 			t.Fatalf("at t0+%v: %v answered %s, want %s", f.Now().Sub(t0), step.ds, got, step.want)
 		}
 	}
-	if n, err := f.Client().Get(context.Background(), "d_budget_u1_fw60").Int64(); err != nil || n != 20 {
-		t.Fatalf("the budget's count: %d %v, want 20", n, err)
+	if n, err := f.Client().Get(context.Background(), "d_budget_u1_fw60").Int64(); err != nil || n != 1500 {
+		t.Fatalf("the budget's count: %d %v, want 1500", n, err)
 	}
-	if _, err := Parse(map[string][]byte{"d.yaml": []byte("domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, debt: maybe}\n")}); err == nil {
-		t.Fatal("debt: maybe: no error")
+	for _, bad := range []string{"debt: maybe", "debt: true, algorithm: sliding_log"} {
+		cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, " + bad + "}\n"
+		if _, err := Parse(map[string][]byte{"d.yaml": []byte(cfg)}); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
 	}
 }

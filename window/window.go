@@ -353,6 +353,10 @@ type Log interface {
 // SlidingLog counts exactly the units admitted in the trailing window.
 type SlidingLog struct{ p params }
 
+// MaxLogDebt is the most entries a sliding log holds past its limit after
+// charges (Charge): a log is read entry by entry, so a debt is bounded.
+const MaxLogDebt = 100_000
+
 // NewSlidingLog returns a sliding log of limit per window seconds.
 func NewSlidingLog(limit, window int64) (SlidingLog, error) {
 	p, err := newParams(limit, window)
@@ -432,8 +436,8 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 // the oldest entries over the limit have left the window. With limit 10
 // per 60 s, an empty log and a charge of 12 at now, one unit fits again
 // after 60 s, when all 12 leave. The caller bounds cost (the module adds
-// at most 100,000 entries per call); ratelimit.ErrDebt refuses a count
-// past 2^63 − 1.
+// at most 100,000 entries per call); ratelimit.ErrDebt refuses a charge
+// that would leave more than limit + MaxLogDebt entries in the window.
 func (l SlidingLog) Charge(log Log, now, cost int64) (LogDecision, error) {
 	d, err := l.Hit(log, now, cost)
 	if err != nil || !d.Limited || cost == 0 {
@@ -442,7 +446,7 @@ func (l SlidingLog) Charge(log Log, now, cost int64) (LogDecision, error) {
 	W, L := l.p.window, l.p.limit
 	live := log.Count(d.Cutoff)
 	total, ok := checked.Add(live, cost)
-	if !ok {
+	if !ok || total-L > MaxLogDebt {
 		return LogDecision{}, ratelimit.ErrDebt
 	}
 	// One unit fits once the (total + 1 − L)-th oldest entry has left: an

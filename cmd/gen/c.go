@@ -37,6 +37,7 @@ const (
 	reserveSummary = "admit only if this many units remain after the call (0 to the limit)"
 	uptoSummary    = "take up to this many calls of the cost, as many as admitted; the reply ends with how many (1 to 1000000)"
 	eachSummary    = "after the six integers, every limit's own five, in order"
+	debtSummary    = "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"
 )
 
 // argSummary is what COMMAND DOCS says of a: its meaning and its range.
@@ -122,6 +123,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 		}
 		if !c.Peek && (c.NumKeys || spec.Families[c.Family].UpTo) {
 			b.WriteString("    RL_UPTO_ARG,\n")
+		}
+		if !c.Peek && (c.NumKeys || spec.Families[c.Family].Debt) {
+			b.WriteString("    RL_TOKEN_ARG(\"debt\", \"DEBT\", " + cString(debtSummary) + "),\n")
 		}
 		if c.NumKeys {
 			b.WriteString("    RL_TOKEN_ARG(\"each\", \"EACH\", " + cString(eachSummary) + "),\n")

@@ -77,6 +77,9 @@ func TestDebt(t *testing.T) {
 		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 3, "FW", 5, 60, 3, "DEBT"}, "[1 5 0 24 72 0]"},
 		{200 * time.Second, []any{"RL.ALL", 2, "a1", "a2", "GCRA", 4, 5, 60, 0, "FW", 5, 60, 0, "EACH"}, "[1 5 0 20 20 1 1 5 0 12 72 1 5 0 20 20]"},
 		{200 * time.Second, []any{"GET", "a2"}, "6"},
+		// A log holds at most its limit and 100000 entries: the first
+		// charge of 100000 over a limit of 1 is taken, the second refused.
+		{200 * time.Second, []any{"SL.HIT", "big", 1, 60, 100000, "DEBT"}, "[1 1 0 60 60]"},
 	} {
 		at = step.at
 		v, err := rdb.Do(ctx, step.args...).Result()
@@ -100,12 +103,13 @@ func TestDebt(t *testing.T) {
 		{[]any{"GCRA.PEEK", "g", 4, 5, 60, "DEBT"}, `ERR unknown option "DEBT": the options are MS and RESERVE n`},
 		{[]any{"RL.PEEK", 1, "a", "FW", 3, 60, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS, RESERVE n and EACH`},
 		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS`},
-		{[]any{"GCRA.THROTTLE", "new", 4, 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken"},
-		{[]any{"TB.TAKE", "b", 4, 1, 1, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken"},
-		{[]any{"FW.HIT", "f", 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken"},
+		{[]any{"GCRA.THROTTLE", "new", 4, 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
+		{[]any{"TB.TAKE", "b", 4, 1, 1, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
+		{[]any{"FW.HIT", "f", 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
 		{[]any{"SL.HIT", "new", 3, 10, 100001, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 100001: split the call"},
+		{[]any{"SL.HIT", "big", 1, 60, 100000, "DEBT"}, "ERR DEBT cannot take a charge of 100000: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
 		{[]any{"RL.ALL", 2, "n1", "n2", "SL", 3, 10, 60000, "SL", 3, 10, 60000, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 120000: split the call"},
-		{[]any{"RL.ALL", 2, "a1", "n2", "GCRA", 4, 5, 60, "9223372036854775807", "FW", 5, 60, 1, "DEBT"}, `ERR limiter 1 (GCRA, key "a1"): DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, or 2^63 - 1 units); nothing was taken`},
+		{[]any{"RL.ALL", 2, "a1", "n2", "GCRA", 4, 5, 60, "9223372036854775807", "FW", 5, 60, 1, "DEBT"}, `ERR limiter 1 (GCRA, key "a1"): DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken`},
 	} {
 		before := fmt.Sprint(f.Keys())
 		if err := rdb.Do(ctx, bad.args...).Err(); err == nil || err.Error() != bad.want {

@@ -52,7 +52,7 @@ var Texts = [NumTexts]struct{ Lua, Template string }{
 	TUpToRefund:   {"UPTO_REFUND", "ERR {}UPTO asks for calls of a cost of 0 or more, not {} (a refund takes no UPTO)"},
 	TDebtWith:     {"DEBT_WITH", "ERR DEBT takes the whole cost whatever remains, so it does not go with {}"},
 	TDebtRange: {"DEBT_RANGE", "ERR DEBT cannot take a charge of {}: the limiter's state would pass the most it holds " +
-		"(the year 2262, or 2^63 - 1 units); nothing was taken"},
+		"(the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
 	TUnknownOption:  {"UNKNOWN_OPTION", "ERR unknown option {}: the options are {}"},
 	TTwice:          {"TWICE", "ERR the option {} is given twice"},
 	TNumKeys:        {"NUMKEYS", "ERR numkeys must be an integer from 1 to {}"},

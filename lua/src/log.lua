@@ -70,6 +70,7 @@ local function log_hit(key, size, L, window, now, cost, cutoff_us, debt)
       if nth == nil or lt(n, nth) then nth = n end
       d.retry = sub(add(nth, W), n)
     end
+    if charge and lt(add(L, MAX_LOG_ADD), total) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
     if charge then d.write, newest, d.add = true, n, cost else total = live end
   elseif lt(0, cost) then
     d.write, newest, d.add = true, n, cost
