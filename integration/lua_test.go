@@ -812,3 +812,46 @@ func bigRow(a, b int64) string {
 	row = append(row, strconv.FormatFloat(float64(a), 'g', 17, 64))
 	return strings.Join(row, " ")
 }
+
+// TestLuaDebtEdges: DEBT at its edges, in the module, the scripts and the
+// functions alike: replies, errors and states. A sliding log charged past
+// its limit and 100,000 entries, a count at 2^63 - 1, a schedule near 2262,
+// a refund and a peek on a state in debt, a shaper given the debt's mark.
+func TestLuaDebtEdges(t *testing.T) {
+	calls := [][]string{
+		{"sl.hit", "{d}:sl", "1", "60", "100000", "DEBT"}, {"sl.hit", "{d}:sl", "1", "60", "1", "DEBT"},
+		{"sl.hit", "{d}:sl", "1", "60", "0"}, {"sl.hit", "{d}:sl", "1", "60", "2", "debt"},
+		{"fw.hit", "{d}:fw", "5", "60", "9223372036854775806", "DEBT"}, {"fw.hit", "{d}:fw", "5", "60", "2", "DEBT"},
+		{"sw.hit", "{d}:sw", "5", "60", "9223372036854775807", "DEBT"}, {"sw.hit", "{d}:sw", "5", "60", "1", "DEBT"},
+		{"gcra.throttle", "{d}:g", "0", "1", "100000000", "50", "DEBT"}, {"gcra.throttle", "{d}:g", "0", "1", "100000000", "50", "DEBT"},
+		{"tb.take", "{d}:tb", "5", "1", "60", "12", "DEBT"}, {"tb.take", "{d}:tb", "5", "1", "60", "-3", "MS"},
+		{"tb.peek", "{d}:tb", "5", "1", "60", "0"}, {"tb.take", "{d}:tb", "5", "1", "60", "0", "DEBT"},
+		{"lb.enqueue", "{d}:tb", "5", "1", "60", "1"},
+		{"rl.all", "2", "{d}:a", "{d}:b", "GCRA", "4", "1", "60", "7", "SL", "2", "60", "99999", "DEBT", "EACH"},
+		{"rl.all", "2", "{d}:a", "{d}:b", "GCRA", "4", "1", "60", "0", "SL", "2", "60", "2", "DEBT"},
+	}
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		st := startStopped(t, f, 3)
+		e, dbs := st.e, st.dbs
+		for i, call := range calls {
+			st.setClock(luaStart.UnixNano() + int64(i)*int64(time.Second))
+			keys, args := call[1:2], call[2:]
+			if call[0] == "rl.all" {
+				keys, args = call[2:4], call[4:]
+			}
+			m := e.module(dbs[0], call[0], keys, args)
+			sc := e.script(dbs[1], call[0], keys, args)
+			fn := e.function(dbs[2], call[0], keys, args)
+			if m != sc || m != fn {
+				t.Fatalf("%v: module %s, script %s, function %s", call, m, sc, fn)
+			}
+			for _, k := range keys {
+				sm, ss, sf := state(dbs[0], k), state(dbs[1], k), state(dbs[2], k)
+				if sm != ss || sm != sf {
+					t.Fatalf("%v: %s after the module %s, after the script %s, after the function %s", call, k, sm, ss, sf)
+				}
+			}
+			t.Logf("%v: %s", call, m)
+		}
+	})
+}
