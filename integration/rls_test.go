@@ -427,6 +427,39 @@ func TestRLSAllOrNothing(t *testing.T) {
 	})
 }
 
+const debtConfig = `
+domain: llm
+descriptors:
+  - key: user
+    rate_limit: {unit: day, requests_per_unit: 1000, debt: true}
+  - key: user_tb
+    rate_limit: {unit: day, requests_per_unit: 1000, debt: true, algorithm: token_bucket}
+  - key: rpm
+    rate_limit: {unit: day, requests_per_unit: 2}
+`
+
+// TestRLSDebt: the AI-gateway pattern through the real service and the
+// module: a budget checked with hits_addend 0 and charged after the
+// response is counted past its limit (debt: true) and stops its client; a
+// request refused by it counts nothing else.
+func TestRLSDebt(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		p := startRLS(t, s.addr(), map[string]string{"llm.yaml": debtConfig})
+		hits := func(d *rlv3.RateLimitDescriptor, n uint64) *rlv3.RateLimitDescriptor {
+			d.HitsAddend = wrapperspb.UInt64(n)
+			return d
+		}
+		for _, key := range []string{"user", "user_tb"} {
+			u := key + "-1"
+			expectBrief(t, key+" check", p.ask(t, "llm", hits(desc(key, u), 0)), "OK [OK r=1000 1000/DAY]")
+			expectBrief(t, key+" charge", p.ask(t, "llm", hits(desc(key, u), 1500)), "OVER_LIMIT [OVER_LIMIT r=0 1000/DAY]")
+			expectBrief(t, key+" next check", p.ask(t, "llm", hits(desc(key, u), 0)), "OVER_LIMIT [OVER_LIMIT r=0 1000/DAY]")
+			expectBrief(t, key+" with rpm", p.ask(t, "llm", desc("rpm", u), hits(desc(key, u), 0)), "OVER_LIMIT [OK r=0 2/DAY] [OVER_LIMIT r=0 1000/DAY]")
+			expectBrief(t, key+" rpm alone", p.ask(t, "llm", desc("rpm", u)), "OK [OK r=1 2/DAY]") // not counted before
+		}
+	})
+}
+
 // TestRLSClusterAcrossSlots: on a real cluster, descriptors whose keys live
 // in different slots are taken slot by slot and given back when a later
 // one refuses (the window last, since a window cannot give back).
