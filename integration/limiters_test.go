@@ -359,7 +359,8 @@ return {a, b}`, l.cmd)
 }
 
 // workload drives every algorithm over keys with prefix: admitted calls,
-// refusals, refunds (one back to full, which deletes the key). Key i of a
+// refusals, refunds (one back to full, which deletes the key), charges
+// past the limit. Key i of a
 // limiter gets i % 6 calls on a burst of 3, with period slow + i.
 func workload(t *testing.T, c *redis.Client, prefix string) {
 	t.Helper()
@@ -375,6 +376,14 @@ func workload(t *testing.T, c *redis.Client, prefix string) {
 	mustCall(t, c, "GCRA.THROTTLE", prefix+"gcra:1", 2, 1, slow+1, -5)
 	mustCall(t, c, "TB.TAKE", prefix+"tb:4", 3, 1, slow+4, -2)
 	mustCall(t, c, "TB.TAKE", prefix+"tb:2", 3, 1, slow+2, -5)
+	// Charges past the limit (DEBT): schedules stored in debt, counts and
+	// logs over their limits.
+	mustCall(t, c, "GCRA.THROTTLE", prefix+"gcra:debt", 2, 1, slow, 9, "DEBT")
+	mustCall(t, c, "TB.TAKE", prefix+"tb:debt", 3, 1, slow, 9, "DEBT")
+	mustCall(t, c, "TB.TAKE", prefix+"tb:debt", 3, 1, slow, -2)
+	mustCall(t, c, "SW.HIT", prefix+"sw:debt", 3, slow, 9, "DEBT")
+	mustCall(t, c, "FW.HIT", prefix+"fw:debt", 3, slow, 9, "DEBT")
+	mustCall(t, c, "SL.HIT", prefix+"sl:debt", 3, slow, 9, "DEBT")
 }
 
 // Replicas hold the effect: one without the module ends with the same
@@ -396,6 +405,11 @@ func TestReplication(t *testing.T) {
 		for _, gone := range []string{"gcra:1", "tb:2", "sl:0"} {
 			if _, ok := want[prefix+gone]; ok {
 				t.Fatalf("a refund to full left %s", gone)
+			}
+		}
+		for _, owed := range []string{"gcra:debt", "tb:debt"} {
+			if v := want[prefix+owed].Value; !strings.HasSuffix(v, ":debt") {
+				t.Fatalf("%s holds %q, not a state in debt", owed, v)
 			}
 		}
 		for _, rep := range []*server{bare, withModule} {
