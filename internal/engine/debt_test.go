@@ -1,12 +1,8 @@
 package engine_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
 
 // TestDebt: DEBT on each consuming command, step by step on a virtual clock
@@ -15,17 +11,7 @@ import (
 // reply is limited 1, remaining 0, retry_after the time until one unit
 // passes again, and every call is refused until the debt is paid off.
 func TestDebt(t *testing.T) {
-	f := fakeredis.New()
-	t0 := time.Unix(1_700_000_000, 0)
-	var at time.Duration
-	f.Clock = func() time.Time { return t0.Add(at) }
-	rdb := f.Client()
-	ctx := context.Background()
-	for _, step := range []struct {
-		at   time.Duration // from t0
-		args []any
-		want string
-	}{
+	runSteps(t, []step{
 		// GCRA: 5 at once, one back every 12 s (τ = 60 s).
 		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 3, "DEBT"}, "[0 5 2 -1 36]"},                   // within the limit: as without DEBT
 		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 4, "debt"}, "[1 5 0 36 84]"},                   // 84 s ahead: 24 s of debt
@@ -80,21 +66,7 @@ func TestDebt(t *testing.T) {
 		// A log holds at most its limit and 100000 entries: the first
 		// charge of 100000 over a limit of 1 is taken, the second refused.
 		{200 * time.Second, []any{"SL.HIT", "big", 1, 60, 100000, "DEBT"}, "[1 1 0 60 60]"},
-	} {
-		at = step.at
-		v, err := rdb.Do(ctx, step.args...).Result()
-		got := fmt.Sprint(v)
-		if err != nil {
-			got = "error: " + err.Error()
-		}
-		if got != step.want {
-			t.Fatalf("at t0+%v: %v answered %s, want %s", step.at, step.args, got, step.want)
-		}
-	}
-	for _, bad := range []struct {
-		args []any
-		want string
-	}{
+	}, []bad{
 		{[]any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "DEBT", "RESERVE", 1}, "ERR DEBT takes the whole cost whatever remains, so it does not go with RESERVE"},
 		{[]any{"TB.TAKE", "b", 4, 1, 1, "UPTO", 2, "DEBT"}, "ERR DEBT takes the whole cost whatever remains, so it does not go with UPTO"},
 		{[]any{"RL.ALL", 1, "a1", "GCRA", 4, 5, 60, 1, "RESERVE", 1, "DEBT"}, "ERR DEBT takes the whole cost whatever remains, so it does not go with RESERVE"},
@@ -110,13 +82,5 @@ func TestDebt(t *testing.T) {
 		{[]any{"SL.HIT", "big", 1, 60, 100000, "DEBT"}, "ERR DEBT cannot take a charge of 100000: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
 		{[]any{"RL.ALL", 2, "n1", "n2", "SL", 3, 10, 60000, "SL", 3, 10, 60000, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 120000: split the call"},
 		{[]any{"RL.ALL", 2, "a1", "n2", "GCRA", 4, 5, 60, "9223372036854775807", "FW", 5, 60, 1, "DEBT"}, `ERR limiter 1 (GCRA, key "a1"): DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken`},
-	} {
-		before := fmt.Sprint(f.Keys())
-		if err := rdb.Do(ctx, bad.args...).Err(); err == nil || err.Error() != bad.want {
-			t.Errorf("%v: %v, want %s", bad.args, err, bad.want)
-		}
-		if after := fmt.Sprint(f.Keys()); after != before {
-			t.Errorf("%v changed the keys: %s, then %s", bad.args, before, after)
-		}
-	}
+	})
 }

@@ -1,12 +1,8 @@
 package engine_test
 
 import (
-	"context"
-	"fmt"
 	"testing"
 	"time"
-
-	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
 
 // TestUpTo: UPTO n on each consuming command, step by step on a virtual
@@ -15,17 +11,7 @@ import (
 // 0..n every limit admits now; with g = 0 it is the refusal of one call;
 // remaining and reset are those after taking g calls.
 func TestUpTo(t *testing.T) {
-	f := fakeredis.New()
-	t0 := time.Unix(1_700_000_000, 0)
-	var at time.Duration
-	f.Clock = func() time.Time { return t0.Add(at) }
-	rdb := f.Client()
-	ctx := context.Background()
-	for _, step := range []struct {
-		at   time.Duration // from t0
-		args []any
-		want string
-	}{
+	runSteps(t, []step{
 		// GCRA: 5 at once, one back every 12 s.
 		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "UPTO", 3}, "[0 5 2 -1 36 3]"},
 		{0, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "UPTO", 3}, "[0 5 0 -1 60 2]"},
@@ -65,21 +51,7 @@ func TestUpTo(t *testing.T) {
 		{200 * time.Second, []any{"FW.PEEK", "o2", 100, 60, 0}, "[0 100 100 -1 0]"},
 		// Two logs of 100000 grant what one call may add: 50000 each.
 		{200 * time.Second, []any{"RL.ALL", 2, "l1", "l2", "SL", 100000, 60, 1, "SL", 100000, 60, 1, "UPTO", 1000000}, "[0 100000 50000 -1 60 0 50000]"},
-	} {
-		at = step.at
-		v, err := rdb.Do(ctx, step.args...).Result()
-		got := fmt.Sprint(v)
-		if err != nil {
-			got = "error: " + err.Error()
-		}
-		if got != step.want {
-			t.Fatalf("at t0+%v: %v answered %s, want %s", step.at, step.args, got, step.want)
-		}
-	}
-	for _, bad := range []struct {
-		args []any
-		want string
-	}{
+	}, []bad{
 		{[]any{"GCRA.PEEK", "g", 4, 5, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS and RESERVE n`},
 		{[]any{"RL.PEEK", 1, "a", "FW", 3, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS, RESERVE n and EACH`},
 		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS`},
@@ -88,13 +60,5 @@ func TestUpTo(t *testing.T) {
 		{[]any{"FW.HIT", "f", 5, 60, "UPTO"}, "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
 		{[]any{"SL.HIT", "l", 3, 10, "XX"}, `ERR cost must be an integer from 0 to 9223372036854775807`},
 		{[]any{"SW.HIT", "s", 3, 10, 1, "NX"}, `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n and DEBT`},
-	} {
-		before := fmt.Sprint(f.Keys())
-		if err := rdb.Do(ctx, bad.args...).Err(); err == nil || err.Error() != bad.want {
-			t.Errorf("%v: %v, want %s", bad.args, err, bad.want)
-		}
-		if after := fmt.Sprint(f.Keys()); after != before {
-			t.Errorf("%v changed the keys: %s, then %s", bad.args, before, after)
-		}
-	}
+	})
 }
