@@ -169,13 +169,7 @@ func (b TokenBucket) Take(full, now, tokens int64) (Decision, error) {
 // a take of tokens + reserve; only tokens are taken, and Remaining is what
 // truly remains. A put-back (tokens < 0) ignores the reserve.
 func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, error) {
-	if probe, first := ratelimit.Reserve(tokens, reserve); first {
-		d, err := b.Take(full, now, probe)
-		if err != nil || d.Limited {
-			return d, err
-		}
-	}
-	return b.Take(full, now, tokens)
+	return b.TakeOwed(full, now, tokens, reserve, false)
 }
 
 // TakeOwed is TakeReserve on a state that may be owed (stored by a
@@ -185,12 +179,18 @@ func (b TokenBucket) TakeReserve(full, now, tokens, reserve int64) (Decision, er
 func (b TokenBucket) TakeOwed(full, now, tokens, reserve int64, owed bool) (Decision, error) {
 	if probe, first := ratelimit.Reserve(tokens, reserve); first {
 		st, ok := b.s.ApplyOwed(full, now, probe, owed)
-		if !ok || st.Limited {
-			return decision(st), overflow(ok)
+		if !ok {
+			return Decision{}, ErrOverflow
+		}
+		if st.Limited {
+			return decision(st), nil
 		}
 	}
 	st, ok := b.s.ApplyOwed(full, now, tokens, owed)
-	return decision(st), overflow(ok)
+	if !ok {
+		return Decision{}, ErrOverflow
+	}
+	return decision(st), nil
 }
 
 // Charge takes tokens ≥ 0 at now whatever the bucket holds (the module's
@@ -210,14 +210,6 @@ func (b TokenBucket) Charge(full, now, tokens int64, owed bool) (Decision, error
 		return Decision{}, ratelimit.ErrDebt
 	}
 	return decision(st), nil
-}
-
-// overflow is ErrOverflow when !ok.
-func overflow(ok bool) error {
-	if !ok {
-		return ErrOverflow
-	}
-	return nil
 }
 
 // Shaper holds the parameters of a leaky bucket used as a shaper; the state

@@ -151,21 +151,7 @@ func (c *Client) decideDebt(ctx context.Context, wants []*Want, send StepFunc) e
 // above it alone, which the server refuses).
 func (c *Client) chargeSteps(debt []*Want) []Step {
 	var steps []Step
-	groups, index := [][]*Want{}, map[int]int{}
-	for _, w := range debt {
-		slot := 0
-		if c.grouped() {
-			slot = Slot(w.Key)
-		}
-		k, ok := index[slot]
-		if !ok {
-			k = len(groups)
-			index[slot] = k
-			groups = append(groups, nil)
-		}
-		groups[k] = append(groups[k], w)
-	}
-	for _, g := range groups {
+	for _, g := range c.groups(debt) {
 		var step []*Want
 		entries := int64(0)
 		for _, w := range g {
@@ -251,27 +237,8 @@ func (c *Client) plan(wants []*Want) []Step {
 	if c.oneStep(wants) { // the common case, planned without a map
 		return []Step{{Wants: wants}}
 	}
-	type group struct {
-		slot    int
-		reserve int64
-	}
-	var groups [][]*Want
-	index := map[group]int{}
-	for _, w := range wants {
-		g := group{reserve: w.Reserve}
-		if c.grouped() {
-			g.slot = Slot(w.Key)
-		}
-		k, ok := index[g]
-		if !ok {
-			k = len(groups)
-			index[g] = k
-			groups = append(groups, nil)
-		}
-		groups[k] = append(groups[k], w)
-	}
 	var first, last []Step
-	for _, in := range groups {
+	for _, in := range c.groups(wants) {
 		var give, keep []*Want // limits that can give back, and the others
 		for _, w := range in {
 			if w.Limit.Refundable() {
@@ -296,6 +263,31 @@ func (c *Client) plan(wants []*Want) []Step {
 		}
 	}
 	return append(first, last...)
+}
+
+// groups are wants by cluster slot (one, on a single server) and reserve,
+// in the order each group first appears.
+func (c *Client) groups(wants []*Want) [][]*Want {
+	type group struct {
+		slot    int
+		reserve int64
+	}
+	var groups [][]*Want
+	index := map[group]int{}
+	for _, w := range wants {
+		g := group{reserve: w.Reserve}
+		if c.grouped() {
+			g.slot = Slot(w.Key)
+		}
+		k, ok := index[g]
+		if !ok {
+			k = len(groups)
+			index[g] = k
+			groups = append(groups, nil)
+		}
+		groups[k] = append(groups[k], w)
+	}
+	return groups
 }
 
 // oneStep reports wants that are one step: at most MaxAll, one reserve,

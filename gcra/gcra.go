@@ -164,13 +164,7 @@ func decision(st schedule.Step) Decision {
 // at once and the fifth is refused. A refund (quantity < 0) ignores the
 // reserve.
 func (l Limiter) ThrottleReserve(tat, now, quantity, reserve int64) (Decision, error) {
-	if probe, first := ratelimit.Reserve(quantity, reserve); first {
-		d, err := l.Throttle(tat, now, probe)
-		if err != nil || d.Limited {
-			return d, err
-		}
-	}
-	return l.Throttle(tat, now, quantity)
+	return l.ThrottleOwed(tat, now, quantity, reserve, false)
 }
 
 // ThrottleOwed is ThrottleReserve on a TAT that may be owed (stored by a

@@ -659,10 +659,10 @@ local function sat_add(a, b)
   if lt(MAXI, c) then return MAXI end
   return c
 end
-local function reserved(hit, cost, reserve)
+local function reserved(hit, cost, reserve, ...)
   local d, n, at, err
-  if lt(0, reserve) then d, n, at, err = hit(sat_add(cost, reserve), false) end
-  if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT) end
+  if lt(0, reserve) then d, n, at, err = hit(sat_add(cost, reserve), false, ...) end
+  if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT, ...) end
   return d, n, at, err
 end
 local function parse_count(s)
@@ -826,7 +826,7 @@ end
 local function in_range(s) -- an instant of whole second s fits 64-bit ns
   return s <= MAX_SECONDS
 end
-local function fixed_hit(L, window, count, expire, now, cost, debt)
+local function fixed_hit(cost, debt, L, window, count, expire, now)
   local d = {limited = false, retry = -1, write = false, reset = 0}
   local start, stop = window_at(now, window)
   if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
@@ -850,7 +850,7 @@ local function fixed_hit(L, window, count, expire, now, cost, debt)
   if lt(0, n) then d.reset = left end
   return d, n, stop
 end
-local function sliding_hit(L, window, c, now, cost, debt)
+local function sliding_hit(cost, debt, L, window, c, now)
   local W = mul(window, SECOND)
   local d = {limited = false, retry = -1, write = false}
   local start, stop = window_at(now, window)
@@ -924,7 +924,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
       count = parse_count(raw)
       if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
     end
-    d, n, at, err = reserved(function(k, debt) return fixed_hit(L, window, count, expire, now, k, debt) end, cost, reserve)
+    d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
@@ -938,7 +938,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
       return nil, nil, other_data(state, 'not three decimal integers')
     end
   end
-  d, n, at, err = reserved(function(k, debt) return sliding_hit(L, window, c, now, k, debt) end, cost, reserve)
+  d, n, at, err = reserved(sliding_hit, cost, reserve, L, window, c, now)
   if err then return nil, nil, err end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
@@ -1096,7 +1096,7 @@ local function score_ns(us)
   return mul(us, 1000)
 end
 local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
-local function log_hit(key, size, L, window, now, cost, cutoff_us, debt)
+local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local n = now_ns(now)
@@ -1153,7 +1153,7 @@ local function log_limit(_, key, v, reserve, now, ms)
     end
   end
   local cutoff_us = sub(now[1] * 1000000 + math.floor(now[2] / 1000), mul(window, 1000000))
-  local d, _, _, herr = reserved(function(k, debt) return log_hit(key, size, L, window, now, k, cutoff_us, debt) end, cost, reserve)
+  local d, _, _, herr = reserved(log_hit, cost, reserve, key, size, L, window, now, cutoff_us)
   if herr then return nil, nil, herr end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
@@ -1815,4 +1815,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+aeec0b8a154c2f73' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+215af2663fa887c8' end, flags = {'no-writes'}}

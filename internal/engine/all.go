@@ -200,18 +200,19 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	}
 	reserveAt, uptoAt, names := 0, 0, spec.PeekOptions
 	var at *int
-	var charge *bool
+	var debt bool
+	var charge *bool // RL.PEEK takes no DEBT
 	if upto != nil {
-		at, names, charge = &uptoAt, spec.AllOptions, &lims[0].debt
+		at, names, charge = &uptoAt, spec.AllOptions, &debt
 	}
 	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge); err != nil {
 		return 0, err
 	}
-	if err := debtWith(lims[0].debt, reserveAt, uptoAt); err != nil {
+	if err := debtWith(debt, reserveAt, uptoAt); err != nil {
 		return 0, err
 	}
-	for j := 1; j < n; j++ {
-		lims[j].debt = lims[0].debt
+	for j := range n {
+		lims[j].debt = debt
 	}
 	if uptoAt > 0 {
 		for j := range n {

@@ -138,7 +138,7 @@ func runInstant(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) err
 	if err != nil {
 		return failErr(err)
 	}
-	at, owed, err := loadInstant(st, state, tol, l.family != famLB)
+	at, owed, err := loadInstant(st, state, tol, families[l.family].syntax.debt)
 	if err != nil {
 		return err
 	}

@@ -116,6 +116,10 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 // log of 100000 entries, in the skiplist encoding; see the README).
 const bytesPerLogEntry = 128
 
+// A log in debt holds at most its limit and window.MaxLogDebt entries, the
+// Lua library's MAX_LOG_ADD (maxLogAdd): one number, or this fails to build.
+const _ = uint(window.MaxLogDebt-maxLogAdd) + uint(maxLogAdd-window.MaxLogDebt)
+
 // compactLog is the most entries a sorted set keeps in its compact
 // encoding (zset-max-listpack-entries, 128 by default).
 const compactLog = 128

@@ -17,6 +17,7 @@ package spec
 
 import (
 	"strconv"
+	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit"
 )
@@ -166,10 +167,20 @@ func (f *Family) Options() string {
 // UpToOptions names the options its consuming command takes, UPTO n
 // and DEBT among them where UpTo and Debt.
 func (f *Family) UpToOptions() string {
-	if f.UpTo && f.Debt {
-		return "MS, RESERVE n, UPTO n and DEBT"
+	names := []string{"MS"}
+	for _, o := range []struct {
+		on   bool
+		name string
+	}{{f.Reserve, "RESERVE n"}, {f.UpTo, "UPTO n"}, {f.Debt, "DEBT"}} {
+		if o.on {
+			names = append(names, o.name)
+		}
 	}
-	return f.Options()
+	last := len(names) - 1
+	if last == 0 {
+		return names[0]
+	}
+	return strings.Join(names[:last], ", ") + " and " + names[last]
 }
 
 // The options RL.ALL and RL.PEEK take, for errors.

@@ -43,7 +43,7 @@ local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
 -- log_hit is the log's decision at now: {limited, retry, remaining, reset,
 -- write, redate, expire (ns), add (entries)} or an error; with debt, a
 -- charge (SlidingLog.Charge) added past the limit.
-local function log_hit(key, size, L, window, now, cost, cutoff_us, debt)
+local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local n = now_ns(now)
@@ -105,7 +105,7 @@ local function log_limit(_, key, v, reserve, now, ms)
   end
   -- cutoff = now - window, in µs rounded down (the window is whole seconds)
   local cutoff_us = sub(now[1] * 1000000 + math.floor(now[2] / 1000), mul(window, 1000000))
-  local d, _, _, herr = reserved(function(k, debt) return log_hit(key, size, L, window, now, k, cutoff_us, debt) end, cost, reserve)
+  local d, _, _, herr = reserved(log_hit, cost, reserve, key, size, L, window, now, cutoff_us)
   if herr then return nil, nil, herr end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end

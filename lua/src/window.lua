@@ -23,7 +23,7 @@ end
 -- fixed_hit is the fixed window's decision on count (stored, expiring at
 -- expire ms) at now: decision, the count to store, the window's end; with
 -- debt, a charge (FixedWindow.Charge) is counted past the limit.
-local function fixed_hit(L, window, count, expire, now, cost, debt)
+local function fixed_hit(cost, debt, L, window, count, expire, now)
   local d = {limited = false, retry = -1, write = false, reset = 0}
   local start, stop = window_at(now, window)
   if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
@@ -52,7 +52,7 @@ end
 -- decision, the counts to store, when the key's work ends; with debt, a
 -- charge (SlidingWindow.Charge) counted past the limit, and retry is then
 -- one unit's on what it leaves.
-local function sliding_hit(L, window, c, now, cost, debt)
+local function sliding_hit(cost, debt, L, window, c, now)
   local W = mul(window, SECOND)
   local d = {limited = false, retry = -1, write = false}
   local start, stop = window_at(now, window)
@@ -131,7 +131,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
       count = parse_count(raw)
       if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
     end
-    d, n, at, err = reserved(function(k, debt) return fixed_hit(L, window, count, expire, now, k, debt) end, cost, reserve)
+    d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
@@ -145,7 +145,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
       return nil, nil, other_data(state, 'not three decimal integers')
     end
   end
-  d, n, at, err = reserved(function(k, debt) return sliding_hit(L, window, c, now, k, debt) end, cost, reserve)
+  d, n, at, err = reserved(sliding_hit, cost, reserve, L, window, c, now)
   if err then return nil, nil, err end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
