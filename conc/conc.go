@@ -30,6 +30,7 @@ package conc
 
 import (
 	"errors"
+	"math"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
@@ -61,6 +62,9 @@ type Holder struct {
 	// Own is when the caller's lease ends (lapsed or not); 0 when the
 	// caller holds none.
 	Own int64
+	// Slots is how many slots the caller's lease holds (all end at Own);
+	// 0 when it holds none. A Holder of Own ≠ 0 and Slots 0 holds one.
+	Slots int64
 	// Latest is when the latest lease other than the caller's ends; 0 when
 	// there is none.
 	Latest int64
@@ -76,8 +80,13 @@ type Holder struct {
 type Decision struct {
 	ratelimit.Verdict
 	// Renewed reports that the caller already held a slot: admitted
-	// without taking a new one.
+	// without needing a new one.
 	Renewed bool
+	// Granted is, when admitted, how many slots the caller now holds (its
+	// held ones and Added), all ending at End; 0 when refused.
+	Granted int64
+	// Added is how many of them this call took.
+	Added int64
 	// End is, when admitted, when the caller's lease now ends.
 	End int64
 	// Expire is, when admitted, when the latest lease ends: the instant the
@@ -107,18 +116,48 @@ func (l Limiter) Limit() int64 { return l.limit }
 // A reserve keeps slots for callers that pass none: with limit 10 and
 // reserve 2, a new holder is admitted while at most 7 are live.
 func (l Limiter) Acquire(s Leases, h Holder, now int64, lease time.Duration, reserve int64) (Decision, error) {
-	if lease <= 0 || reserve < 0 || reserve > l.limit || l.limit < 1 {
+	return l.AcquireN(s, h, now, lease, reserve, 1)
+}
+
+// AcquireN asks for up to n slots (n ≥ 1) under the caller's id: a caller
+// holding h live slots renews them all and takes up to n − h more; a new
+// one takes g, the most in 1..n that leave at most limit − reserve leases
+// live, and is refused (as Acquire refuses it, for one slot) when none is
+// free. Granted is the slots held after the call, which may be more than n
+// when the caller held more.
+//
+// With limit 10, reserve 2 and 5 leases held by others, a new id asking
+// for 4 gets 3 (Remaining 2); asking again renews those 3 and gets none
+// more while nothing lapses.
+func (l Limiter) AcquireN(s Leases, h Holder, now int64, lease time.Duration, reserve, n int64) (Decision, error) {
+	if lease <= 0 || reserve < 0 || reserve > l.limit || l.limit < 1 || n < 1 {
 		return Decision{}, ErrRange
 	}
 	end, ok := checked.Add(now, int64(lease))
 	if !ok {
 		return Decision{}, ErrOverflow
 	}
-	d := l.decide(s, h.Own > now, now, reserve)
+	held := h.Own > now
+	d := l.decide(s, held, now, reserve)
 	if d.Limited {
 		d.ResetAfter = untilAll(max(h.Own, h.Latest), now)
 		return d, nil
 	}
+	if held {
+		d.Granted = max(h.Slots, 1)
+	}
+	// Room is what new slots may take: limit − reserve − live, less the
+	// one decide counted for a new holder (Remaining is L − live − 1 then).
+	room := d.Remaining - reserve
+	if !held {
+		room++
+	}
+	d.Added = max(min(n-d.Granted, room), 0)
+	if !held {
+		d.Remaining++ // decide took one; Added says how many
+	}
+	d.Remaining = max(d.Remaining-d.Added, 0)
+	d.Granted += d.Added
 	d.End = end
 	d.Expire = max(h.Latest, end)
 	d.ResetAfter = time.Duration(d.Expire - now)
@@ -173,23 +212,42 @@ func untilAll(latest, now int64) time.Duration {
 	return time.Duration(latest - now)
 }
 
-// Release is what releasing the caller's slot, whose own lease and the
+// Release is what releasing the caller's slots, whose own lease and the
 // latest other are h, changes at now.
 type Release struct {
-	// Held reports that the caller held a live lease: the reply 1.
+	// Held reports that the caller held a live lease (Released > 0).
 	Held bool
 	// Remove reports that the caller's lease, live or lapsed, must go.
 	Remove bool
+	// Released is how many live slots are given back, Keep how many the
+	// caller still holds (live, ending at h.Own); with Keep 0 every slot
+	// of the caller's, live or lapsed, goes (Remove), else the Released
+	// slots above Keep.
+	Released, Keep int64
 	// Expire is when the latest remaining lease ends, the state's new
 	// expiry; 0 when no live lease remains and the state can go at once.
 	Expire int64
 }
 
-// Free releases the caller's slot at now.
-func Free(h Holder, now int64) Release {
+// Free releases the caller's slots at now.
+func Free(h Holder, now int64) Release { return FreeN(h, now, math.MaxInt64) }
+
+// FreeN releases up to n of the caller's slots at now (n ≥ 1): holding 5
+// live slots, FreeN of 2 releases 2 and keeps 3, renewing none.
+func FreeN(h Holder, now, n int64) Release {
 	r := Release{Held: h.Own > now, Remove: h.Own != 0}
-	if h.Latest > now {
-		r.Expire = h.Latest
+	slots := max(h.Slots, 1)
+	if r.Held {
+		r.Released = min(n, slots)
+		r.Keep = slots - r.Released
+	}
+	latest := h.Latest
+	if r.Keep > 0 {
+		latest = max(latest, h.Own)
+		r.Remove = false
+	}
+	if latest > now {
+		r.Expire = latest
 	}
 	return r
 }

@@ -3,6 +3,7 @@ package conc
 import (
 	"math"
 	"slices"
+	"strconv"
 	"testing"
 	"time"
 )
@@ -219,10 +220,10 @@ func TestFreeExpiry(t *testing.T) {
 		reason string
 	}{
 		{Holder{}, at(0), Release{}, "nothing held, nothing else"},
-		{Holder{Own: at(5 * time.Second), Latest: at(9 * time.Second)}, at(0), Release{true, true, at(9 * time.Second)}, "held, others live"},
-		{Holder{Own: at(5 * time.Second), Latest: at(-time.Second)}, at(0), Release{true, true, 0}, "held, the others lapsed: the state goes"},
-		{Holder{Own: at(-5 * time.Second), Latest: at(9 * time.Second)}, at(0), Release{false, true, at(9 * time.Second)}, "lapsed: removed, reply 0"},
-		{Holder{Latest: at(9 * time.Second)}, at(0), Release{false, false, at(9 * time.Second)}, "not a holder"},
+		{Holder{Own: at(5 * time.Second), Latest: at(9 * time.Second)}, at(0), Release{Held: true, Remove: true, Released: 1, Expire: at(9 * time.Second)}, "held, others live"},
+		{Holder{Own: at(5 * time.Second), Latest: at(-time.Second)}, at(0), Release{Held: true, Remove: true, Released: 1}, "held, the others lapsed: the state goes"},
+		{Holder{Own: at(-5 * time.Second), Latest: at(9 * time.Second)}, at(0), Release{Remove: true, Expire: at(9 * time.Second)}, "lapsed: removed, reply 0"},
+		{Holder{Latest: at(9 * time.Second)}, at(0), Release{Expire: at(9 * time.Second)}, "not a holder"},
 	}
 	for _, c := range cases {
 		if got := Free(c.h, c.now); got != c.want {
@@ -311,4 +312,187 @@ func btoi(b bool) int64 {
 		return 1
 	}
 	return 0
+}
+
+// slotted is a key's leases with several slots per id: id → its lease's
+// end and how many slots it holds.
+type slotted map[string]struct{ end, slots int64 }
+
+func (s slotted) Count(after int64) int64 {
+	var n int64
+	for _, h := range s {
+		if h.end > after {
+			n += h.slots
+		}
+	}
+	return n
+}
+
+// Nth is the set's of one lease per slot.
+func (s slotted) Nth(after, k int64) int64 {
+	flat := set{}
+	for id, h := range s {
+		for j := range h.slots {
+			flat[id+"/"+strconv.FormatInt(j, 10)] = h.end
+		}
+	}
+	return flat.Nth(after, k)
+}
+
+func (s slotted) holder(id string) Holder {
+	var h Holder
+	for other, l := range s {
+		if other == id {
+			h.Own, h.Slots = l.end, l.slots
+		} else if l.end > h.Latest {
+			h.Latest = l.end
+		}
+	}
+	return h
+}
+
+// Several slots under one id, step by step: limit 10, reserve 2 where a
+// step says so, leases of 10 s.
+func TestAcquireN(t *testing.T) {
+	l, _ := New(10)
+	s := slotted{}
+	steps := []struct {
+		at      time.Duration
+		id      string
+		n       int64 // > 0: AcquireN of n; < 0: FreeN of −n; 0: Free
+		reserve int64
+		// acquire: limited, remaining, granted, added, retry, reset
+		limited                  bool
+		remaining, granted, add  int64
+		retry, reset             time.Duration
+		released, keep, expireAt time.Duration // release: Released, Keep, Expire (−1: 0)
+	}{
+		{at: 0, id: "a", n: 5, remaining: 5, granted: 5, add: 5, retry: Never, reset: 10 * time.Second},
+		{at: 0, id: "b", n: 4, reserve: 2, remaining: 2, granted: 3, add: 3, retry: Never, reset: 10 * time.Second},
+		// a asks for 5 again: renews its 5, none more (it holds n).
+		{at: time.Second, id: "a", n: 5, remaining: 2, granted: 5, retry: Never, reset: 10 * time.Second},
+		// c gets what the reserve leaves: none, refused as a single acquire
+		// is, until the 3rd earliest lease lapses (b's 3 end at 10 s).
+		{at: time.Second, id: "c", n: 3, reserve: 2, limited: true, remaining: 2, retry: 9 * time.Second, reset: 10 * time.Second},
+		{at: time.Second, id: "c", n: 3, remaining: 0, granted: 2, add: 2, retry: Never, reset: 10 * time.Second},
+		// b asks for 6: renews its 3, nothing free to add.
+		{at: 2 * time.Second, id: "b", n: 6, remaining: 0, granted: 3, retry: Never, reset: 10 * time.Second},
+		// a gives back 2 of its 5, then asks for 1: it holds 3 and keeps them.
+		{at: 3 * time.Second, id: "a", n: -2, released: 2, keep: 3, expireAt: 12 * time.Second},
+		{at: 3 * time.Second, id: "a", n: 1, remaining: 2, granted: 3, retry: Never, reset: 10 * time.Second},
+		// b releases all (more than it holds): 3.
+		{at: 4 * time.Second, id: "b", n: -9, released: 3, expireAt: 13 * time.Second},
+		{at: 4 * time.Second, id: "b", n: 1, remaining: 4, granted: 1, add: 1, retry: Never, reset: 10 * time.Second},
+		// c's 2 lapse at 11 s: a new id then finds them free.
+		{at: 12 * time.Second, id: "d", n: 9, remaining: 0, granted: 6, add: 6, retry: Never, reset: 10 * time.Second},
+		{at: 12 * time.Second, id: "c", n: 0, expireAt: 22 * time.Second},
+		{at: 12 * time.Second, id: "d", n: 0, released: 6, expireAt: 14 * time.Second},
+	}
+	for i, st := range steps {
+		now := at(st.at)
+		h := s.holder(st.id)
+		if st.n <= 0 {
+			r := FreeN(h, now, -st.n)
+			if st.n == 0 {
+				r = Free(h, now)
+			}
+			if r.Released != int64(st.released) || r.Keep != int64(st.keep) || r.Expire != at(st.expireAt) || r.Held != (st.released > 0) {
+				t.Fatalf("step %d: release %s: %+v", i, st.id, r)
+			}
+			if r.Keep > 0 {
+				s[st.id] = struct{ end, slots int64 }{h.Own, r.Keep}
+			} else {
+				delete(s, st.id)
+			}
+			continue
+		}
+		d, err := l.AcquireN(s, h, now, 10*time.Second, st.reserve, st.n)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if d.Limited != st.limited || d.Remaining != st.remaining || d.Granted != st.granted || d.Added != st.add ||
+			d.RetryAfter != st.retry || d.ResetAfter != st.reset {
+			t.Fatalf("step %d: %s asks %d: %+v", i, st.id, st.n, d)
+		}
+		if !d.Limited {
+			s[st.id] = struct{ end, slots int64 }{d.End, d.Granted}
+		}
+	}
+}
+
+// AcquireN of 1 is Acquire, on every state of a small model.
+func TestAcquireNOfOne(t *testing.T) {
+	l, _ := New(3)
+	s := set{}
+	for i := range 40 {
+		id := string(rune('a' + i%5))
+		now := at(time.Duration(i) * 700 * time.Millisecond)
+		h := s.holder(id)
+		a, err1 := l.Acquire(s, h, now, 2*time.Second, int64(i%2))
+		b, err2 := l.AcquireN(s, h, now, 2*time.Second, int64(i%2), 1)
+		if err1 != nil || err2 != nil || a != b {
+			t.Fatalf("step %d: %+v %v, %+v %v", i, a, err1, b, err2)
+		}
+		if !a.Limited {
+			s[id] = a.End
+		}
+	}
+}
+
+// Several slots per id, fuzzed: live slots never pass the limit, a grant
+// is what the limit left (up to n), Remaining is what is free, and a
+// release gives back exactly what it reports.
+func FuzzSlots(f *testing.F) {
+	f.Add(uint8(7), []byte{0x03, 0x0b, 0x13, 0x61, 0x02, 0x88, 0x1f, 0x43})
+	f.Add(uint8(2), []byte{0x07, 0x07, 0x61, 0x67, 0xe0, 0x07})
+	f.Fuzz(func(t *testing.T, limit uint8, ops []byte) {
+		L := int64(limit%12) + 1
+		l, _ := New(L)
+		s := slotted{}
+		now := t0
+		for _, op := range ops {
+			id := string(rune('a' + op%4))
+			n := int64(op>>2&7) + 1
+			h := s.holder(id)
+			live := s.Count(now)
+			switch op >> 5 {
+			case 0, 1, 2: // acquire up to n
+				d, err := l.AcquireN(s, h, now, time.Duration(op>>2&3+1)*time.Second, 0, n)
+				if err != nil {
+					t.Fatal(err)
+				}
+				held := int64(0)
+				if h.Own > now {
+					held = h.Slots
+				}
+				if !d.Limited {
+					s[id] = struct{ end, slots int64 }{d.End, d.Granted}
+				}
+				switch got := s.Count(now); {
+				case d.Limited && (held > 0 || live < L || d.Granted != 0):
+					t.Fatalf("%s refused with %d live of %d, holding %d: %+v", id, live, L, held, d)
+				case !d.Limited && (d.Granted != held+d.Added || d.Added != max(0, min(n-held, L-live))):
+					t.Fatalf("%s holding %d asks %d with %d live of %d: %+v", id, held, n, live, L, d)
+				case got > max(L, live) || d.Remaining != max(0, L-got):
+					t.Fatalf("%d live of %d after %+v", got, L, d)
+				}
+			case 3, 4: // release n, or all
+				r := FreeN(h, now, n)
+				if op>>5 == 4 {
+					r = Free(h, now)
+				}
+				switch {
+				case r.Keep > 0:
+					s[id] = struct{ end, slots int64 }{h.Own, r.Keep}
+				case r.Remove:
+					delete(s, id)
+				}
+				if s.Count(now) != live-r.Released || r.Held != (r.Released > 0) {
+					t.Fatalf("release of %s holding %+v: %+v", id, h, r)
+				}
+			default:
+				now += int64(op&0x1f) * int64(100*time.Millisecond)
+			}
+		}
+	})
 }

@@ -74,3 +74,19 @@ func ExampleLimiter_Acquire() {
 	// req-3 admitted: false remaining: 0 retry after: 28s
 	// req-1 released: true then req-3 admitted: true
 }
+
+// A worker asks for up to 5 slots under its own id on a limit of 8 that
+// others hold 5 of: it gets 3, gives 2 back when its queue drains, and its
+// remaining slot is renewed with its next acquire.
+func ExampleLimiter_AcquireN() {
+	l, _ := conc.New(8)
+	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
+	others := leases{"a": now + 9e9, "b": now + 9e9, "c": now + 9e9, "d": now + 9e9, "e": now + 9e9}
+	d, _ := l.AcquireN(others, conc.Holder{Latest: now + 9e9}, now, 30*time.Second, 0, 5)
+	fmt.Println("granted:", d.Granted, "remaining:", d.Remaining)
+	r := conc.FreeN(conc.Holder{Own: d.End, Slots: d.Granted, Latest: now + 9e9}, now, 2)
+	fmt.Println("released:", r.Released, "kept:", r.Keep)
+	// Output:
+	// granted: 3 remaining: 0
+	// released: 2 kept: 1
+}
