@@ -91,7 +91,7 @@ func (h cHolders) Nth(after, k int64) int64 {
 
 func (h cHolders) Holder(id string) conc.Holder {
 	r := C.rl_conc_holder(h.k, (*C.char)(unsafe.Pointer(unsafe.StringData(id))), C.size_t(len(id)))
-	return conc.Holder{Own: leaseNs(float64(r.own)), Latest: leaseNs(float64(r.latest))}
+	return conc.Holder{Own: leaseNs(float64(r.own)), Latest: leaseNs(float64(r.latest)), Slots: int64(r.slots)}
 }
 
 // leaseNs converts a lease's score to ns, -Inf (none) to 0.
@@ -137,6 +137,7 @@ func store(o *engine.Outcome, c *C.rl_call) {
 		case engine.WriteConc:
 			k.conc_id_arg = C.int(w.ConcID)
 			k.conc_add, k.conc_remove = cBool(w.ConcAdd), cBool(w.ConcRemove)
+			k.conc_from, k.conc_to = C.longlong(w.ConcFrom), C.longlong(w.ConcTo)
 		}
 	}
 }
@@ -177,6 +178,7 @@ func numbering() []string {
 	check("RL_WRITE_ZLOG", C.RL_WRITE_ZLOG, engine.WriteZLog)
 	check("RL_WRITE_CONC", C.RL_WRITE_CONC, engine.WriteConc)
 	check("RL_CONC_SWEEP", C.RL_CONC_SWEEP, engine.ConcSweep)
+	check("RL_MAX_ID", C.RL_MAX_ID, spec.MaxID)
 	check("RL_KEY_ZSET", C.RL_KEY_ZSET, int(engine.KeyZSet))
 	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(engine.KeyEmpty))
 	check("RL_KEY_STRING", C.RL_KEY_STRING, int(engine.KeyString))

@@ -184,11 +184,13 @@ static RedisModuleCommandArg rl_args_conc_acquire[] = {
     {.name = "id", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "the holder (a request id); acquiring again renews its lease (1 to 128 bytes)"},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_UPTO_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_conc_release[] = {
     RL_KEY_ARG,
-    {.name = "id", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "the holder whose slot is freed (1 to 128 bytes)"},
+    {.name = "id", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "the holder whose slots are freed (1 to 128 bytes)"},
+    {.name = "n", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "how many of its slots to free, default all (1 to 1000000)", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     {0}};
 
 static RedisModuleCommandArg rl_args_conc_peek[] = {
@@ -260,11 +262,11 @@ const rl_command_def rl_commands[RL_NCOMMANDS] = {
      .complexity = "O(N) for N keys, O(log N + M) per sliding log",
      .args = rl_args_rl_peek},
     {.name = "conc.acquire", .info_name = "conc_acquire", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "Concurrency limit: take a slot for id, or renew its lease; reply limited, limit, free slots, retry, reset",
+     .summary = "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
      .complexity = "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse",
      .args = rl_args_conc_acquire},
-    {.name = "conc.release", .info_name = "conc_release", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 1, .arity = 3,
-     .summary = "Free id's slot at once: 1 if it held one, else 0",
+    {.name = "conc.release", .info_name = "conc_release", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 1, .arity = -3,
+     .summary = "Free id's slots at once (n of them, default all): reply how many live slots it released",
      .complexity = "O(log N), plus up to 64 lapsed holders removed",
      .args = rl_args_conc_release},
     {.name = "conc.peek", .info_name = "conc_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -3,

@@ -15,6 +15,7 @@
 #define RL_ERR_CAPACITY 512 /* the error buffer, NUL included: holds the longest error whole */
 #define RL_SET_MAX 64 /* the longest string value Go sets */
 #define RL_CONC_SWEEP 64 /* the most lapsed holders one concurrency write removes */
+#define RL_MAX_ID 128 /* the longest holder id: an id's further slots are longer members (engine.SlotMember) */
 
 /* What a key holds, as C reads it. */
 enum rl_keykind {

@@ -51,10 +51,13 @@ typedef struct rl_key {
     long long z_score_us;
     int z_redate; /* RL_WRITE_ZLOG: move the entries scored after z_score_us to it */
     /* RL_WRITE_CONC: remove up to RL_CONC_SWEEP holders scored at or below
-     * z_cutoff_us (never the caller), then add the caller (argument
-     * conc_id_arg) scored z_score_us, or remove it; expire at expire_ms. */
+     * z_cutoff_us (never the caller's first slot), then set the caller's
+     * slots 1 to conc_to (argument conc_id_arg; rl_slot_member names them)
+     * scored z_score_us, or remove its slots conc_from to conc_to; expire
+     * at expire_ms. */
     int conc_id_arg;
     int conc_add, conc_remove;
+    long long conc_from, conc_to;
 
     /* Private to C. */
     void *ctx;
@@ -94,10 +97,12 @@ double rl_zlog_nth(rl_key *k, long long after_us, long long k_th);
  * lease's end in Unix microseconds: rl_conc_count returns how many are
  * scored above after_us, stepping over at most RL_CONC_SWEEP lapsed ones
  * and asking ZCOUNT (O(log N)) beyond; rl_conc_holder returns the score of
- * member id and the highest score of any other member (-INFINITY when
- * absent, or none). Both only read. */
+ * member id, how many slots id holds at that score (engine.SlotsHeld; 0
+ * when id is absent) and the highest score of any member not one of them
+ * (-INFINITY when absent, or none). Both only read. */
 typedef struct {
     double own, latest;
+    long long slots;
 } rl_holder;
 long long rl_conc_count(rl_key *k, long long after_us);
 rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len);

@@ -79,32 +79,99 @@ static int rl_member_is(RedisModuleCtx *ctx, RedisModuleString *m, const char *i
     return same;
 }
 
+/* ---- An id's slots: slot 1 is the member id, slot k >= 2 the member
+ * rl_slot_member makes (engine.SlotMember), all scored with its lease ---- */
+
+#define RL_SLOT_MAX (RL_MAX_ID + 1 + 21)
+
+/* Writes id's k-th slot's member (k >= 2) into buf (RL_SLOT_MAX bytes): id,
+ * NUL bytes up to RL_MAX_ID, one byte of id's length, k in decimal; longer
+ * than any id, so never one. Returns its length. */
+static size_t rl_slot_member(char *buf, const char *id, size_t len, long long k) {
+    memset(buf, 0, RL_MAX_ID);
+    memcpy(buf, id, len);
+    buf[RL_MAX_ID] = (char)len;
+    return RL_MAX_ID + 1 + (size_t)snprintf(buf + RL_MAX_ID + 1, 21, "%lld", k);
+}
+
+/* id's k-th slot as a string: idstr itself for the first (not to be freed). */
+static RedisModuleString *rl_slot(RedisModuleCtx *ctx, RedisModuleString *idstr, const char *id, size_t len,
+                                  long long k) {
+    if (k <= 1) return idstr;
+    char buf[RL_SLOT_MAX];
+    return RM_CreateString(ctx, buf, rl_slot_member(buf, id, len, k));
+}
+
+/* Whether id's k-th slot is a member scored own. */
+static int rl_slot_is(rl_key *k, const char *id, size_t len, long long slot, double own) {
+    RedisModuleCtx *ctx = (RedisModuleCtx *)k->ctx;
+    RedisModuleString *m = rl_slot(ctx, NULL, id, len, slot);
+    double score = -INFINITY;
+    int is = RM_ZsetScore((RedisModuleKey *)k->key, m, &score) == REDISMODULE_OK && score == own;
+    RM_FreeString(ctx, m);
+    return is;
+}
+
+/* Counts id's slots scored own and, when it holds several, finds the
+ * latest lease not one of them (engine.SlotsHeld, fakeredis's Holder). */
+static rl_holder rl_conc_slots(rl_key *k, const char *id, size_t len, rl_holder h) {
+    if (h.own == -INFINITY) return h;
+    long long lo = 1, hi = 2; /* slot lo is held; hi may not be */
+    while (hi <= k->z_len && rl_slot_is(k, id, len, hi, h.own)) lo = hi, hi *= 2;
+    while (hi - lo > 1) {
+        long long mid = lo + (hi - lo) / 2;
+        if (rl_slot_is(k, id, len, mid, h.own)) lo = mid;
+        else hi = mid;
+    }
+    h.slots = lo;
+    if (lo < 2 || h.latest > h.own) return h;
+    /* The newest member is one of id's slots: the latest other is another
+     * member scored own, else the highest below it. */
+    RedisModuleCtx *ctx = (RedisModuleCtx *)k->ctx;
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    char own[32];
+    snprintf(own, sizeof own, "%.17g", h.own);
+    RedisModuleCallReply *r = RM_Call(ctx, "ZCOUNT", "scc", (RedisModuleString *)k->name, own, own);
+    long long at_own = r != NULL && RM_CallReplyType(r) == REDISMODULE_REPLY_INTEGER ? RM_CallReplyInteger(r) : 0;
+    if (r != NULL) RM_FreeCallReply(r);
+    if (at_own > lo) return h; /* h.latest is own: the newest's score */
+    h.latest = -INFINITY;
+    if (RM_ZsetLastInScoreRange(key, -INFINITY, h.own, 0, 1) == REDISMODULE_OK) {
+        if (!RM_ZsetRangeEndReached(key)) RM_FreeString(ctx, RM_ZsetRangeCurrentElement(key, &h.latest));
+        RM_ZsetRangeStop(key);
+    }
+    return h;
+}
+
 rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
     RedisModuleCtx *ctx = (RedisModuleCtx *)k->ctx;
-    rl_holder h = {-INFINITY, -INFINITY};
+    rl_holder h = {-INFINITY, -INFINITY, 0};
     if (k->kind != RL_KEY_ZSET) return h;
     if (k->id == NULL) k->id = RM_CreateString(ctx, id, len); /* kept for the write */
     /* Is id the newest member, read with the key? Its copy is cut at
      * RL_MEMBER_MAX - 1 bytes: a longer id that matches it is looked up. */
     int newest = k->z_newest_len == len && len < RL_MEMBER_MAX && memcmp(k->z_newest_member, id, len) == 0;
     if (!newest) {
-        /* The common case: id is elsewhere or absent, the newest is another's. */
+        /* The common case: id is elsewhere or absent, the newest is another's
+         * (or, for an id holding several slots, one of its own). */
         if (RM_ZsetScore(key, (RedisModuleString *)k->id, &h.own) != REDISMODULE_OK) h.own = -INFINITY;
         size_t cut = len < RL_MEMBER_MAX - 1 ? len : RL_MEMBER_MAX - 1;
         if (k->z_newest_len != len || memcmp(k->z_newest_member, id, cut) != 0) {
             h.latest = k->z_newest;
-            return h;
+            return rl_conc_slots(k, id, len, h);
         }
     }
     /* id is the newest (a release soon after its acquire, a renewal): its
      * score is the newest's, found without a lookup (a compact set's lookup
-     * scans every entry), and the latest other is the one before it. */
+     * scans every entry), and the latest other is the one before it. It
+     * holds one slot: a second, scored alike, would sort after it. */
     if (RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) != REDISMODULE_OK) return h;
     int there = !RM_ZsetRangeEndReached(key);
     double score = -INFINITY;
     if (there && rl_member_is(ctx, RM_ZsetRangeCurrentElement(key, &score), id, len)) {
         h.own = score;
+        h.slots = 1;
         there = RM_ZsetRangePrev(key);
         if (there) RM_FreeString(ctx, RM_ZsetRangeCurrentElement(key, &score));
     } else if (newest && RM_ZsetScore(key, (RedisModuleString *)k->id, &h.own) != REDISMODULE_OK) {
@@ -112,7 +179,7 @@ rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len) {
     }
     if (there) h.latest = score;
     RM_ZsetRangeStop(key);
-    return h;
+    return h.slots == 0 ? rl_conc_slots(k, id, len, h) : h;
 }
 
 #define RL_ZBATCH 64 /* members per replicated ZADD */
@@ -205,10 +272,12 @@ void rl_zlog_write(RedisModuleCtx *ctx, rl_key *k) {
 }
 
 /* A concurrency write: remove up to RL_CONC_SWEEP lapsed holders (scored
- * at or below z_cutoff_us; the caller is left to the next step), then add
- * the caller scored z_score_us or remove it, then expire the key at
- * expire_ms, its latest lease. Replicated as ZREM, ZADD and PEXPIREAT, with
- * the events they emit on a replica. */
+ * at or below z_cutoff_us; the caller's first slot is left to the next
+ * step), then set the caller's slots 1 to conc_to scored z_score_us, or
+ * remove its slots conc_from to conc_to, then expire the key at expire_ms,
+ * its latest lease. Replicated as ZREM, ZADD and PEXPIREAT (in batches of
+ * RL_ZBATCH members beyond the sweep), with the events they emit on a
+ * replica. */
 void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
     RedisModuleString *name = (RedisModuleString *)k->name;
@@ -216,7 +285,7 @@ void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
     RedisModuleString *idstr = k->id ? (RedisModuleString *)k->id : RM_CreateString(ctx, id->ptr, id->len);
     k->id = idstr; /* freed with the key */
     long long expires = k->expire_at_ms;
-    RedisModuleString *gone[RL_CONC_SWEEP + 1];
+    RedisModuleString *batch[RL_CONC_SWEEP + 2 * RL_ZBATCH];
     int n = 0;
     /* (The count at this cutoff, when it ran and found none, spares the look.) */
     int none = k->conc_swept == 0 && k->conc_swept_at == k->z_cutoff_us;
@@ -227,28 +296,45 @@ void rl_conc_write(RedisModuleCtx *ctx, rl_call *c, rl_key *k) {
             size_t mlen = 0;
             const char *p = RM_StringPtrLen(m, &mlen);
             if (mlen == id->len && memcmp(p, id->ptr, mlen) == 0) RM_FreeString(ctx, m);
-            else gone[n++] = m;
+            else batch[n++] = m;
             if (!RM_ZsetRangeNext(key)) break;
         }
         RM_ZsetRangeStop(key);
     }
-    if (k->conc_remove) gone[n++] = idstr;
-    for (int i = 0; i < n; i++) RM_ZsetRem(key, gone[i], NULL);
-    if (n > 0) {
-        RM_Replicate(ctx, "ZREM", "sv", name, gone, (size_t)n);
-        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zrem", name);
-        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) { /* the API deletes an emptied set */
-            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
-            expires = REDISMODULE_NO_EXPIRE;
+    long long slot = k->conc_remove ? k->conc_from : 1, last = k->conc_remove ? k->conc_to : 0;
+    do {
+        while (slot <= last && n < RL_CONC_SWEEP + RL_ZBATCH) batch[n++] = rl_slot(ctx, idstr, id->ptr, id->len, slot++);
+        for (int i = 0; i < n; i++) RM_ZsetRem(key, batch[i], NULL);
+        if (n > 0) {
+            RM_Replicate(ctx, "ZREM", "sv", name, batch, (size_t)n);
+            RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zrem", name);
+            if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY) { /* the API deletes an emptied set */
+                RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
+                expires = REDISMODULE_NO_EXPIRE;
+                slot = last + 1;
+            }
         }
-    }
-    for (int i = 0; i < n; i++)
-        if (gone[i] != idstr) RM_FreeString(ctx, gone[i]);
+        for (int i = 0; i < n; i++)
+            if (batch[i] != idstr) RM_FreeString(ctx, batch[i]);
+        n = 0;
+    } while (slot <= last);
     if (k->conc_add) {
-        int flags = 0;
-        RM_ZsetAdd(key, (double)k->z_score_us, idstr, &flags);
-        RM_Replicate(ctx, "ZADD", "sls", name, k->z_score_us, idstr);
-        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", name);
+        char score[24];
+        int slen = snprintf(score, sizeof score, "%lld", k->z_score_us);
+        for (slot = 1; slot <= k->conc_to;) {
+            int flags = 0;
+            RedisModuleString *m = rl_slot(ctx, idstr, id->ptr, id->len, slot++);
+            RM_ZsetAdd(key, (double)k->z_score_us, m, &flags);
+            batch[n++] = RM_CreateString(ctx, score, (size_t)slen);
+            batch[n++] = m;
+            if (n == 2 * RL_ZBATCH || slot > k->conc_to) {
+                RM_Replicate(ctx, "ZADD", "sv", name, batch, (size_t)n);
+                RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zadd", name);
+                for (int i = 0; i < n; i++)
+                    if (batch[i] != idstr) RM_FreeString(ctx, batch[i]);
+                n = 0;
+            }
+        }
     }
     if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET && expires != k->expire_ms) {
         RM_SetAbsExpire(key, k->expire_ms);

@@ -112,6 +112,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 		}
 		intArg(b, a.Name, argSummary(a), false)
 	}
+	if c.Then != nil {
+		intArg(b, c.Then.Name, argSummary(*c.Then), true)
+	}
 	if c.Cost {
 		f := &spec.Families[c.Family]
 		intArg(b, f.Cost.Name, costSummary(f), true)
@@ -245,6 +248,7 @@ func protocolH() []byte {
 		{"RL_ERR_CAPACITY", protocol.ErrCapacity, "the error buffer, NUL included: holds the longest error whole"},
 		{"RL_SET_MAX", protocol.SetMax, "the longest string value Go sets"},
 		{"RL_CONC_SWEEP", protocol.ConcSweep, "the most lapsed holders one concurrency write removes"},
+		{"RL_MAX_ID", spec.MaxID, "the longest holder id: an id's further slots are longer members (engine.SlotMember)"},
 	}
 	for _, d := range defines {
 		fmt.Fprintf(&b, "#define %s %d /* %s */\n", d.name, d.value, d.doc)

@@ -92,10 +92,12 @@ type KeyWrite struct {
 	ZCutoff, ZAdd, ZScore, ZGrowth int64
 	ZRedate                        bool
 	// WriteConc: remove up to ConcSweep holders scored at or below zCutoff
-	// (never the caller), then add the caller, argument concID, scored
-	// zScore (concAdd) or remove it (concRemove).
+	// (never the caller's first slot), then set the caller's slots 1 to
+	// ConcTo (SlotMember of argument ConcID) scored zScore (ConcAdd), or
+	// remove its slots ConcFrom to ConcTo (ConcRemove).
 	ConcID              int
 	ConcAdd, ConcRemove bool
+	ConcFrom, ConcTo    int64
 }
 
 // Outcome is what a command decided: the reply, and each key's write.

@@ -1,6 +1,7 @@
 package engine
 
 import (
+	"strconv"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/conc"
@@ -12,13 +13,15 @@ import (
 
 // The concurrency limiter's commands:
 //
-//	CONC.ACQUIRE key limit lease id [MS] [RESERVE n]
+//	CONC.ACQUIRE key limit lease id [MS] [RESERVE n] [UPTO n]
 //	CONC.PEEK key limit [MS] [RESERVE n]
-//	CONC.RELEASE key id
+//	CONC.RELEASE key id [n]
 //
 // Its state is a sorted set: member the holder's id, score the end of its
 // lease in Unix microseconds (the sliding log's unit); the key expires with
-// the latest lease, so an abandoned key goes by itself.
+// the latest lease, so an abandoned key goes by itself. An id holding
+// several slots (UPTO) has one member per slot (SlotMember), all scored
+// with its lease's end.
 
 // maxID is the longest holder id, in bytes.
 const maxID = spec.MaxID
@@ -35,6 +38,55 @@ var (
 // concState names the state in errors.
 var concState = spec.Families[spec.CONC].State
 
+// releaseN is CONC.RELEASE's optional n; the options CONC.PEEK and
+// CONC.ACQUIRE take, for errors.
+var (
+	releaseN                 = argOf(*spec.Of(spec.OpConcRelease).Then)
+	peekOptions, concOptions = spec.Families[spec.CONC].Options(), spec.Families[spec.CONC].UpToOptions()
+)
+
+// SlotMember is the sorted-set member of id's k-th slot (k ≥ 1): id
+// itself for the first; for k ≥ 2, id, NUL bytes up to 128 bytes, one
+// byte of id's length, then k in decimal. Longer than any id, it is never
+// one, and the id is read back from it whole.
+func SlotMember(id string, k int64) string {
+	if k <= 1 {
+		return id
+	}
+	b := make([]byte, maxID+1, maxID+21)
+	copy(b, id)
+	b[maxID] = byte(len(id))
+	return string(strconv.AppendInt(b, k, 10))
+}
+
+// SlotsHeld is how many slots id holds whose first is scored own: the
+// largest k for which SlotMember(id, 2..k) are all scored own (score looks
+// a member up), found in O(log k) lookups, as zset.c finds it. An id's
+// slots are added and removed from the top, so they run from 1 without a
+// gap.
+func SlotsHeld(id string, own float64, score func(member string) (float64, bool)) int64 {
+	has := func(k int64) bool {
+		s, ok := score(SlotMember(id, k))
+		return ok && s == own
+	}
+	lo, hi := int64(1), int64(2) // slot lo is held; hi may not be
+	for hi <= spec.MaxConcLimit && has(hi) {
+		lo, hi = hi, 2*hi
+	}
+	for hi-lo > 1 {
+		if mid := lo + (hi-lo)/2; has(mid) {
+			lo = mid
+		} else {
+			hi = mid
+		}
+	}
+	return lo
+}
+
+// slotMember reports whether a member of n bytes can be an id's slot
+// beyond the first (SlotMember).
+func slotMember(n int) bool { return n > maxID+1 && n <= maxID+8 }
+
 // HolderSet reads a sorted set key as a concurrency limiter's leases, in
 // Unix ns; holder finds the caller's lease and the latest other one.
 type HolderSet interface {
@@ -45,7 +97,8 @@ type HolderSet interface {
 // concCall is one concurrency command, parsed.
 type concCall struct {
 	limit, lease, reserve int64
-	idAt                  int // the id's argument, 0 for CONC.PEEK
+	idAt                  int   // the id's argument, 0 for CONC.PEEK
+	n                     int64 // UPTO's n, CONC.RELEASE's n; 0 when absent
 	ms                    bool
 }
 
@@ -61,7 +114,7 @@ func parseConc(op spec.Exec, args []string, c *concCall) error {
 	case spec.ExecRelease:
 		c.idAt, i = 2, 3
 	}
-	if len(args) < i || len(args) > maxOneKeyArgs || (op == spec.ExecRelease && len(args) != i) {
+	if len(args) < i || len(args) > maxOneKeyArgs || (op == spec.ExecRelease && len(args) > i+1) {
 		return errArity
 	}
 	if op != spec.ExecRelease {
@@ -81,13 +134,31 @@ func parseConc(op spec.Exec, args []string, c *concCall) error {
 			return fail(spec.Fill(spec.TID, maxID, n))
 		}
 	}
-	reserveAt := 0
-	if err := parseOptions(args, i, true, spec.Families[spec.CONC].Options(), &c.ms, &reserveAt, nil, nil, nil); err != nil {
+	if op == spec.ExecRelease {
+		if len(args) > i {
+			var ok bool
+			if c.n, ok = releaseN.parse(args[i]); !ok {
+				return fail(releaseN.rangeError(""))
+			}
+		}
+		return nil
+	}
+	reserveAt, uptoAt, names, upto := 0, 0, peekOptions, (*int)(nil)
+	if op == spec.ExecAcquire {
+		names, upto = concOptions, &uptoAt
+	}
+	if err := parseOptions(args, i, true, names, &c.ms, &reserveAt, nil, upto, nil); err != nil {
 		return err
 	}
 	if reserveAt > 0 {
 		var err error
-		c.reserve, err = parseReserve(args[reserveAt], c.limit, "")
+		if c.reserve, err = parseReserve(args[reserveAt], c.limit, ""); err != nil {
+			return err
+		}
+	}
+	if uptoAt > 0 {
+		var err error
+		c.n, err = parseUpTo(args[uptoAt], 1, "")
 		return err
 	}
 	return nil
@@ -109,17 +180,20 @@ func executeConc(op spec.Exec, args []string, r Reader, o *Outcome) error {
 	set := r.Holders(0)
 	w := &o.Writes[0]
 	if op == spec.ExecRelease {
-		rel := conc.Free(set.Holder(args[c.idAt]), st.Now)
-		o.Action, o.ReplyLen = ActReply, 1
-		if rel.Held {
-			o.Reply[0] = 1
+		h := set.Holder(args[c.idAt])
+		rel := conc.FreeN(h, st.Now, max(c.n, 1))
+		if c.n == 0 {
+			rel = conc.Free(h, st.Now)
 		}
+		o.Action, o.ReplyLen = ActReply, 1
+		o.Reply[0] = rel.Released
 		switch {
-		case !rel.Remove:
+		case !rel.Remove && rel.Released == 0:
 		case rel.Expire == 0: // no live lease is left: the state goes
 			w.Action = WriteDel
 		default:
 			w.Action, w.ConcID, w.ConcRemove = WriteConc, c.idAt, true
+			w.ConcFrom, w.ConcTo = rel.Keep+1, max(h.Slots, 1)
 			w.ZCutoff = FloorDiv(st.Now, 1000)
 			w.ExpireMs = leaseExpiry(rel.Expire)
 		}
@@ -143,7 +217,7 @@ func executeConc(op spec.Exec, args []string, r Reader, o *Outcome) error {
 			return fail(spec.Fill(spec.TLease, maxLease))
 		}
 		h = set.Holder(args[c.idAt])
-		d, err = l.Acquire(set, h, st.Now, time.Duration(c.lease)*time.Second, c.reserve)
+		d, err = l.AcquireN(set, h, st.Now, time.Duration(c.lease)*time.Second, c.reserve, max(c.n, 1))
 	}
 	if err != nil {
 		return failErr(err)
@@ -152,16 +226,20 @@ func executeConc(op spec.Exec, args []string, r Reader, o *Outcome) error {
 	setReply(&rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, c.ms)
 	o.Action, o.ReplyLen = ActReply, 5
 	copy(o.Reply[:5], rep[:])
+	if c.n > 0 {
+		o.Reply[5], o.ReplyLen = d.Granted, 6
+	}
 	if op == spec.ExecAcquire && !d.Limited {
 		w.Action, w.ConcID, w.ConcAdd = WriteConc, c.idAt, true
+		w.ConcFrom, w.ConcTo = 1, d.Granted
 		w.ZCutoff = FloorDiv(st.Now, 1000)
 		w.ZScore = checked.CeilDiv(d.End, 1000)
 		w.ExpireMs = leaseExpiry(d.Expire)
 		// A renewal that changes nothing (the same instant's lease, no
-		// lapsed holder to sweep, the same expiry) writes nothing, and so
-		// replicates and notifies nothing, as the script's ZADD of an
-		// unchanged score does not.
-		if d.Renewed && w.ZScore == h.Own/1000 && w.ExpireMs == st.ExpireMs && st.Oldest.Score > float64(w.ZCutoff) {
+		// slot added, no lapsed holder to sweep, the same expiry) writes
+		// nothing, and so replicates and notifies nothing, as the script's
+		// ZADD of an unchanged score does not.
+		if d.Renewed && d.Added == 0 && w.ZScore == h.Own/1000 && w.ExpireMs == st.ExpireMs && st.Oldest.Score > float64(w.ZCutoff) {
 			*w = KeyWrite{}
 		}
 	}
@@ -198,7 +276,8 @@ func leaseExpiry(ns int64) int64 {
 	return checked.CeilDiv(ns, int64(time.Second)) * 1000
 }
 
-// holderEntry reports an entry a concurrency write could have made.
+// holderEntry reports an entry a concurrency write could have made: an
+// id, or the length of an id's further slot (SlotMember).
 func holderEntry(e ZEntry) bool {
-	return e.Length >= 1 && e.Length <= maxID && stateScore(e.Score)
+	return (e.Length >= 1 && e.Length <= maxID || slotMember(e.Length)) && stateScore(e.Score)
 }

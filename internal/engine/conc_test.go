@@ -218,7 +218,16 @@ func TestConcArguments(t *testing.T) {
 		{spec.OpConcAcquire, []string{"5", "9223372036", "a"}, "ERR lease must end before the year 2255"},
 		{spec.OpConcAcquire, []string{"5", "30", ""}, "ERR id must be 1 to 128 bytes (a request id), not 0"},
 		{spec.OpConcAcquire, []string{"5", "30", long}, "ERR id must be 1 to 128 bytes (a request id), not 129"},
-		{spec.OpConcAcquire, []string{"5", "30", "a", "extra"}, `ERR unknown option "extra": the options are MS and RESERVE n`},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "extra"}, `ERR unknown option "extra": the options are MS, RESERVE n and UPTO n`},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "UPTO", "0"}, "ERR UPTO must be an integer from 1 to 1000000"},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "UPTO", "1000001"}, "ERR UPTO must be an integer from 1 to 1000000"},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "UPTO"}, "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "UPTO", "2", "UPTO", "2"}, "ERR the option UPTO is given twice"},
+		{spec.OpConcAcquire, []string{"5", "30", "a", "DEBT"}, `ERR unknown option "DEBT": the options are MS, RESERVE n and UPTO n`},
+		{spec.OpConcPeek, []string{"5", "UPTO", "2"}, `ERR unknown option "UPTO": the options are MS and RESERVE n`},
+		{spec.OpConcRelease, []string{"h", "0"}, "ERR n must be an integer from 1 to 1000000"},
+		{spec.OpConcRelease, []string{"h", "-1"}, "ERR n must be an integer from 1 to 1000000"},
+		{spec.OpConcRelease, []string{"h", "x"}, "ERR n must be an integer from 1 to 1000000"},
 		{spec.OpConcAcquire, []string{"5", "30", "a", "RESERVE", "6"}, "ERR RESERVE must be an integer from 0 to 5 (the limit)"},
 		{spec.OpConcAcquire, []string{"5", "30", "a", "RESERVE"}, "ERR RESERVE needs a number"},
 		{spec.OpConcPeek, []string{"0"}, "ERR limit must be an integer from 1 to 100000"},
@@ -241,7 +250,7 @@ func TestConcArguments(t *testing.T) {
 		{spec.OpConcAcquire, []string{"5", "30"}},
 		{spec.OpConcPeek, nil},
 		{spec.OpConcRelease, nil},
-		{spec.OpConcRelease, []string{"a", "b"}},
+		{spec.OpConcRelease, []string{"a", "1", "b"}},
 	} {
 		var o Outcome
 		Execute(c.op, append([]string{"cmd", "k"}, c.args...), concKeyAt(t0, fakeLeases{}), &o)
@@ -305,6 +314,8 @@ func FuzzConc(f *testing.F) {
 	f.Add(uint8(0), "1 30 a RESERVE 1", []byte{200, 100}, int64(1e9))
 	f.Add(uint8(1), "a", []byte{0, 50}, int64(5e9))
 	f.Add(uint8(2), "2 MS", []byte{10, 20, 30}, int64(0))
+	f.Add(uint8(0), "5 30 a0 UPTO 3", []byte{200, 100}, int64(0))
+	f.Add(uint8(1), "a0 2", []byte{200, 100}, int64(0))
 	f.Fuzz(func(t *testing.T, op8 uint8, line string, ends []byte, step int64) {
 		op := spec.OpConcAcquire + spec.Op(op8)%3
 		now := t0 + step%int64(time.Hour)
@@ -337,6 +348,9 @@ func FuzzConc(f *testing.F) {
 		}
 		if r[0] != 0 && r[0] != 1 || r[2] < 0 || r[2] > r[1] || r[3] < -1 || r[4] < 0 || (r[0] == 0 && r[3] != -1) {
 			t.Fatalf("reply %v", r)
+		}
+		if o.ReplyLen == 6 && (r[5] < 0 || (r[0] == 0) != (r[5] > 0) || r[5] > r[1]) {
+			t.Fatalf("granted %d: %v", r[5], r)
 		}
 		if (r[0] == 1 || op == spec.OpConcPeek) && w.Action != WriteNone {
 			t.Fatalf("a refusal or a peek writes: %+v", o)

@@ -651,11 +651,13 @@ func (s *Server) write(k string, w *engine.KeyWrite, a []string) {
 		for _, m := range lapsed[:min(len(lapsed), engine.ConcSweep)] {
 			delete(v.z, m)
 		}
-		switch {
-		case w.ConcAdd:
-			v.z[id] = float64(w.ZScore)
-		case w.ConcRemove:
-			delete(v.z, id)
+		for slot := w.ConcFrom; slot <= w.ConcTo; slot++ {
+			switch m := engine.SlotMember(id, slot); {
+			case w.ConcAdd:
+				v.z[m] = float64(w.ZScore)
+			case w.ConcRemove:
+				delete(v.z, m)
+			}
 		}
 		s.settle(k, v, w.ExpireMs)
 	}

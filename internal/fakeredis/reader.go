@@ -101,17 +101,30 @@ func (z zset) Newest() int64 {
 	return engine.ScoreNs(z.v.z[m[len(m)-1]])
 }
 
-// Holder is the caller's lease and the latest other one (0: none).
+// Holder is the caller's lease, its slots, and the latest other lease (0:
+// none).
 func (z zset) Holder(id string) conc.Holder {
 	var h conc.Holder
 	m := z.members()
-	for _, other := range m {
-		if other == id {
-			h.Own = engine.ScoreNs(z.v.z[other])
-		}
+	if len(m) == 0 {
+		return h
+	}
+	own, ok := z.v.z[id]
+	if !ok {
+		h.Latest = engine.ScoreNs(z.v.z[m[len(m)-1]])
+		return h
+	}
+	h.Own = engine.ScoreNs(own)
+	h.Slots = engine.SlotsHeld(id, own, func(member string) (float64, bool) {
+		s, ok := z.v.z[member]
+		return s, ok
+	})
+	mine := map[string]bool{}
+	for k := range h.Slots {
+		mine[engine.SlotMember(id, k+1)] = true
 	}
 	for j := len(m) - 1; j >= 0; j-- {
-		if m[j] != id {
+		if !mine[m[j]] {
 			h.Latest = engine.ScoreNs(z.v.z[m[j]])
 			break
 		}

@@ -262,9 +262,9 @@ var Families = [NumFamilies]Family{
 			period("lease", "whole seconds a slot stays held after the last acquire, unless released"),
 			{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder (a request id); acquiring again renews its lease"},
 		},
-		Reserve: true,
-		State:   "concurrency state (holder ids scored with their lease's end in Unix microseconds)",
-		Run:     RunConcurrency, Part: "conc", Needs: []string{"log.lua"},
+		Reserve: true, UpTo: true,
+		State: "concurrency state (holder ids scored with their lease's end in Unix microseconds)",
+		Run:   RunConcurrency, Part: "conc", Needs: []string{"log.lua"},
 	},
 }
 
@@ -322,6 +322,8 @@ type Command struct {
 	Args    []Arg
 	Cost    bool
 	Options bool
+	// Then is an optional integer after Args (CONC.RELEASE's n), or nil.
+	Then *Arg
 	// Frees: it only frees memory, so it runs past maxmemory (no deny-oom).
 	Frees      bool
 	Summary    string
@@ -334,7 +336,7 @@ func (c *Command) Arity() int {
 	switch {
 	case c.NumKeys:
 		return -2
-	case !c.Options && !c.Cost:
+	case !c.Options && !c.Cost && c.Then == nil:
 		return 2 + len(c.Args)
 	}
 	return -(2 + len(c.Args))
@@ -405,11 +407,12 @@ var Commands = []Command{
 	{Name: "RL.PEEK", Op: OpRLPeek, Exec: ExecAll, Family: -1, Peek: true, NumKeys: true, Options: true,
 		Summary: "What RL.ALL would reply now, changing nothing", Complexity: allComplexity},
 	{Name: "CONC.ACQUIRE", Op: OpConcAcquire, Exec: ExecAcquire, Family: CONC, Args: Families[CONC].Args, Options: true,
-		Summary:    "Concurrency limit: take a slot for id, or renew its lease; reply limited, limit, free slots, retry, reset",
+		Summary:    "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
 		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse"},
 	{Name: "CONC.RELEASE", Op: OpConcRelease, Exec: ExecRelease, Family: CONC, Frees: true,
-		Args:       []Arg{{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder whose slot is freed"}},
-		Summary:    "Free id's slot at once: 1 if it held one, else 0",
+		Args:       []Arg{{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder whose slots are freed"}},
+		Then:       &Arg{Name: "n", Min: 1, Max: ratelimit.MaxUpTo, Summary: "how many of its slots to free, default all"},
+		Summary:    "Free id's slots at once (n of them, default all): reply how many live slots it released",
 		Complexity: "O(log N), plus up to 64 lapsed holders removed"},
 	{Name: "CONC.PEEK", Op: OpConcPeek, Exec: ExecConcPeek, Family: CONC, Peek: true, Args: Families[CONC].Args[:1], Options: true,
 		Summary: "What CONC.ACQUIRE by a new id would reply now, changing nothing", Complexity: "O(log N + K)"},

@@ -61,13 +61,13 @@ local function parse_upto(s, cost, prefix)
 end
 
 -- parse_options reads MS, RESERVE n (when allowed), EACH (when each), UPTO n and
--- DEBT (when upto) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's
+-- DEBT (when upto and not no_debt) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's
 -- n's index, an error, and DEBT; DEBT with RESERVE or UPTO is an error.
-local function parse_options(args, i, allowed, names, each, upto)
+local function parse_options(args, i, allowed, names, each, upto, no_debt)
   local seen, at = {}, {RESERVE = 0, UPTO = 0}
   while i <= #args do
     local w = string.upper(args[i])
-    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT'))) then
+    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end

@@ -12,12 +12,12 @@ local function lease_expiry(ns)
 end
 
 -- parse_conc reads CONC.ACQUIRE (op 'acquire'), CONC.PEEK or CONC.RELEASE:
--- {limit, lease, id, reserve, ms} or an error.
+-- {limit, lease, id, reserve, ms, n (UPTO's, RELEASE's; 0: none)} or an error.
 local function parse_conc(op, name, args)
   local first = ({acquire = 4, peek = 2, release = 2})[op] -- the first option in args
   local nargs = 2 + #args
-  if nargs < first + 1 or nargs > MAX_ONE_KEY_ARGS or (op == 'release' and nargs ~= 3) then return nil, arity(name) end
-  local c = {reserve = 0, ms = false}
+  if nargs < first + 1 or nargs > MAX_ONE_KEY_ARGS or (op == 'release' and nargs > 4) then return nil, arity(name) end
+  local c = {reserve = 0, ms = false, n = 0}
   local syn = syntax('conc')
   local limit_arg = syn.positional[1]
   if op ~= 'release' then
@@ -35,14 +35,30 @@ local function parse_conc(op, name, args)
   if c.id and (#c.id < 1 or #c.id > MAX_ID) then
     return nil, fail(text(T_ID, MAX_ID, #c.id))
   end
-  local ms, reserve_at, _, _, err = parse_options(args, first, syn.reserve, syn.options, false)
-  if err then return nil, err end
-  c.ms = ms
-  if reserve_at > 0 then
-    c.reserve, err = parse_reserve(args[reserve_at], c.limit, '')
-    if err then return nil, err end
+  if op == 'release' then
+    local n_arg = {name = 'n', min = 1, max = MAX_UPTO}
+    if args[2] then c.n = parse_arg(n_arg, args[2]) end
+    if c.n == nil then return nil, range_error(n_arg, '') end
+    return c
   end
+  local names = op == 'acquire' and syn.upto_options or syn.options
+  local ms, reserve_at, _, upto_at, err = parse_options(args, first, syn.reserve, names, false, op == 'acquire', true)
+  c.ms = ms
+  if not err and reserve_at > 0 then c.reserve, err = parse_reserve(args[reserve_at], c.limit, '') end
+  if not err and upto_at > 0 then c.n, err = parse_upto(args[upto_at], 1, '') end
+  if err then return nil, err end
   return c
+end
+
+-- slot_member is the member of id's k-th slot (the engine's SlotMember).
+local function slot_member(id, k)
+  if k <= 1 then return id end
+  return id .. string.rep('\0', MAX_ID - #id) .. string.char(#id) .. string.format('%d', k)
+end
+
+-- conc_entry is a member and score a write leaves: an id or a slot's member.
+local function conc_entry(m, s)
+  return (#m >= 1 and #m <= MAX_ID or #m > MAX_ID + 1 and #m <= MAX_ID + 8) and state_score(s)
 end
 
 -- lease_ns is a score (µs) in ns; none is 0.
@@ -62,7 +78,7 @@ local function read_conc(key)
   local first = redis.call('ZRANGE', key, '0', '0', 'WITHSCORES')
   local last = redis.call('ZRANGE', key, '-1', '-1', 'WITHSCORES')
   local fs, ls = tonumber(first[2]), tonumber(last[2])
-  if #first[1] < 1 or #first[1] > MAX_ID or not state_score(fs) or #last[1] < 1 or #last[1] > MAX_ID or not state_score(ls) then
+  if not conc_entry(first[1], fs) or not conc_entry(last[1], ls) then
     return nil, other_data(CONC_STATE, 'its members are not holder ids of 1 to 128 bytes scored with a lease\'s end')
   end
   if cmp(lease_expiry(mul(ls, 1000)), expire) ~= 0 then
@@ -72,17 +88,28 @@ local function read_conc(key)
   return k
 end
 
--- holder is the caller's lease's end and the latest other lease's end
--- (ns, 0 for none).
+-- holder is the caller's lease's end, the latest end of a lease not among
+-- its slots (ns, 0 for none), and the slots it holds (engine.SlotsHeld).
 local function holder(key, k, id)
-  if k.kind ~= 'zset' then return 0, 0 end
-  if k.newest[1] == id then
+  if k.kind ~= 'zset' then return 0, 0, 0 end
+  if k.newest[1] == id then -- its slot 2 would sort after it: it holds one
     local prev = redis.call('ZRANGE', key, '-2', '-2', 'WITHSCORES')
-    return lease_ns(k.newest[2]), lease_ns(tonumber(prev[2]))
+    return lease_ns(k.newest[2]), lease_ns(tonumber(prev[2])), 1
   end
-  local own = redis.call('ZSCORE', key, id)
-  if not own then return 0, lease_ns(k.newest[2]) end
-  return lease_ns(tonumber(own)), lease_ns(k.newest[2])
+  local s = redis.call('ZSCORE', key, id)
+  if not s then return 0, lease_ns(k.newest[2]), 0 end
+  local own, lo, hi = tonumber(s), 1, 2 -- slot lo is held, hi may not be
+  local function has(j) return tonumber(redis.call('ZSCORE', key, slot_member(id, j))) == own end
+  while hi <= MAX_CONC_LIMIT and has(hi) do lo, hi = hi, 2 * hi end
+  while hi - lo > 1 do
+    local mid = lo + math.floor((hi - lo) / 2)
+    if has(mid) then lo = mid else hi = mid end
+  end
+  local latest = k.newest[2]
+  if lo > 1 and latest == own and redis.call('ZCOUNT', key, s, s) <= lo then -- every lease ending there is its own
+    latest = tonumber(redis.call('ZRANGE', key, '(' .. s, '-inf', 'BYSCORE', 'REV', 'LIMIT', '0', '1', 'WITHSCORES')[2])
+  end
+  return lease_ns(own), lease_ns(latest), lo
 end
 
 -- decide is the conc package's decide: {limited, remaining, retry}.
@@ -108,18 +135,24 @@ local function conc_decide(key, k, L, held, now, n, reserve)
   return d
 end
 
--- sweep removes up to 64 lapsed holders (scored at or before now), never
--- the caller, then the caller when remove is set: how many it removed.
-local function sweep(key, id, now_us, remove)
-  local gone = {}
-  local lapsed = redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1))
+-- sweep removes up to 64 lapsed holders (scored at or before now_us; none
+-- when it is false), never the member id, then sets id's slots from..to at
+-- score, or removes them when score is nil: how many lapsed it removed.
+local function sweep(key, id, now_us, from, to, score)
+  local a, removed = {}, 0
+  local lapsed = now_us and redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1)) or {}
   for _, m in ipairs(lapsed) do
-    if #gone == CONC_SWEEP then break end
-    if m ~= id then gone[#gone + 1] = m end
+    if #a == CONC_SWEEP then break end
+    if m ~= id then a[#a + 1] = m end
   end
-  if remove then gone[#gone + 1] = id end
-  if #gone == 0 then return 0 end
-  return redis.call('ZREM', key, unpack(gone))
+  if #a > 0 then removed = redis.call('ZREM', key, unpack(a)) end
+  a = {}
+  for j = from, to do -- 1000 members a call
+    a[#a + 1] = score
+    a[#a + 1] = slot_member(id, j)
+    if #a >= 1000 or j == to then redis.call(score and 'ZADD' or 'ZREM', key, unpack(a)); a = {} end
+  end
+  return removed
 end
 
 -- fast_conc_args reads CONC.ACQUIRE's and CONC.RELEASE's arguments as
@@ -196,9 +229,9 @@ local function fast_conc(op, key, c, now)
     else
       latest = newest
       local s = redis.call('ZSCORE', key, c.id)
-      if s then
+      if s then -- one holding more slots goes to the exact path
         own = rel(tonumber(s))
-        if own == nil then return nil end
+        if own == nil or redis.call('ZSCORE', key, slot_member(c.id, 2)) == s then return nil end
       end
     end
   end
@@ -215,10 +248,10 @@ local function fast_conc(op, key, c, now)
     if own == nil then return 0 end
     if latest == nil or latest <= 0 then
       redis.call('DEL', key)
-    else
-      local removed = sweep(key, c.id, now_us, true)
+    else -- the latest lease is live: the key stays
+      sweep(key, c.id, lapsed and now_us, 1, 1)
       local e = key_expiry(latest)
-      if removed < size and e ~= expire then redis.call('PEXPIREAT', key, string.format('%d', e)) end
+      if e ~= expire then redis.call('PEXPIREAT', key, string.format('%d', e)) end
     end
     if own > 0 then return 1 end
     return 0
@@ -260,11 +293,9 @@ local function fast_conc(op, key, c, now)
   local ends = stop
   if latest and latest > ends then ends = latest end
   local reply = {0, L, remaining, fast_time(retry, c.ms), fast_time(ends, c.ms)}
-  local removed = 0
-  if lapsed then removed = sweep(key, c.id, now_us, false) end
   local score = now_us + c.lease * 1000000 -- the lease's end in µs, rounded up
   if sub_us > 0 then score = score + 1 end
-  redis.call('ZADD', key, string.format('%d', score), c.id)
+  local removed = sweep(key, c.id, lapsed and now_us, 1, 1, string.format('%d', score))
   local e = key_expiry(ends)
   if size == 0 or removed == size or e ~= expire then redis.call('PEXPIREAT', key, string.format('%d', e)) end
   return reply
@@ -290,19 +321,20 @@ local function conc_command(op, name, peek, keys, args)
   if err then return err end
   local n = add(mul(now[1], SECOND), now[2])
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
-  if op == 'release' then
-    local own, latest = holder(key, k, c.id)
-    local held, remove = lt(n, own), own ~= 0
-    if remove then
-      if not lt(n, latest) then
-        redis.call('DEL', key)
-      else
-        local removed = sweep(key, c.id, now_us, true)
-        local e = lease_expiry(latest)
-        if removed < k.size and cmp(e, k.expire) ~= 0 then redis.call('PEXPIREAT', key, fmt(e)) end
-      end
+  if op == 'release' then -- the conc package's FreeN
+    local own, latest, h = holder(key, k, c.id)
+    local held, slots = lt(n, own), math.max(h, 1)
+    local released = held and math.min(c.n > 0 and c.n or slots, slots) or 0
+    local keep = held and slots - released or 0
+    if keep > 0 then latest = imax(latest, own) end
+    if own ~= 0 and not lt(n, latest) then
+      redis.call('DEL', key)
+    elseif own ~= 0 then -- the latest lease is live: the key stays
+      sweep(key, c.id, now_us, keep + 1, slots)
+      local e = lease_expiry(latest)
+      if cmp(e, k.expire) ~= 0 then redis.call('PEXPIREAT', key, fmt(e)) end
     end
-    return held and 1 or 0
+    return released
   end
   local L = c.limit
   if op == 'peek' then
@@ -317,23 +349,28 @@ local function conc_command(op, name, peek, keys, args)
   if lt(max_lease, c.lease) then
     return fail(text(T_LEASE, fmt(max_lease)))
   end
-  local own, latest = holder(key, k, c.id)
-  local stop = add(n, mul(c.lease, SECOND))
-  local d = conc_decide(key, k, L, lt(n, own), now, n, c.reserve)
+  local own, latest, h = holder(key, k, c.id)
+  local stop, held = add(n, mul(c.lease, SECOND)), lt(n, own)
+  local d = conc_decide(key, k, L, held, now, n, c.reserve)
+  local reply, granted = nil, 0
   if d.limited then
     local until_all = imax(own, latest)
     local reset = 0
     if lt(n, until_all) then reset = sub(until_all, n) end
-    return five(true, L, d.remaining, d.retry, reset, c.ms)
+    reply = five(true, L, d.remaining, d.retry, reset, c.ms)
+  else -- the conc package's AcquireN: up to n slots, as room allows
+    local new = held and 0 or 1 -- the slot decide counted for a new holder
+    granted = held and h or 0
+    local added = math.max(math.min(math.max(c.n, 1) - granted, d.remaining - c.reserve + new), 0)
+    local expire = imax(latest, stop)
+    reply = five(false, L, math.max(d.remaining + new - added, 0), d.retry, sub(expire, n), c.ms)
+    granted = granted + added
+    local q, r = quorem(stop, 1000)
+    if lt(0, r) then q = add(q, 1) end
+    local removed = sweep(key, c.id, k.kind == 'zset' and now_us, 1, granted, fmt(q))
+    local e = lease_expiry(expire)
+    if removed == k.size or cmp(e, k.expire) ~= 0 then redis.call('PEXPIREAT', key, fmt(e)) end
   end
-  local expire = imax(latest, stop)
-  local reply = five(false, L, d.remaining, d.retry, sub(expire, n), c.ms)
-  local removed = 0
-  if k.kind == 'zset' then removed = sweep(key, c.id, now_us, false) end
-  local q, r = quorem(stop, 1000)
-  if lt(0, r) then q = add(q, 1) end
-  redis.call('ZADD', key, fmt(q), c.id)
-  local e = lease_expiry(expire)
-  if k.kind ~= 'zset' or removed == k.size or cmp(e, k.expire) ~= 0 then redis.call('PEXPIREAT', key, fmt(e)) end
+  if c.n > 0 then reply[6] = granted end
   return reply
 end
