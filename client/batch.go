@@ -208,7 +208,7 @@ func (call *Call) read(cmd *onceCmd, err error) {
 	}
 	if call.release {
 		n, err := cmd.Int64()
-		call.held, call.err = n == 1, err
+		call.held, call.err = n > 0, err
 		return
 	}
 	vals, err := cmd.integers(call.args[0])

@@ -138,7 +138,8 @@ type Result struct {
 	// at once: the most in 0..n every limit admitted (ratelimit.Grant), each
 	// limit's cost times Granted; 0 is a refusal, the one a call without
 	// UpTo gets. 10 a minute, 7 used: Take of cost 2 with UpTo(5) is granted
-	// 1 (2 units), Remaining 1. 0 without UpTo.
+	// 1 (2 units), Remaining 1. For Acquire with UpTo(n), the slots the id
+	// holds after the call (all it held, and those it took). 0 without UpTo.
 	Granted int64
 }
 
@@ -576,6 +577,11 @@ type Concurrency struct {
 // request id): CONC.ACQUIRE. An id that holds a slot renews its lease and
 // takes no new one, so acquiring again is idempotent. Release the slot when
 // the work ends.
+//
+// With UpTo(n) the id holds up to n slots: a new id takes as many as are
+// free, up to n (refused when none is), one holding some renews them all
+// and takes more up to n; Result.Granted is the slots it then holds. With
+// limit 10 and 6 slots held by others, Acquire with UpTo(5) grants 4.
 func (c *Client) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
 	args, err := acquireArgs(key, l, id, opts)
 	if err != nil {
@@ -595,15 +601,27 @@ func acquireArgs(key string, l Concurrency, id string, opts []Option) ([]any, er
 	return appendOptions(append(args, id), opts), nil
 }
 
-// Release frees id's slot at key at once (CONC.RELEASE), and reports
+// Release frees id's slots at key at once (CONC.RELEASE), and reports
 // whether id held one (false when it had lapsed or was released already).
 func (c *Client) Release(ctx context.Context, key, id string) (bool, error) {
-	cmd, err := c.process(ctx, []any{cmdRelease, key, id}, 1)
+	n, err := c.release(ctx, []any{cmdRelease, key, id})
+	return n > 0, err
+}
+
+// ReleaseN frees n of the slots id holds at key (1 to 1000000; all when it
+// holds fewer), the last it took first, and returns how many live slots it
+// freed: holding 4, ReleaseN of 3 frees 3 and keeps 1 under its lease.
+func (c *Client) ReleaseN(ctx context.Context, key, id string, n int64) (int64, error) {
+	return c.release(ctx, []any{cmdRelease, key, id, n})
+}
+
+func (c *Client) release(ctx context.Context, args []any) (int64, error) {
+	cmd, err := c.process(ctx, args, 1)
 	if err != nil {
-		return false, err
+		return 0, err
 	}
 	n, err := cmd.Int64()
-	return n == 1, wrap(err)
+	return n, wrap(err)
 }
 
 // PeekConcurrency reports what Acquire by a new holder would, changing

@@ -150,7 +150,9 @@ func TestConcBadInput(t *testing.T) {
 			{[]any{"CONC.PEEK", "KEY", 5, 60}, "ERR", []string{"unknown option"}},
 			{[]any{"CONC.RELEASE", "KEY", ""}, "ERR", []string{"id", "1 to 128 bytes"}},
 			{[]any{"CONC.RELEASE", "KEY", long}, "ERR", []string{"id"}},
-			{[]any{"CONC.RELEASE", "KEY", "a", "b"}, "ERR", []string{"wrong number of arguments"}},
+			{[]any{"CONC.RELEASE", "KEY", "a", "1", "b"}, "ERR", []string{"wrong number of arguments"}},
+			{[]any{"CONC.RELEASE", "KEY", "a", "b"}, "ERR", []string{"n must be an integer from 1 to 1000000"}},
+			{[]any{"CONC.ACQUIRE", "KEY", 5, 60, "a", "UPTO", 0}, "ERR", []string{"UPTO", "1 to 1000000"}},
 			{[]any{"CONC.RELEASE", "KEY"}, "ERR", []string{"wrong number of arguments"}},
 		}
 		before := snap(t, s.rdb, k)
@@ -309,7 +311,7 @@ func TestConcCommandInfo(t *testing.T) {
 			spec, cats string
 		}{
 			"conc.acquire": {-5, "write", true, "RW", "@write"},
-			"conc.release": {3, "write", false, "RW", "@write"},
+			"conc.release": {-3, "write", false, "RW", "@write"}, // CONC.RELEASE key id [n]
 			"conc.peek":    {-3, "readonly", false, "RO", "@read"},
 		} {
 			info, err := s.rdb.Do(ctx, "COMMAND", "INFO", name).Slice()
@@ -473,6 +475,64 @@ func TestConcHostileInput(t *testing.T) {
 		}
 		if err := s.rdb.Ping(ctx).Err(); err != nil {
 			t.Fatalf("server down: %v", err)
+		}
+	})
+}
+
+// Several slots per id, raced: 50 clients each asking for up to 7 slots
+// against a limit of 100 are granted 100 in all, never more, and the key
+// holds exactly the granted slots; releases of some give back exactly
+// those; a replica (without the module) and an AOF reload hold exactly the
+// primary's slots, written in batches of 64 members.
+func TestConcSlots(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		dir := t.TempDir()
+		p := startFor(t, f, opts{module: true, dataDir: dir, args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
+		plain := startReplica(t, p, false)
+		k := "rl:{slots}:conc"
+		var granted atomic.Int64
+		var wg sync.WaitGroup
+		for c := range 50 {
+			wg.Go(func() {
+				r, err := call(p.rdb, "CONC.ACQUIRE", k, 100, 600, fmt.Sprint("w", c), "UPTO", 7)
+				if err != nil || len(r) != 6 || (r[0] == 0) != (r[5] > 0) {
+					t.Errorf("w%d: %v %v", c, r, err)
+					return
+				}
+				granted.Add(r[5])
+			})
+		}
+		wg.Wait()
+		if n, _ := p.rdb.ZCard(ctx, k).Result(); granted.Load() != 100 || n != 100 {
+			t.Fatalf("granted %d slots, the key holds %d; want 100 and 100", granted.Load(), n)
+		}
+		// One id takes 150 slots of a fresh key, gives back 70, renews.
+		big := "rl:{slots}:big"
+		assertReply(t, "up to 150 of 200", mustCall(t, p.rdb, "CONC.ACQUIRE", big, 200, 600, "w", "UPTO", 150), 0, 200, 50, -1, 600, 150)
+		assertReply(t, "up to 100 more by v", mustCall(t, p.rdb, "CONC.ACQUIRE", big, 200, 600, "v", "UPTO", 100), 0, 200, 0, -1, 600, 50)
+		if n, err := p.rdb.Do(ctx, "CONC.RELEASE", big, "w", 70).Int64(); err != nil || n != 70 {
+			t.Fatalf("release 70 of 150: %d %v", n, err)
+		}
+		assertReply(t, "w renews its 80", mustCall(t, p.rdb, "CONC.ACQUIRE", big, 200, 900, "w", "UPTO", 1), 0, 200, 70, -1, 900, 80)
+		if n, _ := p.rdb.ZCount(ctx, big, "-inf", "+inf").Result(); n != 130 {
+			t.Fatalf("%d members after the release, want 130", n)
+		}
+		if n, err := p.rdb.Do(ctx, "CONC.RELEASE", big, "v").Int64(); err != nil || n != 50 {
+			t.Fatalf("release all of v's 50: %d %v", n, err)
+		}
+		waitReplicas(t, p, 1)
+		want := snapAll(t, p.rdb, "rl:{slots}:*")
+		if len(want) != 2 {
+			t.Fatalf("the primary holds %v", want)
+		}
+		if got := snapAll(t, plain.rdb, "rl:{slots}:*"); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("replica differs:\nprimary %v\nreplica %v", want, got)
+		}
+		if err := p.restart(ctx); err != nil {
+			t.Fatal(err)
+		}
+		if got := snapAll(t, p.rdb, "rl:{slots}:*"); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("after an AOF restart:\n got %v\nwant %v", got, want)
 		}
 	})
 }

@@ -573,7 +573,8 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 
 // TestLuaMatchesModuleConc: CONC.ACQUIRE, CONC.RELEASE and CONC.PEEK from
 // a pool of holders, with renewals, releases of held and lapsed slots,
-// RESERVE, leases that lapse as the clock moves, and bad input.
+// several slots per id (UPTO n, CONC.RELEASE of n), RESERVE, leases that
+// lapse as the clock moves, and bad input.
 func TestLuaMatchesModuleConc(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
 		differential(t, f, 150, func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence {
@@ -595,7 +596,11 @@ func TestLuaMatchesModuleConc(t *testing.T) {
 				case x < 11:
 					cmd, args = "conc.acquire", []string{fmt.Sprint(limit), lease, id}
 				case x < 16:
-					return "conc.release", []string{key}, []string{id}
+					args = []string{id}
+					if r.IntN(3) == 0 { // some of its slots
+						args = append(args, []string{"1", "2", "5", "0"}[r.IntN(4)])
+					}
+					return "conc.release", []string{key}, args
 				default:
 					cmd, args = "conc.peek", []string{fmt.Sprint(limit)}
 				}
@@ -605,8 +610,13 @@ func TestLuaMatchesModuleConc(t *testing.T) {
 				if r.IntN(4) == 0 {
 					args = append(args, "RESERVE", fmt.Sprint([]int64{0, 1, limit, limit + 1}[r.IntN(4)]))
 				}
+				if cmd == "conc.acquire" && r.IntN(3) == 0 { // several slots
+					args = append(args, "UPTO", []string{"1", "2", "3", "7", "200"}[r.IntN(5)])
+				}
 				if r.IntN(12) == 0 { // bad input
-					switch r.IntN(4) {
+					switch r.IntN(5) {
+					case 4:
+						args = append(args, "UPTO")
 					case 0:
 						args = args[:r.IntN(len(args))]
 					case 1:
