@@ -1,0 +1,464 @@
+package client
+
+import (
+	"context"
+	"math"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit"
+)
+
+// Leased is a local tier over a Client: on a key that is hot on this
+// process, it decides from units the limiter at the key granted it ahead
+// (Take with UpTo), with no Redis call and no allocation, and asks for
+// more before they run out. A key stays exact — one call per decision, as
+// Client.Take — until it is hot: Hot decisions within one Target.
+//
+// Each grant is sized to what the key's measured local demand needs for
+// Target (50 ms by default), at most the limit's burst; units not spent
+// within Lifetime (τ, 200 ms by default) of their grant are given back
+// (a negative Take), as are all on Close and when the key goes cold. A
+// key whose grant came back short or refused asks again no sooner than
+// Target later (or its RetryAfter, when longer); requests in between that
+// the units held cannot cover are refused here, with the time until then
+// as RetryAfter: a saturated key costs this process about one call per
+// Target, however many requests it refuses.
+//
+// The bound: every unit spent was admitted by the limiter, at most τ
+// before it is spent. A leased GCRA or token bucket therefore admits, in
+// any window, at most rate × τ more than the exact limiter would: with
+// PerSecond(1000) and τ = 200 ms, 200 more in any window. Only GCRA and
+// the token bucket lease (their units can be given back); other limits,
+// calls with options, costs of 0, refunds and costs above the burst go
+// exact.
+//
+// A leased decision's Result has RetryAfter Never, Remaining the units this
+// process still holds (a lower bound of what the key admits), and Limit
+// and ResetAfter from the key's last grant.
+//
+// This is the first part of the local tier: Take on GCRA and token-bucket
+// limits. When Redis fails, a leased key spends what it holds and then
+// returns the error, as Client.Take does.
+type Leased struct {
+	c     *Client
+	o     LeaseOptions
+	mu    sync.RWMutex
+	keys  map[string]*leaseKey
+	stats leaseCounters
+	calls sync.WaitGroup // refills and returns in flight
+	stop  chan struct{}
+	swept chan struct{}
+	shut  atomic.Bool
+}
+
+// LeaseOptions tunes a Leased; a zero field takes its default.
+type LeaseOptions struct {
+	// Target is the time one grant is sized to last at the key's local
+	// demand: 50 ms by default.
+	Target time.Duration
+	// Lifetime (τ) is how long granted units may be spent: what is left
+	// that long after its grant is given back. 4 × Target by default; it
+	// bounds how far a leased limiter exceeds the exact one (rate × τ).
+	Lifetime time.Duration
+	// Hot is how many decisions on a key within one Target make it lease:
+	// 8 by default. Keys below it stay exact.
+	Hot int64
+	// Timeout bounds each call the tier sends by itself (refills ahead,
+	// returns): 1 s by default.
+	Timeout time.Duration
+	// Now is the clock: time.Now by default.
+	Now func() time.Time
+}
+
+// LeaseStats counts what a Leased did since it was made.
+type LeaseStats struct {
+	Local     int64 // decisions answered from units held, admitted
+	Refused   int64 // decisions refused here, between paced grants
+	Exact     int64 // decisions sent to the limiter one by one (cold keys, other limits)
+	Grants    int64 // grant calls (UpTo) sent
+	Granted   int64 // units they granted
+	Returned  int64 // units given back
+	Stranded  int64 // units that could not be given back (the call failed)
+	Waits     int64 // decisions that waited on a grant in flight or sent one
+	Unclaimed int64 // grants whose answer never came (their units are the limiter's until they lapse)
+}
+
+type leaseCounters struct {
+	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed atomic.Int64
+}
+
+// NewLeased returns a local tier over c; Close it to give back what it
+// holds.
+func NewLeased(c *Client, o LeaseOptions) *Leased {
+	if o.Target <= 0 {
+		o.Target = 50 * time.Millisecond
+	}
+	if o.Lifetime <= 0 {
+		o.Lifetime = 4 * o.Target
+	}
+	if o.Hot <= 0 {
+		o.Hot = 8
+	}
+	if o.Timeout <= 0 {
+		o.Timeout = time.Second
+	}
+	l := &Leased{c: c, o: o, keys: map[string]*leaseKey{}, stop: make(chan struct{}), swept: make(chan struct{})}
+	go l.sweeper()
+	return l
+}
+
+// segment is units granted together, spent until expires (Unix ns).
+type segment struct{ units, expires int64 }
+
+// leaseKey is one key's pool and demand.
+type leaseKey struct {
+	mu    sync.Mutex
+	limit Limit
+	segs  [4]segment // oldest first
+	n     int
+	// Demand: units asked in the Target-long bucket starting at bucket,
+	// decisions in it, and the units per Target smoothed over buckets.
+	bucket, asked, seen int64
+	rate                float64
+	hot                 bool
+	used                int64 // the last decision, Unix ns
+	flight              chan struct{}
+	last                Result // the last grant's answer
+	pace                int64  // no grant before this instant (Unix ns), after a short one
+}
+
+func (k *leaseKey) units() int64 {
+	var u int64
+	for i := range k.n {
+		u += k.segs[i].units
+	}
+	return u
+}
+
+// spend takes cost units, the oldest first; the caller checked units.
+func (k *leaseKey) spend(cost int64) {
+	for cost > 0 && k.n > 0 {
+		s := &k.segs[0]
+		take := min(s.units, cost)
+		s.units -= take
+		cost -= take
+		if s.units == 0 {
+			copy(k.segs[:], k.segs[1:k.n])
+			k.n--
+		}
+	}
+}
+
+// add holds units granted now until expires; a full ring folds the two
+// oldest segments into one expiring with the older, which only shortens
+// a unit's life.
+func (k *leaseKey) add(units, expires int64) {
+	if k.n == len(k.segs) {
+		k.segs[1].units += k.segs[0].units
+		k.segs[1].expires = k.segs[0].expires
+		copy(k.segs[:], k.segs[1:k.n])
+		k.n--
+	}
+	k.segs[k.n] = segment{units, expires}
+	k.n++
+}
+
+// expire drops the units whose lifetime ended at now: how many.
+func (k *leaseKey) expire(now int64) int64 {
+	var gone int64
+	for k.n > 0 && k.segs[0].expires <= now {
+		gone += k.segs[0].units
+		copy(k.segs[:], k.segs[1:k.n])
+		k.n--
+	}
+	return gone
+}
+
+// observe counts a decision of cost at now in the demand buckets, and
+// makes the key hot when a bucket sees hot decisions.
+func (k *leaseKey) observe(now, target int64, cost, hot int64) {
+	if now >= k.bucket+target {
+		for i := 0; i < 8 && now >= k.bucket+target; i++ { // each bucket passed halves the past
+			k.rate = (k.rate + float64(k.asked)) / 2
+			k.asked, k.seen = 0, 0
+			k.bucket += target
+		}
+		if now >= k.bucket+target {
+			k.bucket, k.rate = now, 0
+		}
+	}
+	k.asked += cost
+	k.seen++
+	k.used = now
+	if k.seen >= hot {
+		k.hot = true
+	}
+}
+
+// size is the units to ask for: what the key's demand needs for one
+// Target, at least cost, at most the limit's burst (what it grants at
+// once) and ratelimit.MaxUpTo.
+func (k *leaseKey) size(cost int64) int64 {
+	n := int64(math.Ceil(max(k.rate, float64(k.asked))))
+	return max(min(n, burst(k.limit), ratelimit.MaxUpTo), cost, 1)
+}
+
+// burst is what a GCRA or token-bucket limit admits at once.
+func burst(l Limit) int64 {
+	if l.algo == algoGCRA {
+		return l.n + 1
+	}
+	return l.n // a bucket's capacity
+}
+
+// entry is key's pool, made for limit l; a key asked with another limit
+// starts again (its units are given back).
+func (t *Leased) entry(key string, l Limit) *leaseKey {
+	t.mu.RLock()
+	k := t.keys[key]
+	t.mu.RUnlock()
+	if k != nil && k.limit == l {
+		return k
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if old := t.keys[key]; old != nil {
+		if old.limit == l {
+			return old
+		}
+		old.mu.Lock()
+		t.giveBack(key, old.limit, old.units())
+		old.n = 0
+		old.mu.Unlock()
+	}
+	k = &leaseKey{limit: l}
+	t.keys[key] = k
+	return k
+}
+
+func (t *Leased) now() int64 {
+	if t.o.Now != nil {
+		return t.o.Now().UnixNano()
+	}
+	return time.Now().UnixNano()
+}
+
+// Take is Client.Take, decided from units held where the key is hot on
+// this process (see Leased).
+func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts ...Option) (Result, error) {
+	if len(opts) > 0 || cost <= 0 || !l.Refundable() || cost > burst(l) || t.shut.Load() {
+		t.stats.exact.Add(1)
+		return t.c.Take(ctx, key, l, cost, opts...)
+	}
+	k := t.entry(key, l)
+	target := int64(t.o.Target)
+	counted := false
+	for {
+		now := t.now()
+		k.mu.Lock()
+		if !counted {
+			k.observe(now, target, cost, t.o.Hot)
+			counted = true
+		}
+		if gone := k.expire(now); gone > 0 {
+			t.giveBack(key, l, gone)
+		}
+		if k.units() >= cost {
+			k.spend(cost)
+			r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+			t.refillAhead(key, k, now)
+			k.mu.Unlock()
+			t.stats.local.Add(1)
+			return r, nil
+		}
+		if !k.hot {
+			k.mu.Unlock()
+			t.stats.exact.Add(1)
+			return t.c.Take(ctx, key, l, cost)
+		}
+		if now < k.pace {
+			r := k.refusal(now)
+			k.mu.Unlock()
+			t.stats.refused.Add(1)
+			return r, nil
+		}
+		t.stats.waits.Add(1)
+		if ch := k.flight; ch != nil {
+			k.mu.Unlock()
+			select {
+			case <-ch:
+				continue
+			case <-ctx.Done():
+				return Result{}, ctx.Err()
+			}
+		}
+		ch := make(chan struct{})
+		k.flight = ch
+		n := k.size(cost)
+		k.mu.Unlock()
+		r, err := t.grant(ctx, key, l, k, n, ch)
+		if err != nil {
+			return Result{}, err
+		}
+		k.mu.Lock()
+		now = t.now()
+		if k.units() >= cost {
+			k.spend(cost)
+			out := Result{Verdict: ratelimit.Verdict{Limit: r.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: r.ResetAfter}}
+			k.mu.Unlock()
+			t.stats.local.Add(1)
+			return out, nil
+		}
+		out := k.refusal(now)
+		k.mu.Unlock()
+		t.stats.refused.Add(1)
+		return out, nil
+	}
+}
+
+// refusal is the answer to a decision the units held cannot cover while
+// the key waits for its next grant.
+func (k *leaseKey) refusal(now int64) Result {
+	return Result{Verdict: ratelimit.Verdict{Limited: true, Limit: k.last.Limit, RetryAfter: max(time.Duration(k.pace-now), 1),
+		ResetAfter: k.last.ResetAfter}}
+}
+
+// grant asks the limiter for up to n units and holds what it grants; ch
+// is the key's flight, closed when the answer is in.
+func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n int64, ch chan struct{}) (Result, error) {
+	t.stats.grants.Add(1)
+	r, err := t.c.Take(ctx, key, l, 1, UpTo(n))
+	k.mu.Lock()
+	defer k.mu.Unlock()
+	k.flight = nil
+	close(ch)
+	if err != nil {
+		t.stats.unclaimed.Add(1)
+		return r, err
+	}
+	now := t.now()
+	k.last = r
+	if r.Granted > 0 {
+		k.add(r.Granted, now+int64(t.o.Lifetime))
+		t.stats.granted.Add(r.Granted)
+	}
+	if r.Granted < n { // short: the limit is near; ask again no sooner than Target
+		k.pace = now + int64(t.o.Target)
+		if r.Limited {
+			k.pace = max(k.pace, now+int64(r.RetryAfter))
+		}
+	}
+	return r, nil
+}
+
+// refillAhead sends a grant in the background when the units held fall
+// below half of what the key's demand needs for a Target; k is locked.
+func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
+	if !k.hot || k.flight != nil || now < k.pace || t.shut.Load() {
+		return
+	}
+	n := k.size(1)
+	if k.units() >= (n+1)/2 {
+		return
+	}
+	ch := make(chan struct{})
+	k.flight = ch
+	t.calls.Add(1)
+	go func() {
+		defer t.calls.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		_, _ = t.grant(ctx, key, k.limit, k, n, ch) // a failure is counted as unclaimed; the next decision asks again
+	}()
+}
+
+// giveBack returns units to the limiter at key in the background.
+func (t *Leased) giveBack(key string, l Limit, units int64) {
+	if units <= 0 {
+		return
+	}
+	t.calls.Add(1)
+	go func() {
+		defer t.calls.Done()
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		t.refund(ctx, key, l, units)
+	}()
+}
+
+// refund gives units back now, counting them returned or stranded.
+func (t *Leased) refund(ctx context.Context, key string, l Limit, units int64) error {
+	if _, err := t.c.Take(ctx, key, l, -units); err != nil {
+		t.stats.stranded.Add(units)
+		return err
+	}
+	t.stats.returned.Add(units)
+	return nil
+}
+
+// sweeper gives back lapsed units and forgets idle keys, every Target.
+func (t *Leased) sweeper() {
+	defer close(t.swept)
+	tick := time.NewTicker(t.o.Target)
+	defer tick.Stop()
+	for {
+		select {
+		case <-t.stop:
+			return
+		case <-tick.C:
+			t.sweep(t.now())
+		}
+	}
+}
+
+// sweep gives back the units whose lifetime ended at now and forgets keys
+// idle for a Lifetime that hold nothing.
+func (t *Leased) sweep(now int64) {
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	for key, k := range t.keys {
+		k.mu.Lock()
+		t.giveBack(key, k.limit, k.expire(now))
+		if k.n == 0 && k.flight == nil && now-k.used >= int64(t.o.Lifetime) {
+			delete(t.keys, key)
+		}
+		k.mu.Unlock()
+	}
+}
+
+// Stats is what the tier did so far.
+func (t *Leased) Stats() LeaseStats {
+	s := &t.stats
+	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
+		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
+		Unclaimed: s.unclaimed.Load()}
+}
+
+// Close gives back every unit held and waits for the calls in flight;
+// later decisions go exact. It returns the first error a return met.
+func (t *Leased) Close(ctx context.Context) error {
+	if t.shut.Swap(true) {
+		return nil
+	}
+	close(t.stop)
+	<-t.swept
+	t.calls.Wait()
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	var first error
+	for key, k := range t.keys {
+		k.mu.Lock()
+		units := k.units()
+		k.n = 0
+		k.mu.Unlock()
+		if units > 0 {
+			if err := t.refund(ctx, key, k.limit, units); err != nil && first == nil {
+				first = err
+			}
+		}
+		delete(t.keys, key)
+	}
+	return first
+}

@@ -1,0 +1,274 @@
+package client
+
+import (
+	"context"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+)
+
+// tier is a fake server, a virtual clock both read, and n Leased tiers
+// (processes) over it; calls counts every command the tiers sent.
+type tier struct {
+	f     *fakeredis.Server
+	clock atomic.Int64 // Unix ns
+	calls atomic.Int64
+	procs []*Leased
+}
+
+func newTier(t *testing.T, n int, o LeaseOptions) *tier {
+	t.Helper()
+	tr := &tier{f: fakeredis.New()}
+	tr.clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	now := func() time.Time { return time.Unix(0, tr.clock.Load()) }
+	tr.f.Clock = now
+	tr.f.Before = func(redis.Cmder) error { tr.calls.Add(1); return nil }
+	o.Now = now
+	c := New(tr.f.Client())
+	for range n {
+		tr.procs = append(tr.procs, NewLeased(c, o))
+	}
+	t.Cleanup(func() {
+		for _, p := range tr.procs {
+			p.Close(context.Background())
+		}
+	})
+	return tr
+}
+
+func (tr *tier) now() int64              { return tr.clock.Load() }
+func (tr *tier) advance(d time.Duration) { tr.clock.Add(int64(d)) }
+
+// settle waits for the calls the tiers sent by themselves.
+func (tr *tier) settle() {
+	for _, p := range tr.procs {
+		p.calls.Wait()
+	}
+}
+
+// A cold key (below Hot decisions in a Target) is exact: one call per
+// decision, answered as Client.Take answers.
+func TestLeasedColdIsExact(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{})
+	p := tr.procs[0]
+	l := GCRA(4, 5, time.Minute)
+	for i := range 7 {
+		r, err := p.Take(ctx, "user:1", l, 1)
+		if err != nil || r.Limited != (i >= 5) {
+			t.Fatalf("decision %d: %+v %v", i, r, err)
+		}
+		tr.advance(20 * time.Millisecond) // 3 decisions per Target of 50 ms
+	}
+	if s := p.Stats(); s.Exact != 7 || s.Grants != 0 || tr.calls.Load() != 7 {
+		t.Fatalf("stats %+v, %d calls; want 7 exact decisions, 7 calls", s, tr.calls.Load())
+	}
+}
+
+// A hot key with room decides locally: at 100,000 decisions a second on
+// one process, under 0.01 calls per decision, every one admitted.
+func TestLeasedHotIsLocal(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{})
+	p := tr.procs[0]
+	l := GCRA(999_999, 1_000_000, time.Second)
+	const decisions = 200_000
+	for i := range decisions {
+		r, err := p.Take(ctx, "api", l, 1)
+		if err != nil || r.Limited {
+			t.Fatalf("decision %d: %+v %v", i, r, err)
+		}
+		tr.advance(10 * time.Microsecond)
+		if i%1000 == 0 {
+			tr.settle()
+		}
+	}
+	tr.settle()
+	s := p.Stats()
+	if per := float64(tr.calls.Load()) / decisions; per > 0.01 || s.Local < decisions-int64(p.o.Hot) {
+		t.Fatalf("%d calls for %d decisions (%.4f each), stats %+v", tr.calls.Load(), decisions, per, s)
+	}
+	t.Logf("%d calls for %d decisions, stats %+v", tr.calls.Load(), decisions, p.Stats())
+}
+
+// Four processes each asking 1000 a second of PerSecond(1000) for 3 s:
+// in every window of 10 ms, 100 ms and 1 s, the admissions stay within
+// what the exact limiter admits in the window and τ more (burst + rate ×
+// (window + τ)); the limit's allowance is used; and calls stay about one
+// per process per Target.
+func TestLeasedNeverOver(t *testing.T) {
+	o := LeaseOptions{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
+	tr := newTier(t, 4, o)
+	l := PerSecond(1000)
+	start := tr.now()
+	var admitted []int64
+	decisions := 0
+	for tr.now()-start < int64(3*time.Second) {
+		for _, p := range tr.procs {
+			r, err := p.Take(ctx, "hot", l, 1)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decisions++
+			if !r.Limited {
+				admitted = append(admitted, tr.now())
+			}
+		}
+		tr.settle()
+		tr.advance(time.Millisecond)
+	}
+	for _, w := range []time.Duration{10 * time.Millisecond, 100 * time.Millisecond, time.Second} {
+		most := 1000 + int(1000*(w+o.Lifetime)/time.Second) + 1
+		j := 0
+		for i := range admitted {
+			for admitted[i]-admitted[j] >= int64(w) {
+				j++
+			}
+			if n := i - j + 1; n > most {
+				t.Fatalf("%d admitted in a window of %v ending %v in; the exact limiter and τ admit %d",
+					n, w, time.Duration(admitted[i]-start), most)
+			}
+		}
+	}
+	// The allowance over 3 s is the burst and 3000 more; the units held
+	// at the end are not spent.
+	if n := len(admitted); n < 3600 || n > 4000+200 {
+		t.Fatalf("%d admitted over 3 s of PerSecond(1000) at 4x demand", n)
+	}
+	if calls := tr.calls.Load(); calls > 4*3*2*20 {
+		t.Fatalf("%d calls for %d decisions over 3 s (4 processes, Target 50 ms)", calls, decisions)
+	}
+	t.Logf("%d admitted of %d decisions, %d calls", len(admitted), decisions, tr.calls.Load())
+}
+
+// Close gives back every unit held: the limiter then holds only what was
+// spent.
+func TestLeasedCloseGivesBack(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{Hot: 2})
+	p := tr.procs[0]
+	l := TokenBucket(100, 10, time.Second)
+	for i := range 12 {
+		if r, err := p.Take(ctx, "tb", l, 1); err != nil || r.Limited {
+			t.Fatalf("decision %d: %+v %v", i, r, err)
+		}
+		tr.settle()
+	}
+	if s := p.Stats(); s.Grants == 0 || s.Granted <= 12-2 {
+		t.Fatalf("the key did not lease: %+v", s)
+	}
+	if err := p.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	r, err := New(tr.f.Client()).Peek(ctx, "tb", l, 0)
+	if err != nil || r.Remaining != 100-12 {
+		t.Fatalf("after Close: %+v %v, want 88 tokens left (12 spent)", r, err)
+	}
+	// The first decision was exact (the key was not yet hot); the rest
+	// were spent from grants.
+	if s := p.Stats(); s.Exact != 1 || s.Local != 11 || s.Returned != s.Granted-11 {
+		t.Fatalf("returned %d of %d granted, 11 spent from grants: %+v", s.Returned, s.Granted, s)
+	}
+}
+
+// Units not spent within their lifetime go back by themselves (the
+// sweep), and the key, idle, is forgotten.
+func TestLeasedLifetime(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{Hot: 2})
+	p := tr.procs[0]
+	l := TokenBucket(100, 10, time.Second)
+	for range 4 {
+		p.Take(ctx, "tb", l, 1)
+		tr.settle()
+	}
+	held := p.Stats().Granted - p.Stats().Local
+	tr.advance(p.o.Lifetime)
+	p.sweep(tr.now())
+	tr.settle()
+	if s := p.Stats(); s.Returned != held || len(p.keys) != 0 {
+		t.Fatalf("after a lifetime: %+v, %d keys; want %d returned, none kept", s, len(p.keys), held)
+	}
+	// 4 spent, 2 of them refilled in the 200 ms since: 98 left.
+	if r, err := New(tr.f.Client()).Peek(ctx, "tb", l, 0); err != nil || r.Remaining != 98 {
+		t.Fatalf("after the return: %+v %v, want 98", r, err)
+	}
+}
+
+// Eight goroutines deciding on one key of one process at once, the clock
+// moving 1 µs per decision: never more admitted than the exact limiter's
+// burst and rate over the run and τ, no decision lost or stuck.
+func TestLeasedConcurrent(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{})
+	p := tr.procs[0]
+	l := PerSecond(100_000)
+	start := tr.now()
+	var admitted, refused atomic.Int64
+	done := make(chan struct{})
+	for range 8 {
+		go func() {
+			defer func() { done <- struct{}{} }()
+			for range 20_000 {
+				r, err := p.Take(ctx, "hot", l, 1)
+				if err != nil {
+					t.Error(err)
+					return
+				}
+				if r.Limited {
+					refused.Add(1)
+				} else {
+					admitted.Add(1)
+				}
+				tr.advance(time.Microsecond)
+			}
+		}()
+	}
+	for range 8 {
+		<-done
+	}
+	elapsed := time.Duration(tr.now() - start)
+	most := 100_000 + int64(100_000*(elapsed+p.o.Lifetime)/time.Second)
+	if admitted.Load()+refused.Load() != 160_000 || admitted.Load() > most {
+		t.Fatalf("%d admitted, %d refused over %v; at most %d", admitted.Load(), refused.Load(), elapsed, most)
+	}
+	t.Logf("%d admitted, %d refused over %v, %d calls, %+v", admitted.Load(), refused.Load(), elapsed, tr.calls.Load(), p.Stats())
+}
+
+// A decision from units held allocates nothing.
+func TestLeasedAllocatesNothing(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{Hot: 1})
+	p := tr.procs[0]
+	l := GCRA(999_999, 1_000_000, time.Second)
+	for range 20_000 { // a demand of 20,000 a Target: grants of 20,000
+		p.Take(ctx, "api", l, 1)
+		tr.settle()
+	}
+	tr.advance(p.o.Target)
+	p.Take(ctx, "api", l, 1)
+	tr.settle()
+	if n := testing.AllocsPerRun(1000, func() {
+		if r, err := p.Take(ctx, "api", l, 1); err != nil || r.Limited {
+			t.Fatal(r, err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per leased decision (%+v)", n, p.Stats())
+	}
+}
+
+// Decisions on one hot key with room, from every CPU at once: the local
+// tier's own cost (the fake server answers its few grants).
+func BenchmarkLeasedTake(b *testing.B) {
+	f := fakeredis.New()
+	p := NewLeased(New(f.Client()), LeaseOptions{})
+	defer p.Close(context.Background())
+	l := GCRA(999_999_999, 1_000_000_000, time.Second) // never reached: every decision is admitted
+	b.RunParallel(func(pb *testing.PB) {
+		for pb.Next() {
+			if r, err := p.Take(ctx, "api", l, 1); err != nil || r.Limited {
+				b.Fatal(r, err)
+			}
+		}
+	})
+	s := p.Stats()
+	b.ReportMetric(float64(s.Grants+s.Exact)/float64(b.N), "calls/op")
+}
