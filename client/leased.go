@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"math"
+	"math/rand/v2"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -344,8 +345,18 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n 
 		k.add(r.Granted, now+int64(t.o.Lifetime))
 		t.stats.granted.Add(r.Granted)
 	}
-	if r.Granted < n { // short: the limit is near; ask again no sooner than Target
-		k.pace = now + int64(t.o.Target)
+	// Near the limit (a short grant, or less left than another grant) every
+	// process asks about once a Target, at an instant drawn from [Target/2,
+	// 3 Target/2) — one granted nothing from [Target/4, 3 Target/4): whoever
+	// asks first after the limit refills takes what accrued, the draw
+	// changes who that is from one Target to the next, and the last units
+	// go to those that asked and got none.
+	if r.Granted < n || r.Remaining < n {
+		span := int64(t.o.Target)
+		if r.Granted == 0 {
+			span /= 2
+		}
+		k.pace = now + span/2 + rand.Int64N(span)
 		if r.Limited {
 			k.pace = max(k.pace, now+int64(r.RetryAfter))
 		}
