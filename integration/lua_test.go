@@ -865,3 +865,71 @@ func TestLuaDebtEdges(t *testing.T) {
 		}
 	})
 }
+
+// The concurrency commands emit the same keyspace events through the
+// module, the script and the function (and so replicate alike): plain
+// acquires and releases, a release that sweeps a lapsed holder in the same
+// ZREM, several slots taken, partly released, renewed and released.
+func TestLuaConcEvents(t *testing.T) {
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		st := startStopped(t, f, 3)
+		if err := st.dbs[0].ConfigSet(ctx, "notify-keyspace-events", "KEA").Err(); err != nil {
+			t.Fatal(err)
+		}
+		ps := st.dbs[0].PSubscribe(ctx, "__keyspace@*__:{ce}*")
+		defer ps.Close()
+		if _, err := ps.Receive(ctx); err != nil {
+			t.Fatal(err)
+		}
+		steps := []struct {
+			cmd  string
+			args []string
+			step time.Duration // the clock moves on first
+		}{
+			{"conc.acquire", []string{"5", "60", "a"}, 0},
+			{"conc.acquire", []string{"5", "1", "s"}, 0},
+			{"conc.acquire", []string{"5", "60", "w", "UPTO", "3"}, 0},
+			{"conc.release", []string{"a"}, 2 * time.Second}, // s lapsed: swept with a, in one ZREM
+			{"conc.release", []string{"w", "2"}, 0},
+			{"conc.acquire", []string{"5", "90", "w", "UPTO", "2"}, 0},
+			{"conc.release", []string{"w"}, 0},
+			{"conc.acquire", []string{"5", "60", "end"}, 0},
+		}
+		now := luaStart
+		call := [3]func(c *redis.Client, cmd string, keys, args []string) string{st.e.module, st.e.script, st.e.function}
+		for _, s := range steps {
+			now = now.Add(s.step)
+			st.setClock(now.UnixNano())
+			var replies [3]string
+			for i, c := range st.dbs {
+				replies[i] = call[i](c, s.cmd, []string{"{ce}"}, s.args)
+			}
+			if replies[0] != replies[1] || replies[0] != replies[2] {
+				t.Fatalf("%s %v: module %s, script %s, function %s", s.cmd, s.args, replies[0], replies[1], replies[2])
+			}
+		}
+		for _, c := range st.dbs { // the end of each database's events
+			c.Set(ctx, "{ce}:end", "x", 0)
+		}
+		var events [3][]string
+		for ends := 0; ends < 3; {
+			select {
+			case m := <-ps.Channel():
+				db := int(m.Channel[len("__keyspace@")] - '0')
+				if strings.HasSuffix(m.Channel, ":end") {
+					ends++
+				} else {
+					events[db] = append(events[db], m.Payload)
+				}
+			case <-time.After(5 * time.Second):
+				t.Fatalf("events so far: %v", events)
+			}
+		}
+		t.Logf("module events: %v", events[0])
+		for i := 1; i < 3; i++ {
+			if fmt.Sprint(events[i]) != fmt.Sprint(events[0]) {
+				t.Fatalf("%s events differ:\nmodule %v\n%s %v", []string{"", "script", "function"}[i], events[0], []string{"", "script", "function"}[i], events[i])
+			}
+		}
+	})
+}

@@ -1347,7 +1347,7 @@ local function holder(key, k, id)
   if not s then return 0, lease_ns(k.newest[2]), 0 end
   local own, lo, hi = tonumber(s), 1, 2 -- slot lo is held, hi may not be
   local function has(j) return tonumber(redis.call('ZSCORE', key, slot_member(id, j))) == own end
-  while hi <= MAX_CONC_LIMIT and has(hi) do lo, hi = hi, 2 * hi end
+  while hi <= k.size and has(hi) do lo, hi = hi, 2 * hi end
   while hi - lo > 1 do
     local mid = lo + math.floor((hi - lo) / 2)
     if has(mid) then lo = mid else hi = mid end
@@ -1386,12 +1386,14 @@ local function sweep(key, id, now_us, from, to, score)
     if #a == CONC_SWEEP then break end
     if m ~= id then a[#a + 1] = m end
   end
-  if #a > 0 then removed = redis.call('ZREM', key, unpack(a)) end
-  a = {}
-  for j = from, to do -- 1000 members a call
-    a[#a + 1] = score
+  if score then
+    if #a > 0 then removed = redis.call('ZREM', key, unpack(a)) end
+    a = {}
+  end
+  for j = from, to do
+    if score then a[#a + 1] = score end
     a[#a + 1] = slot_member(id, j)
-    if #a >= 1000 or j == to then redis.call(score and 'ZADD' or 'ZREM', key, unpack(a)); a = {} end
+    if #a == 128 or j == to then redis.call(score and 'ZADD' or 'ZREM', key, unpack(a)); a = {} end
   end
   return removed
 end
@@ -1847,4 +1849,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+14364bcc2a5c68c5' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+bfd3331faa964775' end, flags = {'no-writes'}}

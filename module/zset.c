@@ -112,8 +112,9 @@ static int rl_slot_is(rl_key *k, const char *id, size_t len, long long slot, dou
     return is;
 }
 
-/* Counts id's slots scored own and, when it holds several, finds the
- * latest lease not one of them (engine.SlotsHeld, fakeredis's Holder). */
+/* Counts id's slots scored own, probing 2, 4, 8 ... up to the set's size
+ * and then halving (engine.SlotsHeld), and, when it holds several, finds
+ * the latest lease not one of them (fakeredis's Holder). */
 static rl_holder rl_conc_slots(rl_key *k, const char *id, size_t len, rl_holder h) {
     if (h.own == -INFINITY) return h;
     long long lo = 1, hi = 2; /* slot lo is held; hi may not be */

@@ -59,18 +59,19 @@ func SlotMember(id string, k int64) string {
 	return string(strconv.AppendInt(b, k, 10))
 }
 
-// SlotsHeld is how many slots id holds whose first is scored own: the
-// largest k for which SlotMember(id, 2..k) are all scored own (score looks
-// a member up), found in O(log k) lookups, as zset.c finds it. An id's
-// slots are added and removed from the top, so they run from 1 without a
-// gap.
-func SlotsHeld(id string, own float64, score func(member string) (float64, bool)) int64 {
+// SlotsHeld is how many slots id holds whose first is scored own in a set
+// of size members: the largest k for which SlotMember(id, 2..k) are all
+// scored own (score looks a member up), found in O(log k) lookups, probing
+// 2, 4, 8 ... up to size and then halving, as zset.c and the Lua library
+// find it. An id's slots are added and removed from the top, so they run
+// from 1 without a gap.
+func SlotsHeld(id string, own float64, size int64, score func(member string) (float64, bool)) int64 {
 	has := func(k int64) bool {
 		s, ok := score(SlotMember(id, k))
 		return ok && s == own
 	}
 	lo, hi := int64(1), int64(2) // slot lo is held; hi may not be
-	for hi <= spec.MaxConcLimit && has(hi) {
+	for hi <= size && has(hi) {
 		lo, hi = hi, 2*hi
 	}
 	for hi-lo > 1 {

@@ -115,7 +115,7 @@ func (z zset) Holder(id string) conc.Holder {
 		return h
 	}
 	h.Own = engine.ScoreNs(own)
-	h.Slots = engine.SlotsHeld(id, own, func(member string) (float64, bool) {
+	h.Slots = engine.SlotsHeld(id, own, int64(len(m)), func(member string) (float64, bool) {
 		s, ok := z.v.z[member]
 		return s, ok
 	})

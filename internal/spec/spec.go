@@ -408,12 +408,13 @@ var Commands = []Command{
 		Summary: "What RL.ALL would reply now, changing nothing", Complexity: allComplexity},
 	{Name: "CONC.ACQUIRE", Op: OpConcAcquire, Exec: ExecAcquire, Family: CONC, Args: Families[CONC].Args, Options: true,
 		Summary:    "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
-		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse"},
+		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse; " +
+			"O(S log N) when the id holds or takes S slots (UPTO), each written"},
 	{Name: "CONC.RELEASE", Op: OpConcRelease, Exec: ExecRelease, Family: CONC, Frees: true,
 		Args:       []Arg{{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder whose slots are freed"}},
 		Then:       &Arg{Name: "n", Min: 1, Max: ratelimit.MaxUpTo, Summary: "how many of its slots to free, default all"},
 		Summary:    "Free id's slots at once (n of them, default all): reply how many live slots it released",
-		Complexity: "O(log N), plus up to 64 lapsed holders removed"},
+		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(S log N) for S slots released"},
 	{Name: "CONC.PEEK", Op: OpConcPeek, Exec: ExecConcPeek, Family: CONC, Peek: true, Args: Families[CONC].Args[:1], Options: true,
 		Summary: "What CONC.ACQUIRE by a new id would reply now, changing nothing", Complexity: "O(log N + K)"},
 }

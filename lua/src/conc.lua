@@ -100,7 +100,7 @@ local function holder(key, k, id)
   if not s then return 0, lease_ns(k.newest[2]), 0 end
   local own, lo, hi = tonumber(s), 1, 2 -- slot lo is held, hi may not be
   local function has(j) return tonumber(redis.call('ZSCORE', key, slot_member(id, j))) == own end
-  while hi <= MAX_CONC_LIMIT and has(hi) do lo, hi = hi, 2 * hi end
+  while hi <= k.size and has(hi) do lo, hi = hi, 2 * hi end
   while hi - lo > 1 do
     local mid = lo + math.floor((hi - lo) / 2)
     if has(mid) then lo = mid else hi = mid end
@@ -137,7 +137,9 @@ end
 
 -- sweep removes up to 64 lapsed holders (scored at or before now_us; none
 -- when it is false), never the member id, then sets id's slots from..to at
--- score, or removes them when score is nil: how many lapsed it removed.
+-- score, or removes them when score is nil, in the module's batches: its
+-- first ZREM holds the sweep and up to 128 members in all, its ZADDs 64
+-- members each. It returns how many lapsed holders it removed on an add.
 local function sweep(key, id, now_us, from, to, score)
   local a, removed = {}, 0
   local lapsed = now_us and redis.call('ZRANGE', key, '-inf', string.format('%d', now_us), 'BYSCORE', 'LIMIT', '0', string.format('%d', CONC_SWEEP + 1)) or {}
@@ -145,12 +147,14 @@ local function sweep(key, id, now_us, from, to, score)
     if #a == CONC_SWEEP then break end
     if m ~= id then a[#a + 1] = m end
   end
-  if #a > 0 then removed = redis.call('ZREM', key, unpack(a)) end
-  a = {}
-  for j = from, to do -- 1000 members a call
-    a[#a + 1] = score
+  if score then
+    if #a > 0 then removed = redis.call('ZREM', key, unpack(a)) end
+    a = {}
+  end
+  for j = from, to do
+    if score then a[#a + 1] = score end
     a[#a + 1] = slot_member(id, j)
-    if #a >= 1000 or j == to then redis.call(score and 'ZADD' or 'ZREM', key, unpack(a)); a = {} end
+    if #a == 128 or j == to then redis.call(score and 'ZADD' or 'ZREM', key, unpack(a)); a = {} end
   end
   return removed
 end
