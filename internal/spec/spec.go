@@ -407,7 +407,7 @@ var Commands = []Command{
 	{Name: "RL.PEEK", Op: OpRLPeek, Exec: ExecAll, Family: -1, Peek: true, NumKeys: true, Options: true,
 		Summary: "What RL.ALL would reply now, changing nothing", Complexity: allComplexity},
 	{Name: "CONC.ACQUIRE", Op: OpConcAcquire, Exec: ExecAcquire, Family: CONC, Args: Families[CONC].Args, Options: true,
-		Summary:    "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
+		Summary: "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
 		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse; " +
 			"O(S log N) when the id holds or takes S slots (UPTO), each written"},
 	{Name: "CONC.RELEASE", Op: OpConcRelease, Exec: ExecRelease, Family: CONC, Frees: true,
