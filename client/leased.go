@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -39,9 +40,17 @@ import (
 // process still holds (a lower bound of what the key admits), and Limit
 // and ResetAfter from the key's last grant.
 //
+// When Redis fails (a grant's call errs or times out), a hot key spends
+// what it holds, then decides here at the rate it was spending when Redis
+// last answered — its share of the limit — for Fallback (10 s by default),
+// and after that returns the error, for the caller's own failure policy.
+// Summed over processes that is what the limit admitted them, not N × the
+// limit. A grant is tried again in the background once a Target (each
+// bounded by Timeout), and the first that answers ends the fallback. No
+// decision waits longer than Timeout for a grant.
+//
 // This is the first part of the local tier: Take on GCRA and token-bucket
-// limits. When Redis fails, a leased key spends what it holds and then
-// returns the error, as Client.Take does.
+// limits.
 type Leased struct {
 	c     *Client
 	o     LeaseOptions
@@ -66,28 +75,34 @@ type LeaseOptions struct {
 	// Hot is how many decisions on a key within one Target make it lease:
 	// 8 by default. Keys below it stay exact.
 	Hot int64
-	// Timeout bounds each call the tier sends by itself (refills ahead,
-	// returns): 1 s by default.
+	// Timeout bounds each call the tier sends for a key (grants, returns),
+	// and so how long a decision waits for one: 1 s by default.
 	Timeout time.Duration
+	// Fallback is how long a hot key whose grants fail decides here, at
+	// the rate it was spending, before its decisions return the error: 10 s
+	// by default.
+	Fallback time.Duration
 	// Now is the clock: time.Now by default.
 	Now func() time.Time
 }
 
 // LeaseStats counts what a Leased did since it was made.
 type LeaseStats struct {
-	Local     int64 // decisions answered from units held, admitted
-	Refused   int64 // decisions refused here, between paced grants
-	Exact     int64 // decisions sent to the limiter one by one (cold keys, other limits)
-	Grants    int64 // grant calls (UpTo) sent
-	Granted   int64 // units they granted
-	Returned  int64 // units given back
-	Stranded  int64 // units that could not be given back (the call failed)
-	Waits     int64 // decisions that waited on a grant in flight or sent one
-	Unclaimed int64 // grants whose answer never came (their units are the limiter's until they lapse)
+	Local     int64         // decisions answered from units held, admitted
+	Refused   int64         // decisions refused here, between paced grants
+	Exact     int64         // decisions sent to the limiter one by one (cold keys, other limits)
+	Grants    int64         // grant calls (UpTo) sent
+	Granted   int64         // units they granted
+	Returned  int64         // units given back
+	Stranded  int64         // units that could not be given back (the call failed)
+	Waits     int64         // decisions that waited on a grant in flight or sent one
+	Unclaimed int64         // grants whose answer never came (their units are the limiter's until they lapse)
+	Fallback  int64         // decisions made here while grants failed, admitted or not
+	Down      time.Duration // time keys spent in fallback, summed, up to their last recovery
 }
 
 type leaseCounters struct {
-	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed atomic.Int64
+	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down atomic.Int64
 }
 
 // NewLeased returns a local tier over c; Close it to give back what it
@@ -104,6 +119,9 @@ func NewLeased(c *Client, o LeaseOptions) *Leased {
 	}
 	if o.Timeout <= 0 {
 		o.Timeout = time.Second
+	}
+	if o.Fallback <= 0 {
+		o.Fallback = 10 * time.Second
 	}
 	l := &Leased{c: c, o: o, keys: map[string]*leaseKey{}, stop: make(chan struct{}), swept: make(chan struct{})}
 	go l.sweeper()
@@ -128,6 +146,15 @@ type leaseKey struct {
 	flight              chan struct{}
 	last                Result // the last grant's answer
 	pace                int64  // no grant before this instant (Unix ns), after a short one
+	// What it spends: units admitted in the current bucket, and per Target
+	// smoothed; while grants fail (since down, the last error err), a
+	// bucket of fb units refilled at that rate since fbAt decides.
+	spent     int64
+	spentRate float64
+	down      int64
+	err       error
+	fb        float64
+	fbAt      int64
 }
 
 func (k *leaseKey) units() int64 {
@@ -183,11 +210,17 @@ func (k *leaseKey) observe(now, target int64, cost, hot int64) {
 	if now >= k.bucket+target {
 		for i := 0; i < 8 && now >= k.bucket+target; i++ { // each bucket passed halves the past
 			k.rate = (k.rate + float64(k.asked)) / 2
-			k.asked, k.seen = 0, 0
+			if k.down == 0 { // what it spends while Redis answers, over about 16 Targets
+				k.spentRate += (float64(k.spent) - k.spentRate) / 16
+			}
+			k.asked, k.seen, k.spent = 0, 0, 0
 			k.bucket += target
 		}
 		if now >= k.bucket+target {
 			k.bucket, k.rate = now, 0
+			if k.down == 0 {
+				k.spentRate = 0
+			}
 		}
 	}
 	k.asked += cost
@@ -196,6 +229,30 @@ func (k *leaseKey) observe(now, target int64, cost, hot int64) {
 	if k.seen >= hot {
 		k.hot = true
 	}
+}
+
+// spend takes cost units held and counts them spent.
+func (k *leaseKey) take(cost int64) {
+	k.spend(cost)
+	k.spent += cost
+}
+
+// fallback decides cost at now while grants fail: from a bucket refilled
+// at the rate the key was spending, holding one Target's worth.
+func (k *leaseKey) fallback(now, target, cost int64) Result {
+	per := k.spentRate / float64(target) // units per ns
+	k.fb = min(k.fb+per*float64(now-k.fbAt), max(k.spentRate, float64(cost)))
+	k.fbAt = now
+	r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+	if k.fb >= float64(cost) {
+		k.fb -= float64(cost)
+		k.spent += cost
+		r.Remaining = int64(k.fb)
+		return r
+	}
+	r.Limited = true
+	r.RetryAfter = time.Duration(math.Ceil((float64(cost) - k.fb) / per))
+	return r
 }
 
 // size is the units to ask for: what the key's demand needs for one
@@ -267,7 +324,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			t.giveBack(key, l, gone)
 		}
 		if k.units() >= cost {
-			k.spend(cost)
+			k.take(cost)
 			r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 			t.refillAhead(key, k, now)
 			k.mu.Unlock()
@@ -278,6 +335,20 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			k.mu.Unlock()
 			t.stats.exact.Add(1)
 			return t.c.Take(ctx, key, l, cost)
+		}
+		if k.down != 0 {
+			if k.flight == nil && now >= k.pace { // try again, in the background
+				t.refill(key, k, k.size(cost))
+			}
+			if now-k.down >= int64(t.o.Fallback) || k.spentRate == 0 {
+				err := k.err
+				k.mu.Unlock()
+				return Result{}, err
+			}
+			r := k.fallback(now, target, cost)
+			k.mu.Unlock()
+			t.stats.fallback.Add(1)
+			return r, nil
 		}
 		if now < k.pace {
 			r := k.refusal(now)
@@ -299,14 +370,19 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		k.flight = ch
 		n := k.size(cost)
 		k.mu.Unlock()
-		r, err := t.grant(ctx, key, l, k, n, ch)
+		gctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+		r, err := t.grant(gctx, key, l, k, n, ch)
+		cancel()
 		if err != nil {
-			return Result{}, err
+			if ctx.Err() != nil {
+				return Result{}, ctx.Err()
+			}
+			continue // the key is down: its fallback decides
 		}
 		k.mu.Lock()
 		now = t.now()
 		if k.units() >= cost {
-			k.spend(cost)
+			k.take(cost)
 			out := Result{Verdict: ratelimit.Verdict{Limit: r.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: r.ResetAfter}}
 			k.mu.Unlock()
 			t.stats.local.Add(1)
@@ -335,11 +411,22 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n 
 	defer k.mu.Unlock()
 	k.flight = nil
 	close(ch)
+	now := t.now()
 	if err != nil {
 		t.stats.unclaimed.Add(1)
+		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) { // not the caller leaving
+			if k.down == 0 {
+				k.down, k.fb, k.fbAt = now, 0, now
+			}
+			k.err = err
+			k.pace = now + int64(t.o.Target)
+		}
 		return r, err
 	}
-	now := t.now()
+	if k.down != 0 {
+		t.stats.down.Add(now - k.down)
+		k.down, k.err = 0, nil
+	}
 	k.last = r
 	if r.Granted > 0 {
 		k.add(r.Granted, now+int64(t.o.Lifetime))
@@ -374,6 +461,12 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 	if k.units() >= (n+1)/2 {
 		return
 	}
+	t.refill(key, k, n)
+}
+
+// refill sends a grant of up to n in the background; k is locked and has
+// no flight.
+func (t *Leased) refill(key string, k *leaseKey, n int64) {
 	ch := make(chan struct{})
 	k.flight = ch
 	t.calls.Add(1)
@@ -444,7 +537,7 @@ func (t *Leased) Stats() LeaseStats {
 	s := &t.stats
 	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
 		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
-		Unclaimed: s.unclaimed.Load()}
+		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load())}
 }
 
 // Close gives back every unit held and waits for the calls in flight;

@@ -2,6 +2,7 @@ package client
 
 import (
 	"context"
+	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -354,3 +355,63 @@ func TestLeasedHoardThenBurst(t *testing.T) {
 }
 
 func p0Lifetime(tr *tier) time.Duration { return tr.procs[0].o.Lifetime }
+
+// Redis fails for 5 s under four processes at 4× PerSecond(1000): each
+// spends what it holds, then decides at the rate it was spending, so the
+// outage admits about the limit's allowance (at most 5 % more), no
+// decision errs, and the first grant that answers ends the fallback; an
+// outage longer than Fallback returns the error after it.
+func TestLeasedRedisAway(t *testing.T) {
+	tr := newTier(t, 4, LeaseOptions{Fallback: 8 * time.Second})
+	var failing atomic.Bool
+	tr.f.Before = func(redis.Cmder) error {
+		if failing.Load() {
+			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		}
+		tr.calls.Add(1)
+		return nil
+	}
+	l := PerSecond(1000)
+	run := func(d time.Duration) (admitted, errs int) {
+		for end := tr.now() + int64(d); tr.now() < end; {
+			for _, p := range tr.procs {
+				r, err := p.Take(ctx, "hot", l, 1)
+				switch {
+				case err != nil:
+					errs++
+				case !r.Limited:
+					admitted++
+				}
+			}
+			tr.settle()
+			tr.advance(time.Millisecond)
+		}
+		return admitted, errs
+	}
+	if a, e := run(2 * time.Second); e != 0 || a < 2800 {
+		t.Fatalf("before the outage: %d admitted, %d errors", a, e)
+	}
+	failing.Store(true)
+	a, e := run(5 * time.Second)
+	if e != 0 || a > 5250 || a < 4500 {
+		t.Fatalf("a 5 s outage: %d admitted (the limit's allowance is 5000), %d errors", a, e)
+	}
+	t.Logf("a 5 s outage: %d admitted; first process %+v", a, tr.procs[0].Stats())
+	failing.Store(false)
+	// The limiter refilled during the outage (it saw none of its
+	// admissions): its burst and 2 s of rate.
+	if a, e := run(2 * time.Second); e != 0 || a < 2800 || a > 3100 {
+		t.Fatalf("after the outage: %d admitted, %d errors", a, e)
+	}
+	if s := tr.procs[0].Stats(); s.Down < 4500*time.Millisecond || s.Down > 5200*time.Millisecond || s.Fallback == 0 {
+		t.Fatalf("stats after the outage: %+v", s)
+	}
+	// Redis fails again after 2 s of recovery, the limiter not yet drained:
+	// the allowance of the 8 s of fallback is its burst and 8 s of rate,
+	// and the last 2 s of the outage all err (4 processes, 1000 a second).
+	failing.Store(true)
+	a, e = run(10 * time.Second)
+	if e < 7800 || e > 8000 || a > 9450 {
+		t.Fatalf("a 10 s outage with an 8 s fallback: %d admitted, %d errors", a, e)
+	}
+}

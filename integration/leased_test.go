@@ -51,33 +51,8 @@ func TestLeased(t *testing.T) {
 		}
 		tau := 200 * time.Millisecond // the default: 4 × Target
 		start := time.Now()
-		stop := start.Add(1500 * time.Millisecond)
-		var mu sync.Mutex
-		var admitted []int64
-		var decisions atomic.Int64
-		var wg sync.WaitGroup
-		for g := range 32 {
-			p := procs[g%4]
-			wg.Go(func() {
-				var mine []int64
-				for time.Now().Before(stop) {
-					r, err := p.Take(ctx, k, l, 1)
-					if err != nil {
-						t.Error(err)
-						return
-					}
-					decisions.Add(1)
-					if !r.Limited {
-						mine = append(mine, time.Now().UnixNano())
-					}
-					time.Sleep(250 * time.Microsecond)
-				}
-				mu.Lock()
-				admitted = append(admitted, mine...)
-				mu.Unlock()
-			})
-		}
-		wg.Wait()
+		run := leasedRun(t, procs, k, l, 32, 1500*time.Millisecond)
+		admitted := run.admitted
 		elapsed := time.Since(start)
 		for _, p := range procs {
 			if err := p.Close(ctx); err != nil {
@@ -98,11 +73,97 @@ func TestLeased(t *testing.T) {
 			}
 		}
 		allowance := 2000 + 2000*elapsed.Seconds()
-		d, c := decisions.Load(), calls.n.Load()
+		d, c := run.decisions, calls.n.Load()
 		if len(admitted) < int(0.9*allowance) || float64(c)/float64(d) > 0.01 {
 			t.Fatalf("%d admitted of an allowance of %.0f; %d calls for %d decisions; the first process: %+v", len(admitted), allowance, c, d, procs[0].Stats())
 		}
 		t.Logf("%d admitted (%.1f%% of the allowance), %d decisions, %d calls (%.4f each); the first process: %+v",
 			len(admitted), 100*float64(len(admitted))/allowance, d, c, float64(c)/float64(d), procs[0].Stats())
 	})
+}
+
+// leased is what leasedRun saw.
+type leased struct {
+	admitted          []int64 // the instants of admitted decisions, sorted
+	decisions, errors int64
+	slowest           time.Duration
+}
+
+// leasedRun decides on key k from n goroutines spread over procs, each
+// asking every 250 µs, for d.
+func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n int, d time.Duration) leased {
+	t.Helper()
+	stop := time.Now().Add(d)
+	var mu sync.Mutex
+	var out leased
+	var wg sync.WaitGroup
+	for g := range n {
+		p := procs[g%len(procs)]
+		wg.Go(func() {
+			var mine []int64
+			var decisions, errs int64
+			var slowest time.Duration
+			for time.Now().Before(stop) {
+				began := time.Now()
+				r, err := p.Take(ctx, k, l, 1)
+				slowest = max(slowest, time.Since(began))
+				decisions++
+				switch {
+				case err != nil:
+					errs++
+				case !r.Limited:
+					mine = append(mine, time.Now().UnixNano())
+				}
+				time.Sleep(250 * time.Microsecond)
+			}
+			mu.Lock()
+			out.admitted = append(out.admitted, mine...)
+			out.decisions += decisions
+			out.errors += errs
+			out.slowest = max(out.slowest, slowest)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	slices.Sort(out.admitted)
+	return out
+}
+
+// The local tier with Redis hung (SIGSTOP) for 2 s under four processes
+// at many times PerSecond(2000): no decision waits more than the grant
+// timeout (100 ms) and a little; none errs (the fallback lasts 10 s); the
+// hang admits about the limit's allowance for it (at most 5 % more, and
+// the units held); the first grant after the resume ends the fallback.
+func TestLeasedRedisHung(t *testing.T) {
+	s := startFor(t, flavors[1], opts{module: true})
+	k := key(t, "hot")
+	l := client.PerSecond(2000)
+	var procs []*client.Leased
+	for range 4 {
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
+		t.Cleanup(func() { rdb.Close() })
+		p := client.NewLeased(client.New(rdb), client.LeaseOptions{Timeout: 100 * time.Millisecond})
+		t.Cleanup(func() { p.Close(context.Background()) })
+		procs = append(procs, p)
+	}
+	if r := leasedRun(t, procs, k, l, 32, time.Second); r.errors != 0 {
+		t.Fatalf("Redis up: %d errors", r.errors)
+	}
+	resume := s.hang(t)
+	hung := leasedRun(t, procs, k, l, 32, 2*time.Second)
+	resume()
+	var fallback int64
+	for _, p := range procs {
+		fallback += p.Stats().Fallback
+	}
+	if hung.errors != 0 || hung.slowest > 400*time.Millisecond || len(hung.admitted) > int(1.05*4000)+200 || fallback == 0 {
+		t.Fatalf("Redis hung for 2 s: %d admitted (the allowance is 4000), %d errors, the slowest decision %v, %d decided in fallback",
+			len(hung.admitted), hung.errors, hung.slowest, fallback)
+	}
+	after := leasedRun(t, procs, k, l, 32, time.Second)
+	if after.errors != 0 || procs[0].Stats().Down == 0 {
+		t.Fatalf("after the resume: %d errors, %+v", after.errors, procs[0].Stats())
+	}
+	t.Logf("Redis hung for 2 s: %d admitted (allowance 4000), slowest decision %v; the first process: %+v",
+		len(hung.admitted), hung.slowest, procs[0].Stats())
 }
