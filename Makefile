@@ -99,11 +99,12 @@ clients:
 	  $(SUDO) apt-get update -qq && \
 	  $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-redis node-redis $$(command -v node >/dev/null || echo nodejs) >/dev/null; }
 
-bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes bench/BENCHMARKS.md, bench/chart.svg and bench/BENCHMARKS-RLS.md
+bench: build build/cref.so redis-server ## measure every command beside INCR, SET, Lua and a C reference (GCRA also on Redis 8.0 and Valkey 8.1), and the Envoy rate limit service beside envoyproxy/ratelimit; writes bench/BENCHMARKS.md, bench/chart.svg, bench/BENCHMARKS-RLS.md and bench/BENCHMARKS-LEASED.md
 	./images/build.sh servers
-	cd bench && $(GO) build -o ../build/bench . && $(GO) build -o ../build/bench-rls ./rls
+	cd bench && $(GO) build -o ../build/bench . && $(GO) build -o ../build/bench-rls ./rls && $(GO) build -o ../build/bench-leased ./leased
 	./build/bench -images local/redis:8.0,local/valkey:8.1
 	./build/bench-rls
+	./build/bench-leased
 
 # The build make callgrind compares with: the module as it was at
 # BASELINE_REF (a git revision), built from git's copy of it.

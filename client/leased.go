@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"iter"
 	"math"
 	"math/rand/v2"
 	"sync"
@@ -54,8 +55,8 @@ import (
 type Leased struct {
 	c     *Client
 	o     LeaseOptions
-	mu    sync.RWMutex
-	keys  map[string]*leaseKey
+	mu    sync.Mutex // makes and forgets entries
+	keys  sync.Map   // key → *leaseKey
 	stats leaseCounters
 	calls sync.WaitGroup // refills and returns in flight
 	stop  chan struct{}
@@ -88,7 +89,7 @@ type LeaseOptions struct {
 
 // LeaseStats counts what a Leased did since it was made.
 type LeaseStats struct {
-	Local     int64         // decisions answered from units held, admitted
+	Local     int64         // units spent from grants: decisions admitted here, for a cost of 1
 	Refused   int64         // decisions refused here, between paced grants
 	Exact     int64         // decisions sent to the limiter one by one (cold keys, other limits)
 	Grants    int64         // grant calls (UpTo) sent
@@ -123,7 +124,7 @@ func NewLeased(c *Client, o LeaseOptions) *Leased {
 	if o.Fallback <= 0 {
 		o.Fallback = 10 * time.Second
 	}
-	l := &Leased{c: c, o: o, keys: map[string]*leaseKey{}, stop: make(chan struct{}), swept: make(chan struct{})}
+	l := &Leased{c: c, o: o, stop: make(chan struct{}), swept: make(chan struct{})}
 	go l.sweeper()
 	return l
 }
@@ -132,11 +133,28 @@ func NewLeased(c *Client, o LeaseOptions) *Leased {
 type segment struct{ units, expires int64 }
 
 // leaseKey is one key's pool and demand.
+//
+// The pool is spent without the lock: avail is the units spendable now,
+// taken by compare-and-swap, while the instant is before gate (the oldest
+// units' expiry, the demand bucket's end; 0 for a key that does not
+// lease). A spend that leaves fewer than low takes the lock to refill
+// ahead. Until paced, a decision the pool cannot cover is refused without
+// the lock. Under the lock, sync folds what was spent and refused into the
+// segments and the counts, and publish sets these again.
 type leaseKey struct {
-	mu    sync.Mutex
-	limit Limit
-	segs  [4]segment // oldest first
-	n     int
+	avail            atomic.Int64
+	_                [56]byte // avail's cache line is its own: every spend writes it
+	gate, low, paced atomic.Int64
+	limitV, resetV   atomic.Int64 // the last grant's Limit and ResetAfter
+	_                [24]byte
+	refusedN         atomic.Int64 // refused without the lock since sync
+	_                [56]byte
+	mu               sync.Mutex
+	synced           int64 // avail as publish left it
+	gone             bool  // the sweep forgot it
+	limit            Limit
+	segs             [4]segment // oldest first
+	n                int
 	// Demand: units asked in the Target-long bucket starting at bucket,
 	// decisions in it, and the units per Target smoothed over buckets.
 	bucket, asked, seen int64
@@ -231,10 +249,81 @@ func (k *leaseKey) observe(now, target int64, cost, hot int64) {
 	}
 }
 
-// spend takes cost units held and counts them spent.
-func (k *leaseKey) take(cost int64) {
+// take spends cost units held (the caller checked) and counts them.
+func (t *Leased) take(k *leaseKey, cost int64) {
 	k.spend(cost)
 	k.spent += cost
+	t.stats.local.Add(cost)
+}
+
+// lock takes k's lock and folds in what was spent and refused without it.
+func (t *Leased) lock(k *leaseKey) {
+	k.mu.Lock()
+	r := k.avail.Swap(0)
+	if used := k.synced - r; used > 0 {
+		k.spend(used)
+		k.spent += used
+		k.asked += used
+		t.stats.local.Add(used)
+	}
+	k.synced = 0
+	if n := k.refusedN.Swap(0); n > 0 {
+		t.stats.refused.Add(n)
+	}
+}
+
+// unlock publishes what may be decided without the lock at now, and
+// releases it.
+func (t *Leased) unlock(k *leaseKey, now int64) {
+	u := k.units()
+	gate, low, paced := int64(0), int64(-1), int64(0)
+	if k.hot && !t.shut.Load() {
+		gate = k.bucket + int64(t.o.Target)
+		if k.n > 0 {
+			gate = min(gate, k.segs[0].expires)
+		}
+		if k.flight == nil && now >= k.pace && k.down == 0 {
+			low = (k.size(1) + 1) / 2
+		}
+		if k.down == 0 {
+			paced = k.pace
+		}
+	}
+	k.synced = u
+	k.gate.Store(gate)
+	k.low.Store(low)
+	k.paced.Store(paced)
+	k.limitV.Store(k.last.Limit)
+	k.resetV.Store(int64(k.last.ResetAfter))
+	k.avail.Store(u)
+	k.mu.Unlock()
+}
+
+// fast decides cost at now without the lock when it can: from the units
+// held, or refused while the key is paced. ok is false when the lock must
+// decide.
+func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bool) {
+	if now >= k.gate.Load() {
+		return r, false
+	}
+	r.Limit, r.ResetAfter = k.limitV.Load(), time.Duration(k.resetV.Load())
+	for a := k.avail.Load(); a >= cost; a = k.avail.Load() {
+		if k.avail.CompareAndSwap(a, a-cost) {
+			if a-cost < k.low.Load() { // refill ahead
+				t.lock(k)
+				t.refillAhead(key, k, now)
+				t.unlock(k, now)
+			}
+			r.Remaining, r.RetryAfter = a-cost, ratelimit.Never
+			return r, true
+		}
+	}
+	if p := k.paced.Load(); now < p {
+		k.refusedN.Add(1)
+		r.Limited, r.RetryAfter = true, time.Duration(p-now)
+		return r, true
+	}
+	return r, false
 }
 
 // fallback decides cost at now while grants fail: from a bucket refilled
@@ -274,25 +363,23 @@ func burst(l Limit) int64 {
 // entry is key's pool, made for limit l; a key asked with another limit
 // starts again (its units are given back).
 func (t *Leased) entry(key string, l Limit) *leaseKey {
-	t.mu.RLock()
-	k := t.keys[key]
-	t.mu.RUnlock()
-	if k != nil && k.limit == l {
-		return k
+	if v, ok := t.keys.Load(key); ok && v.(*leaseKey).limit == l {
+		return v.(*leaseKey)
 	}
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	if old := t.keys[key]; old != nil {
+	if v, ok := t.keys.Load(key); ok {
+		old := v.(*leaseKey)
 		if old.limit == l {
 			return old
 		}
-		old.mu.Lock()
+		t.lock(old)
 		t.giveBack(key, old.limit, old.units())
-		old.n = 0
-		old.mu.Unlock()
+		old.n, old.hot, old.gone = 0, false, true
+		t.unlock(old, t.now())
 	}
-	k = &leaseKey{limit: l}
-	t.keys[key] = k
+	k := &leaseKey{limit: l}
+	t.keys.Store(key, k)
 	return k
 }
 
@@ -311,11 +398,19 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		return t.c.Take(ctx, key, l, cost, opts...)
 	}
 	k := t.entry(key, l)
+	if r, ok := t.fast(key, k, t.now(), cost); ok {
+		return r, nil
+	}
 	target := int64(t.o.Target)
 	counted := false
 	for {
 		now := t.now()
-		k.mu.Lock()
+		t.lock(k)
+		if k.gone {
+			t.unlock(k, now)
+			k = t.entry(key, l)
+			continue
+		}
 		if !counted {
 			k.observe(now, target, cost, t.o.Hot)
 			counted = true
@@ -324,15 +419,14 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			t.giveBack(key, l, gone)
 		}
 		if k.units() >= cost {
-			k.take(cost)
+			t.take(k, cost)
 			r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 			t.refillAhead(key, k, now)
-			k.mu.Unlock()
-			t.stats.local.Add(1)
+			t.unlock(k, now)
 			return r, nil
 		}
 		if !k.hot {
-			k.mu.Unlock()
+			t.unlock(k, now)
 			t.stats.exact.Add(1)
 			return t.c.Take(ctx, key, l, cost)
 		}
@@ -342,23 +436,23 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			}
 			if now-k.down >= int64(t.o.Fallback) || k.spentRate == 0 {
 				err := k.err
-				k.mu.Unlock()
+				t.unlock(k, now)
 				return Result{}, err
 			}
 			r := k.fallback(now, target, cost)
-			k.mu.Unlock()
+			t.unlock(k, now)
 			t.stats.fallback.Add(1)
 			return r, nil
 		}
 		if now < k.pace {
 			r := k.refusal(now)
-			k.mu.Unlock()
+			t.unlock(k, now)
 			t.stats.refused.Add(1)
 			return r, nil
 		}
 		t.stats.waits.Add(1)
 		if ch := k.flight; ch != nil {
-			k.mu.Unlock()
+			t.unlock(k, now)
 			select {
 			case <-ch:
 				continue
@@ -369,7 +463,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		ch := make(chan struct{})
 		k.flight = ch
 		n := k.size(cost)
-		k.mu.Unlock()
+		t.unlock(k, now)
 		gctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 		r, err := t.grant(gctx, key, l, k, n, ch)
 		cancel()
@@ -379,17 +473,16 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			}
 			continue // the key is down: its fallback decides
 		}
-		k.mu.Lock()
 		now = t.now()
+		t.lock(k)
 		if k.units() >= cost {
-			k.take(cost)
+			t.take(k, cost)
 			out := Result{Verdict: ratelimit.Verdict{Limit: r.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: r.ResetAfter}}
-			k.mu.Unlock()
-			t.stats.local.Add(1)
+			t.unlock(k, now)
 			return out, nil
 		}
 		out := k.refusal(now)
-		k.mu.Unlock()
+		t.unlock(k, now)
 		t.stats.refused.Add(1)
 		return out, nil
 	}
@@ -407,11 +500,11 @@ func (k *leaseKey) refusal(now int64) Result {
 func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n int64, ch chan struct{}) (Result, error) {
 	t.stats.grants.Add(1)
 	r, err := t.c.Take(ctx, key, l, 1, UpTo(n))
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	now := t.now()
+	t.lock(k)
+	defer t.unlock(k, now)
 	k.flight = nil
 	close(ch)
-	now := t.now()
 	if err != nil {
 		t.stats.unclaimed.Add(1)
 		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) { // not the caller leaving
@@ -522,18 +615,24 @@ func (t *Leased) sweeper() {
 func (t *Leased) sweep(now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	for key, k := range t.keys {
-		k.mu.Lock()
+	for key, k := range t.all() {
+		t.lock(k)
 		t.giveBack(key, k.limit, k.expire(now))
 		if k.n == 0 && k.flight == nil && now-k.used >= int64(t.o.Lifetime) {
-			delete(t.keys, key)
+			t.keys.Delete(key)
+			k.hot, k.gone = false, true // a decision holding it takes the key's new entry
 		}
-		k.mu.Unlock()
+		t.unlock(k, now)
 	}
 }
 
 // Stats is what the tier did so far.
 func (t *Leased) Stats() LeaseStats {
+	now := t.now()
+	for _, k := range t.all() { // fold in what was decided without the lock
+		t.lock(k)
+		t.unlock(k, now)
+	}
 	s := &t.stats
 	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
 		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
@@ -552,17 +651,24 @@ func (t *Leased) Close(ctx context.Context) error {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	var first error
-	for key, k := range t.keys {
-		k.mu.Lock()
+	for key, k := range t.all() {
+		t.lock(k)
 		units := k.units()
-		k.n = 0
-		k.mu.Unlock()
+		k.n, k.gone = 0, true
+		t.unlock(k, t.now())
 		if units > 0 {
 			if err := t.refund(ctx, key, k.limit, units); err != nil && first == nil {
 				first = err
 			}
 		}
-		delete(t.keys, key)
+		t.keys.Delete(key)
 	}
 	return first
+}
+
+// all is every key's entry.
+func (t *Leased) all() iter.Seq2[string, *leaseKey] {
+	return func(yield func(string, *leaseKey) bool) {
+		t.keys.Range(func(key, v any) bool { return yield(key.(string), v.(*leaseKey)) })
+	}
 }

@@ -1,0 +1,236 @@
+// Command leased measures the local tier (client.Leased) on one hot key
+// beside the reference the issue names — redis-benchmark -P 16 of
+// GCRA.THROTTLE on that same key — in one run on one server (Debian's
+// redis-server with the module, on loopback), and writes
+// bench/BENCHMARKS-LEASED.md. make bench runs it after the command
+// benchmark.
+//
+// In alternating rounds (the median is reported): the reference, 50
+// connections pipelining 16 calls each on one key whose limit is never
+// reached; then the tier, one process deciding from 16 goroutines on the
+// same kind of key for a few seconds. For each: decisions admitted per
+// second, the calls Redis served per decision (INFO commandstats, every
+// command counted), and the server's CPU per admitted decision (INFO cpu).
+// Then the tier on a saturated key (PerSecond(50000) asked at several
+// times its rate): the share of the allowance admitted and calls per
+// decision. Decision latency is sampled in the tier's goroutines.
+package main
+
+import (
+	"context"
+	"flag"
+	"fmt"
+	"log"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"regexp"
+	"runtime"
+	"slices"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
+	"github.com/seed-6b3823f5/ratelimit/client"
+)
+
+func main() {
+	rounds := flag.Int("rounds", 3, "alternating rounds (the median is reported)")
+	n := flag.Int("n", 1000000, "calls per redis-benchmark run")
+	d := flag.Duration("d", 3*time.Second, "how long the tier decides per round")
+	module := flag.String("module", "build/ratelimit.so", "the module")
+	out := flag.String("out", "bench/BENCHMARKS-LEASED.md", "the report")
+	flag.Parse()
+	log.SetFlags(0)
+	so, err := filepath.Abs(*module)
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	port := machine.FreePort()
+	srv := exec.Command("redis-server", "--port", strconv.Itoa(port), "--bind", "127.0.0.1", "--save", "", "--appendonly", "no",
+		"--loadmodule", so)
+	if err := srv.Start(); err != nil {
+		log.Fatalf("leased: redis-server: %v (make bench installs it)", err)
+	}
+	defer func() { srv.Process.Kill(); srv.Wait() }()
+	rdb := redis.NewClient(&redis.Options{Addr: fmt.Sprintf("127.0.0.1:%d", port), Protocol: 2, PoolSize: 64})
+	for i := 0; rdb.Ping(ctx).Err() != nil; i++ {
+		if i > 100 {
+			log.Fatal("leased: the server did not start")
+		}
+		time.Sleep(50 * time.Millisecond)
+	}
+	version := rdb.Info(ctx, "server").Val()
+	if m := regexp.MustCompile(`redis_version:(\S+)`).FindStringSubmatch(version); m != nil {
+		version = "Redis " + m[1]
+	}
+
+	var ref, tier, sat []run
+	for r := range *rounds {
+		ref = append(ref, reference(ctx, rdb, port, *n, r))
+		tier = append(tier, leased(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
+		sat = append(sat, leased(ctx, rdb, *d, r, client.PerSecond(50000)))
+		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance",
+			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share)
+	}
+	cpu, cores := machine.CPU()
+	report(*out, version, cpu, cores, *rounds, *n, *d, ref, tier, sat)
+	log.Printf("leased: wrote %s", *out)
+}
+
+// run is one measurement.
+type run struct {
+	admitted float64 // admitted decisions per second
+	calls    float64 // calls Redis served per decision
+	cpuUs    float64 // the server's CPU µs per admitted decision
+	share    float64 // admitted over the limit's allowance (saturated runs)
+	p50, p99 time.Duration
+	refused  float64 // refused decisions per second
+}
+
+// serverStats reads the calls Redis served and its CPU seconds so far.
+func serverStats(ctx context.Context, rdb *redis.Client) (calls int64, cpu float64) {
+	info := rdb.Info(ctx, "commandstats", "cpu").Val()
+	for _, line := range strings.Split(info, "\r\n") {
+		if _, rest, ok := strings.Cut(line, ":calls="); ok && strings.HasPrefix(line, "cmdstat_") && !strings.HasPrefix(line, "cmdstat_info:") {
+			c, _ := strconv.ParseInt(strings.Split(rest, ",")[0], 10, 64)
+			calls += c
+		}
+		for _, f := range []string{"used_cpu_sys:", "used_cpu_user:"} {
+			if v, ok := strings.CutPrefix(line, f); ok {
+				x, _ := strconv.ParseFloat(v, 64)
+				cpu += x
+			}
+		}
+	}
+	return calls, cpu
+}
+
+var rpsRE = regexp.MustCompile(`([0-9.]+) requests per second`)
+
+// reference is redis-benchmark -P 16 of GCRA.THROTTLE on one key whose
+// limit is never reached: every call admitted.
+func reference(ctx context.Context, rdb *redis.Client, port, n, round int) run {
+	key := fmt.Sprintf("b:ref:%d", round)
+	calls0, cpu0 := serverStats(ctx, rdb)
+	args := []string{"-h", "127.0.0.1", "-p", strconv.Itoa(port), "-c", "50", "-P", "16", "-n", strconv.Itoa(n), "-q",
+		"GCRA.THROTTLE", key, "999999999", "1000000000", "1"}
+	outb, err := exec.Command("redis-benchmark", args...).CombinedOutput()
+	if err != nil {
+		log.Fatalf("leased: redis-benchmark: %v\n%s", err, outb)
+	}
+	m := rpsRE.FindAllSubmatch(outb, -1)
+	if len(m) == 0 {
+		log.Fatalf("leased: no result from redis-benchmark:\n%s", outb)
+	}
+	rps, _ := strconv.ParseFloat(string(m[len(m)-1][1]), 64)
+	calls1, cpu1 := serverStats(ctx, rdb)
+	return run{admitted: rps, calls: float64(calls1-calls0-1) / float64(n), cpuUs: (cpu1 - cpu0) * 1e6 / float64(n)}
+}
+
+// leased decides on one key with a fresh Leased from 16 goroutines for d.
+func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
+	key := fmt.Sprintf("b:leased:%s:%d", l, round)
+	tier := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	calls0, cpu0 := serverStats(ctx, rdb)
+	start := time.Now()
+	stop := start.Add(d)
+	var admitted, refused atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	for range 16 {
+		wg.Go(func() {
+			var a, r int64
+			sample := make([]time.Duration, 0, 1<<16)
+			for i := 0; ; i++ {
+				if i%1024 == 0 && time.Now().After(stop) {
+					break
+				}
+				began := time.Now()
+				res, err := tier.Take(ctx, key, l, 1)
+				if i%64 == 0 && len(sample) < cap(sample) {
+					sample = append(sample, time.Since(began))
+				}
+				switch {
+				case err != nil:
+					log.Fatalf("leased: %v", err)
+				case res.Limited:
+					r++
+				default:
+					a++
+				}
+			}
+			admitted.Add(a)
+			refused.Add(r)
+			mu.Lock()
+			lat = append(lat, sample...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	tier.Close(ctx)
+	calls1, cpu1 := serverStats(ctx, rdb)
+	slices.Sort(lat)
+	decisions := admitted.Load() + refused.Load()
+	out := run{
+		admitted: float64(admitted.Load()) / elapsed.Seconds(),
+		refused:  float64(refused.Load()) / elapsed.Seconds(),
+		calls:    float64(calls1-calls0-1) / float64(decisions),
+		cpuUs:    (cpu1 - cpu0) * 1e6 / float64(max(admitted.Load(), 1)),
+		p50:      lat[len(lat)/2],
+		p99:      lat[len(lat)*99/100],
+	}
+	if q, w := l.Quota(); w > 0 {
+		rate := float64(q) / w.Seconds()
+		out.share = float64(admitted.Load()) / (float64(q) + rate*elapsed.Seconds())
+	}
+	return out
+}
+
+func median(rs []run, f func(run) float64) float64 {
+	xs := make([]float64, len(rs))
+	for i, r := range rs {
+		xs[i] = f(r)
+	}
+	slices.Sort(xs)
+	return xs[len(xs)/2]
+}
+
+func report(out, version, cpu string, cores, rounds, n int, d time.Duration, ref, tier, sat []run) {
+	var b strings.Builder
+	fmt.Fprintf(&b, "# The local tier: one hot key\n\n")
+	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench/leased`): one server (Debian's %s) with the module on loopback,\n", version)
+	fmt.Fprintf(&b, "%d alternating rounds, medians below. The reference is `redis-benchmark -c 50 -P 16 -n %d` of\n", rounds, n)
+	fmt.Fprintf(&b, "`GCRA.THROTTLE` on one key whose limit is never reached; the tier is one process (`client.NewLeased`,\n")
+	fmt.Fprintf(&b, "default options) deciding `Take` on one key from 16 goroutines for %v, on a limit never reached and on\n", d)
+	fmt.Fprintf(&b, "`PerSecond(50000)` asked at many times its rate. Calls per decision count every command Redis served in\n")
+	fmt.Fprintf(&b, "the run (`INFO commandstats`); CPU is the server's (`INFO cpu`, user and system).\n\n")
+	fmt.Fprintf(&b, "Machine: %s, %d cores, %s/%s, %s. The tier and redis-server share the cores: compare within one run.\n\n",
+		cpu, cores, runtime.GOOS, runtime.GOARCH, runtime.Version())
+	fmt.Fprintf(&b, "| one hot key | admitted decisions/s | × the reference | Redis calls per decision | server CPU µs per admitted decision | decision p50 / p99 |\n")
+	fmt.Fprintf(&b, "|---|---|---|---|---|---|\n")
+	ra := median(ref, func(r run) float64 { return r.admitted })
+	fmt.Fprintf(&b, "| GCRA.THROTTLE, redis-benchmark -P 16 | %.0f | 1.0× | %.3f | %.2f | |\n", ra,
+		median(ref, func(r run) float64 { return r.calls }), median(ref, func(r run) float64 { return r.cpuUs }))
+	ta := median(tier, func(r run) float64 { return r.admitted })
+	fmt.Fprintf(&b, "| client.Leased, limit never reached | %.0f | %.1f× | %.2g | %.2g | %v / %v |\n", ta, ta/ra,
+		median(tier, func(r run) float64 { return r.calls }), median(tier, func(r run) float64 { return r.cpuUs }),
+		time.Duration(median(tier, func(r run) float64 { return float64(r.p50) })), time.Duration(median(tier, func(r run) float64 { return float64(r.p99) })))
+	fmt.Fprintf(&b, "| client.Leased, PerSecond(50000) saturated | %.0f (%.1f%% of the allowance; %.0f refused/s) | | %.2g | %.2g | %v / %v |\n",
+		median(sat, func(r run) float64 { return r.admitted }), 100*median(sat, func(r run) float64 { return r.share }),
+		median(sat, func(r run) float64 { return r.refused }), median(sat, func(r run) float64 { return r.calls }),
+		median(sat, func(r run) float64 { return r.cpuUs }),
+		time.Duration(median(sat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(sat, func(r run) float64 { return float64(r.p99) })))
+	fmt.Fprintf(&b, "\nLatency is sampled every 64th decision, `time.Now` around `Take` (a sample of %d per goroutine at most).\n", 1<<16)
+	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
+		log.Fatal(err)
+	}
+}
