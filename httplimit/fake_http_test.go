@@ -1,11 +1,15 @@
 package httplimit
 
 import (
+	"context"
 	"net/http"
 	"net/http/httptest"
 	"strconv"
+	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
@@ -102,4 +106,53 @@ func TestOnFake(t *testing.T) {
 	if resp.StatusCode != 200 {
 		t.Errorf("after the slot was freed: %d, want 200", resp.StatusCode)
 	}
+}
+
+// TestLeasedOnFake: with Options.Lease, a hot route's requests are decided
+// from units granted ahead: 300 requests at 1000 a second on PerSecond(100)
+// (the clock moved by hand) are admitted within the limit's burst and rate
+// and τ more, with a small fraction of the Redis calls, each response with
+// its RateLimit fields; Close gives the units held back.
+func TestLeasedOnFake(t *testing.T) {
+	f := fakeredis.New()
+	var now atomic.Int64
+	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	f.Clock = clock
+	var calls atomic.Int64
+	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
+	lim, err := New(f.Client(), Options{OnError: FailClosed, Lease: &client.LeaseOptions{Now: clock}},
+		Policy{Name: "api", Limit: client.PerSecond(100), Key: Global()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer srv.Close()
+	admitted := 0
+	for i := range 300 {
+		resp, err := http.Get(srv.URL + "/a")
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Body.Close()
+		if resp.StatusCode == 200 {
+			admitted++
+		}
+		if resp.Header.Get("RateLimit") == "" || (resp.StatusCode != 200 && resp.StatusCode != 429) {
+			t.Fatalf("request %d: %d %v", i, resp.StatusCode, resp.Header)
+		}
+		now.Add(int64(time.Millisecond))
+	}
+	// 0.3 s: the burst of 100 and 30; leasing may add rate × τ (20).
+	if s := lim.Leased(); admitted < 120 || admitted > 150 || calls.Load() > 40 || s.Grants == 0 {
+		t.Fatalf("%d admitted, %d Redis calls; tier %+v", admitted, calls.Load(), s)
+	}
+	if err := lim.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	s := lim.Leased()
+	if s.Granted != s.Local+s.Returned {
+		t.Fatalf("after Close: %+v: granted units neither spent nor given back", s)
+	}
+	t.Logf("%d admitted of 300, %d Redis calls; tier %+v", admitted, calls.Load(), s)
 }

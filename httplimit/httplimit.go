@@ -197,6 +197,15 @@ type Options struct {
 	// a second of each kind) and the breaker's changes; slog.Default()
 	// when nil.
 	Logger *slog.Logger
+	// Lease, when set, decides through a local tier (client.NewLeased with
+	// these options): a request under one enforcing GCRA or token-bucket
+	// policy (no Reserve) on a key hot on this process is decided from
+	// units granted ahead, with no Redis call; every other request as
+	// without it. Close the Limiter to give back what the tier holds. Under
+	// leasing a response's RateLimit field states what this process holds
+	// (r) and the limit's reset as of its last grant (t): a lower bound of
+	// what the key admits, not the shared count.
+	Lease *client.LeaseOptions
 }
 
 // Decision is why a request was refused, for Options.Refused.
@@ -297,6 +306,7 @@ type Limiter struct {
 	header   string // RateLimit-Policy, the same for every response
 	breakers breakers
 	local    *localLimiter
+	leased   *client.Leased // Options.Lease's tier, or nil
 	inFlight atomic.Int64
 	log      *slog.Logger
 	logged   [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns
@@ -357,7 +367,11 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 			items = append(items, client.PolicyItem(p.Name, q, w))
 		}
 	}
-	l := &Limiter{c: client.New(rdb), opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
+	c := client.New(rdb)
+	l := &Limiter{c: c, opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
+	if opt.Lease != nil {
+		l.leased = client.NewLeased(c, *opt.Lease)
+	}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
@@ -406,6 +420,25 @@ func (l *Limiter) logOnce(kind EventKind, level slog.Level, msg string, args ...
 		return
 	}
 	l.log.Log(context.Background(), level, msg, args...)
+}
+
+// Close gives back the units the local tier holds (Options.Lease) and
+// stops it; later requests are decided as without it. Without Lease it
+// does nothing.
+func (l *Limiter) Close(ctx context.Context) error {
+	if l.leased == nil {
+		return nil
+	}
+	return l.leased.Close(ctx)
+}
+
+// Leased is the local tier's counts (Options.Lease): grants, units
+// granted and given back, decisions made here; zero without Lease.
+func (l *Limiter) Leased() client.LeaseStats {
+	if l.leased == nil {
+		return client.LeaseStats{}
+	}
+	return l.leased.Stats()
 }
 
 // BreakerOpen reports whether a circuit breaker keeps requests from a

@@ -18,7 +18,8 @@ import (
 // longest ago (a key whose limiter is full again is dropped at once), in
 // constant time; a heavy user's key, used on every request, stays. Each
 // process counts alone, so N processes admit up to N times a limit while
-// Redis is away: a floor, not the limit.
+// Redis is away: a floor, not the limit. (Options.Lease's tier decides a
+// hot key at its share of the limit instead, for LeaseOptions.Fallback.)
 type localLimiter struct {
 	mu   sync.Mutex
 	tats *simplelru.LRU[string, int64] // GCRA's theoretical arrival time per key, Unix ns

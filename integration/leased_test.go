@@ -2,6 +2,8 @@ package integration
 
 import (
 	"context"
+	"net/http"
+	"net/http/httptest"
 	"slices"
 	"sync"
 	"sync/atomic"
@@ -11,6 +13,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/httplimit"
 )
 
 // sent counts the commands a go-redis client sends.
@@ -166,4 +169,64 @@ func TestLeasedRedisHung(t *testing.T) {
 	}
 	t.Logf("Redis hung for 2 s: %d admitted (allowance 4000), slowest decision %v; the first process: %+v",
 		len(hung.admitted), hung.slowest, procs[0].Stats())
+}
+
+// httplimit with Options.Lease on a real server, seen by a real HTTP
+// client: 8 clients at once for 1.5 s on one route limited to
+// PerSecond(500): every response carries its RateLimit fields, the
+// admitted stay within the limit's burst and rate over the run and τ more
+// and use at least 90 % of it, and Redis serves a small fraction of a call
+// per request.
+func TestHTTPLeased(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		var calls sent
+		rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr, ContextTimeoutEnabled: true})
+		rdb.AddHook(&calls)
+		t.Cleanup(func() { rdb.Close() })
+		lim, err := httplimit.New(rdb, httplimit.Options{Prefix: key(t, "http") + ":", OnError: httplimit.FailClosed, Lease: &client.LeaseOptions{}},
+			httplimit.Policy{Name: "api", Limit: client.PerSecond(500), Key: httplimit.Global()})
+		if err != nil {
+			t.Fatal(err)
+		}
+		srv := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+		defer srv.Close()
+		start := time.Now()
+		stop := start.Add(1500 * time.Millisecond)
+		var ok, refused, requests atomic.Int64
+		var wg sync.WaitGroup
+		for range 8 {
+			wg.Go(func() {
+				for time.Now().Before(stop) {
+					resp := get(t, srv.URL+"/a")
+					requests.Add(1)
+					switch {
+					case resp.Header.Get("RateLimit") == "":
+						t.Errorf("no RateLimit field: %d %v", resp.StatusCode, resp.Header)
+						return
+					case resp.StatusCode == 200:
+						ok.Add(1)
+					case resp.StatusCode == 429:
+						refused.Add(1)
+					default:
+						t.Errorf("status %d", resp.StatusCode)
+						return
+					}
+				}
+			})
+		}
+		wg.Wait()
+		elapsed := time.Since(start)
+		if err := lim.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+		allowance := 500 + 500*elapsed.Seconds()
+		most := allowance + 500*0.2 + 5 // τ = 200 ms, and 10 ms for the clocks
+		n := float64(ok.Load())
+		if n > most || n < 0.9*allowance || float64(calls.n.Load()) > 0.1*float64(requests.Load()) {
+			t.Fatalf("%v admitted, %d refused (allowance %.0f, at most %.0f); %d Redis calls for %d requests; tier %+v",
+				n, refused.Load(), allowance, most, calls.n.Load(), requests.Load(), lim.Leased())
+		}
+		t.Logf("%v admitted, %d refused (allowance %.0f); %d Redis calls for %d requests; tier %+v",
+			n, refused.Load(), allowance, calls.n.Load(), requests.Load(), lim.Leased())
+	})
 }
