@@ -230,3 +230,62 @@ func TestHTTPLeased(t *testing.T) {
 			n, refused.Load(), allowance, calls.n.Load(), requests.Load(), lim.Leased())
 	})
 }
+
+// The local tier on a real 3-primary cluster: four processes (each its own
+// ClusterClient) decide keys on three slots at once, each PerSecond(1000)
+// asked at many times its rate for 1.5 s. Each key's admissions stay
+// within its limit's burst and rate and τ more in every window of 100 ms
+// and 1 s, use at least 90 % of its allowance, and cost under 0.01 Redis
+// calls per decision.
+func TestClusterLeased(t *testing.T) {
+	nodes := startCluster(t, flavors[1])
+	var addrs []string
+	for _, n := range nodes {
+		addrs = append(addrs, n.addr())
+	}
+	var calls sent
+	var procs []*client.Leased
+	for range 4 {
+		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Protocol: 2, MaxRedirects: 8})
+		cc.AddHook(&calls)
+		t.Cleanup(func() { cc.Close() })
+		p := client.NewLeased(client.New(cc), client.LeaseOptions{})
+		t.Cleanup(func() { p.Close(context.Background()) })
+		procs = append(procs, p)
+	}
+	l := client.PerSecond(1000)
+	keys := []string{"rl:{a}:hot", "rl:{b}:hot", "rl:{c}:hot"} // slots 15495, 3300 and 7365: one on each primary
+	runs := make([]leased, len(keys))
+	start := time.Now()
+	var wg sync.WaitGroup
+	for i, k := range keys {
+		wg.Go(func() { runs[i] = leasedRun(t, procs, k, l, 16, 1500*time.Millisecond) })
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	var decisions int64
+	for i, r := range runs {
+		decisions += r.decisions
+		allowance := 1000 + 1000*elapsed.Seconds()
+		if r.errors != 0 || float64(len(r.admitted)) < 0.9*allowance {
+			t.Fatalf("%s: %d admitted of an allowance of %.0f, %d errors", keys[i], len(r.admitted), allowance, r.errors)
+		}
+		for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
+			most := 1000 + int(1000*(w+200*time.Millisecond+10*time.Millisecond)/time.Second)
+			j := 0
+			for x := range r.admitted {
+				for r.admitted[x]-r.admitted[j] >= int64(w) {
+					j++
+				}
+				if x-j+1 > most {
+					t.Fatalf("%s: %d admitted within %v, at most %d", keys[i], x-j+1, w, most)
+				}
+			}
+		}
+	}
+	if c := calls.n.Load(); float64(c) > 0.01*float64(decisions) {
+		t.Fatalf("%d calls for %d decisions", c, decisions)
+	}
+	t.Logf("%d decisions, %d calls (every command the ClusterClients sent); admitted per key %d, %d, %d",
+		decisions, calls.n.Load(), len(runs[0].admitted), len(runs[1].admitted), len(runs[2].admitted))
+}
