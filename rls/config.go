@@ -80,6 +80,7 @@ type rule struct {
 	shadow    bool
 	detailed  bool
 	debt      bool // hits are counted even past the limit (the module's DEBT)
+	lease     bool // decided through the local tier where the service has one (Options.Lease)
 	name      string
 	replaces  []string
 	statKey   string // domain.key_value.key: the peer's stat key
@@ -209,7 +210,7 @@ func (l loader) errAt(n *yaml.Node, format string, args ...any) error {
 var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
-	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt"}
+	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease"}
 	replacesKeys   = []string{"name"}
 	unsupported    = []string{"quota_mode", "value_to_metric", "share_threshold", "metadata"}
 )
@@ -351,8 +352,8 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 	}
 	var perUnit uint32
 	var unitName, name, alg string
-	var unlimited, debt bool
-	for key, dst := range map[string]any{"requests_per_unit": &perUnit, "unit": &unitName, "name": &name, "algorithm": &alg, "unlimited": &unlimited, "debt": &debt} {
+	var unlimited, debt, lease bool
+	for key, dst := range map[string]any{"requests_per_unit": &perUnit, "unit": &unitName, "name": &name, "algorithm": &alg, "unlimited": &unlimited, "debt": &debt, "lease": &lease} {
 		if v := f[key]; v != nil {
 			if err := l.scalar(v, key, dst); err != nil {
 				return nil, err
@@ -374,6 +375,7 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 		algorithm: FixedWindow,
 		unlimited: unlimited,
 		debt:      debt,
+		lease:     lease,
 		name:      name,
 		statKey:   statKey,
 	}
@@ -382,6 +384,9 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 		if !slices.Contains(algorithms, r.algorithm) {
 			return nil, l.errAt(f["algorithm"], "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", alg, statKey)
 		}
+	}
+	if lease && (r.algorithm != GCRA && r.algorithm != TokenBucket || debt) {
+		return nil, l.errAt(f["lease"], "lease: true for '%s' needs algorithm gcra or token_bucket (whose unspent units go back) and no debt", statKey)
 	}
 	if r.algorithm == SlidingLog && debt {
 		return nil, l.errAt(f["debt"], "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)

@@ -2,11 +2,17 @@ package rls
 
 import (
 	"context"
+	"sync/atomic"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
 
 const debtConfig = `
@@ -65,6 +71,49 @@ func TestDebt(t *testing.T) {
 		t.Fatalf("the budget's count: %d %v, want 1500", n, err)
 	}
 	for _, bad := range []string{"debt: maybe", "debt: true, algorithm: sliding_log"} {
+		cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, " + bad + "}\n"
+		if _, err := Parse(map[string][]byte{"d.yaml": []byte(cfg)}); err == nil {
+			t.Errorf("%s: no error", bad)
+		}
+	}
+}
+
+const leaseConfig = `
+domain: d
+descriptors:
+  - key: api
+    rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra, lease: true}
+`
+
+// TestLease: with Options.Lease, a descriptor whose limit says lease: true
+// is decided from units granted ahead once hot: 300 requests at 1,000 a
+// second (the clock moved by hand) on 100 a second are admitted within the
+// limit's burst and rate and τ more, with a small fraction of the Redis
+// calls. lease: true needs gcra or token_bucket and no debt.
+func TestLease(t *testing.T) {
+	f := fakeredis.New()
+	var now atomic.Int64
+	now.Store(t0.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	f.Clock = clock
+	var calls atomic.Int64
+	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
+	rdb := f.Client()
+	t.Cleanup(func() { rdb.Close() })
+	s := onClient(t, rdb, leaseConfig, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
+	admitted := 0
+	for range 300 {
+		if r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all")}); r.OverallCode == pb.RateLimitResponse_OK {
+			admitted++
+		}
+		now.Add(int64(time.Millisecond))
+	}
+	// 0.3 s: the burst of 100 and 30; leasing may add rate × τ (20).
+	if admitted < 120 || admitted > 150 || calls.Load() > 40 {
+		t.Fatalf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
+	}
+	t.Logf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
+	for _, bad := range []string{"lease: true", "lease: true, algorithm: sliding_window", "lease: true, algorithm: gcra, debt: true", "lease: 2"} {
 		cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, " + bad + "}\n"
 		if _, err := Parse(map[string][]byte{"d.yaml": []byte(cfg)}); err == nil {
 			t.Errorf("%s: no error", bad)

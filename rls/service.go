@@ -64,6 +64,12 @@ type Options struct {
 	// Engine picks how commands run: client.Auto (the module where loaded,
 	// else the Lua library) or one forced.
 	Engine client.Engine
+	// Lease, when set, decides a request whose one enforcing limit says
+	// lease: true (gcra or token_bucket) through a local tier
+	// (client.NewLeased with these options): on a descriptor hot on this
+	// service, from units granted ahead, with no Redis call. Its
+	// limit_remaining is then what this service holds, a lower bound.
+	Lease *client.LeaseOptions
 	// Registerer receives the service's metrics (nil: none are kept).
 	Registerer prometheus.Registerer
 	// Logger receives config reloads and Redis failures (nil: slog's default).
@@ -83,6 +89,7 @@ type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
 	c       *client.Client
+	leased  *client.Leased // Options.Lease's tier, or nil
 	cfg     atomic.Pointer[Config]
 	opts    Options
 	m       *metrics
@@ -117,6 +124,9 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		s.m.maxPerValue = int64(o.MetricKeys)
 	}
 	s.pipe = newPipeline(s.c, o.Timeout, s.m)
+	if o.Lease != nil {
+		s.leased = client.NewLeased(s.c, *o.Lease)
+	}
 	if s.log == nil {
 		s.log = slog.Default()
 	}
@@ -141,9 +151,17 @@ func (s *Service) SetConfig(c *Config) {
 	}
 }
 
-// Close stops the service's Redis sender: calls made after it fail. It
-// does not close the Redis client, which is the caller's.
-func (s *Service) Close() { s.pipe.close() }
+// Close gives back what the local tier holds (Options.Lease) and stops the
+// service's Redis sender: calls made after it fail. It does not close the
+// Redis client, which is the caller's.
+func (s *Service) Close() {
+	if s.leased != nil { // give back what the tier holds, within a few Redis timeouts
+		ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
+		s.leased.Close(ctx)
+		cancel()
+	}
+	s.pipe.close()
+}
 
 // Config is the config in use (nil before the first).
 func (s *Service) Config() *Config { return s.cfg.Load() }
@@ -407,6 +425,14 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 		remote = nil
 	}
 	if len(remote)+len(charged) == 0 {
+		return nil
+	}
+	if it := remote; s.leased != nil && len(it) == 1 && len(charged) == 0 && it[0].r.lease && it[0].Cost > 0 {
+		r, err := s.leased.Take(ctx, it[0].Key, it[0].Limit, it[0].Cost)
+		if err != nil {
+			return err
+		}
+		it[0].Result, it[0].Known, it[0].Taken = r, true, !r.Limited
 		return nil
 	}
 	wants := make([]*client.Want, 0, len(remote)+len(charged))
