@@ -13,7 +13,9 @@
 // command counted), and the server's CPU per admitted decision (INFO cpu).
 // Then the tier on a saturated key (PerSecond(50000) asked at several
 // times its rate): the share of the allowance admitted and calls per
-// decision. Decision latency is sampled in the tier's goroutines.
+// decision; and beside it the documents' alternative, the limit split in 8
+// sub-keys with skewed demand. Decision latency is sampled every 64th
+// decision.
 package main
 
 import (
@@ -21,6 +23,7 @@ import (
 	"flag"
 	"fmt"
 	"log"
+	"math/rand/v2"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -71,16 +74,17 @@ func main() {
 		version = "Redis " + m[1]
 	}
 
-	var ref, tier, sat []run
+	var ref, tier, sat, spl []run
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
 		tier = append(tier, leased(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
 		sat = append(sat, leased(ctx, rdb, *d, r, client.PerSecond(50000)))
+		spl = append(spl, split(ctx, rdb, *d, r))
 		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance",
 			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share)
 	}
 	cpu, cores := machine.CPU()
-	report(*out, version, cpu, cores, *rounds, *n, *d, ref, tier, sat)
+	report(*out, version, cpu, cores, *rounds, *n, *d, ref, tier, sat, spl)
 	log.Printf("leased: wrote %s", *out)
 }
 
@@ -195,6 +199,71 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 	return out
 }
 
+// split is the documents' alternative to a local tier: the limit of
+// PerSecond(50000) split into 8 sub-keys of a share each, every decision a
+// Take on one of them, demand skewed across them (sub-key j drawn with
+// weight 1/(j+1)), from 16 goroutines for d.
+func split(ctx context.Context, rdb *redis.Client, d time.Duration, round int) run {
+	c := client.New(rdb)
+	l := client.PerSecond(50000 / 8)
+	weights := [8]float64{}
+	var sum float64
+	for j := range weights {
+		sum += 1 / float64(j+1)
+		weights[j] = sum
+	}
+	calls0, cpu0 := serverStats(ctx, rdb)
+	start := time.Now()
+	stop := start.Add(d)
+	var admitted, refused atomic.Int64
+	var mu sync.Mutex
+	var lat []time.Duration
+	var wg sync.WaitGroup
+	for g := range 16 {
+		wg.Go(func() {
+			rnd := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+			var sample []time.Duration
+			for i := 0; time.Now().Before(stop); i++ {
+				x := rnd.Float64() * sum
+				j := 0
+				for weights[j] < x {
+					j++
+				}
+				began := time.Now()
+				res, err := c.Take(ctx, fmt.Sprintf("b:split:%d:{b%d}", round, j), l, 1)
+				if i%64 == 0 {
+					sample = append(sample, time.Since(began))
+				}
+				switch {
+				case err != nil:
+					log.Fatalf("leased: %v", err)
+				case res.Limited:
+					refused.Add(1)
+				default:
+					admitted.Add(1)
+				}
+			}
+			mu.Lock()
+			lat = append(lat, sample...)
+			mu.Unlock()
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	calls1, cpu1 := serverStats(ctx, rdb)
+	slices.Sort(lat)
+	decisions := admitted.Load() + refused.Load()
+	return run{
+		admitted: float64(admitted.Load()) / elapsed.Seconds(),
+		refused:  float64(refused.Load()) / elapsed.Seconds(),
+		calls:    float64(calls1-calls0-1) / float64(decisions),
+		cpuUs:    (cpu1 - cpu0) * 1e6 / float64(max(admitted.Load(), 1)),
+		share:    float64(admitted.Load()) / (50000 + 50000*elapsed.Seconds()),
+		p50:      lat[len(lat)/2],
+		p99:      lat[len(lat)*99/100],
+	}
+}
+
 func median(rs []run, f func(run) float64) float64 {
 	xs := make([]float64, len(rs))
 	for i, r := range rs {
@@ -204,7 +273,7 @@ func median(rs []run, f func(run) float64) float64 {
 	return xs[len(xs)/2]
 }
 
-func report(out, version, cpu string, cores, rounds, n int, d time.Duration, ref, tier, sat []run) {
+func report(out, version, cpu string, cores, rounds, n int, d time.Duration, ref, tier, sat, spl []run) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The local tier: one hot key\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench/leased`): one server (Debian's %s) with the module on loopback,\n", version)
@@ -229,6 +298,12 @@ func report(out, version, cpu string, cores, rounds, n int, d time.Duration, ref
 		median(sat, func(r run) float64 { return r.refused }), median(sat, func(r run) float64 { return r.calls }),
 		median(sat, func(r run) float64 { return r.cpuUs }),
 		time.Duration(median(sat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(sat, func(r run) float64 { return float64(r.p99) })))
+	fmt.Fprintf(&b, "| the alternative: 8 sub-keys `{b0..b7}` of PerSecond(6250) each, skewed demand, every decision a `Take` | %.0f (%.1f%% of the allowance) | | %.2g | %.2g | %v / %v |\n",
+		median(spl, func(r run) float64 { return r.admitted }), 100*median(spl, func(r run) float64 { return r.share }),
+		median(spl, func(r run) float64 { return r.calls }), median(spl, func(r run) float64 { return r.cpuUs }),
+		time.Duration(median(spl, func(r run) float64 { return float64(r.p50) })), time.Duration(median(spl, func(r run) float64 { return float64(r.p99) })))
+	fmt.Fprintf(&b, "\nThe sub-keys' demand is skewed as a hash of uneven callers spreads it: sub-key j gets a share of it\n")
+	fmt.Fprintf(&b, "proportional to 1/(j+1), so the busiest sub-keys refuse while the quiet ones leave their share unused.\n")
 	fmt.Fprintf(&b, "\nLatency is sampled every 64th decision, `time.Now` around `Take` (a sample of %d per goroutine at most).\n", 1<<16)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
