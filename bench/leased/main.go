@@ -46,6 +46,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "alternating rounds (the median is reported)")
 	n := flag.Int("n", 1000000, "calls per redis-benchmark run")
 	d := flag.Duration("d", 3*time.Second, "how long the tier decides per round")
+	dsat := flag.Duration("dsat", 10*time.Second, "how long the saturated runs (the tier's and the sub-keys') last per round: the units that accrue in the last Target are not yet claimed, a share that shrinks as the run grows")
 	module := flag.String("module", "build/ratelimit.so", "the module")
 	out := flag.String("out", "bench/BENCHMARKS-LEASED.md", "the report")
 	flag.Parse()
@@ -78,13 +79,13 @@ func main() {
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
 		tier = append(tier, leased(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
-		sat = append(sat, leased(ctx, rdb, *d, r, client.PerSecond(50000)))
-		spl = append(spl, split(ctx, rdb, *d, r))
+		sat = append(sat, leased(ctx, rdb, *dsat, r, client.PerSecond(50000)))
+		spl = append(spl, split(ctx, rdb, *dsat, r))
 		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance",
 			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share)
 	}
 	cpu, cores := machine.CPU()
-	report(*out, version, cpu, cores, *rounds, *n, *d, ref, tier, sat, spl)
+	report(*out, version, cpu, cores, *rounds, *n, *d, *dsat, ref, tier, sat, spl)
 	log.Printf("leased: wrote %s", *out)
 }
 
@@ -273,14 +274,14 @@ func median(rs []run, f func(run) float64) float64 {
 	return xs[len(xs)/2]
 }
 
-func report(out, version, cpu string, cores, rounds, n int, d time.Duration, ref, tier, sat, spl []run) {
+func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duration, ref, tier, sat, spl []run) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The local tier: one hot key\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench/leased`): one server (Debian's %s) with the module on loopback,\n", version)
 	fmt.Fprintf(&b, "%d alternating rounds, medians below. The reference is `redis-benchmark -c 50 -P 16 -n %d` of\n", rounds, n)
 	fmt.Fprintf(&b, "`GCRA.THROTTLE` on one key whose limit is never reached; the tier is one process (`client.NewLeased`,\n")
-	fmt.Fprintf(&b, "default options) deciding `Take` on one key from 16 goroutines for %v, on a limit never reached and on\n", d)
-	fmt.Fprintf(&b, "`PerSecond(50000)` asked at many times its rate. Calls per decision count every command Redis served in\n")
+	fmt.Fprintf(&b, "default options) deciding `Take` on one key from 16 goroutines for %v on a limit never reached, and for\n", d)
+	fmt.Fprintf(&b, "%v on `PerSecond(50000)` asked at many times its rate. Calls per decision count every command Redis served in\n", dsat)
 	fmt.Fprintf(&b, "the run (`INFO commandstats`); CPU is the server's (`INFO cpu`, user and system).\n\n")
 	fmt.Fprintf(&b, "Machine: %s, %d cores, %s/%s, %s. The tier and redis-server share the cores: compare within one run.\n\n",
 		cpu, cores, runtime.GOOS, runtime.GOARCH, runtime.Version())
