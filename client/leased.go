@@ -425,7 +425,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			t.unlock(k, now)
 			return r, nil
 		}
-		if !k.hot {
+		if !k.hot || t.shut.Load() { // cold, or closed while this decision was on its way
 			t.unlock(k, now)
 			t.stats.exact.Add(1)
 			return t.c.Take(ctx, key, l, cost)
