@@ -59,9 +59,26 @@ type Leased struct {
 	keys  sync.Map   // key → *leaseKey
 	stats leaseCounters
 	calls sync.WaitGroup // refills and returns in flight
+	gate  sync.RWMutex   // spawn holds it read, Close write: no call starts once Close waits
 	stop  chan struct{}
 	swept chan struct{}
 	shut  atomic.Bool
+}
+
+// spawn runs f in a goroutine counted in t.calls, unless the tier is
+// closed: false then.
+func (t *Leased) spawn(f func()) bool {
+	t.gate.RLock()
+	defer t.gate.RUnlock()
+	if t.shut.Load() {
+		return false
+	}
+	t.calls.Add(1)
+	go func() {
+		defer t.calls.Done()
+		f()
+	}()
+	return true
 }
 
 // LeaseOptions tunes a Leased; a zero field takes its default.
@@ -256,10 +273,14 @@ func (t *Leased) take(k *leaseKey, cost int64) {
 	t.stats.local.Add(cost)
 }
 
+// locked is avail while the lock holds the pool: the fast path then
+// leaves the decision to the lock.
+const locked = -1
+
 // lock takes k's lock and folds in what was spent and refused without it.
 func (t *Leased) lock(k *leaseKey) {
 	k.mu.Lock()
-	r := k.avail.Swap(0)
+	r := k.avail.Swap(locked)
 	if used := k.synced - r; used > 0 {
 		k.spend(used)
 		k.spent += used
@@ -307,7 +328,14 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 		return r, false
 	}
 	r.Limit, r.ResetAfter = k.limitV.Load(), time.Duration(k.resetV.Load())
-	for a := k.avail.Load(); a >= cost; a = k.avail.Load() {
+	for {
+		a := k.avail.Load()
+		if a < 0 { // the lock holds the pool: it decides
+			return r, false
+		}
+		if a < cost {
+			break
+		}
 		if k.avail.CompareAndSwap(a, a-cost) {
 			if a-cost < k.low.Load() { // refill ahead
 				t.lock(k)
@@ -329,8 +357,12 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 // fallback decides cost at now while grants fail: from a bucket refilled
 // at the rate the key was spending, holding one Target's worth.
 func (k *leaseKey) fallback(now, target, cost int64) Result {
-	per := k.spentRate / float64(target) // units per ns
-	k.fb = min(k.fb+per*float64(now-k.fbAt), max(k.spentRate, float64(cost)))
+	rate := k.spentRate
+	if q, w := k.limit.Quota(); w > 0 { // never past the limit's own rate: a burst spent before is not a share
+		rate = min(rate, float64(q)*float64(target)/float64(w))
+	}
+	per := rate / float64(target) // units per ns
+	k.fb = min(k.fb+per*float64(now-k.fbAt), max(rate, float64(cost)))
 	k.fbAt = now
 	r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 	if k.fb >= float64(cost) {
@@ -402,12 +434,16 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		return r, nil
 	}
 	target := int64(t.o.Target)
-	counted := false
+	counted, late := false, false
+	var waitUntil time.Time
 	for {
 		now := t.now()
 		t.lock(k)
-		if k.gone {
+		if k.gone { // swept, retired, or closed: the key's entry now
 			t.unlock(k, now)
+			if t.shut.Load() {
+				break
+			}
 			k = t.entry(key, l)
 			continue
 		}
@@ -427,8 +463,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		}
 		if !k.hot || t.shut.Load() { // cold, or closed while this decision was on its way
 			t.unlock(k, now)
-			t.stats.exact.Add(1)
-			return t.c.Take(ctx, key, l, cost)
+			break
 		}
 		if k.down != 0 {
 			if k.flight == nil && now >= k.pace { // try again, in the background
@@ -444,76 +479,70 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			t.stats.fallback.Add(1)
 			return r, nil
 		}
-		if now < k.pace {
-			r := k.refusal(now)
+		// Paced, or waited a Timeout already: refused here until the next grant.
+		if now < k.pace || late {
+			r := k.refusal(now, target)
 			t.unlock(k, now)
 			t.stats.refused.Add(1)
 			return r, nil
 		}
-		t.stats.waits.Add(1)
-		if ch := k.flight; ch != nil {
-			t.unlock(k, now)
-			select {
-			case <-ch:
-				continue
-			case <-ctx.Done():
-				return Result{}, ctx.Err()
-			}
+		// Wait for the grant in flight, or send one (in the background, on
+		// the tier's own Timeout: a caller's deadline never fails a grant).
+		if waitUntil.IsZero() { // waits are real time, whatever clock decides
+			t.stats.waits.Add(1)
+			waitUntil = time.Now().Add(t.o.Timeout)
 		}
-		ch := make(chan struct{})
-		k.flight = ch
-		n := k.size(cost)
+		if k.flight == nil {
+			t.refill(key, k, k.size(cost))
+		}
+		ch := k.flight
 		t.unlock(k, now)
-		gctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
-		r, err := t.grant(gctx, key, l, k, n, ch)
-		cancel()
-		if err != nil {
-			if ctx.Err() != nil {
-				return Result{}, ctx.Err()
-			}
-			continue // the key is down: its fallback decides
+		if ch == nil { // closed meanwhile
+			break
 		}
-		now = t.now()
-		t.lock(k)
-		if k.units() >= cost {
-			t.take(k, cost)
-			out := Result{Verdict: ratelimit.Verdict{Limit: r.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: r.ResetAfter}}
-			t.unlock(k, now)
-			return out, nil
+		timer := time.NewTimer(time.Until(waitUntil))
+		select {
+		case <-ch:
+		case <-timer.C: // no decision waits past Timeout
+			late = true
+		case <-ctx.Done():
+			timer.Stop()
+			return Result{}, ctx.Err()
 		}
-		out := k.refusal(now)
-		t.unlock(k, now)
-		t.stats.refused.Add(1)
-		return out, nil
+		timer.Stop()
 	}
+	t.stats.exact.Add(1)
+	return t.c.Take(ctx, key, l, cost)
 }
 
 // refusal is the answer to a decision the units held cannot cover while
 // the key waits for its next grant.
-func (k *leaseKey) refusal(now int64) Result {
-	return Result{Verdict: ratelimit.Verdict{Limited: true, Limit: k.last.Limit, RetryAfter: max(time.Duration(k.pace-now), 1),
-		ResetAfter: k.last.ResetAfter}}
+func (k *leaseKey) refusal(now, target int64) Result {
+	retry := time.Duration(k.pace - now)
+	if retry <= 0 { // not paced: a grant is on its way, within a Target or so
+		retry = time.Duration(target)
+	}
+	return Result{Verdict: ratelimit.Verdict{Limited: true, Limit: k.last.Limit, RetryAfter: retry, ResetAfter: k.last.ResetAfter}}
 }
 
 // grant asks the limiter for up to n units and holds what it grants; ch
 // is the key's flight, closed when the answer is in.
 func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n int64, ch chan struct{}) (Result, error) {
 	t.stats.grants.Add(1)
+	sent := t.now() // a unit's lifetime runs from before the limiter granted it
 	r, err := t.c.Take(ctx, key, l, 1, UpTo(n))
 	now := t.now()
 	t.lock(k)
 	defer t.unlock(k, now)
 	k.flight = nil
 	close(ch)
-	if err != nil {
+	if err != nil { // ctx is the tier's own: Redis failed or took past Timeout
 		t.stats.unclaimed.Add(1)
-		if ctx.Err() == nil || errors.Is(ctx.Err(), context.DeadlineExceeded) { // not the caller leaving
-			if k.down == 0 {
-				k.down, k.fb, k.fbAt = now, 0, now
-			}
-			k.err = err
-			k.pace = now + int64(t.o.Target)
+		if k.down == 0 {
+			k.down, k.fb, k.fbAt = now, 0, now
 		}
+		k.err = err
+		k.pace = now + int64(t.o.Target)
 		return r, err
 	}
 	if k.down != 0 {
@@ -522,7 +551,7 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n 
 	}
 	k.last = r
 	if r.Granted > 0 {
-		k.add(r.Granted, now+int64(t.o.Lifetime))
+		k.add(r.Granted, sent+int64(t.o.Lifetime))
 		t.stats.granted.Add(r.Granted)
 	}
 	// Near the limit (a short grant, or less left than another grant) every
@@ -561,14 +590,13 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 // no flight.
 func (t *Leased) refill(key string, k *leaseKey, n int64) {
 	ch := make(chan struct{})
-	k.flight = ch
-	t.calls.Add(1)
-	go func() {
-		defer t.calls.Done()
+	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		_, _ = t.grant(ctx, key, k.limit, k, n, ch) // a failure is counted as unclaimed; the next decision asks again
-	}()
+	}) {
+		k.flight = ch
+	}
 }
 
 // giveBack returns units to the limiter at key in the background.
@@ -576,13 +604,14 @@ func (t *Leased) giveBack(key string, l Limit, units int64) {
 	if units <= 0 {
 		return
 	}
-	t.calls.Add(1)
-	go func() {
-		defer t.calls.Done()
+	back := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		t.refund(ctx, key, l, units)
-	}()
+	}
+	if !t.spawn(back) { // closed: now, within Timeout
+		back()
+	}
 }
 
 // refund gives units back now, counting them returned or stranded.
@@ -640,30 +669,46 @@ func (t *Leased) Stats() LeaseStats {
 }
 
 // Close gives back every unit held and waits for the calls in flight;
-// later decisions go exact. It returns the first error a return met.
+// later decisions go exact. The returns run at once, each bounded by
+// Timeout (and ctx); it returns the errors they met (errors.Join).
 func (t *Leased) Close(ctx context.Context) error {
-	if t.shut.Swap(true) {
+	t.gate.Lock()
+	closed := t.shut.Swap(true)
+	t.gate.Unlock()
+	if closed {
 		return nil
 	}
 	close(t.stop)
 	<-t.swept
 	t.calls.Wait()
+	type held struct {
+		key   string
+		limit Limit
+		units int64
+	}
+	var all []held
 	t.mu.Lock()
-	defer t.mu.Unlock()
-	var first error
 	for key, k := range t.all() {
 		t.lock(k)
-		units := k.units()
+		all = append(all, held{key, k.limit, k.units()})
 		k.n, k.gone = 0, true
 		t.unlock(k, t.now())
-		if units > 0 {
-			if err := t.refund(ctx, key, k.limit, units); err != nil && first == nil {
-				first = err
-			}
-		}
 		t.keys.Delete(key)
 	}
-	return first
+	t.mu.Unlock()
+	errs := make([]error, len(all))
+	var wg sync.WaitGroup
+	for i, h := range all {
+		if h.units > 0 {
+			wg.Go(func() {
+				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+				defer cancel()
+				errs[i] = t.refund(rctx, h.key, h.limit, h.units)
+			})
+		}
+	}
+	wg.Wait()
+	return errors.Join(errs...)
 }
 
 // all is every key's entry.

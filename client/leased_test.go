@@ -419,3 +419,95 @@ func TestLeasedRedisAway(t *testing.T) {
 		t.Fatalf("a 10 s outage with an 8 s fallback: %d admitted, %d errors", a, e)
 	}
 }
+
+// A caller whose own deadline has passed gets its context's error, and
+// the key stays up: the grant runs on the tier's own Timeout, so a
+// caller's deadline never reads as Redis failing.
+func TestLeasedCallerDeadline(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{Hot: 2})
+	p := tr.procs[0]
+	l := PerSecond(1000)
+	if _, err := p.Take(ctx, "k", l, 1); err != nil {
+		t.Fatal(err)
+	}
+	gone, cancel := context.WithDeadline(ctx, time.Now().Add(-time.Millisecond))
+	defer cancel()
+	if _, err := p.Take(gone, "k", l, 1); !errors.Is(err, context.DeadlineExceeded) {
+		t.Fatalf("a caller past its deadline: %v", err)
+	}
+	tr.settle()
+	if r, err := p.Take(ctx, "k", l, 1); err != nil || r.Limited {
+		t.Fatalf("the next caller: %+v %v", r, err)
+	}
+	if s := p.Stats(); s.Unclaimed != 0 || s.Fallback != 0 {
+		t.Fatalf("the key went down: %+v", s)
+	}
+}
+
+// A key that spent a burst just before Redis failed decides in fallback
+// at no more than the limit's own rate: GCRA of a burst of 1000 and 10 a
+// second, its burst spent in 100 ms, then 5 s of refused connections
+// admit the units held and 50 more, not the burst's pace.
+func TestLeasedFallbackAfterBurst(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{})
+	p := tr.procs[0]
+	var failing atomic.Bool
+	tr.f.Before = func(redis.Cmder) error {
+		if failing.Load() {
+			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		}
+		return nil
+	}
+	l := GCRA(999, 10, time.Second)
+	run := func(d, every time.Duration) (admitted int) {
+		for end := tr.now() + int64(d); tr.now() < end; {
+			if r, err := p.Take(ctx, "k", l, 1); err == nil && !r.Limited {
+				admitted++
+			}
+			tr.settle()
+			tr.advance(every)
+		}
+		return admitted
+	}
+	if a := run(100*time.Millisecond, 100*time.Microsecond); a < 800 {
+		t.Fatalf("the burst: %d admitted", a)
+	}
+	s := p.Stats()
+	held := s.Granted - s.Local
+	failing.Store(true)
+	if b := run(5*time.Second, time.Millisecond); int64(b) > 50+held+1 || p.Stats().Fallback == 0 {
+		t.Fatalf("a 5 s outage after the burst: %d admitted (the limit's rate: 50, and %d held), %+v", b, held, p.Stats())
+	}
+}
+
+// No decision waits past Timeout for grants, even when the first it
+// waits for does not cover it: each grant here answers in 70 ms, Timeout
+// is 100 ms.
+func TestLeasedWaitBounded(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{Hot: 2, Target: 10 * time.Second, Timeout: 100 * time.Millisecond})
+	p := tr.procs[0]
+	l := PerSecond(1000)
+	for range 2 {
+		p.Take(ctx, "k", l, 1)
+		tr.settle()
+	}
+	k := p.entry("k", l)
+	p.lock(k)
+	k.n, k.pace = 0, 0 // nothing held, not paced
+	p.unlock(k, tr.now())
+	started := make(chan struct{}, 8)
+	tr.f.Before = func(cmd redis.Cmder) error {
+		if a := cmd.Args(); len(a) > 0 && a[len(a)-2] == "UPTO" {
+			started <- struct{}{}
+			time.Sleep(70 * time.Millisecond)
+		}
+		return nil
+	}
+	go p.Take(ctx, "k", l, 1)
+	<-started
+	began := time.Now()
+	p.Take(ctx, "k", l, 8)
+	if took := time.Since(began); took > 100*time.Millisecond+30*time.Millisecond {
+		t.Fatalf("a decision waited %v for grants, Timeout 100 ms", took)
+	}
+}
