@@ -134,11 +134,18 @@ func freePort() (int, error) {
 		}
 		p := l.Addr().(*net.TCPAddr).Port
 		l.Close()
-		// The cluster bus listens on port+10000: keep both in range and free.
-		if p+10000 > 65535 || ports[p] {
+		// The cluster bus listens on port+10000: keep both in range, free
+		// now, and given to no other server of this run (as its port or
+		// its bus).
+		if p+10000 > 65535 || ports[p] || ports[p+10000] {
 			continue
 		}
-		ports[p] = true
+		bus, err := net.Listen("tcp", fmt.Sprintf("127.0.0.1:%d", p+10000))
+		if err != nil {
+			continue
+		}
+		bus.Close()
+		ports[p], ports[p+10000] = true, true
 		return p, nil
 	}
 	return 0, errors.New("no free port")

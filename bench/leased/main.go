@@ -97,6 +97,7 @@ type run struct {
 	share    float64 // admitted over the limit's allowance (saturated runs)
 	p50, p99 time.Duration
 	refused  float64 // refused decisions per second
+	elapsed  time.Duration
 }
 
 // serverStats reads the calls Redis served and its CPU seconds so far.
@@ -143,6 +144,47 @@ func reference(ctx context.Context, rdb *redis.Client, port, n, round int) run {
 func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
 	key := fmt.Sprintf("b:leased:%s:%d", l, round)
 	tier := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	out := drive(ctx, rdb, d, func(int) func() (client.Result, error) {
+		return func() (client.Result, error) { return tier.Take(ctx, key, l, 1) }
+	}, func() { tier.Close(ctx) })
+	if q, w := l.Quota(); w > 0 {
+		out.share = out.admitted / (float64(q)/out.elapsed.Seconds() + float64(q)/w.Seconds())
+	}
+	return out
+}
+
+// split is the documents' alternative to a local tier: the limit of
+// PerSecond(50000) split into 8 sub-keys of a share each, every decision a
+// Take on one of them, demand skewed across them (sub-key j drawn with
+// weight 1/(j+1)), from 16 goroutines for d.
+func split(ctx context.Context, rdb *redis.Client, d time.Duration, round int) run {
+	c := client.New(rdb)
+	l := client.PerSecond(50000 / 8)
+	var weights [8]float64
+	var sum float64
+	for j := range weights {
+		sum += 1 / float64(j+1)
+		weights[j] = sum
+	}
+	out := drive(ctx, rdb, d, func(g int) func() (client.Result, error) {
+		rnd := rand.New(rand.NewPCG(uint64(round), uint64(g)))
+		return func() (client.Result, error) {
+			x := rnd.Float64() * sum
+			j := 0
+			for weights[j] < x {
+				j++
+			}
+			return c.Take(ctx, fmt.Sprintf("b:split:%d:{b%d}", round, j), l, 1)
+		}
+	}, func() {})
+	out.share = out.admitted / (50000/out.elapsed.Seconds() + 50000)
+	return out
+}
+
+// drive runs 16 goroutines, goroutine g deciding with decider(g) until d
+// has passed, then done; it measures what they admitted, the calls Redis
+// served, its CPU, and every 64th decision's latency.
+func drive(ctx context.Context, rdb *redis.Client, d time.Duration, decider func(g int) func() (client.Result, error), done func()) run {
 	calls0, cpu0 := serverStats(ctx, rdb)
 	start := time.Now()
 	stop := start.Add(d)
@@ -150,16 +192,14 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 	var mu sync.Mutex
 	var lat []time.Duration
 	var wg sync.WaitGroup
-	for range 16 {
+	for g := range 16 {
+		decide := decider(g)
 		wg.Go(func() {
 			var a, r int64
 			sample := make([]time.Duration, 0, 1<<16)
-			for i := 0; ; i++ {
-				if i%1024 == 0 && time.Now().After(stop) {
-					break
-				}
+			for i := 0; i%64 != 0 || time.Now().Before(stop); i++ {
 				began := time.Now()
-				res, err := tier.Take(ctx, key, l, 1)
+				res, err := decide()
 				if i%64 == 0 && len(sample) < cap(sample) {
 					sample = append(sample, time.Since(began))
 				}
@@ -181,85 +221,16 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 	}
 	wg.Wait()
 	elapsed := time.Since(start)
-	tier.Close(ctx)
-	calls1, cpu1 := serverStats(ctx, rdb)
-	slices.Sort(lat)
-	decisions := admitted.Load() + refused.Load()
-	out := run{
-		admitted: float64(admitted.Load()) / elapsed.Seconds(),
-		refused:  float64(refused.Load()) / elapsed.Seconds(),
-		calls:    float64(calls1-calls0-1) / float64(decisions),
-		cpuUs:    (cpu1 - cpu0) * 1e6 / float64(max(admitted.Load(), 1)),
-		p50:      lat[len(lat)/2],
-		p99:      lat[len(lat)*99/100],
-	}
-	if q, w := l.Quota(); w > 0 {
-		rate := float64(q) / w.Seconds()
-		out.share = float64(admitted.Load()) / (float64(q) + rate*elapsed.Seconds())
-	}
-	return out
-}
-
-// split is the documents' alternative to a local tier: the limit of
-// PerSecond(50000) split into 8 sub-keys of a share each, every decision a
-// Take on one of them, demand skewed across them (sub-key j drawn with
-// weight 1/(j+1)), from 16 goroutines for d.
-func split(ctx context.Context, rdb *redis.Client, d time.Duration, round int) run {
-	c := client.New(rdb)
-	l := client.PerSecond(50000 / 8)
-	weights := [8]float64{}
-	var sum float64
-	for j := range weights {
-		sum += 1 / float64(j+1)
-		weights[j] = sum
-	}
-	calls0, cpu0 := serverStats(ctx, rdb)
-	start := time.Now()
-	stop := start.Add(d)
-	var admitted, refused atomic.Int64
-	var mu sync.Mutex
-	var lat []time.Duration
-	var wg sync.WaitGroup
-	for g := range 16 {
-		wg.Go(func() {
-			rnd := rand.New(rand.NewPCG(uint64(round), uint64(g)))
-			var sample []time.Duration
-			for i := 0; time.Now().Before(stop); i++ {
-				x := rnd.Float64() * sum
-				j := 0
-				for weights[j] < x {
-					j++
-				}
-				began := time.Now()
-				res, err := c.Take(ctx, fmt.Sprintf("b:split:%d:{b%d}", round, j), l, 1)
-				if i%64 == 0 {
-					sample = append(sample, time.Since(began))
-				}
-				switch {
-				case err != nil:
-					log.Fatalf("leased: %v", err)
-				case res.Limited:
-					refused.Add(1)
-				default:
-					admitted.Add(1)
-				}
-			}
-			mu.Lock()
-			lat = append(lat, sample...)
-			mu.Unlock()
-		})
-	}
-	wg.Wait()
-	elapsed := time.Since(start)
+	done()
 	calls1, cpu1 := serverStats(ctx, rdb)
 	slices.Sort(lat)
 	decisions := admitted.Load() + refused.Load()
 	return run{
+		elapsed:  elapsed,
 		admitted: float64(admitted.Load()) / elapsed.Seconds(),
 		refused:  float64(refused.Load()) / elapsed.Seconds(),
 		calls:    float64(calls1-calls0-1) / float64(decisions),
 		cpuUs:    (cpu1 - cpu0) * 1e6 / float64(max(admitted.Load(), 1)),
-		share:    float64(admitted.Load()) / (50000 + 50000*elapsed.Seconds()),
 		p50:      lat[len(lat)/2],
 		p99:      lat[len(lat)*99/100],
 	}
