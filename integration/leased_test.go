@@ -63,18 +63,7 @@ func TestLeased(t *testing.T) {
 			}
 		}
 		slices.Sort(admitted)
-		for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
-			most := 2000 + int(2000*(w+tau+10*time.Millisecond)/time.Second)
-			j := 0
-			for i := range admitted {
-				for admitted[i]-admitted[j] >= int64(w) {
-					j++
-				}
-				if n := i - j + 1; n > most {
-					t.Fatalf("%d admitted within %v; the exact limiter and τ admit %d", n, w, most)
-				}
-			}
-		}
+		withinWindows(t, k, admitted, 2000, tau)
 		allowance := 2000 + 2000*elapsed.Seconds()
 		d, c := run.decisions, calls.n.Load()
 		if len(admitted) < int(0.9*allowance) || float64(c)/float64(d) > 0.01 {
@@ -270,22 +259,31 @@ func TestClusterLeased(t *testing.T) {
 		if r.errors != 0 || float64(len(r.admitted)) < 0.9*allowance {
 			t.Fatalf("%s: %d admitted of an allowance of %.0f, %d errors", keys[i], len(r.admitted), allowance, r.errors)
 		}
-		for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
-			most := 1000 + int(1000*(w+200*time.Millisecond+10*time.Millisecond)/time.Second)
-			j := 0
-			for x := range r.admitted {
-				for r.admitted[x]-r.admitted[j] >= int64(w) {
-					j++
-				}
-				if x-j+1 > most {
-					t.Fatalf("%s: %d admitted within %v, at most %d", keys[i], x-j+1, w, most)
-				}
-			}
-		}
+		withinWindows(t, keys[i], r.admitted, 1000, 200*time.Millisecond)
 	}
 	if c := calls.n.Load(); float64(c) > 0.01*float64(decisions) {
 		t.Fatalf("%d calls for %d decisions", c, decisions)
 	}
 	t.Logf("%d decisions, %d calls (every command the ClusterClients sent); admitted per key %d, %d, %d",
 		decisions, calls.n.Load(), len(runs[0].admitted), len(runs[1].admitted), len(runs[2].admitted))
+}
+
+// withinWindows fails t when the admitted instants (sorted) of key hold
+// more in a window of 100 ms or 1 s than a limit of burst and rate a
+// second (PerSecond(rate)) admits in it, τ more, and 10 ms more for the
+// clocks of client and server.
+func withinWindows(t *testing.T, key string, admitted []int64, rate int, tau time.Duration) {
+	t.Helper()
+	for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
+		most := rate + int(time.Duration(rate)*(w+tau+10*time.Millisecond)/time.Second)
+		j := 0
+		for i := range admitted {
+			for admitted[i]-admitted[j] >= int64(w) {
+				j++
+			}
+			if n := i - j + 1; n > most {
+				t.Fatalf("%s: %d admitted within %v; the exact limiter and τ admit %d", key, n, w, most)
+			}
+		}
+	}
 }
