@@ -441,6 +441,9 @@ func (l *Limiter) Leased() client.LeaseStats {
 	return l.leased.Stats()
 }
 
+// Leases reports whether l decides through a local tier (Options.Lease).
+func (l *Limiter) Leases() bool { return l.leased != nil }
+
 // BreakerOpen reports whether a circuit breaker keeps requests from a
 // Redis server now (open, or half-open with its one probe in flight).
 func (l *Limiter) BreakerOpen() bool { return l.breakers.anyOpen() }

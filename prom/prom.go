@@ -15,6 +15,7 @@
 //	ratelimit_redis_call_seconds{outcome="ok"}                      histogram
 //	ratelimit_breaker_open                                          gauge, 0 or 1
 //	ratelimit_engine{node="127.0.0.1:6379",engine="module"}         gauge, 1
+//	ratelimit_lease_*                                               counters: see LeaseCollector
 //
 // A decision is one of admitted, refused, shed, shadow_refused,
 // failed_open, failed_closed, local_admitted, local_refused and
@@ -24,7 +25,9 @@
 // timeout: the time one decision spent in Redis, refunds included.
 // ratelimit_breaker_open is 1 while any watched limiter's breaker keeps
 // requests from Redis; ratelimit_engine says which engine each Redis server
-// met so far runs, the module or its Lua scripts.
+// met so far runs, the module or its Lua scripts. The ratelimit_lease_
+// counters sum the local tiers (httplimit.Options.Lease) of the watched
+// limiters that have one, and are absent while none has.
 package prom
 
 import (
@@ -32,6 +35,7 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
+	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
 )
 
@@ -86,7 +90,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 		Name: "ratelimit_breaker_open",
 		Help: "1 while a limiter's circuit breaker keeps requests from Redis (the failure policy decides them), else 0.",
 	}, m.breakerOpen)
-	for _, c := range []prometheus.Collector{m.decisions, m.calls, breaker, engines{m}} {
+	for _, c := range []prometheus.Collector{m.decisions, m.calls, breaker, engines{m}, leaseCollector(m.leased)} {
 		if err := reg.Register(c); err != nil {
 			return nil, err
 		}
@@ -151,6 +155,31 @@ func (m *Metrics) breakerOpen() float64 {
 		}
 	}
 	return 0
+}
+
+// leased sums the local tiers' counts of the watched limiters that lease.
+func (m *Metrics) leased() (sum client.LeaseStats, any bool) {
+	m.mu.RLock()
+	defer m.mu.RUnlock()
+	for _, l := range m.watched {
+		if !l.Leases() {
+			continue
+		}
+		any = true
+		s := l.Leased()
+		sum.Local += s.Local
+		sum.Refused += s.Refused
+		sum.Exact += s.Exact
+		sum.Grants += s.Grants
+		sum.Granted += s.Granted
+		sum.Returned += s.Returned
+		sum.Stranded += s.Stranded
+		sum.Waits += s.Waits
+		sum.Unclaimed += s.Unclaimed
+		sum.Fallback += s.Fallback
+		sum.Down += s.Down
+	}
+	return sum, any
 }
 
 // engines reports ratelimit_engine at each scrape.

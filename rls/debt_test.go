@@ -2,12 +2,16 @@ package rls
 
 import (
 	"context"
+	"fmt"
+	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
@@ -100,7 +104,8 @@ func TestLease(t *testing.T) {
 	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
 	rdb := f.Client()
 	t.Cleanup(func() { rdb.Close() })
-	s := onClient(t, rdb, leaseConfig, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
+	reg := prometheus.NewRegistry()
+	s := onClient(t, rdb, leaseConfig, Options{Lease: &client.LeaseOptions{Now: clock}, Registerer: reg}, clock)
 	admitted := 0
 	for range 300 {
 		if r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all")}); r.OverallCode == pb.RateLimitResponse_OK {
@@ -113,6 +118,11 @@ func TestLease(t *testing.T) {
 		t.Fatalf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
 	}
 	t.Logf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
+	st := s.leased.Stats()
+	want := fmt.Sprintf("# HELP ratelimit_service_lease_grants Grant calls the local tier sent.\n# TYPE ratelimit_service_lease_grants counter\nratelimit_service_lease_grants %d\n", st.Grants)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_lease_grants"); err != nil || st.Grants == 0 {
+		t.Errorf("lease metrics: %v; stats %+v", err, st)
+	}
 	for _, bad := range []string{"lease: true", "lease: true, algorithm: sliding_window", "lease: true, algorithm: gcra, debt: true", "lease: 2"} {
 		cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, " + bad + "}\n"
 		if _, err := Parse(map[string][]byte{"d.yaml": []byte(cfg)}); err == nil {

@@ -6,6 +6,8 @@ import (
 	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // metrics are the service's counters, named as envoyproxy/ratelimit's
@@ -183,5 +185,29 @@ func (m *metrics) configLoad(ok bool) {
 		m.configLoads.WithLabelValues("success").Inc()
 	} else {
 		m.configLoads.WithLabelValues("error").Inc()
+	}
+}
+
+// leaseMetrics registers the local tier's counts (Options.Lease), read
+// from stats at each scrape, as ratelimit_service_lease_* counters.
+func leaseMetrics(reg prometheus.Registerer, stats func() client.LeaseStats) {
+	for _, c := range []struct {
+		name, help string
+		v          func(client.LeaseStats) float64
+	}{
+		{"grants", "Grant calls the local tier sent.", func(s client.LeaseStats) float64 { return float64(s.Grants) }},
+		{"units_granted", "Units the limiter granted the local tier.", func(s client.LeaseStats) float64 { return float64(s.Granted) }},
+		{"units_spent", "Granted units spent on hits decided here.", func(s client.LeaseStats) float64 { return float64(s.Local) }},
+		{"units_returned", "Granted units given back unspent.", func(s client.LeaseStats) float64 { return float64(s.Returned) }},
+		{"units_stranded", "Granted units that could not be given back.", func(s client.LeaseStats) float64 { return float64(s.Stranded) }},
+		{"refused", "Descriptors refused here between paced grants.", func(s client.LeaseStats) float64 { return float64(s.Refused) }},
+		{"exact", "Lease-enabled descriptors sent to Redis one by one (cold, or the tier closed).", func(s client.LeaseStats) float64 { return float64(s.Exact) }},
+		{"waits", "Descriptors that found the pool empty and waited on a grant.", func(s client.LeaseStats) float64 { return float64(s.Waits) }},
+		{"unclaimed", "Grants whose answer never came.", func(s client.LeaseStats) float64 { return float64(s.Unclaimed) }},
+		{"fallback", "Descriptors decided here while grants failed.", func(s client.LeaseStats) float64 { return float64(s.Fallback) }},
+		{"fallback_seconds", "Time descriptors spent in fallback, summed.", func(s client.LeaseStats) float64 { return s.Down.Seconds() }},
+	} {
+		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_lease_" + c.name, Help: c.help},
+			func() float64 { return c.v(stats()) }))
 	}
 }

@@ -68,7 +68,8 @@ type Options struct {
 	// lease: true (gcra or token_bucket) through a local tier
 	// (client.NewLeased with these options): on a descriptor hot on this
 	// service, from units granted ahead, with no Redis call. Its
-	// limit_remaining is then what this service holds, a lower bound.
+	// limit_remaining is then what this service holds, a lower bound. Its
+	// counts are the ratelimit_service_lease_ metrics.
 	Lease *client.LeaseOptions
 	// Registerer receives the service's metrics (nil: none are kept).
 	Registerer prometheus.Registerer
@@ -126,6 +127,9 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 	s.pipe = newPipeline(s.c, o.Timeout, s.m)
 	if o.Lease != nil {
 		s.leased = client.NewLeased(s.c, *o.Lease)
+		if o.Registerer != nil {
+			leaseMetrics(o.Registerer, s.leased.Stats)
+		}
 	}
 	if s.log == nil {
 		s.log = slog.Default()
