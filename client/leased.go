@@ -6,6 +6,8 @@ import (
 	"iter"
 	"math"
 	"math/rand/v2"
+	"strconv"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -41,12 +43,23 @@ import (
 // process still holds (a lower bound of what the key admits), and Limit
 // and ResetAfter from the key's last grant.
 //
+// Each process leasing a key holds a slot, under an id of its own, in the
+// key's registry: a concurrency limit in the key's slot named
+// "{key}:leases" ("key:leases" for a key with a hash tag), renewed at
+// most once a second with a grant, lapsing 2 s after the last, and left
+// on Close. Its holders are N, the processes sharing the key. Near the
+// limit each grant is this process's share of the limit's rate since its
+// last grant — rate/N × the time — and what the last fell short by, so
+// that N processes asking more than the limit admits get a share each
+// (Jain's index 0.997 to 0.9997 for eight), and one whose demand steps
+// up takes no more than its share.
+//
 // When Redis fails (a grant's call errs or times out), a hot key spends
-// what it holds, then decides here at the rate it was spending when Redis
-// last answered — its share of the limit — for Fallback (10 s by default),
-// and after that returns the error, for the caller's own failure policy.
-// Summed over processes that is what the limit admitted them, not N × the
-// limit. A grant is tried again in the background once a Target (each
+// what it holds, then decides here at limit/N (the rate it was spending
+// when Redis last answered, while N is not known) for Fallback (10 s by
+// default), and after that returns the error, for the caller's own
+// failure policy. Summed over processes that is what the limit admits,
+// not N × the limit. A grant is tried again in the background once a Target (each
 // bounded by Timeout), and the first that answers ends the fallback. No
 // decision waits longer than Timeout for a grant.
 //
@@ -58,6 +71,7 @@ type Leased struct {
 	mu    sync.Mutex // makes and forgets entries
 	keys  sync.Map   // key → *leaseKey
 	stats leaseCounters
+	id    string         // this process's id in the keys' registries
 	calls sync.WaitGroup // refills and returns in flight
 	gate  sync.RWMutex   // spawn holds it read, Close write: no call starts once Close waits
 	stop  chan struct{}
@@ -117,10 +131,11 @@ type LeaseStats struct {
 	Unclaimed int64         // grants whose answer never came (their units are the limiter's until they lapse)
 	Fallback  int64         // decisions made here while grants failed, admitted or not
 	Down      time.Duration // time keys spent in fallback, summed, up to their last recovery
+	Registers int64         // renewals of this process's slot in the keys' registries (calls)
 }
 
 type leaseCounters struct {
-	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down atomic.Int64
+	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down, registers atomic.Int64
 }
 
 // NewLeased returns a local tier over c; Close it to give back what it
@@ -141,7 +156,8 @@ func NewLeased(c *Client, o LeaseOptions) *Leased {
 	if o.Fallback <= 0 {
 		o.Fallback = 10 * time.Second
 	}
-	l := &Leased{c: c, o: o, stop: make(chan struct{}), swept: make(chan struct{})}
+	l := &Leased{c: c, o: o, stop: make(chan struct{}), swept: make(chan struct{}),
+		id: "lease:" + strconv.FormatUint(rand.Uint64(), 36)}
 	go l.sweeper()
 	return l
 }
@@ -164,8 +180,9 @@ type leaseKey struct {
 	gate, low, paced atomic.Int64
 	limitV, resetV   atomic.Int64 // the last grant's Limit and ResetAfter
 	_                [24]byte
-	refusedN         atomic.Int64 // refused without the lock since sync
-	_                [56]byte
+	refusedN         atomic.Int64 // decisions refused without the lock since sync
+	refusedU         atomic.Int64 // and the units they asked: demand
+	_                [48]byte
 	mu               sync.Mutex
 	synced           int64 // avail as publish left it
 	gone             bool  // the sweep forgot it
@@ -181,6 +198,13 @@ type leaseKey struct {
 	flight              chan struct{}
 	last                Result // the last grant's answer
 	pace                int64  // no grant before this instant (Unix ns), after a short one
+	near                bool   // the last grant was short, or left less than it granted
+	// Near the limit each grant is this process's share since the last:
+	// the limit's rate over procs, the processes the key's registry last
+	// counted (0: not known), and what the last fell short by (owed).
+	procs, sentAt, owed int64
+	registry            string // the registry's key, in key's slot ("": none can be named)
+	registered          int64  // when this process last joined it
 	// What it spends: units admitted in the current bucket, and per Target
 	// smoothed; while grants fail (since down, the last error err), a
 	// bucket of fb units refilled at that rate since fbAt decides.
@@ -290,6 +314,7 @@ func (t *Leased) lock(k *leaseKey) {
 	k.synced = 0
 	if n := k.refusedN.Swap(0); n > 0 {
 		t.stats.refused.Add(n)
+		k.asked += k.refusedU.Swap(0)
 	}
 }
 
@@ -304,7 +329,7 @@ func (t *Leased) unlock(k *leaseKey, now int64) {
 			gate = min(gate, k.segs[0].expires)
 		}
 		if k.flight == nil && now >= k.pace && k.down == 0 {
-			low = (k.size(1) + 1) / 2
+			low = (k.size(now, int64(t.o.Target), 1) + 1) / 2
 		}
 		if k.down == 0 {
 			paced = k.pace
@@ -347,6 +372,7 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 		}
 	}
 	if p := k.paced.Load(); now < p {
+		k.refusedU.Add(cost)
 		k.refusedN.Add(1)
 		r.Limited, r.RetryAfter = true, time.Duration(p-now)
 		return r, true
@@ -355,11 +381,15 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 }
 
 // fallback decides cost at now while grants fail: from a bucket refilled
-// at the rate the key was spending, holding one Target's worth.
+// at the limit's rate over the processes the key's registry counted (at
+// the rate the key was spending, when it counted none), holding one
+// Target's worth.
 func (k *leaseKey) fallback(now, target, cost int64) Result {
-	rate := k.spentRate
-	if q, w := k.limit.Quota(); w > 0 { // never past the limit's own rate: a burst spent before is not a share
-		rate = min(rate, float64(q)*float64(target)/float64(w))
+	rate := rateOf(k.limit) * float64(target) // units per Target
+	if k.procs > 0 {
+		rate /= float64(k.procs)
+	} else { // what it was spending, never past the limit's own rate: a burst spent before is not a share
+		rate = min(rate, k.spentRate)
 	}
 	per := rate / float64(target) // units per ns
 	k.fb = min(k.fb+per*float64(now-k.fbAt), max(rate, float64(cost)))
@@ -379,10 +409,18 @@ func (k *leaseKey) fallback(now, target, cost int64) Result {
 // size is the units to ask for: what the key's demand needs for one
 // Target, at least cost, at most the limit's burst (what it grants at
 // once) and ratelimit.MaxUpTo.
-func (k *leaseKey) size(cost int64) int64 {
+func (k *leaseKey) size(now, target, cost int64) int64 {
 	n := int64(math.Ceil(max(k.rate, float64(k.asked))))
+	if k.near && k.procs > 0 {
+		since := min(max(now-k.sentAt, target/2), 2*target)
+		share := int64(math.Ceil(rateOf(k.limit) * float64(since) / float64(k.procs)))
+		n = min(n, share+k.owed)
+	}
 	return max(min(n, burst(k.limit), ratelimit.MaxUpTo), cost, 1)
 }
+
+// rateOf is a GCRA or token-bucket limit's rate, in units per ns.
+func rateOf(l Limit) float64 { return float64(l.m) / float64(l.period) }
 
 // burst is what a GCRA or token-bucket limit admits at once.
 func burst(l Limit) int64 {
@@ -410,7 +448,7 @@ func (t *Leased) entry(key string, l Limit) *leaseKey {
 		old.n, old.hot, old.gone = 0, false, true
 		t.unlock(old, t.now())
 	}
-	k := &leaseKey{limit: l}
+	k := &leaseKey{limit: l, registry: registryKey(key)}
 	t.keys.Store(key, k)
 	return k
 }
@@ -467,9 +505,9 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		}
 		if k.down != 0 {
 			if k.flight == nil && now >= k.pace { // try again, in the background
-				t.refill(key, k, k.size(cost))
+				t.refill(key, k, k.size(now, target, cost))
 			}
-			if now-k.down >= int64(t.o.Fallback) || k.spentRate == 0 {
+			if now-k.down >= int64(t.o.Fallback) || (k.procs == 0 && k.spentRate == 0) {
 				err := k.err
 				t.unlock(k, now)
 				return Result{}, err
@@ -493,7 +531,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			waitUntil = time.Now().Add(t.o.Timeout)
 		}
 		if k.flight == nil {
-			t.refill(key, k, k.size(cost))
+			t.refill(key, k, k.size(now, target, cost))
 		}
 		ch := k.flight
 		t.unlock(k, now)
@@ -527,9 +565,8 @@ func (k *leaseKey) refusal(now, target int64) Result {
 
 // grant asks the limiter for up to n units and holds what it grants; ch
 // is the key's flight, closed when the answer is in.
-func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n int64, ch chan struct{}) (Result, error) {
+func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n, sent int64, ch chan struct{}) (Result, error) {
 	t.stats.grants.Add(1)
-	sent := t.now() // a unit's lifetime runs from before the limiter granted it
 	r, err := t.c.Take(ctx, key, l, 1, UpTo(n))
 	now := t.now()
 	t.lock(k)
@@ -560,7 +597,15 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n 
 	// asks first after the limit refills takes what accrued, the draw
 	// changes who that is from one Target to the next, and the last units
 	// go to those that asked and got none.
-	if r.Granted < n || r.Remaining < n {
+	wasNear := k.near
+	perT := max(int64(rateOf(k.limit)*float64(t.o.Target)), 1)
+	k.near = r.Granted < n || r.Remaining < n || (k.near && r.Remaining < perT)
+	if wasNear && k.near && float64(n) < math.Ceil(max(k.rate, float64(k.asked))) {
+		k.owed = min(n-r.Granted, 2*perT)
+	} else {
+		k.owed = 0
+	}
+	if k.near {
 		span := int64(t.o.Target)
 		if r.Granted == 0 {
 			span /= 2
@@ -579,7 +624,7 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 	if !k.hot || k.flight != nil || now < k.pace || t.shut.Load() {
 		return
 	}
-	n := k.size(1)
+	n := k.size(now, int64(t.o.Target), 1)
 	if k.units() >= (n+1)/2 {
 		return
 	}
@@ -590,13 +635,64 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 // no flight.
 func (t *Leased) refill(key string, k *leaseKey, n int64) {
 	ch := make(chan struct{})
+	sent := t.now() // a unit's lifetime runs from before the limiter granted it
 	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
-		_, _ = t.grant(ctx, key, k.limit, k, n, ch) // a failure is counted as unclaimed; the next decision asks again
+		if _, err := t.grant(ctx, key, k.limit, k, n, sent, ch); err == nil { // a failure is counted as unclaimed; the next decision asks again
+			t.register(ctx, k)
+		}
 	}) {
-		k.flight = ch
+		k.flight, k.sentAt = ch, sent
 	}
+}
+
+// The registry of a leased key is a concurrency limit in the key's slot
+// (registryKey) where each process leasing the key holds a slot under its
+// id, renewed at most once a registryEvery when it grants, lapsing
+// registryLease after its last: the holders are the processes sharing the
+// key, N.
+const (
+	registryEvery = time.Second
+	registryLease = 2 * time.Second
+	registryLimit = 100_000 // CONC.ACQUIRE's most
+)
+
+// registryKey is the name of key's registry: key + ":leases" when key has
+// a hash tag, "{" + key + "}:leases" when it has none (the braces make key
+// the tag); "" for a key no such name shares a slot with.
+func registryKey(key string) string {
+	r := "{" + key + "}:leases"
+	if i := strings.IndexByte(key, '{'); i >= 0 && strings.IndexByte(key[i+1:], '}') > 0 {
+		r = key + ":leases"
+	}
+	if Slot(r) != Slot(key) {
+		return ""
+	}
+	return r
+}
+
+// register renews this process's slot in k's registry when due, and takes
+// the processes it counts as N.
+func (t *Leased) register(ctx context.Context, k *leaseKey) {
+	now := t.now()
+	k.mu.Lock()
+	due := k.registry != "" && now-k.registered >= int64(registryEvery)
+	if due {
+		k.registered = now
+	}
+	k.mu.Unlock()
+	if !due {
+		return
+	}
+	t.stats.registers.Add(1)
+	r, err := t.c.Acquire(ctx, k.registry, Concurrency{Limit: registryLimit, Lease: registryLease}, t.id)
+	if err != nil {
+		return // N stays as it was; the next grant tries again
+	}
+	k.mu.Lock()
+	k.procs = max(r.Limit-r.Remaining, 1)
+	k.mu.Unlock()
 }
 
 // giveBack returns units to the limiter at key in the background.
@@ -665,11 +761,11 @@ func (t *Leased) Stats() LeaseStats {
 	s := &t.stats
 	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
 		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
-		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load())}
+		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load()), Registers: s.registers.Load()}
 }
 
-// Close gives back every unit held and waits for the calls in flight;
-// later decisions go exact. The returns run at once, each bounded by
+// Close gives back every unit held, leaves the keys' registries, and
+// waits for the calls in flight; later decisions go exact. The returns run at once, each bounded by
 // Timeout (and ctx); it returns the errors they met (errors.Join).
 func (t *Leased) Close(ctx context.Context) error {
 	t.gate.Lock()
@@ -682,15 +778,19 @@ func (t *Leased) Close(ctx context.Context) error {
 	<-t.swept
 	t.calls.Wait()
 	type held struct {
-		key   string
-		limit Limit
-		units int64
+		key, registry string // registry: "" when this process holds no slot in it
+		limit         Limit
+		units         int64
 	}
 	var all []held
 	t.mu.Lock()
 	for key, k := range t.all() {
 		t.lock(k)
-		all = append(all, held{key, k.limit, k.units()})
+		h := held{key: key, limit: k.limit, units: k.units()}
+		if k.registered != 0 {
+			h.registry = k.registry
+		}
+		all = append(all, h)
 		k.n, k.gone = 0, true
 		t.unlock(k, t.now())
 		t.keys.Delete(key)
@@ -699,11 +799,16 @@ func (t *Leased) Close(ctx context.Context) error {
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, h := range all {
-		if h.units > 0 {
+		if h.units > 0 || h.registry != "" {
 			wg.Go(func() {
 				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 				defer cancel()
-				errs[i] = t.refund(rctx, h.key, h.limit, h.units)
+				if h.units > 0 {
+					errs[i] = t.refund(rctx, h.key, h.limit, h.units)
+				}
+				if h.registry != "" { // the others count one process fewer at once; a failure lapses
+					_, _ = t.c.Release(rctx, h.registry, t.id)
+				}
 			})
 		}
 	}

@@ -21,6 +21,8 @@ var (
 		"Decisions that found the pool empty and waited on a grant.", nil, nil)
 	leaseUnclaimed = prometheus.NewDesc("ratelimit_lease_unclaimed_total",
 		"Grants whose answer never came (Redis failed or took past the tier's Timeout).", nil, nil)
+	leaseRegisters = prometheus.NewDesc("ratelimit_lease_registrations_total",
+		"Renewals of this process's slot in the leased keys' registries (calls).", nil, nil)
 	leaseDown = prometheus.NewDesc("ratelimit_lease_fallback_seconds_total",
 		"Time keys spent deciding here while grants failed, summed over keys, up to their last recovery.", nil, nil)
 )
@@ -33,6 +35,7 @@ var (
 //	ratelimit_lease_decisions_total{decision="refused"}     counter: also exact, fallback
 //	ratelimit_lease_waits_total                             counter
 //	ratelimit_lease_unclaimed_total                         counter
+//	ratelimit_lease_registrations_total                     counter
 //	ratelimit_lease_fallback_seconds_total                  counter
 //
 // Granted − spent − returned − stranded is what the tier holds now (and
@@ -47,7 +50,7 @@ func LeaseCollector(stats func() client.LeaseStats) prometheus.Collector {
 type leaseCollector func() (client.LeaseStats, bool)
 
 func (leaseCollector) Describe(ch chan<- *prometheus.Desc) {
-	for _, d := range []*prometheus.Desc{leaseGrants, leaseUnits, leaseDecisions, leaseWaits, leaseUnclaimed, leaseDown} {
+	for _, d := range []*prometheus.Desc{leaseGrants, leaseUnits, leaseDecisions, leaseWaits, leaseUnclaimed, leaseRegisters, leaseDown} {
 		ch <- d
 	}
 }
@@ -70,5 +73,6 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(leaseDecisions, float64(s.Fallback), "fallback")
 	counter(leaseWaits, float64(s.Waits))
 	counter(leaseUnclaimed, float64(s.Unclaimed))
+	counter(leaseRegisters, float64(s.Registers))
 	counter(leaseDown, s.Down.Seconds())
 }

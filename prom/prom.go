@@ -178,6 +178,7 @@ func (m *Metrics) leased() (sum client.LeaseStats, any bool) {
 		sum.Unclaimed += s.Unclaimed
 		sum.Fallback += s.Fallback
 		sum.Down += s.Down
+		sum.Registers += s.Registers
 	}
 	return sum, any
 }

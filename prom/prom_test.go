@@ -120,6 +120,7 @@ func TestLeaseMetrics(t *testing.T) {
 		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="refused"} %d`, s.Refused),
 		fmt.Sprintf("ratelimit_lease_waits_total %d", s.Waits),
 		"ratelimit_lease_fallback_seconds_total 0",
+		fmt.Sprintf("ratelimit_lease_registrations_total %d", s.Registers),
 	} {
 		if !strings.Contains(text, line+"\n") {
 			t.Errorf("no %q in\n%s", line, text)

@@ -204,6 +204,7 @@ func leaseMetrics(reg prometheus.Registerer, stats func() client.LeaseStats) {
 		{"exact", "Lease-enabled descriptors sent to Redis one by one (cold, or the tier closed).", func(s client.LeaseStats) float64 { return float64(s.Exact) }},
 		{"waits", "Descriptors that found the pool empty and waited on a grant.", func(s client.LeaseStats) float64 { return float64(s.Waits) }},
 		{"unclaimed", "Grants whose answer never came.", func(s client.LeaseStats) float64 { return float64(s.Unclaimed) }},
+		{"registrations", "Renewals of this service's slot in the leased descriptors' registries.", func(s client.LeaseStats) float64 { return float64(s.Registers) }},
 		{"fallback", "Descriptors decided here while grants failed.", func(s client.LeaseStats) float64 { return float64(s.Fallback) }},
 		{"fallback_seconds", "Time descriptors spent in fallback, summed.", func(s client.LeaseStats) float64 { return s.Down.Seconds() }},
 	} {
