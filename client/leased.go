@@ -45,8 +45,9 @@ import (
 //
 // Each process leasing a key holds a slot, under an id of its own, in the
 // key's registry: a concurrency limit in the key's slot named
-// "{key}:leases" ("key:leases" for a key with a hash tag), renewed at
-// most once a second with a grant, lapsing 2 s after the last, and left
+// "{key}:leases" ("key:leases" for a key with a hash tag), renewed with
+// a grant 250 ms after it joins, then at most once a second, lapsing 2 s
+// after the last, and left
 // on Close. Its holders are N, the processes sharing the key. Near the
 // limit each grant is this process's share of the limit's rate since its
 // last grant — rate/N × the time — and what the last fell short by, so
@@ -55,8 +56,9 @@ import (
 // up takes no more than its share.
 //
 // When Redis fails (a grant's call errs or times out), a hot key spends
-// what it holds, then decides here at limit/N (the rate it was spending
-// when Redis last answered, while N is not known) for Fallback (10 s by
+// what it holds, then decides here at limit/N, or the rate it was
+// spending when Redis last answered where that is less (a count taken
+// while the others joined is low), for Fallback (10 s by
 // default), and after that returns the error, for the caller's own
 // failure policy. Summed over processes that is what the limit admits,
 // not N × the limit. A grant is tried again in the background once a Target (each
@@ -205,6 +207,7 @@ type leaseKey struct {
 	procs, sentAt, owed int64
 	registry            string // the registry's key, in key's slot ("": none can be named)
 	registered          int64  // when this process last joined it
+	renewals            int64  // how many times
 	// What it spends: units admitted in the current bucket, and per Target
 	// smoothed; while grants fail (since down, the last error err), a
 	// bucket of fb units refilled at that rate since fbAt decides.
@@ -381,14 +384,15 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 }
 
 // fallback decides cost at now while grants fail: from a bucket refilled
-// at the limit's rate over the processes the key's registry counted (at
-// the rate the key was spending, when it counted none), holding one
-// Target's worth.
+// at the limit's rate over the processes the key's registry counted, or
+// the rate the key was spending when that is less (what it spent is its
+// share when the count is stale), holding one Target's worth.
 func (k *leaseKey) fallback(now, target, cost int64) Result {
 	rate := rateOf(k.limit) * float64(target) // units per Target
 	if k.procs > 0 {
 		rate /= float64(k.procs)
-	} else { // what it was spending, never past the limit's own rate: a burst spent before is not a share
+	}
+	if k.procs == 0 || k.spentRate > 0 { // nor past what it was spending: a count taken as the others joined is low
 		rate = min(rate, k.spentRate)
 	}
 	per := rate / float64(target) // units per ns
@@ -677,9 +681,14 @@ func registryKey(key string) string {
 func (t *Leased) register(ctx context.Context, k *leaseKey) {
 	now := t.now()
 	k.mu.Lock()
-	due := k.registry != "" && now-k.registered >= int64(registryEvery)
+	every := int64(registryEvery)
+	if k.renewals == 1 { // the first count was taken as the others may have been joining
+		every /= 4
+	}
+	due := k.registry != "" && now-k.registered >= every
 	if due {
 		k.registered = now
+		k.renewals++
 	}
 	k.mu.Unlock()
 	if !due {
