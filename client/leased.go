@@ -18,8 +18,11 @@ import (
 // Leased is a local tier over a Client: on a key that is hot on this
 // process, it decides from units the limiter at the key granted it ahead
 // (Take with UpTo), with no Redis call and no allocation, and asks for
-// more before they run out. A key stays exact — one call per decision, as
-// Client.Take — until it is hot: Hot decisions within one Target.
+// more before they run out. A key stays exact — decided by the limiter
+// per decision, as Client.Take — until it is hot: Hot decisions within
+// one Target. A cold key has at most one call in flight: the decisions of
+// one cost that come meanwhile share the next (UpTo), and the first
+// Granted of them are admitted, as that many calls in a row would be.
 //
 // Each grant is sized to what the key's measured local demand needs for
 // Target (50 ms by default), at most the limit's burst; units not spent
@@ -134,10 +137,11 @@ type LeaseStats struct {
 	Fallback  int64         // decisions made here while grants failed, admitted or not
 	Down      time.Duration // time keys spent in fallback, summed, up to their last recovery
 	Registers int64         // renewals of this process's slot in the keys' registries (calls)
+	Coalesced int64         // decisions on cold keys that shared a call with others (UpTo), not counted in Exact
 }
 
 type leaseCounters struct {
-	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down, registers atomic.Int64
+	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down, registers, coalesced atomic.Int64
 }
 
 // NewLeased returns a local tier over c; Close it to give back what it
@@ -196,7 +200,9 @@ type leaseKey struct {
 	bucket, asked, seen int64
 	rate                float64
 	hot                 bool
-	used                int64 // the last decision, Unix ns
+	used                int64  // the last decision, Unix ns
+	calling             bool   // a cold decision's call is in flight
+	queue               *batch // the decisions that share the next
 	flight              chan struct{}
 	last                Result // the last grant's answer
 	pace                int64  // no grant before this instant (Unix ns), after a short one
@@ -503,7 +509,11 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			t.unlock(k, now)
 			return r, nil
 		}
-		if !k.hot || t.shut.Load() { // cold, or closed while this decision was on its way
+		if !k.hot && !t.shut.Load() { // cold: one call, shared with the decisions that come while it is in flight
+			t.unlock(k, now)
+			return t.coalesce(ctx, key, l, k, cost)
+		}
+		if t.shut.Load() { // closed while this decision was on its way
 			t.unlock(k, now)
 			break
 		}
@@ -555,6 +565,121 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 	}
 	t.stats.exact.Add(1)
 	return t.c.Take(ctx, key, l, cost)
+}
+
+// batch is the decisions of one cost on a cold key that came while its
+// call was in flight: they share the next call, sent with UpTo as soon as
+// that one answers, and the first Granted of them are admitted, as that
+// many calls one after another would be.
+type batch struct {
+	cost, n int64 // n: the decisions that joined, in order
+	done    chan struct{}
+	r       Result
+	err     error
+	mu      sync.Mutex
+	ended   bool           // done is closed
+	gone    map[int64]bool // decisions whose caller left before the answer: given back if admitted
+}
+
+// coalesce decides cost on cold key k with one call when none is in
+// flight for it; otherwise the decision joins the key's next batch (one of
+// another cost goes alone).
+func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey, cost int64) (Result, error) {
+	k.mu.Lock()
+	if !k.calling {
+		k.calling = true
+		k.mu.Unlock()
+		t.stats.exact.Add(1)
+		r, err := t.c.Take(ctx, key, l, cost)
+		t.next(key, l, k)
+		return r, err
+	}
+	b := k.queue
+	if b == nil {
+		b = &batch{cost: cost, done: make(chan struct{})}
+		k.queue = b
+	} else if b.cost != cost {
+		k.mu.Unlock()
+		t.stats.exact.Add(1)
+		return t.c.Take(ctx, key, l, cost)
+	}
+	i := b.n
+	b.n++
+	k.mu.Unlock()
+	t.stats.coalesced.Add(1)
+	select {
+	case <-b.done:
+	case <-ctx.Done():
+		b.mu.Lock()
+		ended := b.ended
+		if !ended {
+			b.leave(i)
+		}
+		b.mu.Unlock()
+		if !ended {
+			return Result{}, ctx.Err()
+		}
+	}
+	return b.result(i, l)
+}
+
+// leave marks decision i gone before the answer; b.mu is held.
+func (b *batch) leave(i int64) {
+	if b.gone == nil {
+		b.gone = map[int64]bool{}
+	}
+	b.gone[i] = true
+}
+
+// result is decision i's answer from the batch's call.
+func (b *batch) result(i int64, l Limit) (Result, error) {
+	if b.err != nil {
+		return Result{}, b.err
+	}
+	r := b.r
+	r.Granted = 0
+	if i < b.r.Granted { // admitted, the i-th of them: what remained after it
+		r.Limited, r.RetryAfter = false, ratelimit.Never
+		r.Remaining = b.r.Remaining + (b.r.Granted-1-i)*b.cost
+		return r, nil
+	}
+	r.Limited, r.Remaining = true, 0
+	if !b.r.Limited { // the call took units and left less than another cost: the time for the rest to accrue
+		r.RetryAfter = time.Duration(math.Ceil(float64(b.cost-b.r.Remaining) / rateOf(l)))
+	}
+	return r, nil
+}
+
+// next sends k's batch when one waits, or ends k's call in flight.
+func (t *Leased) next(key string, l Limit, k *leaseKey) {
+	k.mu.Lock()
+	b := k.queue
+	k.queue = nil
+	k.calling = b != nil
+	k.mu.Unlock()
+	if b == nil {
+		return
+	}
+	send := func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		r, err := t.c.Take(ctx, key, l, b.cost, UpTo(b.n))
+		b.mu.Lock()
+		b.r, b.err, b.ended = r, err, true
+		var back int64
+		for i := range b.gone {
+			if err == nil && i < r.Granted {
+				back += b.cost
+			}
+		}
+		b.mu.Unlock()
+		close(b.done)
+		t.giveBack(key, l, back)
+		t.next(key, l, k)
+	}
+	if !t.spawn(send) { // closed: at once
+		send()
+	}
 }
 
 // refusal is the answer to a decision the units held cannot cover while
@@ -770,7 +895,8 @@ func (t *Leased) Stats() LeaseStats {
 	s := &t.stats
 	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
 		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
-		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load()), Registers: s.registers.Load()}
+		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load()), Registers: s.registers.Load(),
+		Coalesced: s.coalesced.Load()}
 }
 
 // Close gives back every unit held, leaves the keys' registries, and

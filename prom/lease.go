@@ -15,7 +15,7 @@ var (
 		"Units through the local tier, by event: granted (by the limiter), spent (on decisions made here), returned (given back unspent), stranded (could not be given back).",
 		[]string{"event"}, nil)
 	leaseDecisions = prometheus.NewDesc("ratelimit_lease_decisions_total",
-		"Decisions the local tier made other than spending a unit, by decision: refused (here, between paced grants), exact (sent to the limiter one by one), fallback (made here while grants failed).",
+		"Decisions the local tier made other than spending a unit, by decision: refused (here, between paced grants), exact (sent to the limiter one by one), coalesced (on a cold key, sharing one call with others), fallback (made here while grants failed).",
 		[]string{"decision"}, nil)
 	leaseWaits = prometheus.NewDesc("ratelimit_lease_waits_total",
 		"Decisions that found the pool empty and waited on a grant.", nil, nil)
@@ -32,7 +32,7 @@ var (
 //
 //	ratelimit_lease_grants_total                            counter
 //	ratelimit_lease_units_total{event="granted"}            counter: also spent, returned, stranded
-//	ratelimit_lease_decisions_total{decision="refused"}     counter: also exact, fallback
+//	ratelimit_lease_decisions_total{decision="refused"}     counter: also exact, coalesced, fallback
 //	ratelimit_lease_waits_total                             counter
 //	ratelimit_lease_unclaimed_total                         counter
 //	ratelimit_lease_registrations_total                     counter
@@ -70,6 +70,7 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(leaseUnits, float64(s.Stranded), "stranded")
 	counter(leaseDecisions, float64(s.Refused), "refused")
 	counter(leaseDecisions, float64(s.Exact), "exact")
+	counter(leaseDecisions, float64(s.Coalesced), "coalesced")
 	counter(leaseDecisions, float64(s.Fallback), "fallback")
 	counter(leaseWaits, float64(s.Waits))
 	counter(leaseUnclaimed, float64(s.Unclaimed))

@@ -179,6 +179,7 @@ func (m *Metrics) leased() (sum client.LeaseStats, any bool) {
 		sum.Fallback += s.Fallback
 		sum.Down += s.Down
 		sum.Registers += s.Registers
+		sum.Coalesced += s.Coalesced
 	}
 	return sum, any
 }

@@ -118,6 +118,7 @@ func TestLeaseMetrics(t *testing.T) {
 		`ratelimit_lease_units_total{event="stranded"} 0`,
 		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="exact"} %d`, s.Exact),
 		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="refused"} %d`, s.Refused),
+		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="coalesced"} %d`, s.Coalesced),
 		fmt.Sprintf("ratelimit_lease_waits_total %d", s.Waits),
 		"ratelimit_lease_fallback_seconds_total 0",
 		fmt.Sprintf("ratelimit_lease_registrations_total %d", s.Registers),

@@ -202,6 +202,7 @@ func leaseMetrics(reg prometheus.Registerer, stats func() client.LeaseStats) {
 		{"units_stranded", "Granted units that could not be given back.", func(s client.LeaseStats) float64 { return float64(s.Stranded) }},
 		{"refused", "Descriptors refused here between paced grants.", func(s client.LeaseStats) float64 { return float64(s.Refused) }},
 		{"exact", "Lease-enabled descriptors sent to Redis one by one (cold, or the tier closed).", func(s client.LeaseStats) float64 { return float64(s.Exact) }},
+		{"coalesced", "Lease-enabled descriptors on cold keys that shared one Redis call with others.", func(s client.LeaseStats) float64 { return float64(s.Coalesced) }},
 		{"waits", "Descriptors that found the pool empty and waited on a grant.", func(s client.LeaseStats) float64 { return float64(s.Waits) }},
 		{"unclaimed", "Grants whose answer never came.", func(s client.LeaseStats) float64 { return float64(s.Unclaimed) }},
 		{"registrations", "Renewals of this service's slot in the leased descriptors' registries.", func(s client.LeaseStats) float64 { return float64(s.Registers) }},
