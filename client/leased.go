@@ -398,9 +398,7 @@ func (k *leaseKey) fallback(now, target, cost int64) Result {
 	if k.procs > 0 {
 		rate /= float64(k.procs)
 	}
-	if k.procs == 0 || k.spentRate > 0 { // nor past what it was spending: a count taken as the others joined is low
-		rate = min(rate, k.spentRate)
-	}
+	rate = min(rate, k.spentRate) // nor past what it was spending: a count taken as the others joined is low
 	per := rate / float64(target) // units per ns
 	k.fb = min(k.fb+per*float64(now-k.fbAt), max(rate, float64(cost)))
 	k.fbAt = now
@@ -422,11 +420,21 @@ func (k *leaseKey) fallback(now, target, cost int64) Result {
 func (k *leaseKey) size(now, target, cost int64) int64 {
 	n := int64(math.Ceil(max(k.rate, float64(k.asked))))
 	if k.near && k.procs > 0 {
-		since := min(max(now-k.sentAt, target/2), 2*target)
+		span := k.paceSpan(target)
+		since := min(max(now-k.sentAt, span/4), 2*span) // a grant of none paces from a quarter span
 		share := int64(math.Ceil(rateOf(k.limit) * float64(since) / float64(k.procs)))
 		n = min(n, share+k.owed)
 	}
 	return max(min(n, burst(k.limit), ratelimit.MaxUpTo), cost, 1)
+}
+
+// paceSpan is how often a paced key asks, on average: once a Target, or
+// twice in the time the limit takes to fill its burst when that is less
+// (a limit whose burst is less than a Target of its rate would otherwise
+// fill, and lose what accrues, between asks).
+func (k *leaseKey) paceSpan(target int64) int64 {
+	fill := float64(burst(k.limit)) / rateOf(k.limit) // ns
+	return max(min(target, int64(fill/2)), 1)
 }
 
 // rateOf is a GCRA or token-bucket limit's rate, in units per ns.
@@ -521,7 +529,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			if k.flight == nil && now >= k.pace { // try again, in the background
 				t.refill(key, k, k.size(now, target, cost))
 			}
-			if now-k.down >= int64(t.o.Fallback) || (k.procs == 0 && k.spentRate == 0) {
+			if now-k.down >= int64(t.o.Fallback) || k.spentRate == 0 {
 				err := k.err
 				t.unlock(k, now)
 				return Result{}, err
@@ -727,15 +735,17 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 	// changes who that is from one Target to the next, and the last units
 	// go to those that asked and got none.
 	wasNear := k.near
-	perT := max(int64(rateOf(k.limit)*float64(t.o.Target)), 1)
+	perT := max(int64(rateOf(k.limit)*float64(k.paceSpan(int64(t.o.Target)))), 1)
+	// Near stays until the limit holds what accrues between paced asks
+	// (at most half its burst: paceSpan).
 	k.near = r.Granted < n || r.Remaining < n || (k.near && r.Remaining < perT)
 	if wasNear && k.near && float64(n) < math.Ceil(max(k.rate, float64(k.asked))) {
-		k.owed = min(n-r.Granted, 2*perT)
+		k.owed = min(n-r.Granted, 2*perT/max(k.procs, 1)) // at most two Targets of its share
 	} else {
 		k.owed = 0
 	}
 	if k.near {
-		span := int64(t.o.Target)
+		span := k.paceSpan(int64(t.o.Target))
 		if r.Granted == 0 {
 			span /= 2
 		}
@@ -769,7 +779,7 @@ func (t *Leased) refill(key string, k *leaseKey, n int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		if _, err := t.grant(ctx, key, k.limit, k, n, sent, ch); err == nil { // a failure is counted as unclaimed; the next decision asks again
-			t.register(ctx, k)
+			t.register(k)
 		}
 	}) {
 		k.flight, k.sentAt = ch, sent
@@ -778,9 +788,11 @@ func (t *Leased) refill(key string, k *leaseKey, n int64) {
 
 // The registry of a leased key is a concurrency limit in the key's slot
 // (registryKey) where each process leasing the key holds a slot under its
-// id, renewed at most once a registryEvery when it grants, lapsing
-// registryLease after its last: the holders are the processes sharing the
-// key, N.
+// id, renewed with a grant a quarter of registryEvery after it joins, then
+// at most once a registryEvery, lapsing registryLease after its last: the
+// holders are the processes sharing the key, N. A key no registry name
+// shares a slot with (such as "a}b") has none: its N is not known, and its
+// grants and fallback go by what the process spends.
 const (
 	registryEvery = time.Second
 	registryLease = 2 * time.Second
@@ -803,7 +815,7 @@ func registryKey(key string) string {
 
 // register renews this process's slot in k's registry when due, and takes
 // the processes it counts as N.
-func (t *Leased) register(ctx context.Context, k *leaseKey) {
+func (t *Leased) register(k *leaseKey) {
 	now := t.now()
 	k.mu.Lock()
 	every := int64(registryEvery)
@@ -820,13 +832,16 @@ func (t *Leased) register(ctx context.Context, k *leaseKey) {
 		return
 	}
 	t.stats.registers.Add(1)
+	ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+	defer cancel()
 	r, err := t.c.Acquire(ctx, k.registry, Concurrency{Limit: registryLimit, Lease: registryLease}, t.id)
-	if err != nil {
-		return // N stays as it was; the next grant tries again
-	}
 	k.mu.Lock()
+	defer k.mu.Unlock()
+	if err != nil { // N stays as it was; a grant 250 ms on tries again
+		k.registered = now - int64(registryEvery) + int64(registryEvery)/4
+		return
+	}
 	k.procs = max(r.Limit-r.Remaining, 1)
-	k.mu.Unlock()
 }
 
 // giveBack returns units to the limiter at key in the background.
@@ -941,7 +956,9 @@ func (t *Leased) Close(ctx context.Context) error {
 				if h.units > 0 {
 					errs[i] = t.refund(rctx, h.key, h.limit, h.units)
 				}
-				if h.registry != "" { // the others count one process fewer at once; a failure lapses
+				if h.registry != "" { // the others count one process fewer at their next renewal; a failure lapses in 2 s
+					rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+					defer cancel()
 					_, _ = t.c.Release(rctx, h.registry, t.id)
 				}
 			})

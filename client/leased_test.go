@@ -764,3 +764,36 @@ func TestLeasedColdCoalesced(t *testing.T) {
 		t.Fatalf("the key after: %+v %v; want 1 left", r, err)
 	}
 }
+
+// A busy process sharing a limit with an idle one is not held to half of
+// it once the idle one leaves its share unused, even where the limit's
+// burst is less than a Target of its rate (a paced key then asks twice in
+// the time the burst takes to fill, or what accrues between asks is
+// lost): of 2,000 a second, one asking 4,000 got 7,088 to 7,227 in 4 s of
+// the 7,200 the other, asking 200, leaves (the test holds 6,800).
+func TestLeasedSmallBurst(t *testing.T) {
+	for _, burst := range []int64{49, 99, 499} {
+		tr := newTier(t, 2, LeaseOptions{})
+		l := GCRA(burst, 2000, time.Second)
+		got := [2]int64{}
+		start := tr.now()
+		for step := 0; tr.now()-start < int64(6*time.Second); step++ {
+			counting := tr.now()-start >= int64(2*time.Second)
+			for i, p := range tr.procs {
+				if i == 1 && step%20 != 0 { // 200 a second
+					continue
+				}
+				if r, err := p.Take(ctx, "hot", l, 1); err != nil {
+					t.Fatal(err)
+				} else if !r.Limited && counting {
+					got[i]++
+				}
+			}
+			tr.settle()
+			tr.advance(250 * time.Microsecond) // 4000 a second for the first
+		}
+		if got[0] < 4*1700 || got[1] < 4*190 {
+			t.Errorf("burst %d: in 4 s the busy process got %d, the idle one %d; want about 7,200 and 800", burst+1, got[0], got[1])
+		}
+	}
+}
