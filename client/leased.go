@@ -48,10 +48,10 @@ import (
 //
 // Each process leasing a key holds a slot, under an id of its own, in the
 // key's registry: a concurrency limit in the key's slot named
-// "{key}:leases" ("key:leases" for a key with a hash tag), renewed with
-// a grant 250 ms after it joins, then at most once a second, lapsing 2 s
-// after the last, and left
-// on Close. Its holders are N, the processes sharing the key. Near the
+// "{key}:leases" ("key:leases" for a key with a hash tag), renewed with a
+// grant 250 ms after it joins, then at most once a second, lapsing 2 s
+// after the last, and left on Close. Its holders are N, the processes
+// sharing the key. Near the
 // limit each grant is this process's share of the limit's rate since its
 // last grant — rate/N × the time — and what the last fell short by, so
 // that N processes asking more than the limit admits get a share each
@@ -59,12 +59,12 @@ import (
 // up takes no more than its share.
 //
 // When Redis fails (a grant's call errs or times out), a hot key spends
-// what it holds, then decides here at limit/N, or the rate it was
+// what it holds, then decides here at limit/N, or at the rate it was
 // spending when Redis last answered where that is less (a count taken
-// while the others joined is low), for Fallback (10 s by
-// default), and after that returns the error, for the caller's own
-// failure policy. Summed over processes that is what the limit admits,
-// not N × the limit. A grant is tried again in the background once a Target (each
+// while the others joined is low), for Fallback (10 s by default), and
+// after that returns the error, for the caller's own failure policy.
+// Summed over processes that is what the limit admits, not N × the
+// limit. A grant is tried again in the background once a Target (each
 // bounded by Timeout), and the first that answers ends the fallback. No
 // decision waits longer than Timeout for a grant.
 //
@@ -591,7 +591,7 @@ type batch struct {
 
 // coalesce decides cost on cold key k with one call when none is in
 // flight for it; otherwise the decision joins the key's next batch (one of
-// another cost goes alone).
+// another cost, or past UpTo's most, goes alone).
 func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey, cost int64) (Result, error) {
 	k.mu.Lock()
 	if !k.calling {
@@ -606,7 +606,7 @@ func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey,
 	if b == nil {
 		b = &batch{cost: cost, done: make(chan struct{})}
 		k.queue = b
-	} else if b.cost != cost {
+	} else if b.cost != cost || b.n == ratelimit.MaxUpTo {
 		k.mu.Unlock()
 		t.stats.exact.Add(1)
 		return t.c.Take(ctx, key, l, cost)
@@ -915,8 +915,9 @@ func (t *Leased) Stats() LeaseStats {
 }
 
 // Close gives back every unit held, leaves the keys' registries, and
-// waits for the calls in flight; later decisions go exact. The returns run at once, each bounded by
-// Timeout (and ctx); it returns the errors they met (errors.Join).
+// waits for the calls in flight; later decisions go exact. The returns
+// run at once, each bounded by Timeout (and ctx); it returns the errors
+// the returns met (errors.Join).
 func (t *Leased) Close(ctx context.Context) error {
 	t.gate.Lock()
 	closed := t.shut.Swap(true)
