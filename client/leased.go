@@ -28,11 +28,13 @@ import (
 // Target (50 ms by default), at most the limit's burst; units not spent
 // within Lifetime (τ, 200 ms by default) of their grant are given back
 // (a negative Take), as are all on Close and when the key goes cold. A
-// key whose grant came back short or refused asks again no sooner than
-// Target later (or its RetryAfter, when longer); requests in between that
-// the units held cannot cover are refused here, with the time until then
-// as RetryAfter: a saturated key costs this process about one call per
-// Target, however many requests it refuses.
+// key whose grant came back short or refused asks again about a Target
+// later (at an instant drawn from [Target/2, 3·Target/2); twice as often
+// where the limit's burst fills in less than two Targets), or after its
+// RetryAfter when longer; requests in between that the units held cannot
+// cover are refused here, with the time until then as RetryAfter: a
+// saturated key costs this process about one call per Target, however
+// many requests it refuses.
 //
 // The bound: every unit spent was admitted by the limiter, at most τ
 // before it is spent. A leased GCRA or token bucket therefore admits, in
@@ -206,7 +208,7 @@ type leaseKey struct {
 	flight              chan struct{}
 	last                Result // the last grant's answer
 	pace                int64  // no grant before this instant (Unix ns), after a short one
-	near                bool   // the last grant was short, or left less than it granted
+	near                bool   // a grant was short or left less than it granted, and the limit has not held a pace span's accrual since
 	// Near the limit each grant is this process's share since the last:
 	// the limit's rate over procs, the processes the key's registry last
 	// counted (0: not known), and what the last fell short by (owed).
@@ -952,15 +954,15 @@ func (t *Leased) Close(ctx context.Context) error {
 	for i, h := range all {
 		if h.units > 0 || h.registry != "" {
 			wg.Go(func() {
-				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
-				defer cancel()
 				if h.units > 0 {
+					rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
 					errs[i] = t.refund(rctx, h.key, h.limit, h.units)
+					cancel()
 				}
 				if h.registry != "" { // the others count one process fewer at their next renewal; a failure lapses in 2 s
 					rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
-					defer cancel()
 					_, _ = t.c.Release(rctx, h.registry, t.id)
+					cancel()
 				}
 			})
 		}
