@@ -1,0 +1,149 @@
+package client
+
+import (
+	"context"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit"
+)
+
+// All is Client.All through the tier: decided here, with no call, when
+// every limit is a key hot on this process that holds the limit's cost
+// (the units are spent from every pool or from none); refused here when
+// one of the keys is paced (see Leased) and holds less than its cost,
+// with that key's wait as RetryAfter; otherwise sent to the limiter as
+// Client.All (which wants the keys in one slot in a cluster), while the
+// keys short of units ask for more in the background. Every limit must
+// lease (GCRA or a token bucket, a cost from 1 to the burst, no options,
+// no key twice); other calls go to the limiter as they are. While a
+// key's grants fail, All goes to the limiter, and returns its error.
+//
+// A local Result is the deciding limit's, as Client.All's: admitted, the
+// key holding the fewest units after (Remaining those units); refused,
+// the paced key with the longest wait. Policy is its position in limits.
+func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
+	if !t.leasesAll(limits, opts) {
+		t.stats.exact.Add(1)
+		return t.c.All(ctx, limits, opts...)
+	}
+	var kb [16]*leaseKey
+	var ob [16]int
+	ks, order := kb[:len(limits)], ob[:len(limits)]
+	for i, kl := range limits {
+		ks[i], order[i] = t.entry(kl.Key, kl.Limit), i
+	}
+	for i := 1; i < len(order); i++ { // lock in key order: two Alls never wait for each other
+		for j := i; j > 0 && limits[order[j]].Key < limits[order[j-1]].Key; j-- {
+			order[j], order[j-1] = order[j-1], order[j]
+		}
+	}
+	target := int64(t.o.Target)
+	var waitUntil time.Time
+	late := false
+	for {
+		now := t.now()
+		for _, i := range order {
+			t.lock(ks[i])
+		}
+		unlock := func() {
+			for _, i := range order {
+				t.unlock(ks[i], now)
+			}
+		}
+		covered, refuse, gone := true, -1, false
+		for i, k := range ks {
+			gone = gone || k.gone
+			if g := k.expire(now); g > 0 {
+				t.giveBack(limits[i].Key, k.limit, g)
+			}
+			if k.units() < limits[i].Cost {
+				covered = false
+				if k.hot && k.down == 0 && (now < k.pace || late) && (refuse < 0 || k.pace > ks[refuse].pace) {
+					refuse = i
+				}
+			}
+		}
+		for i, k := range ks { // a key's demand is what it was asked when it could decide: not a refusal by another
+			cost := limits[i].Cost
+			if !covered && k.units() >= cost {
+				cost = 0
+			}
+			k.observe(now, target, cost, t.o.Hot)
+		}
+		var wait chan struct{}
+		switch {
+		case gone || t.shut.Load(): // swept or closed meanwhile
+		case covered:
+			fewest := 0
+			for i, k := range ks {
+				t.take(k, limits[i].Cost)
+				if k.units() < ks[fewest].units() {
+					fewest = i
+				}
+			}
+			k := ks[fewest]
+			r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}, Policy: fewest}
+			for i, k := range ks {
+				t.refillAhead(limits[i].Key, k, now)
+			}
+			unlock()
+			return r, nil
+		case refuse >= 0:
+			r := ks[refuse].refusal(now, target)
+			r.Policy = refuse
+			unlock()
+			t.stats.refused.Add(1)
+			return r, nil
+		default: // the hot keys short of units ask for more (one grant in flight a key), and the decision waits for one
+			for i, k := range ks {
+				if !k.hot || k.down != 0 || k.units() >= limits[i].Cost {
+					continue
+				}
+				if k.flight == nil {
+					t.refill(limits[i].Key, k, k.size(now, target, limits[i].Cost))
+				}
+				if wait == nil {
+					wait = k.flight
+				}
+			}
+		}
+		unlock()
+		if wait == nil { // a key is cold or failing, or the tier closed: the limiter decides
+			break
+		}
+		if waitUntil.IsZero() {
+			t.stats.waits.Add(1)
+			waitUntil = time.Now().Add(t.o.Timeout)
+		}
+		timer := time.NewTimer(time.Until(waitUntil))
+		select {
+		case <-wait:
+		case <-timer.C:
+			late = true
+		case <-ctx.Done():
+			timer.Stop()
+			return Result{}, ctx.Err()
+		}
+		timer.Stop()
+	}
+	t.stats.exact.Add(1)
+	return t.c.All(ctx, limits)
+}
+
+// leasesAll reports whether All may decide limits through the tier.
+func (t *Leased) leasesAll(limits []Keyed, opts []Option) bool {
+	if len(opts) > 0 || len(limits) == 0 || len(limits) > 16 || t.shut.Load() {
+		return false
+	}
+	for i, kl := range limits {
+		if kl.Cost <= 0 || !kl.Limit.Refundable() || kl.Cost > burst(kl.Limit) {
+			return false
+		}
+		for _, o := range limits[:i] {
+			if o.Key == kl.Key {
+				return false
+			}
+		}
+	}
+	return true
+}

@@ -1,0 +1,114 @@
+package client
+
+import (
+	"testing"
+	"time"
+)
+
+// All through the tier: four processes ask two limits together — a
+// user's PerSecond(1000) and a tenant's PerSecond(600) — at 4× the
+// tighter one for 3 s. Each limit stays within its bound in every window
+// (the exact limiter's and τ more), both are spent together (the units
+// taken from one are taken from the other), the tighter one's allowance
+// is used, and the calls stay paced: under 0.02 a decision.
+func TestLeasedAll(t *testing.T) {
+	o := LeaseOptions{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
+	tr := newTier(t, 4, o)
+	limits := []Keyed{{Key: "{t}:user", Limit: PerSecond(1000), Cost: 1}, {Key: "{t}:tenant", Limit: PerSecond(600), Cost: 1}}
+	start := tr.now()
+	var admitted []int64
+	decisions, local := 0, 0
+	for tr.now()-start < int64(3*time.Second) {
+		for _, p := range tr.procs {
+			r, err := p.All(ctx, limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			decisions++
+			if !r.Limited {
+				admitted = append(admitted, tr.now())
+				if r.RetryAfter == Never && r.Policy != 0 && r.Policy != 1 {
+					t.Fatalf("policy %d", r.Policy)
+				}
+			}
+		}
+		tr.settle()
+		tr.advance(400 * time.Microsecond)
+	}
+	withinBound(t, admitted, 600, 600, o.Lifetime)
+	if n := len(admitted); n < int(0.97*(600+3*600)) || n > 600+3*600+120 {
+		t.Fatalf("%d admitted over 3 s of PerSecond(600) at 4x demand", n)
+	}
+	for _, p := range tr.procs {
+		local += int(p.Stats().Local)
+	}
+	if calls := tr.calls.Load(); float64(calls)/float64(decisions) > 0.02 {
+		t.Fatalf("%d calls for %d decisions", calls, decisions)
+	}
+	if local < len(admitted)*2*9/10 {
+		t.Fatalf("%d units spent locally for %d admitted decisions of two limits", local, len(admitted))
+	}
+	t.Logf("%d admitted of %d decisions, %d calls, %d units local", len(admitted), decisions, tr.calls.Load(), local)
+}
+
+// All is all or nothing through the tier too: four processes ask a
+// user's PerMinute(100) and a tenant's PerMinute(6) together for 150 ms.
+// Exactly the tenant's 6 are admitted, and once the tiers close (giving
+// back what they hold) the user's limit has lost those 6 and nothing for
+// the refusals, though its key leased.
+func TestLeasedAllAtomic(t *testing.T) {
+	tr := newTier(t, 4, LeaseOptions{Hot: 2})
+	limits := []Keyed{{Key: "{t}:user", Limit: PerMinute(100), Cost: 1}, {Key: "{t}:tenant", Limit: PerMinute(6), Cost: 1}}
+	start := tr.now()
+	admitted := 0
+	for tr.now()-start < int64(150*time.Millisecond) { // less than τ: the units granted first are still held at the end
+		for _, p := range tr.procs {
+			r, err := p.All(ctx, limits)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if !r.Limited {
+				admitted++
+			} else if r.Policy != 1 {
+				t.Fatalf("refused by limit %d: %+v", r.Policy, r)
+			}
+		}
+		tr.settle()
+		tr.advance(time.Millisecond)
+	}
+	if admitted != 6 {
+		t.Fatalf("%d admitted; the tenant's limit admits 6", admitted)
+	}
+	// What the user's limit lost is the 6 admitted and the units the
+	// processes hold: none went to a refusal.
+	tr.settle()
+	var grants, held int64
+	for _, p := range tr.procs {
+		grants += p.Stats().Grants
+		if k, ok := p.keys.Load("{t}:user"); ok {
+			k := k.(*leaseKey)
+			p.lock(k)
+			held += k.units()
+			p.unlock(k, tr.now())
+		}
+	}
+	if grants == 0 {
+		t.Fatal("no key leased")
+	}
+	r, err := tr.procs[0].c.Peek(ctx, "{t}:user", limits[0].Limit, 1)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if left := r.Remaining + 1 + held; left != 100-6 { // Peek's Remaining is after one more; 150 ms accrue 0.25
+		t.Fatalf("the user's limit has %d left and the processes hold %d, after 6 admitted", r.Remaining, held)
+	}
+	for _, p := range tr.procs {
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err = tr.procs[0].c.Peek(ctx, "{t}:user", limits[0].Limit, 1); err != nil || r.Remaining+1 != 100-6 {
+		t.Fatalf("after Close the user's limit has %d left: %v", r.Remaining, err)
+	}
+	t.Logf("%d grants; the processes held %d of the user's units before Close", grants, held)
+}
