@@ -77,6 +77,7 @@ type Leased struct {
 	o     LeaseOptions
 	mu    sync.Mutex // makes and forgets entries
 	keys  sync.Map   // key → *leaseKey
+	pools sync.Map   // concurrency key → *slotPool
 	stats leaseCounters
 	id    string         // this process's id in the keys' registries
 	calls sync.WaitGroup // refills and returns in flight
@@ -148,7 +149,11 @@ type leaseCounters struct {
 
 // NewLeased returns a local tier over c; Close it to give back what it
 // holds.
-func NewLeased(c *Client, o LeaseOptions) *Leased {
+func NewLeased(c *Client, o LeaseOptions) *Leased { return newLeased(c, o, true) }
+
+// newLeased is NewLeased, with the sweeper running every Target or, for
+// tests that sweep by themselves, not.
+func newLeased(c *Client, o LeaseOptions, sweeper bool) *Leased {
 	if o.Target <= 0 {
 		o.Target = 50 * time.Millisecond
 	}
@@ -166,7 +171,11 @@ func NewLeased(c *Client, o LeaseOptions) *Leased {
 	}
 	l := &Leased{c: c, o: o, stop: make(chan struct{}), swept: make(chan struct{}),
 		id: "lease:" + strconv.FormatUint(rand.Uint64(), 36)}
-	go l.sweeper()
+	if sweeper {
+		go l.sweeper()
+	} else {
+		close(l.swept)
+	}
 	return l
 }
 
@@ -211,11 +220,9 @@ type leaseKey struct {
 	near                bool   // a grant was short or left less than it granted, and the limit has not held a pace span's accrual since
 	// Near the limit each grant is this process's share since the last:
 	// the limit's rate over procs, the processes the key's registry last
-	// counted (0: not known), and what the last fell short by (owed).
-	procs, sentAt, owed int64
-	registry            string // the registry's key, in key's slot ("": none can be named)
-	registered          int64  // when this process last joined it
-	renewals            int64  // how many times
+	// counted (registration), and what the last fell short by (owed).
+	sentAt, owed int64
+	registration
 	// What it spends: units admitted in the current bucket, and per Target
 	// smoothed; while grants fail (since down, the last error err), a
 	// bucket of fb units refilled at that rate since fbAt decides.
@@ -468,7 +475,7 @@ func (t *Leased) entry(key string, l Limit) *leaseKey {
 		old.n, old.hot, old.gone = 0, false, true
 		t.unlock(old, t.now())
 	}
-	k := &leaseKey{limit: l, registry: registryKey(key)}
+	k := &leaseKey{limit: l, registration: registration{registry: registryKey(key)}}
 	t.keys.Store(key, k)
 	return k
 }
@@ -781,7 +788,7 @@ func (t *Leased) refill(key string, k *leaseKey, n int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		if _, err := t.grant(ctx, key, k.limit, k, n, sent, ch); err == nil { // a failure is counted as unclaimed; the next decision asks again
-			t.register(k)
+			t.register(&k.mu, &k.registration)
 		}
 	}) {
 		k.flight, k.sentAt = ch, sent
@@ -815,35 +822,43 @@ func registryKey(key string) string {
 	return r
 }
 
-// register renews this process's slot in k's registry when due, and takes
-// the processes it counts as N.
-func (t *Leased) register(k *leaseKey) {
+// registration is a key's place in its registry.
+type registration struct {
+	registry   string // the registry's key, in the key's slot ("": none can be named)
+	registered int64  // when this process last joined it
+	renewals   int64  // how many times
+	procs      int64  // the processes it counted then (0: not known)
+}
+
+// register renews this process's slot in g's registry when due, and
+// takes the processes it counts as N; mu guards g.
+func (t *Leased) register(mu *sync.Mutex, g *registration) {
 	now := t.now()
-	k.mu.Lock()
+	mu.Lock()
 	every := int64(registryEvery)
-	if k.renewals == 1 { // the first count was taken as the others may have been joining
+	if g.renewals == 1 { // the first count was taken as the others may have been joining
 		every /= 4
 	}
-	due := k.registry != "" && now-k.registered >= every
+	due := g.registry != "" && now-g.registered >= every
 	if due {
-		k.registered = now
-		k.renewals++
+		g.registered = now
+		g.renewals++
 	}
-	k.mu.Unlock()
+	mu.Unlock()
 	if !due {
 		return
 	}
 	t.stats.registers.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 	defer cancel()
-	r, err := t.c.Acquire(ctx, k.registry, Concurrency{Limit: registryLimit, Lease: registryLease}, t.id)
-	k.mu.Lock()
-	defer k.mu.Unlock()
+	r, err := t.c.Acquire(ctx, g.registry, Concurrency{Limit: registryLimit, Lease: registryLease}, t.id)
+	mu.Lock()
+	defer mu.Unlock()
 	if err != nil { // N stays as it was; a grant 250 ms on tries again
-		k.registered = now - int64(registryEvery) + int64(registryEvery)/4
+		g.registered = now - int64(registryEvery) + int64(registryEvery)/4
 		return
 	}
-	k.procs = max(r.Limit-r.Remaining, 1)
+	g.procs = max(r.Limit-r.Remaining, 1)
 }
 
 // giveBack returns units to the limiter at key in the background.
@@ -900,6 +915,7 @@ func (t *Leased) sweep(now int64) {
 		}
 		t.unlock(k, now)
 	}
+	t.sweepPools(now)
 }
 
 // Stats is what the tier did so far.
@@ -968,7 +984,7 @@ func (t *Leased) Close(ctx context.Context) error {
 		}
 	}
 	wg.Wait()
-	return errors.Join(errs...)
+	return errors.Join(append(errs, t.closePools(ctx))...)
 }
 
 // all is every key's entry.

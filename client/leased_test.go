@@ -23,7 +23,11 @@ type tier struct {
 	procs []*Leased
 }
 
-func newTier(t *testing.T, n int, o LeaseOptions) *tier {
+func newTier(t *testing.T, n int, o LeaseOptions) *tier { return newTierSwept(t, n, o, true) }
+
+// newTierSwept is newTier, its tiers sweeping by themselves or, with
+// sweeper false, only when the test calls sweep.
+func newTierSwept(t *testing.T, n int, o LeaseOptions, sweeper bool) *tier {
 	t.Helper()
 	tr := &tier{f: fakeredis.New()}
 	tr.clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
@@ -33,7 +37,7 @@ func newTier(t *testing.T, n int, o LeaseOptions) *tier {
 	o.Now = now
 	c := New(tr.f.Client())
 	for range n {
-		tr.procs = append(tr.procs, NewLeased(c, o))
+		tr.procs = append(tr.procs, newLeased(c, o, sweeper))
 	}
 	t.Cleanup(func() {
 		for _, p := range tr.procs {

@@ -156,3 +156,80 @@ func TestLeasedOnFake(t *testing.T) {
 	}
 	t.Logf("%d admitted of 300, %d Redis calls; tier %+v", admitted, calls.Load(), s)
 }
+
+// A concurrency policy through the local tier (Options.Lease), seen by a
+// real HTTP client: 200 requests one after another cost a few Redis calls
+// (the slot comes from those this process holds at the key); with 6
+// requests in flight on a limit of 4, exactly 4 reach the handler and 2
+// are shed (503); the slots come back when the requests end, and Close
+// leaves the key with every slot free.
+func TestLeasedSlotsOnFake(t *testing.T) {
+	f := fakeredis.New()
+	var calls atomic.Int64
+	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
+	var inside atomic.Int64
+	gate := make(chan struct{})
+	lim, err := New(f.Client(), Options{OnError: FailClosed, Lease: &client.LeaseOptions{Hot: 2}},
+		Policy{Name: "exports", Concurrency: client.Concurrency{Limit: 4, Lease: 30 * time.Second}, Key: Global()})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if r.URL.Path == "/slow" {
+			inside.Add(1)
+			<-gate
+		}
+	})))
+	defer srv.Close()
+	get := func(path string) int {
+		resp, err := http.Get(srv.URL + path)
+		if err != nil {
+			t.Error(err)
+			return 0
+		}
+		resp.Body.Close()
+		return resp.StatusCode
+	}
+	for i := range 200 {
+		if code := get("/a"); code != 200 {
+			t.Fatalf("request %d: %d", i, code)
+		}
+	}
+	if c, s := calls.Load(), lim.Leased(); c > 20 || s.Local < 190 {
+		t.Fatalf("200 requests one after another: %d Redis calls; tier %+v", c, s)
+	}
+	codes := make(chan int, 6)
+	for range 6 {
+		go func() { codes <- get("/slow") }()
+	}
+	shed := 0
+	for range 2 {
+		if code := <-codes; code == http.StatusServiceUnavailable {
+			shed++
+		}
+	}
+	if shed != 2 || inside.Load() != 4 {
+		t.Fatalf("6 in flight on a limit of 4: %d shed, %d inside", shed, inside.Load())
+	}
+	const key = "rl:http:{global}:exports"
+	if r, err := client.New(f.Client()).PeekConcurrency(context.Background(), key, 4); err != nil || !r.Limited {
+		t.Fatalf("with 4 in flight the key: %+v %v; want none free", r, err)
+	}
+	close(gate)
+	for range 4 {
+		if code := <-codes; code != 200 {
+			t.Fatalf("a held request ended with %d", code)
+		}
+	}
+	if code := get("/a"); code != 200 {
+		t.Fatalf("after the requests ended: %d", code)
+	}
+	if err := lim.Close(context.Background()); err != nil {
+		t.Fatal(err)
+	}
+	r, err := client.New(f.Client()).PeekConcurrency(context.Background(), key, 4)
+	if err != nil || r.Limited || r.Remaining != 3 {
+		t.Fatalf("after Close the key: %+v %v; want every slot free", r, err)
+	}
+	t.Logf("%d Redis calls; tier %+v", calls.Load(), lim.Leased())
+}

@@ -200,8 +200,11 @@ type Options struct {
 	// Lease, when set, decides through a local tier (client.NewLeased with
 	// these options): a request under one enforcing GCRA or token-bucket
 	// policy (no Reserve) on a key hot on this process is decided from
-	// units granted ahead, with no Redis call; every other request as
-	// without it. Close the Limiter to give back what the tier holds. Under
+	// units granted ahead, with no Redis call, and a concurrency policy's
+	// slot (no Reserve) is one of the slots this process holds at the key,
+	// acquired and released with no call (never more holders than the
+	// limit: see client.Leased.Acquire); every other request as without
+	// it. Close the Limiter to give back what the tier holds. Under
 	// leasing a response's RateLimit field states what this process holds
 	// (r) and the limit's reset as of its last grant (t): a lower bound of
 	// what the key admits, not the shared count.

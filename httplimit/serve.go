@@ -477,7 +477,11 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		start := time.Now()
 		var err error
 		for _, a := range held {
-			if _, e := l.c.Release(ctx, a.Key, a.id); e != nil && err == nil {
+			release := l.c.Release
+			if l.leased != nil { // a slot handed out by the tier is freed there; any other is released at the key
+				release = l.leased.Release
+			}
+			if _, e := release(ctx, a.Key, a.id); e != nil && err == nil {
 				err = e
 			}
 		}
@@ -489,6 +493,10 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		a.server = l.serversOf(r, conc[i:i+1])[0]
 		var res client.Result
 		switch l.remote(r, []string{a.server}, func(ctx context.Context) (err error) {
+			if l.leased != nil && a.Reserve == 0 { // through the local tier, on a key hot on this process
+				res, err = l.leased.Acquire(ctx, a.Key, a.p.Concurrency, id)
+				return err
+			}
 			res, err = l.c.Acquire(ctx, a.Key, a.p.Concurrency, id, client.Reserve(a.Reserve))
 			return err
 		}) {

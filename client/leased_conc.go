@@ -1,0 +1,424 @@
+package client
+
+import (
+	"context"
+	"errors"
+	"math/rand/v2"
+	"sync"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit"
+)
+
+// Concurrency through the tier. On a concurrency key hot on this process
+// (Hot acquires within one Target), the process holds several slots at
+// the key under its own id (Acquire with UpTo) and hands them to its
+// holders with no call: an Acquire takes a free one, a Release frees it
+// for the next. The slots' lease at the key is the limit's Lease and
+// slotSlack more, renewed every half slotSlack while the process holds
+// any; a slot is handed out only while the last renewal is at most
+// slotSlack old, so it lasts its whole Lease at the key even if Redis
+// never answers again, and a holder's slot lapses here with its Lease, or
+// when the process's slots lapse at the key if that is sooner (the
+// renewals failed). The holders here are never more than the slots the
+// process holds at the key, so the limit holds exactly: concurrency
+// leases exceed nothing.
+//
+// A process asks for what its holders use, and while the key is not near
+// the limit a quarter more (at least one); near it (a grant came back
+// short) it asks for one at a time, about once a Target, and gives back
+// the slots left free through a whole Target. Free slots beyond that
+// spare are given back at the next sweep; all of them when the key goes
+// cold, and on Close (the slots in use then stay held under the process's
+// id until their holders Release them, each releasing one there, or until
+// they lapse).
+const slotSlack = time.Second
+
+// slotPool is one concurrency key's slots on this process.
+type slotPool struct {
+	mu      sync.Mutex
+	l       Concurrency
+	held    int64            // slots this process's id holds at the key, as its last grant said
+	sent    int64            // when that grant was sent (Unix ns): the slots lapse no sooner than a Lease and slotSlack after
+	holders map[string]int64 // local holder → the end of its lease (Unix ns)
+	bucket  int64            // acquires in the Target-long bucket from bucket: seen
+	seen    int64
+	hot     bool
+	used    int64 // the last acquire or release
+	flight  chan struct{}
+	pace    int64 // no grant before this instant, near the limit or after a failure
+	near    bool
+	idle    int64 // the fewest slots free since the last sweep
+	last    Result
+	err     error // the last grant's error; nil once one answers
+	gone    bool  // forgotten, or the tier closed: decisions go to the limiter
+	closed  bool  // the tier closed: a holder's Release releases one slot at the key
+	registration
+}
+
+// share is the slots this process keeps near the limit: the limit over
+// the processes the key's registry counts, rounded up (the whole limit
+// when not known).
+func (p *slotPool) share() int64 {
+	if p.procs <= 0 {
+		return p.l.Limit
+	}
+	return (p.l.Limit + p.procs - 1) / p.procs
+}
+
+// end is when the process's slots at the key lapse, at the latest.
+func (p *slotPool) end() int64 { return p.sent + int64(p.l.Lease+slotSlack) }
+
+// fresh reports whether a slot handed out at now lasts its whole Lease
+// at the key even if no renewal answers.
+func (p *slotPool) fresh(now int64) bool { return p.held > 0 && now-p.sent <= int64(slotSlack) }
+
+// free is the slots held that no holder uses at now, dropping the holders
+// whose slots lapsed when none is.
+func (p *slotPool) free(now int64) int64 {
+	if now >= p.end() {
+		p.held = 0
+		clear(p.holders)
+		return 0
+	}
+	if f := p.held - int64(len(p.holders)); f > 0 {
+		return f
+	}
+	for id, e := range p.holders {
+		if e <= now {
+			delete(p.holders, id)
+		}
+	}
+	return max(p.held-int64(len(p.holders)), 0)
+}
+
+// spare is the free slots the process keeps beyond its holders.
+func (p *slotPool) spare() int64 {
+	if p.near {
+		return 0
+	}
+	return max(1, int64(len(p.holders))/4)
+}
+
+// leasesSlots reports whether an acquire of l may go through the tier.
+func leasesSlots(l Concurrency, opts []Option) bool {
+	return len(opts) == 0 && l.Limit >= 1 && l.Limit <= registryLimit && l.Lease >= time.Second && l.Lease%time.Second == 0
+}
+
+// pool is key's slot pool for l; nil when the key is pooled with another
+// limit (its acquires then go to the limiter).
+func (t *Leased) pool(key string, l Concurrency) *slotPool {
+	if v, ok := t.pools.Load(key); ok {
+		if p := v.(*slotPool); p.l == l {
+			return p
+		}
+		return nil
+	}
+	t.mu.Lock()
+	defer t.mu.Unlock()
+	if v, ok := t.pools.Load(key); ok {
+		if p := v.(*slotPool); p.l == l {
+			return p
+		}
+		return nil
+	}
+	p := &slotPool{l: l, holders: map[string]int64{}, registration: registration{registry: registryKey(key)}}
+	t.pools.Store(key, p)
+	return p
+}
+
+// Acquire is Client.Acquire through the tier: on a key hot on this
+// process, a slot of those the process holds at the key (see slotSlack),
+// with no call. A local Result has Remaining the slots this process holds
+// free after it (a lower bound of the key's), RetryAfter Never and
+// ResetAfter the holder's Lease. When none is free the key asks for more
+// (one grant in flight) and the acquire waits for it, at most Timeout;
+// near the limit, acquires between paced grants are refused here, with
+// the time until the next as RetryAfter. While grants fail, free slots
+// are handed out as long as they are fresh; then Acquire returns the
+// error. A cold key, options, or a limit other than the one the key is
+// pooled with go to the limiter, under id.
+func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
+	if !leasesSlots(l, opts) || t.shut.Load() {
+		t.stats.exact.Add(1)
+		return t.c.Acquire(ctx, key, l, id, opts...)
+	}
+	p := t.pool(key, l)
+	target := int64(t.o.Target)
+	var waitUntil time.Time
+	counted, late := false, false
+	for p != nil {
+		now := t.now()
+		p.mu.Lock()
+		if p.gone {
+			p.mu.Unlock()
+			if t.shut.Load() {
+				break
+			}
+			p = t.pool(key, l)
+			continue
+		}
+		if !counted {
+			if now >= p.bucket+target {
+				p.bucket, p.seen = now, 0
+			}
+			p.seen++
+			p.hot = p.hot || p.seen >= t.o.Hot
+			p.used = now
+			counted = true
+		}
+		if !p.hot {
+			p.mu.Unlock()
+			break
+		}
+		free := p.free(now)
+		if _, ok := p.holders[id]; ok && p.fresh(now) { // held here (its lease may have lapsed, its slot has not): renewed
+			p.holders[id] = now + int64(l.Lease)
+			t.stats.local.Add(1)
+			r := p.admitted(free)
+			p.mu.Unlock()
+			return r, nil
+		}
+		if free > 0 && p.fresh(now) {
+			p.holders[id] = now + int64(l.Lease)
+			free--
+			p.idle = min(p.idle, free)
+			t.stats.local.Add(1)
+			r := p.admitted(free)
+			if free < (p.spare()+1)/2 && p.flight == nil && now >= p.pace && p.err == nil {
+				t.growPool(key, p, 1)
+			}
+			p.mu.Unlock()
+			return r, nil
+		}
+		if err := p.err; err != nil { // grants fail: the error, while one more is tried in the background
+			if p.flight == nil && now >= p.pace {
+				t.growPool(key, p, 1)
+			}
+			p.mu.Unlock()
+			return Result{}, err
+		}
+		if now < p.pace || late {
+			r := Result{Verdict: ratelimit.Verdict{Limited: true, Limit: l.Limit, RetryAfter: time.Duration(max(p.pace-now, target)), ResetAfter: p.last.ResetAfter}}
+			if now < p.pace {
+				r.RetryAfter = time.Duration(p.pace - now)
+			}
+			p.mu.Unlock()
+			t.stats.refused.Add(1)
+			return r, nil
+		}
+		if waitUntil.IsZero() {
+			t.stats.waits.Add(1)
+			waitUntil = time.Now().Add(t.o.Timeout)
+		}
+		if p.flight == nil {
+			t.growPool(key, p, 1)
+		}
+		ch := p.flight
+		p.mu.Unlock()
+		if ch == nil { // closed meanwhile
+			break
+		}
+		timer := time.NewTimer(time.Until(waitUntil))
+		select {
+		case <-ch:
+		case <-timer.C:
+			late = true
+		case <-ctx.Done():
+			timer.Stop()
+			return Result{}, ctx.Err()
+		}
+		timer.Stop()
+	}
+	t.stats.exact.Add(1)
+	return t.c.Acquire(ctx, key, l, id)
+}
+
+// admitted is a local acquire's Result, free slots left after it.
+func (p *slotPool) admitted(free int64) Result {
+	return Result{Verdict: ratelimit.Verdict{Limit: p.l.Limit, Remaining: free, RetryAfter: ratelimit.Never, ResetAfter: p.l.Lease}}
+}
+
+// Release is Client.Release through the tier: a holder's local slot is
+// freed here, with no call (true when it had not lapsed); any other id's
+// is released at the key.
+func (t *Leased) Release(ctx context.Context, key, id string) (bool, error) {
+	if v, ok := t.pools.Load(key); ok {
+		p := v.(*slotPool)
+		now := t.now()
+		p.mu.Lock()
+		if e, ok := p.holders[id]; ok {
+			delete(p.holders, id)
+			live := e > now && now < p.end()
+			closed := p.closed
+			if !closed {
+				p.used = now
+				if p.near && live && p.held > p.share() { // near the limit, past its share: the slot goes back, and this process asks again no sooner than a Target
+					p.held--
+					t.giveSlots(key, 1)
+					p.pace = max(p.pace, now+p.draw(int64(t.o.Target)))
+				}
+				p.idle = min(p.idle, p.free(now))
+			}
+			p.mu.Unlock()
+			if closed && live { // the tier closed: its slot at the key goes too
+				n, err := t.c.ReleaseN(ctx, key, t.id, 1)
+				return n > 0, err
+			}
+			return live, nil
+		}
+		p.mu.Unlock()
+	}
+	return t.c.Release(ctx, key, id)
+}
+
+// growPool sends a grant in the background for the slots p's holders use,
+// need more, and the spare; p is locked and has no flight. With need 0 it
+// renews what is held.
+func (t *Leased) growPool(key string, p *slotPool, need int64) {
+	want := min(max(int64(len(p.holders))+need+p.spare(), p.held), p.l.Limit)
+	if need == 0 {
+		want = p.held
+	}
+	ch := make(chan struct{})
+	sent := t.now() // the slots' lease runs from before the limiter took them
+	if t.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		t.stats.grants.Add(1)
+		r, err := t.c.Acquire(ctx, key, Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, t.id, UpTo(want))
+		if t.answer(p, r, err, want, need, sent, ch) {
+			t.register(&p.mu, &p.registration)
+		}
+	}) {
+		p.flight = ch
+	}
+}
+
+// answer holds a grant's answer; false when it failed.
+func (t *Leased) answer(p *slotPool, r Result, err error, want, need, sent int64, ch chan struct{}) bool {
+	now := t.now()
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	p.flight = nil
+	close(ch)
+	if err != nil {
+		t.stats.unclaimed.Add(1)
+		p.err, p.pace = err, now+int64(t.o.Target)
+		return false
+	}
+	p.err, p.last = nil, r
+	if got := r.Granted - p.held; got > 0 {
+		t.stats.granted.Add(got)
+	}
+	p.held = r.Granted // 0 when the key holds none for this process (lapsed, or lost): the holders here keep theirs, and no one else gets one
+	if r.Granted > 0 {
+		p.sent = sent
+	}
+	p.near = r.Granted < want || r.Granted-int64(len(p.holders)) < need // short, or holding the whole limit
+	if p.near && need > 0 {
+		p.pace = now + p.draw(int64(t.o.Target))
+	}
+	return true
+}
+
+// draw is when a paced pool asks next, from now: an instant drawn from
+// [span/2, 3 span/2).
+func (p *slotPool) draw(span int64) int64 { return span/2 + rand.Int64N(span) }
+
+// sweepPools renews the slots held, gives back the free ones beyond the
+// spare (near the limit, those free through a whole sweep), and forgets
+// the keys idle for a Lifetime with no holder, giving back their slots;
+// t.mu is held.
+func (t *Leased) sweepPools(now int64) {
+	t.pools.Range(func(key, v any) bool {
+		p := v.(*slotPool)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		free := p.free(now)
+		extra := min(p.idle, free) - p.spare()
+		p.idle = free
+		switch {
+		case len(p.holders) == 0 && now-p.used >= int64(t.o.Lifetime):
+			t.pools.Delete(key)
+			p.gone = true
+			if p.held > 0 {
+				t.giveSlots(key.(string), p.held)
+			}
+			p.held = 0
+		case extra > 0 && p.flight == nil:
+			p.held -= extra
+			p.idle -= extra
+			t.giveSlots(key.(string), extra)
+		case p.held > 0 && p.flight == nil && now-p.sent >= int64(slotSlack)/2:
+			t.growPool(key.(string), p, 0)
+		}
+		return true
+	})
+}
+
+// giveSlots releases n of the process's slots at key in the background.
+func (t *Leased) giveSlots(key string, n int64) {
+	t.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		if _, err := t.c.ReleaseN(ctx, key, t.id, n); err != nil {
+			t.stats.stranded.Add(n)
+			return
+		}
+		t.stats.returned.Add(n)
+	})
+}
+
+// closePools gives back the free slots of every pool, within Timeout
+// each (and ctx); the slots in use stay held until their holders Release
+// them. It returns the errors the releases met.
+func (t *Leased) closePools(ctx context.Context) error {
+	type give struct {
+		key, registry string // registry: "" when this process holds no slot in it
+		n             int64
+	}
+	var gives []give
+	now := t.now()
+	t.pools.Range(func(key, v any) bool {
+		p := v.(*slotPool)
+		p.mu.Lock()
+		g := give{key: key.(string), n: p.free(now)}
+		if p.registered != 0 {
+			g.registry = p.registry
+		}
+		if g.n > 0 || g.registry != "" {
+			gives = append(gives, g)
+			p.held -= g.n
+		}
+		p.gone, p.closed = true, true
+		if len(p.holders) == 0 {
+			t.pools.Delete(key)
+		}
+		p.mu.Unlock()
+		return true
+	})
+	errs := make([]error, len(gives))
+	var wg sync.WaitGroup
+	for i, g := range gives {
+		wg.Go(func() {
+			if g.n > 0 {
+				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+				if _, err := t.c.ReleaseN(rctx, g.key, t.id, g.n); err != nil {
+					t.stats.stranded.Add(g.n)
+					errs[i] = err
+				} else {
+					t.stats.returned.Add(g.n)
+				}
+				cancel()
+			}
+			if g.registry != "" {
+				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+				_, _ = t.c.Release(rctx, g.registry, t.id)
+				cancel()
+			}
+		})
+	}
+	wg.Wait()
+	return errors.Join(errs...)
+}

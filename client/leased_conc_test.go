@@ -1,0 +1,243 @@
+package client
+
+import (
+	"errors"
+	"math/rand/v2"
+	"strconv"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+)
+
+// work is a simulated holder: its id and when its work ends.
+type work struct {
+	id   string
+	ends int64
+}
+
+// slotRun is a run of holders on tr's processes, carried from one
+// run to the next: each process's holders, and the ids given.
+type slotRun struct {
+	tr   *tier
+	held [][]work
+	seq  int
+}
+
+func newSlotRun(tr *tier) *slotRun { return &slotRun{tr: tr, held: make([][]work, len(tr.procs))} }
+
+// run has each of the run's processes try to start a holder every step
+// (its work lasting 5 to 30 ms) and release those whose work ended, for
+// d, sweeping every Target as the sweeper would; it returns the holders
+// admitted, the decisions, the errors, and the most holding at once.
+func (sr *slotRun) run(t *testing.T, key string, l Concurrency, d, step time.Duration, failing bool) (admitted, decisions, errs, most int, live float64) {
+	t.Helper()
+	tr, held := sr.tr, sr.held
+	lastSweep := tr.now()
+	var sum, samples float64
+	for end := tr.now() + int64(d); tr.now() < end; {
+		now := tr.now()
+		n := 0
+		for i, p := range tr.procs {
+			kept := held[i][:0]
+			for _, w := range held[i] {
+				if w.ends <= now {
+					if _, err := p.Release(ctx, key, w.id); err != nil && !failing {
+						t.Fatal(err)
+					}
+					continue
+				}
+				kept = append(kept, w)
+			}
+			held[i] = kept
+			sr.seq++
+			id := "job-" + strconv.Itoa(sr.seq)
+			r, err := p.Acquire(ctx, key, l, id)
+			decisions++
+			switch {
+			case err != nil:
+				errs++
+			case !r.Limited:
+				admitted++
+				held[i] = append(held[i], work{id, now + int64(5*time.Millisecond) + rand.Int64N(int64(25*time.Millisecond))})
+			}
+			n += len(held[i])
+		}
+		most = max(most, n)
+		sum += float64(n)
+		samples++
+		tr.settle()
+		if now-lastSweep >= int64(50*time.Millisecond) {
+			for _, p := range tr.procs {
+				p.sweep(now)
+			}
+			tr.settle()
+			lastSweep = now
+		}
+		tr.advance(step)
+	}
+	return admitted, decisions, errs, most, sum / samples
+}
+
+// Four processes start holders of 5 to 30 ms on a concurrency limit of 40
+// at about 6× what it holds, for 3 s: the holders at once never pass 40
+// (the slots handed out here are slots each process holds at the key),
+// the limit is used (on average at least 36 held), and the calls stay
+// under 0.01 a decision.
+func TestLeasedSlots(t *testing.T) {
+	tr := newTierSwept(t, 4, LeaseOptions{}, false)
+	l := Concurrency{Limit: 40, Lease: 30 * time.Second}
+	admitted, decisions, errs, most, live := newSlotRun(tr).run(t, "conc", l, 3*time.Second, 250*time.Microsecond, false)
+	if errs != 0 || most > 40 {
+		t.Fatalf("%d errors; %d holders at once on a limit of 40", errs, most)
+	}
+	if live < 36 {
+		t.Fatalf("%.1f holders on average on a limit of 40 at 6x demand", live)
+	}
+	if per := float64(tr.calls.Load()) / float64(decisions); per > 0.01 {
+		t.Fatalf("%d calls for %d decisions", tr.calls.Load(), decisions)
+	}
+	// What the key holds is what the processes hold, each under its id.
+	var held int64
+	for _, p := range tr.procs {
+		v, _ := p.pools.Load("conc")
+		sp := v.(*slotPool)
+		sp.mu.Lock()
+		held += sp.held
+		sp.mu.Unlock()
+	}
+	r, err := tr.procs[0].c.PeekConcurrency(ctx, "conc", 40)
+	if err != nil || 40-freeSlots(r) != held {
+		t.Fatalf("the key has %d free (%v); the processes hold %d", freeSlots(r), err, held)
+	}
+	// Each process gets about a quarter of the slots: what each admitted
+	// in the run, by Jain's index.
+	var each []int64
+	for _, p := range tr.procs {
+		each = append(each, p.Stats().Local)
+	}
+	if j := jain(each); j < 0.95 {
+		t.Fatalf("admitted %v: Jain's index %.3f", each, j)
+	}
+	t.Logf("%d admitted of %d decisions, at most %d at once, %.1f on average, %d calls; each process admitted %v (Jain %.4f)",
+		admitted, decisions, most, live, tr.calls.Load(), each, jain(each))
+	// Close gives back the free slots; those in use stay held.
+	var inUse int64
+	for _, p := range tr.procs {
+		v, _ := p.pools.Load("conc")
+		sp := v.(*slotPool)
+		sp.mu.Lock()
+		inUse += int64(len(sp.holders))
+		sp.mu.Unlock()
+		if err := p.Close(ctx); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if r, err := tr.procs[0].c.PeekConcurrency(ctx, "conc", 40); err != nil || freeSlots(r) != 40-inUse {
+		t.Fatalf("after Close the key has %d free (%v); %d are in use", freeSlots(r), err, inUse)
+	}
+}
+
+// freeSlots is the slots free at a key, from CONC.PEEK's reply (which
+// says what remains after one more acquire).
+func freeSlots(r Result) int64 {
+	if r.Limited {
+		return 0
+	}
+	return r.Remaining + 1
+}
+
+// A holder that never releases lapses here with its Lease, and its slot
+// goes to the next; a renewing holder keeps its slot; Close gives back
+// the free slots, and a holder's Release after Close releases its slot
+// at the key.
+func TestLeasedSlotLapse(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	p := tr.procs[0]
+	l := Concurrency{Limit: 2, Lease: 2 * time.Second}
+	acquire := func(id string) bool {
+		t.Helper()
+		r, err := p.Acquire(ctx, "c", l, id)
+		if err != nil {
+			t.Fatal(err)
+		}
+		tr.settle()
+		return !r.Limited
+	}
+	if !acquire("a") || !acquire("b") || acquire("c") {
+		t.Fatal("a and b admitted, c refused: not so")
+	}
+	if s := p.Stats(); s.Local < 1 || s.Exact != 0 {
+		t.Fatalf("stats %+v", s)
+	}
+	for range 40 { // 2 s; b renews each 100 ms, a never; the slots are renewed at the key
+		tr.advance(50 * time.Millisecond)
+		p.sweep(tr.now())
+		tr.settle()
+		if tr.now()%int64(100*time.Millisecond) == 0 && !acquire("b") {
+			t.Fatal("b's renewal refused")
+		}
+	}
+	tr.advance(time.Millisecond)
+	if !acquire("c") || acquire("d") {
+		t.Fatal("after a's lease: c admitted, d refused: not so")
+	}
+	r, err := p.c.PeekConcurrency(ctx, "c", 2)
+	if err != nil || freeSlots(r) != 0 {
+		t.Fatalf("the key: %+v %v", r, err)
+	}
+	if live, err := p.Release(ctx, "c", "a"); err != nil || live {
+		t.Fatalf("a's release after its lease: %v %v", live, err)
+	}
+	if live, err := p.Release(ctx, "c", "c"); err != nil || !live {
+		t.Fatalf("c's release: %v %v", live, err)
+	}
+	if err := p.Close(ctx); err != nil { // gives back c's free slot
+		t.Fatal(err)
+	}
+	if r, _ = p.c.PeekConcurrency(ctx, "c", 2); freeSlots(r) != 1 {
+		t.Fatalf("after Close the key has %d free; want 1 (b holds one)", freeSlots(r))
+	}
+	if live, err := p.Release(ctx, "c", "b"); err != nil || !live {
+		t.Fatalf("b's release after Close: %v %v", live, err)
+	}
+	if r, _ = p.c.PeekConcurrency(ctx, "c", 2); freeSlots(r) != 2 {
+		t.Fatalf("after b's release the key has %d free; want 2", freeSlots(r))
+	}
+}
+
+// Redis fails under four processes at 6× a limit of 40: the slots held
+// are handed out while fresh (the key holds them a Lease past any), then
+// Acquire returns the error at once; the holders at once never pass 40,
+// and no decision waits for the call. Redis back, the tier recovers.
+func TestLeasedSlotsRedisAway(t *testing.T) {
+	tr := newTierSwept(t, 4, LeaseOptions{}, false)
+	var failing atomic.Bool
+	tr.f.Before = func(redis.Cmder) error {
+		if failing.Load() {
+			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		}
+		tr.calls.Add(1)
+		return nil
+	}
+	l := Concurrency{Limit: 40, Lease: 5 * time.Second}
+	sr := newSlotRun(tr)
+	if _, _, errs, most, _ := sr.run(t, "conc", l, time.Second, 250*time.Microsecond, false); errs != 0 || most > 40 {
+		t.Fatalf("before: %d errors, %d at once", errs, most)
+	}
+	failing.Store(true)
+	start := time.Now()
+	admitted, decisions, errs, most, _ := sr.run(t, "conc", l, 3*time.Second, 250*time.Microsecond, true)
+	if most > 40 || errs < decisions/2 || admitted == 0 {
+		t.Fatalf("a 3 s outage: %d admitted, %d errors of %d decisions, %d at once", admitted, errs, decisions, most)
+	}
+	if took := time.Since(start); took > 10*time.Second {
+		t.Fatalf("the outage's decisions took %v", took)
+	}
+	t.Logf("a 3 s outage: %d admitted (from the slots held), %d errors of %d decisions", admitted, errs, decisions)
+	failing.Store(false)
+	if _, _, errs, most, live := sr.run(t, "conc", l, 2*time.Second, 250*time.Microsecond, false); errs > 8 || most > 40 || live < 30 {
+		t.Fatalf("after: %d errors, %d at once, %.1f on average", errs, most, live)
+	}
+}
