@@ -46,6 +46,7 @@ func main() {
 	rounds := flag.Int("rounds", 3, "alternating rounds (the median is reported)")
 	n := flag.Int("n", 1000000, "calls per redis-benchmark run")
 	d := flag.Duration("d", 3*time.Second, "how long the tier decides per round")
+	dfair := flag.Duration("dfair", 4*time.Second, "how long the eight processes decide at equal demand per round")
 	dsat := flag.Duration("dsat", 10*time.Second, "how long the saturated runs (the tier's and the sub-keys') last per round: the units that accrue in the last Target are not yet claimed, a share that shrinks as the run grows")
 	module := flag.String("module", "build/ratelimit.so", "the module")
 	out := flag.String("out", "bench/BENCHMARKS-LEASED.md", "the report")
@@ -76,16 +77,19 @@ func main() {
 	}
 
 	var ref, tier, sat, spl []run
+	var fr []fairRun
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
 		tier = append(tier, leased(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
 		sat = append(sat, leased(ctx, rdb, *dsat, r, client.PerSecond(50000)))
 		spl = append(spl, split(ctx, rdb, *dsat, r))
-		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance",
-			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share)
+		fr = append(fr, fair(ctx, fmt.Sprintf("127.0.0.1:%d", port), *dfair, r))
+		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance; eight processes: Jain %.4f, after a step %.1f%% off, %d over the exact limiter, %d over the bound",
+			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share, fr[r].jain, 100*fr[r].stepWorst, fr[r].overExact, fr[r].overBound)
 	}
 	cpu, cores := machine.CPU()
 	report(*out, version, cpu, cores, *rounds, *n, *d, *dsat, ref, tier, sat, spl)
+	appendFair(*out, *dfair, fr)
 	log.Printf("leased: wrote %s", *out)
 }
 
