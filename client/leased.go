@@ -70,8 +70,10 @@ import (
 // bounded by Timeout), and the first that answers ends the fallback. No
 // decision waits longer than Timeout for a grant.
 //
-// This is the first part of the local tier: Take on GCRA and token-bucket
-// limits.
+// All decides several such limits together from the units held (see
+// Leased.All); Acquire and Release hand out, on a hot concurrency key,
+// the slots the process holds at the key, and exceed nothing (see
+// Leased.Acquire). The windows and the shaper stay exact.
 type Leased struct {
 	c     *Client
 	o     LeaseOptions
@@ -128,7 +130,7 @@ type LeaseOptions struct {
 
 // LeaseStats counts what a Leased did since it was made.
 type LeaseStats struct {
-	Local     int64         // units spent from grants: decisions admitted here, for a cost of 1
+	Local     int64         // units spent from grants: decisions admitted here, for a cost of 1; for concurrency, slots handed out here
 	Refused   int64         // decisions refused here, between paced grants
 	Exact     int64         // decisions sent to the limiter one by one (cold keys, other limits)
 	Grants    int64         // grant calls (UpTo) sent

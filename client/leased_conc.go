@@ -10,28 +10,9 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 )
 
-// Concurrency through the tier. On a concurrency key hot on this process
-// (Hot acquires within one Target), the process holds several slots at
-// the key under its own id (Acquire with UpTo) and hands them to its
-// holders with no call: an Acquire takes a free one, a Release frees it
-// for the next. The slots' lease at the key is the limit's Lease and
-// slotSlack more, renewed every half slotSlack while the process holds
-// any; a slot is handed out only while the last renewal is at most
-// slotSlack old, so it lasts its whole Lease at the key even if Redis
-// never answers again, and a holder's slot lapses here with its Lease, or
-// when the process's slots lapse at the key if that is sooner (the
-// renewals failed). The holders here are never more than the slots the
-// process holds at the key, so the limit holds exactly: concurrency
-// leases exceed nothing.
-//
-// A process asks for what its holders use, and while the key is not near
-// the limit a quarter more (at least one); near it (a grant came back
-// short) it asks for one at a time, about once a Target, and gives back
-// the slots left free through a whole Target. Free slots beyond that
-// spare are given back at the next sweep; all of them when the key goes
-// cold, and on Close (the slots in use then stay held under the process's
-// id until their holders Release them, each releasing one there, or until
-// they lapse).
+// slotSlack is how much longer than the limit's Lease a process holds its
+// slots at a key, and how old its last renewal may be for it to hand one
+// out (see Leased.Acquire).
 const slotSlack = time.Second
 
 // slotPool is one concurrency key's slots on this process.
@@ -127,17 +108,39 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 	return p
 }
 
-// Acquire is Client.Acquire through the tier: on a key hot on this
-// process, a slot of those the process holds at the key (see slotSlack),
-// with no call. A local Result has Remaining the slots this process holds
-// free after it (a lower bound of the key's), RetryAfter Never and
-// ResetAfter the holder's Lease. When none is free the key asks for more
-// (one grant in flight) and the acquire waits for it, at most Timeout;
-// near the limit, acquires between paced grants are refused here, with
-// the time until the next as RetryAfter. While grants fail, free slots
-// are handed out as long as they are fresh; then Acquire returns the
-// error. A cold key, options, or a limit other than the one the key is
-// pooled with go to the limiter, under id.
+// Acquire is Client.Acquire through the tier. On a concurrency key hot on
+// this process (Hot acquires within one Target) the process holds several
+// slots at the key under its own id (Acquire with UpTo) and hands them to
+// its holders with no call: an Acquire takes a free one, a Release frees
+// it for the next. The process's slots at the key are leased for the
+// limit's Lease and a second more, renewed every half second while it
+// holds any, and one is handed out only while the last renewal is at most
+// a second old: it lasts its whole Lease at the key even if Redis never
+// answers again. A holder's slot lapses here with its Lease, or when the
+// process's slots lapse at the key if that is sooner (the renewals
+// failed). The holders here are never more than the slots the process
+// holds at the key, so the limit holds exactly: concurrency leases exceed
+// nothing.
+//
+// A process asks for what its holders use and, away from the limit, a
+// quarter more (at least one); free slots beyond that go back at the next
+// sweep, all of them when the key goes cold. Near the limit (a grant came
+// back short) it asks for one at a time, about once a Target, gives back
+// the slots left free through a sweep, and, past its share (the limit
+// over the processes the key's registry counts), each slot its holder
+// releases. Close gives back the free slots; those in use stay held under
+// the process's id until their holders Release them (each releasing one
+// at the key) or they lapse.
+//
+// A local Result has Remaining the slots this process holds free after
+// it (a lower bound of the key's), RetryAfter Never and ResetAfter the
+// holder's Lease. When none is free the key asks for more (one grant in
+// flight) and the acquire waits for it, at most Timeout; near the limit,
+// acquires between paced grants are refused here, with the time until
+// the next as RetryAfter. While grants fail, free slots are handed out as
+// long as they are fresh; then Acquire returns the error. A cold key,
+// options, or a limit other than the one the key is pooled with go to the
+// limiter, under id.
 func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
 	if !leasesSlots(l, opts) || t.shut.Load() {
 		t.stats.exact.Add(1)
