@@ -75,18 +75,19 @@ import (
 // the slots the process holds at the key, and exceed nothing (see
 // Leased.Acquire). The windows and the shaper stay exact.
 type Leased struct {
-	c     *Client
-	o     LeaseOptions
-	mu    sync.Mutex // makes and forgets entries
-	keys  sync.Map   // key → *leaseKey
-	pools sync.Map   // concurrency key → *slotPool
-	stats leaseCounters
-	id    string         // this process's id in the keys' registries
-	calls sync.WaitGroup // refills and returns in flight
-	gate  sync.RWMutex   // spawn holds it read, Close write: no call starts once Close waits
-	stop  chan struct{}
-	swept chan struct{}
-	shut  atomic.Bool
+	c      *Client
+	o      LeaseOptions
+	mu     sync.Mutex   // makes and forgets entries
+	keys   sync.Map     // key → *leaseKey
+	pools  sync.Map     // concurrency key → *slotPool
+	pooled atomic.Int64 // pools made: each holds its slots under an id of its own
+	stats  leaseCounters
+	id     string         // this process's id in the keys' registries
+	calls  sync.WaitGroup // refills and returns in flight
+	gate   sync.RWMutex   // spawn holds it read, Close write: no call starts once Close waits
+	stop   chan struct{}
+	swept  chan struct{}
+	shut   atomic.Bool
 }
 
 // spawn runs f in a goroutine counted in t.calls, unless the tier is
@@ -134,9 +135,9 @@ type LeaseStats struct {
 	Refused   int64         // decisions refused here, between paced grants
 	Exact     int64         // decisions sent to the limiter one by one (cold keys, other limits)
 	Grants    int64         // grant calls (UpTo) sent
-	Granted   int64         // units they granted
-	Returned  int64         // units given back
-	Stranded  int64         // units that could not be given back (the call failed)
+	Granted   int64         // units they granted (and concurrency slots)
+	Returned  int64         // units given back (and concurrency slots)
+	Stranded  int64         // units (and slots) that could not be given back (the call failed)
 	Waits     int64         // decisions that waited on a grant in flight or sent one
 	Unclaimed int64         // grants whose answer never came (their units are the limiter's until they lapse)
 	Fallback  int64         // decisions made here while grants failed, admitted or not
@@ -888,10 +889,11 @@ func (t *Leased) refund(ctx context.Context, key string, l Limit, units int64) e
 	return nil
 }
 
-// sweeper gives back lapsed units and forgets idle keys, every Target.
+// sweeper gives back lapsed units, renews and gives back slots, and
+// forgets idle keys, every Target (at most 250 ms).
 func (t *Leased) sweeper() {
 	defer close(t.swept)
-	tick := time.NewTicker(t.o.Target)
+	tick := time.NewTicker(min(t.o.Target, slotSlack/4)) // often enough to renew the slots held every half slotSlack
 	defer tick.Stop()
 	for {
 		select {

@@ -11,12 +11,15 @@ import (
 // every limit is a key hot on this process that holds the limit's cost
 // (the units are spent from every pool or from none); refused here when
 // one of the keys is paced (see Leased) and holds less than its cost,
-// with that key's wait as RetryAfter; otherwise sent to the limiter as
-// Client.All (which wants the keys in one slot in a cluster), while the
-// keys short of units ask for more in the background. Every limit must
-// lease (GCRA or a token bucket, a cost from 1 to the burst, no options,
-// no key twice); other calls go to the limiter as they are. While a
-// key's grants fail, All goes to the limiter, and returns its error.
+// with that key's wait as RetryAfter. When a hot key is short and not
+// paced, it asks for more (one grant in flight a key) and the decision
+// waits for the grant, at most Timeout, then decides again (refused here
+// past Timeout). A cold key, or one whose grants fail, sends the decision
+// to the limiter as Client.All (while a failing key tries a grant again
+// in the background, about once a Target). Every limit must lease (GCRA
+// or a token bucket, a cost from 1 to the burst, no options, no key
+// twice, and in a cluster every key in one slot, as RL.ALL wants); other
+// calls go to the limiter as they are.
 //
 // A local Result is the deciding limit's, as Client.All's: admitted, the
 // key holding the fewest units after (Remaining those units); refused,
@@ -39,7 +42,7 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 	}
 	target := int64(t.o.Target)
 	var waitUntil time.Time
-	late := false
+	late, counted := false, false
 	for {
 		now := t.now()
 		for _, i := range order {
@@ -51,8 +54,20 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 			}
 		}
 		covered, refuse, gone := true, -1, false
-		for i, k := range ks {
+		for _, k := range ks {
 			gone = gone || k.gone
+		}
+		if gone { // swept, retired or closed meanwhile: the keys' entries now
+			unlock()
+			if t.shut.Load() {
+				break
+			}
+			for i, kl := range limits {
+				ks[i] = t.entry(kl.Key, kl.Limit)
+			}
+			continue
+		}
+		for i, k := range ks {
 			if g := k.expire(now); g > 0 {
 				t.giveBack(limits[i].Key, k.limit, g)
 			}
@@ -64,15 +79,19 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 			}
 		}
 		for i, k := range ks { // a key's demand is what it was asked when it could decide: not a refusal by another
+			if counted {
+				break
+			}
 			cost := limits[i].Cost
 			if !covered && k.units() >= cost {
 				cost = 0
 			}
 			k.observe(now, target, cost, t.o.Hot)
 		}
+		counted = true
 		var wait chan struct{}
 		switch {
-		case gone || t.shut.Load(): // swept or closed meanwhile
+		case t.shut.Load(): // closed meanwhile
 		case covered:
 			fewest := 0
 			for i, k := range ks {
@@ -96,6 +115,9 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 			return r, nil
 		default: // the hot keys short of units ask for more (one grant in flight a key), and the decision waits for one
 			for i, k := range ks {
+				if k.down != 0 && k.flight == nil && now >= k.pace { // failing: try again in the background, not waited for
+					t.refill(limits[i].Key, k, k.size(now, target, limits[i].Cost))
+				}
 				if !k.hot || k.down != 0 || k.units() >= limits[i].Cost {
 					continue
 				}
@@ -137,6 +159,9 @@ func (t *Leased) leasesAll(limits []Keyed, opts []Option) bool {
 	}
 	for i, kl := range limits {
 		if kl.Cost <= 0 || !kl.Limit.Refundable() || kl.Cost > burst(kl.Limit) {
+			return false
+		}
+		if i > 0 && t.c.cluster() && Slot(kl.Key) != Slot(limits[0].Key) { // RL.ALL's CROSSSLOT, as the limiter would answer
 			return false
 		}
 		for _, o := range limits[:i] {

@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"math/rand/v2"
+	"strconv"
 	"sync"
 	"time"
 
@@ -31,9 +32,11 @@ type slotPool struct {
 	near    bool
 	idle    int64 // the fewest slots free since the last sweep
 	last    Result
-	err     error // the last grant's error; nil once one answers
-	gone    bool  // forgotten, or the tier closed: decisions go to the limiter
-	closed  bool  // the tier closed: a holder's Release releases one slot at the key
+	err     error  // the last grant's error; nil once one answers
+	gone    bool   // forgotten, or the tier closed: decisions go to the limiter
+	closed  bool   // the tier closed: a holder's Release releases one slot at the key
+	id      string // the id the process holds the slots under: its own and the pool's, so a forgotten pool's late release never takes a new one's
+	owe     int64  // slots taken off held, to release at the key when no call is in flight
 	registration
 }
 
@@ -52,7 +55,13 @@ func (p *slotPool) end() int64 { return p.sent + int64(p.l.Lease+slotSlack) }
 
 // fresh reports whether a slot handed out at now lasts its whole Lease
 // at the key even if no renewal answers.
-func (p *slotPool) fresh(now int64) bool { return p.held > 0 && now-p.sent <= int64(slotSlack) }
+func (p *slotPool) fresh(now int64) bool {
+	return p.held > 0 && now-p.sent <= int64(slotSlack-slotMargin)
+}
+
+// slotMargin is kept off slotSlack against the server's clock, which
+// stamps the slots' lease in milliseconds.
+const slotMargin = 10 * time.Millisecond
 
 // free is the slots held that no holder uses at now, dropping the holders
 // whose slots lapsed when none is.
@@ -71,6 +80,15 @@ func (p *slotPool) free(now int64) int64 {
 		}
 	}
 	return max(p.held-int64(len(p.holders)), 0)
+}
+
+// prune drops the holders whose lease ended at now.
+func (p *slotPool) prune(now int64) {
+	for id, e := range p.holders {
+		if e <= now {
+			delete(p.holders, id)
+		}
+	}
 }
 
 // spare is the free slots the process keeps beyond its holders.
@@ -103,7 +121,8 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 		}
 		return nil
 	}
-	p := &slotPool{l: l, holders: map[string]int64{}, registration: registration{registry: registryKey(key)}}
+	p := &slotPool{l: l, holders: map[string]int64{}, registration: registration{registry: registryKey(key)},
+		id: t.id + "." + strconv.FormatInt(t.pooled.Add(1), 36)}
 	t.pools.Store(key, p)
 	return p
 }
@@ -257,15 +276,17 @@ func (t *Leased) Release(ctx context.Context, key, id string) (bool, error) {
 			if !closed {
 				p.used = now
 				if p.near && live && p.held > p.share() { // near the limit, past its share: the slot goes back, and this process asks again no sooner than a Target
-					p.held--
-					t.giveSlots(key, 1)
+					t.giveSlots(key, p, 1)
 					p.pace = max(p.pace, now+p.draw(int64(t.o.Target)))
 				}
 				p.idle = min(p.idle, p.free(now))
 			}
 			p.mu.Unlock()
 			if closed && live { // the tier closed: its slot at the key goes too
-				n, err := t.c.ReleaseN(ctx, key, t.id, 1)
+				n, err := t.c.ReleaseN(ctx, key, p.id, 1)
+				if err == nil {
+					t.stats.returned.Add(n)
+				}
 				return n > 0, err
 			}
 			return live, nil
@@ -273,6 +294,20 @@ func (t *Leased) Release(ctx context.Context, key, id string) (bool, error) {
 		p.mu.Unlock()
 	}
 	return t.c.Release(ctx, key, id)
+}
+
+// Holds reports whether id holds a slot at key that the tier handed out
+// (its Release then needs no call).
+func (t *Leased) Holds(key, id string) bool {
+	v, ok := t.pools.Load(key)
+	if !ok {
+		return false
+	}
+	p := v.(*slotPool)
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	_, held := p.holders[id]
+	return held
 }
 
 // growPool sends a grant in the background for the slots p's holders use,
@@ -289,8 +324,8 @@ func (t *Leased) growPool(key string, p *slotPool, need int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		t.stats.grants.Add(1)
-		r, err := t.c.Acquire(ctx, key, Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, t.id, UpTo(want))
-		if t.answer(p, r, err, want, need, sent, ch) {
+		r, err := t.c.Acquire(ctx, key, Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, p.id, UpTo(want))
+		if t.answer(key, p, r, err, want, need, sent, ch) {
 			t.register(&p.mu, &p.registration)
 		}
 	}) {
@@ -299,28 +334,33 @@ func (t *Leased) growPool(key string, p *slotPool, need int64) {
 }
 
 // answer holds a grant's answer; false when it failed.
-func (t *Leased) answer(p *slotPool, r Result, err error, want, need, sent int64, ch chan struct{}) bool {
+func (t *Leased) answer(key string, p *slotPool, r Result, err error, want, need, sent int64, ch chan struct{}) bool {
 	now := t.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
 	p.flight = nil
 	close(ch)
+	defer t.settleOwed(key, p)
 	if err != nil {
 		t.stats.unclaimed.Add(1)
 		p.err, p.pace = err, now+int64(t.o.Target)
 		return false
 	}
 	p.err, p.last = nil, r
-	if got := r.Granted - p.held; got > 0 {
+	if got := r.Granted - p.owe - p.held; got > 0 {
 		t.stats.granted.Add(got)
 	}
-	p.held = r.Granted // 0 when the key holds none for this process (lapsed, or lost): the holders here keep theirs, and no one else gets one
+	p.held = max(r.Granted-p.owe, 0) // what the key holds for this pool, less what is to go back; 0 when it holds none (lapsed, or lost): the holders here keep theirs, and no one else gets one
 	if r.Granted > 0 {
 		p.sent = sent
 	}
-	p.near = r.Granted < want || r.Granted-int64(len(p.holders)) < need // short, or holding the whole limit
-	if p.near && need > 0 {
-		p.pace = now + p.draw(int64(t.o.Target))
+	if need > 0 {
+		p.near = r.Granted < want || r.Granted-int64(len(p.holders)) < need // short, or holding the whole limit
+		if p.near {
+			p.pace = now + p.draw(int64(t.o.Target))
+		}
+	} else if r.Granted < want { // a renewal found fewer than it held
+		p.near = true
 	}
 	return true
 }
@@ -331,28 +371,27 @@ func (p *slotPool) draw(span int64) int64 { return span/2 + rand.Int64N(span) }
 
 // sweepPools renews the slots held, gives back the free ones beyond the
 // spare (near the limit, those free through a whole sweep), and forgets
-// the keys idle for a Lifetime with no holder, giving back their slots;
-// t.mu is held.
+// the keys idle for a Lifetime with no holder and no call in flight,
+// giving back their slots; t.mu is held.
 func (t *Leased) sweepPools(now int64) {
 	t.pools.Range(func(key, v any) bool {
 		p := v.(*slotPool)
 		p.mu.Lock()
 		defer p.mu.Unlock()
+		p.prune(now)
 		free := p.free(now)
 		extra := min(p.idle, free) - p.spare()
 		p.idle = free
 		switch {
-		case len(p.holders) == 0 && now-p.used >= int64(t.o.Lifetime):
+		case len(p.holders) == 0 && now-p.used >= int64(t.o.Lifetime) && p.flight == nil && p.owe == 0:
 			t.pools.Delete(key)
 			p.gone = true
 			if p.held > 0 {
-				t.giveSlots(key.(string), p.held)
+				t.giveSlots(key.(string), p, p.held)
 			}
-			p.held = 0
-		case extra > 0 && p.flight == nil:
-			p.held -= extra
+		case extra > 0:
 			p.idle -= extra
-			t.giveSlots(key.(string), extra)
+			t.giveSlots(key.(string), p, extra)
 		case p.held > 0 && p.flight == nil && now-p.sent >= int64(slotSlack)/2:
 			t.growPool(key.(string), p, 0)
 		}
@@ -360,17 +399,42 @@ func (t *Leased) sweepPools(now int64) {
 	})
 }
 
-// giveSlots releases n of the process's slots at key in the background.
-func (t *Leased) giveSlots(key string, n int64) {
-	t.spawn(func() {
+// giveSlots takes n slots off what p holds and releases them at key in
+// the background, once no other call of p's is in flight (a grant
+// answering after a release would count the slots it took back); p is
+// locked.
+func (t *Leased) giveSlots(key string, p *slotPool, n int64) {
+	p.held -= n
+	p.owe += n
+	t.settleOwed(key, p)
+}
+
+// settleOwed sends the release of what p owes when no call of p's is in
+// flight; p is locked.
+func (t *Leased) settleOwed(key string, p *slotPool) {
+	if p.owe == 0 || p.flight != nil {
+		return
+	}
+	n := p.owe
+	ch := make(chan struct{})
+	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
-		if _, err := t.c.ReleaseN(ctx, key, t.id, n); err != nil {
+		_, err := t.c.ReleaseN(ctx, key, p.id, n)
+		p.mu.Lock()
+		defer p.mu.Unlock()
+		p.flight = nil
+		close(ch)
+		p.owe -= n
+		if err != nil { // held at the key until they lapse, or until a renewal counts them again
 			t.stats.stranded.Add(n)
-			return
+		} else {
+			t.stats.returned.Add(n)
 		}
-		t.stats.returned.Add(n)
-	})
+		t.settleOwed(key, p)
+	}) {
+		p.flight = ch
+	}
 }
 
 // closePools gives back the free slots of every pool, within Timeout
@@ -378,21 +442,24 @@ func (t *Leased) giveSlots(key string, n int64) {
 // them. It returns the errors the releases met.
 func (t *Leased) closePools(ctx context.Context) error {
 	type give struct {
-		key, registry string // registry: "" when this process holds no slot in it
-		n             int64
+		key, id, registry string // registry: "" when this process holds no slot in it
+		n                 int64
 	}
 	var gives []give
 	now := t.now()
 	t.pools.Range(func(key, v any) bool {
 		p := v.(*slotPool)
 		p.mu.Lock()
-		g := give{key: key.(string), n: p.free(now)}
+		p.prune(now)
+		free := p.free(now)
+		g := give{key: key.(string), id: p.id, n: free + p.owe} // the free slots, and those whose release did not go out
+		p.held -= free
+		p.owe = 0
 		if p.registered != 0 {
 			g.registry = p.registry
 		}
 		if g.n > 0 || g.registry != "" {
 			gives = append(gives, g)
-			p.held -= g.n
 		}
 		p.gone, p.closed = true, true
 		if len(p.holders) == 0 {
@@ -407,7 +474,7 @@ func (t *Leased) closePools(ctx context.Context) error {
 		wg.Go(func() {
 			if g.n > 0 {
 				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
-				if _, err := t.c.ReleaseN(rctx, g.key, t.id, g.n); err != nil {
+				if _, err := t.c.ReleaseN(rctx, g.key, g.id, g.n); err != nil {
 					t.stats.stranded.Add(g.n)
 					errs[i] = err
 				} else {

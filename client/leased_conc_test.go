@@ -241,3 +241,86 @@ func TestLeasedSlotsRedisAway(t *testing.T) {
 		t.Fatalf("after: %d errors, %d at once, %.1f on average", errs, most, live)
 	}
 }
+
+// A holder that never releases, away from the limit: it lapses with its
+// Lease, and once the key has been idle a Lifetime the pool is forgotten
+// and every slot goes back to the key.
+func TestLeasedSlotForgotten(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	p := tr.procs[0]
+	l := Concurrency{Limit: 10, Lease: 2 * time.Second}
+	for _, id := range []string{"a", "b"} {
+		if r, err := p.Acquire(ctx, "c", l, id); err != nil || r.Limited {
+			t.Fatalf("%s: %+v %v", id, r, err)
+		}
+		tr.settle()
+	}
+	if live, err := p.Release(ctx, "c", "b"); err != nil || !live {
+		t.Fatalf("b's release: %v %v", live, err)
+	}
+	for range 60 { // 3 s: a's lease ends at 2 s, the key is forgotten a Lifetime later
+		tr.advance(50 * time.Millisecond)
+		p.sweep(tr.now())
+		tr.settle()
+	}
+	if _, ok := p.pools.Load("c"); ok {
+		t.Fatal("the pool of a key idle since its holder lapsed is still kept")
+	}
+	if r, err := p.c.PeekConcurrency(ctx, "c", 10); err != nil || freeSlots(r) != 10 {
+		t.Fatalf("the key has %d free (%v); want 10", freeSlots(r), err)
+	}
+}
+
+// The slot calls of one pool never cross: with every release at the key
+// taking 30 ms, a process whose holders come and go (giving back spare
+// slots, asking for more) never has more holders than the slots the key
+// holds for it.
+func TestLeasedSlotCallsInOrder(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	tr.f.Before = func(cmd redis.Cmder) error {
+		tr.calls.Add(1)
+		if cmd.Name() == "conc.release" {
+			time.Sleep(30 * time.Millisecond) // real time: the grant that follows is sent meanwhile
+		}
+		return nil
+	}
+	p := tr.procs[0]
+	l := Concurrency{Limit: 50, Lease: 10 * time.Second}
+	var held []string
+	rng := rand.New(rand.NewPCG(1, 2))
+	for i := range 400 {
+		if len(held) > 0 && rng.IntN(3) == 0 { // release some
+			n := rng.IntN(len(held)) + 1
+			for _, id := range held[:n] {
+				if _, err := p.Release(ctx, "c", id); err != nil {
+					t.Fatal(err)
+				}
+			}
+			held = held[n:]
+		}
+		for range rng.IntN(4) {
+			id := "h" + strconv.Itoa(i) + "-" + strconv.Itoa(len(held))
+			if r, err := p.Acquire(ctx, "c", l, id); err != nil {
+				t.Fatal(err)
+			} else if !r.Limited {
+				held = append(held, id)
+			}
+		}
+		tr.advance(20 * time.Millisecond)
+		if i%3 == 0 {
+			p.sweep(tr.now())
+		}
+		// Without waiting for the calls in flight: what the key holds now.
+		r, err := p.c.PeekConcurrency(ctx, "c", 50)
+		if err != nil {
+			t.Fatal(err)
+		}
+		if atKey := 50 - freeSlots(r); int64(len(held)) > atKey {
+			t.Fatalf("step %d: %d holders here, the key holds %d for the process", i, len(held), atKey)
+		}
+	}
+	tr.settle()
+	if s := p.Stats(); s.Returned == 0 || s.Granted == 0 {
+		t.Fatalf("no slot went back or came: %+v", s)
+	}
+}

@@ -208,6 +208,9 @@ func TestLeasedSlotsOnFake(t *testing.T) {
 			shed++
 		}
 	}
+	for i := 0; inside.Load() < 4 && i < 200; i++ { // the admitted requests reach the handler
+		time.Sleep(5 * time.Millisecond)
+	}
 	if shed != 2 || inside.Load() != 4 {
 		t.Fatalf("6 in flight on a limit of 4: %d shed, %d inside", shed, inside.Load())
 	}

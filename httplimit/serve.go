@@ -460,6 +460,19 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		for _, a := range localHeld {
 			l.local.release(a.Key)
 		}
+		if l.leased != nil { // the slots the local tier handed out go back to it, with no call, whatever the breaker says
+			remote := held[:0:0]
+			for _, a := range held {
+				if l.leased.Holds(a.Key, a.id) { // a call only once the tier closed
+					ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.opt.Timeout)
+					l.leased.Release(ctx, a.Key, a.id)
+					cancel()
+				} else {
+					remote = append(remote, a)
+				}
+			}
+			held = remote
+		}
 		if len(held) == 0 {
 			return
 		}
@@ -477,11 +490,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		start := time.Now()
 		var err error
 		for _, a := range held {
-			release := l.c.Release
-			if l.leased != nil { // a slot handed out by the tier is freed there; any other is released at the key
-				release = l.leased.Release
-			}
-			if _, e := release(ctx, a.Key, a.id); e != nil && err == nil {
+			if _, e := l.c.Release(ctx, a.Key, a.id); e != nil && err == nil {
 				err = e
 			}
 		}
