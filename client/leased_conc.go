@@ -143,8 +143,9 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 //
 // A process asks for what its holders use and, away from the limit, a
 // quarter more (at least one); free slots beyond that go back at the next
-// sweep, all of them when the key goes cold. Near the limit (a grant came
-// back short) it asks for one at a time, about once a Target, gives back
+// sweep, all of them when the key goes cold. Near the limit (no slot was
+// free at the key at its last call, or a grant came back short) it asks
+// for one at a time, about once a Target, gives back
 // the slots left free through a sweep, and, past its share (the limit
 // over the processes the key's registry counts), each slot its holder
 // releases. Close gives back the free slots; those in use stay held under
@@ -354,13 +355,12 @@ func (t *Leased) answer(key string, p *slotPool, r Result, err error, want, need
 	if r.Granted > 0 {
 		p.sent = sent
 	}
-	if need > 0 {
-		p.near = r.Granted < want || r.Granted-int64(len(p.holders)) < need // short, or holding the whole limit
-		if p.near {
-			p.pace = now + p.draw(int64(t.o.Target))
-		}
-	} else if r.Granted < want { // a renewal found fewer than it held
-		p.near = true
+	// Near the limit: no slot left free at the key (a renewal tells a
+	// process that holds what it needs, so one that took its slots early
+	// learns that the others wait), or a grant came back short.
+	p.near = r.Remaining == 0 || r.Granted < want || r.Granted-int64(len(p.holders)) < need
+	if p.near && need > 0 {
+		p.pace = now + p.draw(int64(t.o.Target))
 	}
 	return true
 }
