@@ -906,14 +906,15 @@ func (t *Leased) sweeper() {
 }
 
 // sweep gives back the units whose lifetime ended at now and forgets keys
-// idle for a Lifetime that hold nothing.
+// idle for a Lifetime that hold nothing (a key whose grants fail, once its
+// Fallback has passed).
 func (t *Leased) sweep(now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key, k := range t.all() {
 		t.lock(k)
 		t.giveBack(key, k.limit, k.expire(now))
-		if k.n == 0 && k.flight == nil && now-k.used >= int64(t.o.Lifetime) {
+		if k.n == 0 && k.flight == nil && now-k.used >= int64(t.o.Lifetime) && (k.down == 0 || now-k.down >= int64(t.o.Fallback)) { // a key in fallback keeps what it was spending
 			t.keys.Delete(key)
 			k.hot, k.gone = false, true // a decision holding it takes the key's new entry
 		}

@@ -801,3 +801,49 @@ func TestLeasedSmallBurst(t *testing.T) {
 		}
 	}
 }
+
+// A key in fallback that goes idle for longer than a Lifetime (the
+// callers paused while Redis restarts) keeps what it was spending: its
+// decisions after the pause go on in fallback, not the error.
+func TestLeasedFallbackSurvivesIdle(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{}, false)
+	var failing atomic.Bool
+	tr.f.Before = func(redis.Cmder) error {
+		if failing.Load() {
+			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		}
+		tr.calls.Add(1)
+		return nil
+	}
+	p := tr.procs[0]
+	l := PerSecond(1000)
+	run := func(d time.Duration) (admitted, errs int) {
+		for end := tr.now() + int64(d); tr.now() < end; {
+			r, err := p.Take(ctx, "hot", l, 1)
+			switch {
+			case err != nil:
+				errs++
+			case !r.Limited:
+				admitted++
+			}
+			tr.settle()
+			tr.advance(250 * time.Microsecond)
+		}
+		return admitted, errs
+	}
+	if _, e := run(time.Second); e != 0 {
+		t.Fatalf("before: %d errors", e)
+	}
+	failing.Store(true)
+	if a, e := run(200 * time.Millisecond); e != 0 || a == 0 {
+		t.Fatalf("in fallback: %d admitted, %d errors", a, e)
+	}
+	for range 20 { // 1 s without a decision, swept every Target
+		tr.advance(50 * time.Millisecond)
+		p.sweep(tr.now())
+		tr.settle()
+	}
+	if a, e := run(500 * time.Millisecond); e != 0 || a < 400 || a > 600 {
+		t.Fatalf("after the pause, still in fallback: %d admitted (its rate is 1000 a second), %d errors", a, e)
+	}
+}

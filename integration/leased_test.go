@@ -78,6 +78,7 @@ func TestLeased(t *testing.T) {
 type leased struct {
 	admitted          []int64 // the instants of admitted decisions, sorted
 	decisions, errors int64
+	firstErr          error // the first error seen
 	slowest           time.Duration
 }
 
@@ -94,6 +95,7 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 		wg.Go(func() {
 			var mine []int64
 			var decisions, errs int64
+			var firstErr error
 			var slowest time.Duration
 			for time.Now().Before(stop) {
 				began := time.Now()
@@ -103,6 +105,9 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 				switch {
 				case err != nil:
 					errs++
+					if firstErr == nil {
+						firstErr = err
+					}
 				case !r.Limited:
 					mine = append(mine, time.Now().UnixNano())
 				}
@@ -112,6 +117,9 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 			out.admitted = append(out.admitted, mine...)
 			out.decisions += decisions
 			out.errors += errs
+			if out.firstErr == nil {
+				out.firstErr = firstErr
+			}
 			out.slowest = max(out.slowest, slowest)
 			mu.Unlock()
 		})
@@ -121,12 +129,38 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 	return out
 }
 
-// The local tier with Redis hung (SIGSTOP) for 2 s under four processes
+// The local tier with Redis hung (SIGSTOP) for 5 s under four processes
 // at many times PerSecond(2000): no decision waits more than the grant
 // timeout (100 ms) and a little; none errs (the fallback lasts 10 s); the
 // hang admits about the limit's allowance for it (at most 5 % more, and
 // the units held); the first grant after the resume ends the fallback.
 func TestLeasedRedisHung(t *testing.T) {
+	leasedOutage(t, "hung (SIGSTOP)", func(s *server) func() { return s.hang(t) })
+}
+
+// The same with Redis killed (SIGKILL: connections refused) for 5 s, then
+// started again, empty.
+func TestLeasedRedisKilled(t *testing.T) {
+	leasedOutage(t, "killed", func(s *server) func() {
+		kill := time.Duration(0)
+		if err := s.c.Stop(context.Background(), &kill); err != nil {
+			t.Fatal(err)
+		}
+		return func() {
+			if err := s.c.Start(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+			if err := s.waitReady(context.Background()); err != nil {
+				t.Fatal(err)
+			}
+		}
+	})
+}
+
+// leasedOutage runs four processes at many times PerSecond(2000) for 1 s,
+// then through a 5 s outage that stop begins and its result ends, then
+// for 1 s more, and checks what TestLeasedRedisHung says.
+func leasedOutage(t *testing.T, what string, stop func(*server) (resume func())) {
 	s := startFor(t, flavors[1], opts{module: true})
 	k := key(t, "hot")
 	l := client.PerSecond(2000)
@@ -141,23 +175,23 @@ func TestLeasedRedisHung(t *testing.T) {
 	if r := leasedRun(t, procs, k, l, 32, time.Second); r.errors != 0 {
 		t.Fatalf("Redis up: %d errors", r.errors)
 	}
-	resume := s.hang(t)
-	hung := leasedRun(t, procs, k, l, 32, 2*time.Second)
+	resume := stop(s)
+	out := leasedRun(t, procs, k, l, 32, 5*time.Second)
 	resume()
 	var fallback int64
 	for _, p := range procs {
 		fallback += p.Stats().Fallback
 	}
-	if hung.errors != 0 || hung.slowest > 400*time.Millisecond || len(hung.admitted) > int(1.05*4000)+200 || fallback == 0 {
-		t.Fatalf("Redis hung for 2 s: %d admitted (the allowance is 4000), %d errors, the slowest decision %v, %d decided in fallback",
-			len(hung.admitted), hung.errors, hung.slowest, fallback)
+	if out.errors != 0 || out.slowest > 400*time.Millisecond || len(out.admitted) > int(1.05*10000)+200 || fallback == 0 {
+		t.Fatalf("Redis %s for 5 s: %d admitted (the allowance is 10000), %d errors, the slowest decision %v, %d decided in fallback",
+			what, len(out.admitted), out.errors, out.slowest, fallback)
 	}
 	after := leasedRun(t, procs, k, l, 32, time.Second)
 	if after.errors != 0 || procs[0].Stats().Down == 0 {
-		t.Fatalf("after the resume: %d errors, %+v", after.errors, procs[0].Stats())
+		t.Fatalf("after the outage: %d errors (the first: %v), %+v", after.errors, after.firstErr, procs[0].Stats())
 	}
-	t.Logf("Redis hung for 2 s: %d admitted (allowance 4000), slowest decision %v; the first process: %+v",
-		len(hung.admitted), hung.slowest, procs[0].Stats())
+	t.Logf("Redis %s for 5 s: %d admitted (allowance 10000), slowest decision %v; the first process: %+v",
+		what, len(out.admitted), out.slowest, procs[0].Stats())
 }
 
 // httplimit with Options.Lease on a real server, seen by a real HTTP
