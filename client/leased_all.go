@@ -14,9 +14,9 @@ import (
 // with that key's wait as RetryAfter. When a hot key is short and not
 // paced, it asks for more (one grant in flight a key) and the decision
 // waits for the grant, at most Timeout, then decides again (refused here
-// past Timeout). A cold key, or one whose grants fail, sends the decision
-// to the limiter as Client.All (while a failing key tries a grant again
-// in the background, about once a Target). Every limit must lease (GCRA
+// past Timeout). Otherwise — a key cold, or failing and short of its cost
+// — the decision goes to the limiter as Client.All (while a failing key
+// tries a grant again in the background, about once a Target). Every limit must lease (GCRA
 // or a token bucket, a cost from 1 to the burst, no options, no key
 // twice, and in a cluster every key in one slot, as RL.ALL wants); other
 // calls go to the limiter as they are.
@@ -126,6 +126,11 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 				}
 				if wait == nil {
 					wait = k.flight
+				}
+			}
+			for _, k := range ks { // a cold or failing key sends the decision to the limiter: no wait first
+				if !k.hot || k.down != 0 {
+					wait = nil
 				}
 			}
 		}

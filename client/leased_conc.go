@@ -37,6 +37,7 @@ type slotPool struct {
 	closed  bool   // the tier closed: a holder's Release releases one slot at the key
 	id      string // the id the process holds the slots under: its own and the pool's, so a forgotten pool's late release never takes a new one's
 	owe     int64  // slots taken off held, to release at the key when no call is in flight
+	doubt   int64  // slots whose release failed: it may yet run, after a grant that counts them, so they are never handed out again
 	registration
 }
 
@@ -197,7 +198,6 @@ func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id stri
 		free := p.free(now)
 		if _, ok := p.holders[id]; ok && p.fresh(now) { // held here (its lease may have lapsed, its slot has not): renewed
 			p.holders[id] = now + int64(l.Lease)
-			t.stats.local.Add(1)
 			r := p.admitted(free)
 			p.mu.Unlock()
 			return r, nil
@@ -266,66 +266,69 @@ func (p *slotPool) admitted(free int64) Result {
 // freed here, with no call (true when it had not lapsed); any other id's
 // is released at the key.
 func (t *Leased) Release(ctx context.Context, key, id string) (bool, error) {
-	if v, ok := t.pools.Load(key); ok {
-		p := v.(*slotPool)
-		now := t.now()
-		p.mu.Lock()
-		if e, ok := p.holders[id]; ok {
-			delete(p.holders, id)
-			live := e > now && now < p.end()
-			closed := p.closed
-			if !closed {
-				p.used = now
-				if p.near && live && p.held > p.share() { // near the limit, past its share: the slot goes back, and this process asks again no sooner than a Target
-					t.giveSlots(key, p, 1)
-					p.pace = max(p.pace, now+p.draw(int64(t.o.Target)))
-				}
-				p.idle = min(p.idle, p.free(now))
-			}
-			p.mu.Unlock()
-			if closed && live { // the tier closed: its slot at the key goes too
-				n, err := t.c.ReleaseN(ctx, key, p.id, 1)
-				if err == nil {
-					t.stats.returned.Add(n)
-				}
-				return n > 0, err
-			}
-			return live, nil
-		}
-		p.mu.Unlock()
+	if held, live, err := t.ReleaseHeld(ctx, key, id); held {
+		return live, err
 	}
 	return t.c.Release(ctx, key, id)
 }
 
-// Holds reports whether id holds a slot at key that the tier handed out
-// (its Release then needs no call).
-func (t *Leased) Holds(key, id string) bool {
+// ReleaseHeld is Release for a slot the tier handed out: it frees id's
+// slot at key when the tier holds one for it (held true; live when its
+// lease had not lapsed), with no call (one, within ctx, once the tier is
+// closed), and does nothing otherwise (held false): it never sends the
+// limiter a release of its own, so a caller whose breaker is open can
+// free the tier's slots.
+func (t *Leased) ReleaseHeld(ctx context.Context, key, id string) (held, live bool, err error) {
 	v, ok := t.pools.Load(key)
 	if !ok {
-		return false
+		return false, false, nil
 	}
 	p := v.(*slotPool)
+	now := t.now()
 	p.mu.Lock()
-	defer p.mu.Unlock()
-	_, held := p.holders[id]
-	return held
+	e, ok := p.holders[id]
+	if !ok {
+		p.mu.Unlock()
+		return false, false, nil
+	}
+	delete(p.holders, id)
+	live = e > now && now < p.end()
+	closed, pid := p.closed, p.id
+	if !closed {
+		p.used = now
+		if p.near && live && p.held > p.share() && p.err == nil { // near the limit, past its share: the slot goes back, and this process asks again no sooner than a Target
+			t.giveSlots(key, p, 1)
+			p.pace = max(p.pace, now+p.draw(int64(t.o.Target)))
+		}
+		p.idle = min(p.idle, p.free(now))
+	}
+	p.mu.Unlock()
+	if closed && live { // the tier closed: its slot at the key goes too
+		n, err := t.c.ReleaseN(ctx, key, pid, 1)
+		if err == nil {
+			t.stats.returned.Add(n)
+		}
+		return true, n > 0, err
+	}
+	return true, live, nil
 }
 
 // growPool sends a grant in the background for the slots p's holders use,
 // need more, and the spare; p is locked and has no flight. With need 0 it
 // renews what is held.
 func (t *Leased) growPool(key string, p *slotPool, need int64) {
-	want := min(max(int64(len(p.holders))+need+p.spare(), p.held), p.l.Limit)
+	want := min(max(int64(len(p.holders))+need+p.spare(), p.held)+p.doubt, p.l.Limit) // the doubtful slots are the id's too
 	if need == 0 {
-		want = p.held
+		want = p.held + p.doubt
 	}
 	ch := make(chan struct{})
 	sent := t.now() // the slots' lease runs from before the limiter took them
+	id := p.id
 	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		t.stats.grants.Add(1)
-		r, err := t.c.Acquire(ctx, key, Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, p.id, UpTo(want))
+		r, err := t.c.Acquire(ctx, key, Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, id, UpTo(want))
 		if t.answer(key, p, r, err, want, need, sent, ch) {
 			t.register(&p.mu, &p.registration)
 		}
@@ -348,19 +351,25 @@ func (t *Leased) answer(key string, p *slotPool, r Result, err error, want, need
 		return false
 	}
 	p.err, p.last = nil, r
-	if got := r.Granted - p.owe - p.held; got > 0 {
+	if got := r.Granted - p.owe - p.doubt - p.held; got > 0 {
 		t.stats.granted.Add(got)
 	}
-	p.held = max(r.Granted-p.owe, 0) // what the key holds for this pool, less what is to go back; 0 when it holds none (lapsed, or lost): the holders here keep theirs, and no one else gets one
+	p.held = max(r.Granted-p.owe-p.doubt, 0) // what the key holds for this pool, less what is to go back or may be; 0 when it holds none (lapsed, or lost): the holders here keep theirs, and no one else gets one
 	if r.Granted > 0 {
 		p.sent = sent
 	}
 	// Near the limit: no slot left free at the key (a renewal tells a
 	// process that holds what it needs, so one that took its slots early
-	// learns that the others wait), or a grant came back short.
-	p.near = r.Remaining == 0 || r.Granted < want || r.Granted-int64(len(p.holders)) < need
-	if p.near && need > 0 {
-		p.pace = now + p.draw(int64(t.o.Target))
+	// learns that the others wait), or a grant came back short. Only a
+	// grant for more, which finds slots free, says it is no longer.
+	full := r.Remaining == 0 || r.Granted < want
+	if need > 0 {
+		p.near = full || r.Granted-p.owe-p.doubt-int64(len(p.holders)) < need
+		if p.near {
+			p.pace = now + p.draw(int64(t.o.Target))
+		}
+	} else {
+		p.near = p.near || full
 	}
 	return true
 }
@@ -386,10 +395,13 @@ func (t *Leased) sweepPools(now int64) {
 		case len(p.holders) == 0 && now-p.used >= int64(t.o.Lifetime) && p.flight == nil && p.owe == 0:
 			t.pools.Delete(key)
 			p.gone = true
-			if p.held > 0 {
-				t.giveSlots(key.(string), p, p.held)
+			if n := p.held + p.doubt; n > 0 { // all the pool's id holds
+				p.doubt = 0
+				t.giveSlots(key.(string), p, n)
 			}
-		case extra > 0:
+		case len(p.holders) == 0 && p.doubt > 0 && p.flight == nil && p.owe == 0: // no holder: the id retires with its doubtful slots, and the pool takes a new one
+			t.retire(key.(string), p)
+		case extra > 0 && p.err == nil:
 			p.idle -= extra
 			t.giveSlots(key.(string), p, extra)
 		case p.held > 0 && p.flight == nil && now-p.sent >= int64(slotSlack)/2:
@@ -399,12 +411,30 @@ func (t *Leased) sweepPools(now int64) {
 	})
 }
 
+// retire releases every slot of p's id at key in the background and gives
+// p a new id: a release of the old id's that failed may yet run, and now
+// takes nothing p hands out; p is locked and has no holder.
+func (t *Leased) retire(key string, p *slotPool) {
+	old, n := p.id, p.held+p.doubt
+	p.id = t.id + "." + strconv.FormatInt(t.pooled.Add(1), 36)
+	p.held, p.doubt = 0, 0
+	t.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		if freed, err := t.c.ReleaseN(ctx, key, old, n); err != nil { // they lapse a Lease and a second after the last renewal
+			t.stats.stranded.Add(n)
+		} else {
+			t.stats.returned.Add(freed)
+		}
+	})
+}
+
 // giveSlots takes n slots off what p holds and releases them at key in
 // the background, once no other call of p's is in flight (a grant
 // answering after a release would count the slots it took back); p is
 // locked.
 func (t *Leased) giveSlots(key string, p *slotPool, n int64) {
-	p.held -= n
+	p.held = max(p.held-n, 0)
 	p.owe += n
 	t.settleOwed(key, p)
 }
@@ -415,21 +445,22 @@ func (t *Leased) settleOwed(key string, p *slotPool) {
 	if p.owe == 0 || p.flight != nil {
 		return
 	}
-	n := p.owe
+	n, id := p.owe, p.id
 	ch := make(chan struct{})
 	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
-		_, err := t.c.ReleaseN(ctx, key, p.id, n)
+		freed, err := t.c.ReleaseN(ctx, key, id, n)
 		p.mu.Lock()
 		defer p.mu.Unlock()
 		p.flight = nil
 		close(ch)
 		p.owe -= n
-		if err != nil { // held at the key until they lapse, or until a renewal counts them again
+		if err != nil { // it may yet run: held at the key until they lapse, never handed out again by this pool
+			p.doubt += n
 			t.stats.stranded.Add(n)
 		} else {
-			t.stats.returned.Add(n)
+			t.stats.returned.Add(freed)
 		}
 		t.settleOwed(key, p)
 	}) {
@@ -452,9 +483,9 @@ func (t *Leased) closePools(ctx context.Context) error {
 		p.mu.Lock()
 		p.prune(now)
 		free := p.free(now)
-		g := give{key: key.(string), id: p.id, n: free + p.owe} // the free slots, and those whose release did not go out
+		g := give{key: key.(string), id: p.id, n: free + p.owe + p.doubt} // the free slots, those whose release did not go out, and those it may not have done
 		p.held -= free
-		p.owe = 0
+		p.owe, p.doubt = 0, 0
 		if p.registered != 0 {
 			g.registry = p.registry
 		}
@@ -474,11 +505,11 @@ func (t *Leased) closePools(ctx context.Context) error {
 		wg.Go(func() {
 			if g.n > 0 {
 				rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
-				if _, err := t.c.ReleaseN(rctx, g.key, g.id, g.n); err != nil {
+				if freed, err := t.c.ReleaseN(rctx, g.key, g.id, g.n); err != nil {
 					t.stats.stranded.Add(g.n)
 					errs[i] = err
 				} else {
-					t.stats.returned.Add(g.n)
+					t.stats.returned.Add(freed)
 				}
 				cancel()
 			}

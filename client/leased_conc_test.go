@@ -4,6 +4,7 @@ import (
 	"errors"
 	"math/rand/v2"
 	"strconv"
+	"sync"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -322,5 +323,95 @@ func TestLeasedSlotCallsInOrder(t *testing.T) {
 	tr.settle()
 	if s := p.Stats(); s.Returned == 0 || s.Granted == 0 {
 		t.Fatalf("no slot went back or came: %+v", s)
+	}
+}
+
+// A release whose call fails but which the server runs later, after the
+// next renewal (a command that timed out in a stalled connection): the
+// pool never hands out the slots it may have released, so its holders and
+// the others' stay within the limit; once it has no holder, its id
+// retires with them and a new one takes their place.
+func TestLeasedSlotStaleRelease(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	var mu sync.Mutex
+	var stale []any
+	tr.f.Before = func(cmd redis.Cmder) error {
+		mu.Lock()
+		defer mu.Unlock()
+		if cmd.Name() == "conc.release" && stale == nil {
+			stale = cmd.Args()
+			return errors.New("read tcp 127.0.0.1:6379: i/o timeout")
+		}
+		return nil
+	}
+	p := tr.procs[0]
+	l := Concurrency{Limit: 10, Lease: 10 * time.Second}
+	var ids []string
+	for i := range 8 {
+		id := "h" + strconv.Itoa(i)
+		if r, err := p.Acquire(ctx, "c", l, id); err != nil || r.Limited {
+			t.Fatalf("%s: %+v %v", id, r, err)
+		}
+		ids = append(ids, id)
+		tr.settle()
+	}
+	for _, id := range ids[:6] { // the spare goes back at the next sweeps: its release fails
+		p.Release(ctx, "c", id)
+	}
+	ids = ids[6:]
+	for range 3 {
+		tr.advance(100 * time.Millisecond)
+		p.sweep(tr.now())
+		tr.settle()
+	}
+	mu.Lock()
+	args := stale
+	mu.Unlock()
+	if args == nil {
+		t.Fatal("no release was sent")
+	}
+	tr.advance(600 * time.Millisecond) // the next renewal answers
+	p.sweep(tr.now())
+	tr.settle()
+	if _, err := p.c.ReleaseN(ctx, args[1].(string), args[2].(string), args[3].(int64)); err != nil { // and the stale release runs now
+		t.Fatal(err)
+	}
+	others := 0
+	for i := range 10 { // another process takes what the key has free
+		if r, err := p.c.Acquire(ctx, "c", l, "other"+strconv.Itoa(i)); err == nil && !r.Limited {
+			others++
+		}
+	}
+	for i := range 10 {
+		id := "n" + strconv.Itoa(i)
+		r, err := p.Acquire(ctx, "c", l, id)
+		tr.settle()
+		if err == nil && !r.Limited {
+			ids = append(ids, id)
+		}
+	}
+	if len(ids)+others > 10 {
+		t.Fatalf("%d holders here and %d elsewhere on a limit of 10", len(ids), others)
+	}
+	// Once the pool has no holder its id retires: a new id's slots serve.
+	for _, id := range ids {
+		p.Release(ctx, "c", id)
+	}
+	for i := range others {
+		p.c.Release(ctx, "c", "other"+strconv.Itoa(i))
+	}
+	tr.advance(50 * time.Millisecond) // one sweep, well within a Lifetime of the releases: the pool is kept
+	p.sweep(tr.now())
+	tr.settle()
+	v, _ := p.pools.Load("c")
+	if sp := v.(*slotPool); sp.doubt != 0 || sp.id == args[2].(string) {
+		t.Fatalf("the pool kept its id %s with %d doubtful slots", sp.id, sp.doubt)
+	}
+	tr.advance(100 * time.Millisecond) // past the pace of the refusals above
+	for i := range 5 {
+		if r, err := p.Acquire(ctx, "c", l, "m"+strconv.Itoa(i)); err != nil || r.Limited {
+			t.Fatalf("after the retirement, acquire %d: %+v %v", i, r, err)
+		}
+		tr.settle()
 	}
 }

@@ -463,13 +463,11 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		if l.leased != nil { // the slots the local tier handed out go back to it, with no call, whatever the breaker says
 			remote := held[:0:0]
 			for _, a := range held {
-				if l.leased.Holds(a.Key, a.id) { // a call only once the tier closed
-					ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.opt.Timeout)
-					l.leased.Release(ctx, a.Key, a.id)
-					cancel()
-				} else {
+				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.opt.Timeout) // a call only once the tier closed
+				if here, _, _ := l.leased.ReleaseHeld(ctx, a.Key, a.id); !here {
 					remote = append(remote, a)
 				}
+				cancel()
 			}
 			held = remote
 		}
