@@ -130,13 +130,13 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 
 // Acquire is Client.Acquire through the tier. On a concurrency key hot on
 // this process (Hot acquires within one Target) the process holds several
-// slots at the key under its own id (Acquire with UpTo) and hands them to
-// its holders with no call: an Acquire takes a free one, a Release frees
-// it for the next. The process's slots at the key are leased for the
-// limit's Lease and a second more, renewed every half second while it
-// holds any, and one is handed out only while the last renewal is at most
-// a second old: it lasts its whole Lease at the key even if Redis never
-// answers again. A holder's slot lapses here with its Lease, or when the
+// slots at the key under an id of its own (Acquire with UpTo) and hands
+// them to its holders with no call: an Acquire takes a free one, a Release
+// frees it for the next. The process's slots at the key are leased for
+// the limit's Lease and a second more, renewed about every half second
+// while it holds any, and one is handed out only while the last renewal
+// was sent under a second ago: it lasts its whole Lease at the key even if
+// Redis never answers again. A holder's slot lapses here with its Lease, or when the
 // process's slots lapse at the key if that is sooner (the renewals
 // failed). The holders here are never more than the slots the process
 // holds at the key, so the limit holds exactly: concurrency leases exceed
@@ -154,11 +154,12 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 // at the key) or they lapse.
 //
 // A local Result has Remaining the slots this process holds free after
-// it (a lower bound of the key's), RetryAfter Never and ResetAfter the
-// holder's Lease. When none is free the key asks for more (one grant in
-// flight) and the acquire waits for it, at most Timeout; near the limit,
-// acquires between paced grants are refused here, with the time until
-// the next as RetryAfter. While grants fail, free slots are handed out as
+// it (what it can hand out with no call), RetryAfter Never and ResetAfter
+// the holder's Lease. When none is free the key asks for more (one call in
+// flight a key, a grant or a release) and the acquire waits for it, at
+// most Timeout, and is refused here past it; near the limit, acquires
+// between paced grants are refused here, with the time until the next as
+// RetryAfter. While grants fail, free slots are handed out as
 // long as they are fresh; then Acquire returns the error. A cold key,
 // options, or a limit other than the one the key is pooled with go to the
 // limiter, under id.
