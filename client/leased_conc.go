@@ -150,8 +150,8 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 // the slots left free through a sweep, and, past its share (the limit
 // over the processes the key's registry counts), each slot its holder
 // releases. Close gives back the free slots; those in use stay held under
-// the process's id until their holders Release them (each releasing one
-// at the key) or they lapse.
+// the pool's id until their holders Release them (each releasing one at
+// the key) or they lapse.
 //
 // A local Result has Remaining the slots this process holds free after
 // it (what it can hand out with no call), RetryAfter Never and ResetAfter
