@@ -39,10 +39,13 @@ import (
 // The bound: every unit spent was admitted by the limiter, at most τ
 // before it is spent. A leased GCRA or token bucket therefore admits, in
 // any window, at most rate × τ more than the exact limiter would: with
-// PerSecond(1000) and τ = 200 ms, 200 more in any window. Only GCRA and
-// the token bucket lease (their units can be given back); other limits,
-// calls with options, costs of 0, refunds and costs above the burst go
-// exact.
+// PerSecond(1000) and τ = 200 ms, 200 more in any window. A fixed
+// window leases too: its units are held until their window ends (the
+// grant's ResetAfter) rather than τ, and cannot be given back (they are
+// counted Stranded when unspent), so each window admits exactly its
+// limit, no more. Other limits (the sliding window and log, whose units
+// would count before they are spent, and the shaper), calls with options,
+// costs of 0, refunds and costs above the burst go exact.
 //
 // A leased decision's Result has RetryAfter Never, Remaining the units this
 // process still holds (a lower bound of what the key admits), and Limit
@@ -137,7 +140,7 @@ type LeaseStats struct {
 	Grants    int64         // grant calls (UpTo) sent
 	Granted   int64         // units they granted (and concurrency slots)
 	Returned  int64         // units given back (and concurrency slots)
-	Stranded  int64         // units (and slots) that could not be given back (the call failed)
+	Stranded  int64         // units (and slots) that could not be given back (the call failed; a fixed window's, unspent when held no longer)
 	Waits     int64         // decisions that waited on a grant in flight or sent one
 	Unclaimed int64         // grants whose answer never came (their units are the limiter's until they lapse)
 	Fallback  int64         // decisions made here while grants failed, admitted or not
@@ -449,8 +452,20 @@ func (k *leaseKey) paceSpan(target int64) int64 {
 	return max(min(target, int64(fill/2)), 1)
 }
 
-// rateOf is a GCRA or token-bucket limit's rate, in units per ns.
-func rateOf(l Limit) float64 { return float64(l.m) / float64(l.period) }
+// rateOf is a GCRA or token-bucket limit's rate, in units per ns; a fixed
+// window's limit over its window.
+func rateOf(l Limit) float64 {
+	if l.algo == algoFW {
+		return float64(l.n) / float64(l.period)
+	}
+	return float64(l.m) / float64(l.period)
+}
+
+// Leasable reports whether a local tier (Leased) decides l from units
+// granted ahead: GCRA and the token bucket (their unspent units go back),
+// and the fixed window (its units are spent before their window ends, or
+// lost). Other limits go to the limiter one call a decision.
+func (l Limit) Leasable() bool { return l.Refundable() || l.algo == algoFW }
 
 // burst is what a GCRA or token-bucket limit admits at once.
 func burst(l Limit) int64 {
@@ -493,7 +508,7 @@ func (t *Leased) now() int64 {
 // Take is Client.Take, decided from units held where the key is hot on
 // this process (see Leased).
 func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts ...Option) (Result, error) {
-	if len(opts) > 0 || cost <= 0 || !l.Refundable() || cost > burst(l) || t.shut.Load() {
+	if len(opts) > 0 || cost <= 0 || !l.Leasable() || cost > burst(l) || t.shut.Load() {
 		t.stats.exact.Add(1)
 		return t.c.Take(ctx, key, l, cost, opts...)
 	}
@@ -666,6 +681,9 @@ func (b *batch) result(i int64, l Limit) (Result, error) {
 	r.Limited, r.Remaining = true, 0
 	if !b.r.Limited { // the call took units and left less than another cost: the time for the rest to accrue
 		r.RetryAfter = time.Duration(math.Ceil(float64(b.cost-b.r.Remaining) / rateOf(l)))
+		if l.algo == algoFW { // or for the window to end
+			r.RetryAfter = b.r.ResetAfter
+		}
 	}
 	return r, nil
 }
@@ -737,7 +755,11 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 	}
 	k.last = r
 	if r.Granted > 0 {
-		k.add(r.Granted, sent+int64(t.o.Lifetime))
+		expires := sent + int64(t.o.Lifetime)
+		if l := k.limit; l.algo == algoFW { // until its window ends (ResetAfter, rounded up to the ms, from the server's receipt: 2 ms less from the send)
+			expires = sent + int64(r.ResetAfter) - int64(2*time.Millisecond)
+		}
+		k.add(r.Granted, expires)
 		t.stats.granted.Add(r.Granted)
 	}
 	// Near the limit (a short grant, or less left than another grant) every
@@ -879,8 +901,13 @@ func (t *Leased) giveBack(key string, l Limit, units int64) {
 	}
 }
 
-// refund gives units back now, counting them returned or stranded.
+// refund gives units back now, counting them returned or stranded (a
+// fixed window's, which cannot go back, stranded with no call).
 func (t *Leased) refund(ctx context.Context, key string, l Limit, units int64) error {
+	if !l.Refundable() {
+		t.stats.stranded.Add(units)
+		return nil
+	}
 	if _, err := t.c.Take(ctx, key, l, -units); err != nil {
 		t.stats.stranded.Add(units)
 		return err

@@ -163,7 +163,7 @@ func (t *Leased) leasesAll(limits []Keyed, opts []Option) bool {
 		return false
 	}
 	for i, kl := range limits {
-		if kl.Cost <= 0 || !kl.Limit.Refundable() || kl.Cost > burst(kl.Limit) {
+		if kl.Cost <= 0 || !kl.Limit.Leasable() || kl.Cost > burst(kl.Limit) {
 			return false
 		}
 		if i > 0 && t.c.cluster() && Slot(kl.Key) != Slot(limits[0].Key) { // RL.ALL's CROSSSLOT, as the limiter would answer

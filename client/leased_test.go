@@ -849,3 +849,95 @@ func TestLeasedFallbackSurvivesIdle(t *testing.T) {
 		t.Fatalf("after the pause, still in fallback: %d admitted (its rate is 1000 a second), %d errors", a, e)
 	}
 }
+
+// A fixed window through the tier: four processes at 4× and at 1.3×
+// FixedWindow(1000, 1 s) for 3.5 s. Every window admits at most its 1000
+// — the units are spent before their window ends, never in the next —
+// and most of it, with the calls paced.
+func TestLeasedFixedWindow(t *testing.T) {
+	for _, every := range []int{1, 3} { // a decision per process every ms (4×), or every 3 ms (1.3×)
+		tr := newTier(t, 4, LeaseOptions{})
+		l := FixedWindow(1000, time.Second)
+		start := tr.now()
+		perWindow := map[int64]int{}
+		decisions := 0
+		for step := 0; tr.now()-start < int64(3500*time.Millisecond); step++ {
+			for i, p := range tr.procs {
+				if (step+i)%every != 0 {
+					continue
+				}
+				r, err := p.Take(ctx, "fw", l, 1)
+				if err != nil {
+					t.Fatal(err)
+				}
+				decisions++
+				if !r.Limited {
+					perWindow[tr.now()/int64(time.Second)]++
+				}
+			}
+			tr.settle()
+			tr.advance(time.Millisecond)
+		}
+		full := 0
+		for w, n := range perWindow {
+			if n > 1000 {
+				t.Fatalf("every %d ms: window %d admitted %d of its 1000", every, w, n)
+			}
+			if n >= 950 {
+				full++
+			}
+		}
+		if full < 3 {
+			t.Fatalf("every %d ms: admitted per window %v: fewer than 3 windows used 95%%", every, perWindow)
+		}
+		s := tr.procs[0].Stats()
+		if calls := tr.calls.Load(); calls > 4*70*3/2 || s.Local == 0 { // about a grant a Target a process, at most half as many again
+
+			t.Fatalf("every %d ms: %d calls for %d decisions; first process %+v", every, calls, decisions, s)
+		}
+		t.Logf("every %d ms: admitted per window %v; %d calls for %d decisions; first process %+v", every, perWindow, tr.calls.Load(), decisions, s)
+	}
+}
+
+// A fixed window's units are not spent past their window: units a process
+// holds 30 ms before the window ends are gone when it ends (counted
+// stranded, since they cannot go back), and the next decision asks the
+// new window.
+func TestLeasedFixedWindowEnds(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	p := tr.procs[0]
+	l := FixedWindow(1000, time.Second)
+	tr.clock.Store(time.Unix(1_700_000_000, 0).UnixNano() + int64(970*time.Millisecond))
+	for range 20 {
+		if r, err := p.Take(ctx, "fw", l, 1); err != nil || r.Limited {
+			t.Fatalf("%+v %v", r, err)
+		}
+		tr.settle()
+		tr.advance(100 * time.Microsecond)
+	}
+	held := func() int64 {
+		v, _ := p.keys.Load("fw")
+		k := v.(*leaseKey)
+		p.lock(k)
+		defer p.unlock(k, tr.now())
+		var u int64
+		for _, sg := range k.segs[:k.n] {
+			if sg.expires > tr.now() {
+				u += sg.units
+			}
+		}
+		return u
+	}
+	if held() == 0 {
+		t.Fatal("the process holds no units before the window ends")
+	}
+	tr.clock.Store(time.Unix(1_700_000_001, 0).UnixNano()) // the next window
+	if n := held(); n != 0 {
+		t.Fatalf("the process holds %d units of the window that ended", n)
+	}
+	p.sweep(tr.now())
+	tr.settle()
+	if s := p.Stats(); s.Stranded == 0 || s.Returned != 0 {
+		t.Fatalf("the window's unspent units: %+v", s)
+	}
+}

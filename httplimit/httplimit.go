@@ -198,8 +198,8 @@ type Options struct {
 	// when nil.
 	Logger *slog.Logger
 	// Lease, when set, decides through a local tier (client.NewLeased with
-	// these options): a request under one enforcing GCRA or token-bucket
-	// policy (no Reserve) on a key hot on this process is decided from
+	// these options): a request under one enforcing GCRA, token-bucket or
+	// fixed-window policy (no Reserve) on a key hot on this process is decided from
 	// units granted ahead, with no Redis call, and a concurrency policy's
 	// slot (no Reserve) is one of the slots this process holds at the key,
 	// acquired and released with no call (never more holders than the

@@ -361,7 +361,7 @@ func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
 			enforcing = append(enforcing, &rate[i].Want)
 		}
 	}
-	if w := enforcing; len(w) == 1 && l.leased != nil && w[0].Limit.Refundable() && w[0].Cost > 0 && w[0].Reserve == 0 && !w[0].Debt {
+	if w := enforcing; len(w) == 1 && l.leased != nil && w[0].Limit.Leasable() && w[0].Cost > 0 && w[0].Reserve == 0 && !w[0].Debt {
 		r, err := l.leased.Take(ctx, w[0].Key, w[0].Limit, w[0].Cost)
 		if err != nil {
 			return err

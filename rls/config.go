@@ -385,8 +385,8 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 			return nil, l.errAt(f["algorithm"], "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", alg, statKey)
 		}
 	}
-	if lease && (r.algorithm != GCRA && r.algorithm != TokenBucket || debt) {
-		return nil, l.errAt(f["lease"], "lease: true for '%s' needs algorithm gcra or token_bucket (whose unspent units go back) and no debt", statKey)
+	if lease && (r.algorithm != GCRA && r.algorithm != TokenBucket && r.algorithm != FixedWindow || debt) {
+		return nil, l.errAt(f["lease"], "lease: true for '%s' needs algorithm fixed_window, gcra or token_bucket (whose units are spent as they would be one by one) and no debt", statKey)
 	}
 	if r.algorithm == SlidingLog && debt {
 		return nil, l.errAt(f["debt"], "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)

@@ -93,7 +93,7 @@ descriptors:
 // is decided from units granted ahead once hot: 300 requests at 1,000 a
 // second (the clock moved by hand) on 100 a second are admitted within the
 // limit's burst and rate and τ more, with a small fraction of the Redis
-// calls. lease: true needs gcra or token_bucket and no debt.
+// calls. lease: true needs fixed_window, gcra or token_bucket and no debt.
 func TestLease(t *testing.T) {
 	f := fakeredis.New()
 	var now atomic.Int64
@@ -123,10 +123,45 @@ func TestLease(t *testing.T) {
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_lease_grants"); err != nil || st.Grants == 0 {
 		t.Errorf("lease metrics: %v; stats %+v", err, st)
 	}
-	for _, bad := range []string{"lease: true", "lease: true, algorithm: sliding_window", "lease: true, algorithm: gcra, debt: true", "lease: 2"} {
+	for _, bad := range []string{"lease: true, algorithm: sliding_log", "lease: true, algorithm: sliding_window", "lease: true, algorithm: gcra, debt: true", "lease: 2"} {
 		cfg := "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: minute, requests_per_unit: 1, " + bad + "}\n"
 		if _, err := Parse(map[string][]byte{"d.yaml": []byte(cfg)}); err == nil {
 			t.Errorf("%s: no error", bad)
 		}
 	}
+}
+
+// TestLeaseFixedWindow: lease: true on the default algorithm, fixed_window
+// (the peer's): 2,000 requests at 1,000 a second on 100 a second are
+// admitted at most 100 in each second — the units a process holds are
+// spent before their window ends — and at least 90, with a small fraction
+// of the Redis calls.
+func TestLeaseFixedWindow(t *testing.T) {
+	f := fakeredis.New()
+	var now atomic.Int64
+	now.Store(t0.UnixNano())
+	clock := func() time.Time { return time.Unix(0, now.Load()) }
+	f.Clock = clock
+	var calls atomic.Int64
+	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
+	rdb := f.Client()
+	t.Cleanup(func() { rdb.Close() })
+	const cfg = "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 100, lease: true}\n"
+	s := onClient(t, rdb, cfg, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
+	perSecond := map[int64]int{}
+	for range 2000 {
+		if r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all")}); r.OverallCode == pb.RateLimitResponse_OK {
+			perSecond[now.Load()/int64(time.Second)]++
+		}
+		now.Add(int64(time.Millisecond))
+	}
+	for sec, n := range perSecond {
+		if n > 100 || n < 90 {
+			t.Fatalf("second %d admitted %d of 100; all: %v", sec, n, perSecond)
+		}
+	}
+	if st := s.leased.Stats(); calls.Load() > 200 || st.Local == 0 {
+		t.Fatalf("%d Redis calls for 2000 requests; stats %+v", calls.Load(), st)
+	}
+	t.Logf("admitted per second %v, %d Redis calls", perSecond, calls.Load())
 }

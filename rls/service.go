@@ -65,7 +65,7 @@ type Options struct {
 	// else the Lua library) or one forced.
 	Engine client.Engine
 	// Lease, when set, decides a request whose one enforcing limit says
-	// lease: true (gcra or token_bucket) through a local tier
+	// lease: true (fixed_window, gcra or token_bucket) through a local tier
 	// (client.NewLeased with these options): on a descriptor hot on this
 	// service, from units granted ahead, with no Redis call. Its
 	// limit_remaining is then what this service holds, a lower bound. Its
