@@ -109,3 +109,44 @@ func TestLeasedSlots(t *testing.T) {
 			admitted.Load(), d, most.Load(), mean, c, float64(c)/float64(d), each, jain)
 	})
 }
+
+// A fixed window through the local tier on a real server: four processes,
+// 32 goroutines at many times FixedWindow(2000, 1 s) for 2.5 s. Each
+// second (the windows are the server's, and its clock is this machine's)
+// admits at most 2000 — 5 more allowed for an admission stamped just after
+// its window ended — and the full windows at least 95 % of it, with fewer
+// than 0.01 calls per decision.
+func TestLeasedFixedWindow(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		k := key(t, "fw")
+		l := client.FixedWindow(2000, time.Second)
+		var calls sent
+		var procs []*client.Leased
+		for range 4 {
+			rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr})
+			rdb.AddHook(&calls)
+			t.Cleanup(func() { rdb.Close() })
+			procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
+		}
+		start := time.Now()
+		run := leasedRun(t, procs, k, l, 32, 2500*time.Millisecond)
+		for _, p := range procs {
+			p.Close(ctx)
+		}
+		perWindow := map[int64]int{}
+		for _, at := range run.admitted {
+			perWindow[at/int64(time.Second)]++
+		}
+		first, last := start.UnixNano()/int64(time.Second), (start.UnixNano()+int64(2500*time.Millisecond))/int64(time.Second)
+		for w, n := range perWindow {
+			full := w > first && w < last // windows the run covered whole
+			if n > 2005 || full && n < 1900 {
+				t.Fatalf("window %d admitted %d of 2000; all %v", w, n, perWindow)
+			}
+		}
+		if d, c := run.decisions, calls.n.Load(); run.errors != 0 || float64(c)/float64(d) > 0.01 {
+			t.Fatalf("%d errors; %d calls for %d decisions", run.errors, c, d)
+		}
+		t.Logf("admitted per window %v; %d decisions, %d calls", perWindow, run.decisions, calls.n.Load())
+	})
+}
