@@ -774,7 +774,7 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 	// (at most half its burst: paceSpan).
 	k.near = r.Granted < n || r.Remaining < n || (k.near && r.Remaining < perT)
 	if wasNear && k.near && float64(n) < math.Ceil(max(k.rate, float64(k.asked))) {
-		k.owed = min(n-r.Granted, 2*perT/max(k.procs, 1)) // at most two Targets of its share
+		k.owed = min(n-r.Granted, perT/2/max(k.procs, 1)) // at most half a Target of its share: more made the shares swing from one second to the next
 	} else {
 		k.owed = 0
 	}
