@@ -587,19 +587,29 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		if ch == nil { // closed meanwhile
 			break
 		}
-		timer := time.NewTimer(time.Until(waitUntil))
-		select {
-		case <-ch:
-		case <-timer.C: // no decision waits past Timeout
-			late = true
-		case <-ctx.Done():
-			timer.Stop()
-			return Result{}, ctx.Err()
+		timedOut, err := await(ctx, ch, waitUntil) // no decision waits past Timeout
+		if err != nil {
+			return Result{}, err
 		}
-		timer.Stop()
+		late = late || timedOut
 	}
 	t.stats.exact.Add(1)
 	return t.c.Take(ctx, key, l, cost)
+}
+
+// await waits for ch until deadline or ctx's end: late when the deadline
+// came first, ctx's error when ctx ended.
+func await(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return false, nil
+	case <-timer.C:
+		return true, nil
+	case <-ctx.Done():
+		return false, ctx.Err()
+	}
 }
 
 // batch is the decisions of one cost on a cold key that came while its

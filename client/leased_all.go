@@ -142,16 +142,11 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 			t.stats.waits.Add(1)
 			waitUntil = time.Now().Add(t.o.Timeout)
 		}
-		timer := time.NewTimer(time.Until(waitUntil))
-		select {
-		case <-wait:
-		case <-timer.C:
-			late = true
-		case <-ctx.Done():
-			timer.Stop()
-			return Result{}, ctx.Err()
+		timedOut, err := await(ctx, wait, waitUntil) // no decision waits past Timeout
+		if err != nil {
+			return Result{}, err
 		}
-		timer.Stop()
+		late = late || timedOut
 	}
 	t.stats.exact.Add(1)
 	return t.c.All(ctx, limits)

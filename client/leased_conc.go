@@ -243,16 +243,11 @@ func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id stri
 		if ch == nil { // closed meanwhile
 			break
 		}
-		timer := time.NewTimer(time.Until(waitUntil))
-		select {
-		case <-ch:
-		case <-timer.C:
-			late = true
-		case <-ctx.Done():
-			timer.Stop()
-			return Result{}, ctx.Err()
+		timedOut, err := await(ctx, ch, waitUntil) // no decision waits past Timeout
+		if err != nil {
+			return Result{}, err
 		}
-		timer.Stop()
+		late = late || timedOut
 	}
 	t.stats.exact.Add(1)
 	return t.c.Acquire(ctx, key, l, id)
