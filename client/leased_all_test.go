@@ -1,12 +1,9 @@
 package client
 
 import (
-	"errors"
 	"sync/atomic"
 	"testing"
 	"time"
-
-	"github.com/redis/go-redis/v9"
 )
 
 // All through the tier: four processes ask two limits together — a
@@ -121,13 +118,7 @@ func TestLeasedAllAtomic(t *testing.T) {
 func TestLeasedAllRecovers(t *testing.T) {
 	tr := newTier(t, 1, LeaseOptions{})
 	var failing atomic.Bool
-	tr.f.Before = func(redis.Cmder) error {
-		tr.calls.Add(1)
-		if failing.Load() {
-			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
-		}
-		return nil
-	}
+	tr.downWhile(&failing)
 	p := tr.procs[0]
 	limits := []Keyed{{Key: "{t}:a", Limit: PerSecond(100_000), Cost: 1}, {Key: "{t}:b", Limit: PerSecond(100_000), Cost: 1}}
 	run := func(d time.Duration) (decisions, errs int, calls int64) {

@@ -215,13 +215,7 @@ func TestLeasedSlotLapse(t *testing.T) {
 func TestLeasedSlotsRedisAway(t *testing.T) {
 	tr := newTierSwept(t, 4, LeaseOptions{}, false)
 	var failing atomic.Bool
-	tr.f.Before = func(redis.Cmder) error {
-		if failing.Load() {
-			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
-		}
-		tr.calls.Add(1)
-		return nil
-	}
+	tr.downWhile(&failing)
 	l := Concurrency{Limit: 40, Lease: 5 * time.Second}
 	sr := newSlotRun(tr)
 	if _, _, errs, most, _ := sr.run(t, "conc", l, time.Second, 250*time.Microsecond, false); errs != 0 || most > 40 {

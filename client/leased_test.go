@@ -50,6 +50,18 @@ func newTierSwept(t *testing.T, n int, o LeaseOptions, sweeper bool) *tier {
 func (tr *tier) now() int64              { return tr.clock.Load() }
 func (tr *tier) advance(d time.Duration) { tr.clock.Add(int64(d)) }
 
+// downWhile makes the fake server refuse every command, as a server that
+// is down does, while failing holds; calls counts the commands it serves.
+func (tr *tier) downWhile(failing *atomic.Bool) {
+	tr.f.Before = func(redis.Cmder) error {
+		if failing.Load() {
+			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
+		}
+		tr.calls.Add(1)
+		return nil
+	}
+}
+
 // settle waits for the calls the tiers sent by themselves.
 func (tr *tier) settle() {
 	for _, p := range tr.procs {
@@ -376,13 +388,7 @@ func p0Lifetime(tr *tier) time.Duration { return tr.procs[0].o.Lifetime }
 func TestLeasedRedisAway(t *testing.T) {
 	tr := newTier(t, 4, LeaseOptions{Fallback: 8 * time.Second})
 	var failing atomic.Bool
-	tr.f.Before = func(redis.Cmder) error {
-		if failing.Load() {
-			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
-		}
-		tr.calls.Add(1)
-		return nil
-	}
+	tr.downWhile(&failing)
 	l := PerSecond(1000)
 	run := func(d time.Duration) (admitted, errs int) {
 		for end := tr.now() + int64(d); tr.now() < end; {
@@ -460,12 +466,7 @@ func TestLeasedFallbackAfterBurst(t *testing.T) {
 	tr := newTier(t, 1, LeaseOptions{})
 	p := tr.procs[0]
 	var failing atomic.Bool
-	tr.f.Before = func(redis.Cmder) error {
-		if failing.Load() {
-			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
-		}
-		return nil
-	}
+	tr.downWhile(&failing)
 	l := GCRA(999, 10, time.Second)
 	run := func(d, every time.Duration) (admitted int) {
 		for end := tr.now() + int64(d); tr.now() < end; {
@@ -810,13 +811,7 @@ func TestLeasedSmallBurst(t *testing.T) {
 func TestLeasedFallbackSurvivesIdle(t *testing.T) {
 	tr := newTierSwept(t, 1, LeaseOptions{}, false)
 	var failing atomic.Bool
-	tr.f.Before = func(redis.Cmder) error {
-		if failing.Load() {
-			return errors.New("dial tcp 127.0.0.1:6379: connect: connection refused")
-		}
-		tr.calls.Add(1)
-		return nil
-	}
+	tr.downWhile(&failing)
 	p := tr.procs[0]
 	l := PerSecond(1000)
 	run := func(d time.Duration) (admitted, errs int) {

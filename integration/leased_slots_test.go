@@ -8,8 +8,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -25,13 +23,7 @@ func TestLeasedSlots(t *testing.T) {
 		k := key(t, "conc")
 		l := client.Concurrency{Limit: 32, Lease: 10 * time.Second}
 		var calls sent
-		var procs []*client.Leased
-		for range 4 {
-			rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr})
-			rdb.AddHook(&calls)
-			t.Cleanup(func() { rdb.Close() })
-			procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
-		}
+		procs := leasedProcs(t, s, 4, &calls)
 		var running, most, admitted, decisions atomic.Int64
 		var busy atomic.Int64 // running, summed at each sample
 		var samples atomic.Int64
@@ -121,13 +113,7 @@ func TestLeasedFixedWindow(t *testing.T) {
 		k := key(t, "fw")
 		l := client.FixedWindow(2000, time.Second)
 		var calls sent
-		var procs []*client.Leased
-		for range 4 {
-			rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr})
-			rdb.AddHook(&calls)
-			t.Cleanup(func() { rdb.Close() })
-			procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
-		}
+		procs := leasedProcs(t, s, 4, &calls)
 		start := time.Now()
 		run := leasedRun(t, procs, k, l, 32, 2500*time.Millisecond)
 		for _, p := range procs {

@@ -45,13 +45,7 @@ func TestLeased(t *testing.T) {
 		k := key(t, "hot")
 		l := client.PerSecond(2000)
 		var calls sent
-		var procs []*client.Leased
-		for range 4 {
-			rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr})
-			rdb.AddHook(&calls)
-			t.Cleanup(func() { rdb.Close() })
-			procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
-		}
+		procs := leasedProcs(t, s, 4, &calls)
 		tau := 200 * time.Millisecond // the default: 4 × Target
 		start := time.Now()
 		run := leasedRun(t, procs, k, l, 32, 1500*time.Millisecond)
@@ -72,6 +66,20 @@ func TestLeased(t *testing.T) {
 		t.Logf("%d admitted (%.1f%% of the allowance), %d decisions, %d calls (%.4f each); the first process: %+v",
 			len(admitted), 100*float64(len(admitted))/allowance, d, c, float64(c)/float64(d), procs[0].Stats())
 	})
+}
+
+// leasedProcs is n local tiers (default options) over s, each with a
+// client and connections of its own, as n processes have; every command
+// they send is counted in calls.
+func leasedProcs(t *testing.T, s *server, n int, calls *sent) []*client.Leased {
+	var procs []*client.Leased
+	for range n {
+		rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr})
+		rdb.AddHook(calls)
+		t.Cleanup(func() { rdb.Close() })
+		procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
+	}
+	return procs
 }
 
 // leased is what leasedRun saw.

@@ -89,21 +89,27 @@ descriptors:
     rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra, lease: true}
 `
 
+// leaseFake is a fake server on a clock moved by hand (now, from t0) that
+// counts the commands it serves.
+func leaseFake(t *testing.T) (rdb redis.UniversalClient, now *atomic.Int64, clock func() time.Time, calls *atomic.Int64) {
+	f := fakeredis.New()
+	now, calls = new(atomic.Int64), new(atomic.Int64)
+	now.Store(t0.UnixNano())
+	clock = func() time.Time { return time.Unix(0, now.Load()) }
+	f.Clock = clock
+	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
+	c := f.Client()
+	t.Cleanup(func() { c.Close() })
+	return c, now, clock, calls
+}
+
 // TestLease: with Options.Lease, a descriptor whose limit says lease: true
 // is decided from units granted ahead once hot: 300 requests at 1,000 a
 // second (the clock moved by hand) on 100 a second are admitted within the
 // limit's burst and rate and τ more, with a small fraction of the Redis
 // calls. lease: true needs fixed_window, gcra or token_bucket and no debt.
 func TestLease(t *testing.T) {
-	f := fakeredis.New()
-	var now atomic.Int64
-	now.Store(t0.UnixNano())
-	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	f.Clock = clock
-	var calls atomic.Int64
-	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
-	rdb := f.Client()
-	t.Cleanup(func() { rdb.Close() })
+	rdb, now, clock, calls := leaseFake(t)
 	reg := prometheus.NewRegistry()
 	s := onClient(t, rdb, leaseConfig, Options{Lease: &client.LeaseOptions{Now: clock}, Registerer: reg}, clock)
 	admitted := 0
@@ -137,15 +143,7 @@ func TestLease(t *testing.T) {
 // spent before their window ends — and at least 90, with a small fraction
 // of the Redis calls.
 func TestLeaseFixedWindow(t *testing.T) {
-	f := fakeredis.New()
-	var now atomic.Int64
-	now.Store(t0.UnixNano())
-	clock := func() time.Time { return time.Unix(0, now.Load()) }
-	f.Clock = clock
-	var calls atomic.Int64
-	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
-	rdb := f.Client()
-	t.Cleanup(func() { rdb.Close() })
+	rdb, now, clock, calls := leaseFake(t)
 	const cfg = "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 100, lease: true}\n"
 	s := onClient(t, rdb, cfg, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
 	perSecond := map[int64]int{}
