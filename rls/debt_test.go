@@ -82,6 +82,62 @@ func TestDebt(t *testing.T) {
 	}
 }
 
+// tokenBudget is Envoy AI Gateway's sequence as Envoy runs it: before each
+// request a check (the descriptor's hits_addend 0), enforced; after each
+// admitted one a charge of the response's tokens (600), whose answer Envoy
+// ignores; a refused request never reaches the model and charges
+// nothing. It returns the checks' answers, O (OK) or X (OVER_LIMIT).
+func tokenBudget(n int, ask func(hits uint64) pb.RateLimitResponse_Code) string {
+	var b strings.Builder
+	for range n {
+		if ask(0) != pb.RateLimitResponse_OK {
+			b.WriteByte('X')
+			continue
+		}
+		b.WriteByte('O')
+		ask(600)
+	}
+	return b.String()
+}
+
+// TestTokenBudget: 10 requests whose responses are 600 tokens each against
+// a budget of 1,000 tokens a minute: the first two checks pass (0, then
+// 600 spent), the second charge is counted past the limit (1,200), and
+// the third check and every later one is refused, as the peer answers.
+// The budget says so with debt: true in a file, or with DebtCharges (a
+// config from Envoy Gateway, which cannot say it); without either, the
+// second charge is refused and not counted, and the client never stops.
+func TestTokenBudget(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		key  string
+		o    Options
+		want string
+	}{
+		{"debt: true", "budget", Options{}, "OOXXXXXXXX"},
+		{"DebtCharges", "plain", Options{DebtCharges: true}, "OOXXXXXXXX"},
+		{"DebtCharges on a sliding log", "log", Options{DebtCharges: true}, "OOOOOOOOOO"},
+		{"neither", "plain", Options{}, "OOOOOOOOOO"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, f := onFake(t, debtConfig+"  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_log}\n", c.o)
+			got := tokenBudget(10, func(hits uint64) pb.RateLimitResponse_Code {
+				d := descriptor(c.key, "u1")
+				d.HitsAddend = wrapperspb.UInt64(hits)
+				return ask(t, s, []*rlv3.RateLimitDescriptor{d}).OverallCode
+			})
+			if got != c.want {
+				t.Fatalf("checks %s, want %s", got, c.want)
+			}
+			if c.want == "OOXXXXXXXX" {
+				if n, err := f.Client().Get(context.Background(), "d_"+c.key+"_u1_fw60").Int64(); err != nil || n != 1200 {
+					t.Fatalf("the budget's count: %d %v, want 1200", n, err)
+				}
+			}
+		})
+	}
+}
+
 const leaseConfig = `
 domain: d
 descriptors:

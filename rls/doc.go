@@ -46,5 +46,7 @@
 //
 // A Service is safe for concurrent use; Watch reloads its config when the
 // directory changes, keeping the running config when a new one does not
-// load.
+// load. WatchXDS takes it from an xDS server instead (RateLimitConfig
+// resources, as Envoy Gateway serves them), refusing an update that does
+// not load.
 package rls

@@ -71,6 +71,17 @@ type Options struct {
 	// limit_remaining is then what this service holds, a lower bound. Its
 	// counts are the ratelimit_service_lease_ metrics.
 	Lease *client.LeaseOptions
+	// DebtCharges charges a descriptor that carries its own hits_addend
+	// above 0 as a debt: true limit's hits are charged (counted even past
+	// the limit), on every limit but a sliding_log. Envoy sends such a
+	// descriptor for a rate limit with a cost (hits_addend): Envoy
+	// Gateway's cost.response, Envoy AI Gateway's token budgets, charged
+	// after the response. A config from xDS cannot say debt: true of a
+	// limit Envoy Gateway made; this says it of its charges, so that a
+	// budget stops its client once spent, as the peer's does. Checks
+	// (hits_addend 0) and requests without one of their own are decided
+	// as without it.
+	DebtCharges bool
 	// Registerer receives the service's metrics (nil: none are kept).
 	Registerer prometheus.Registerer
 	// Logger receives config reloads and Redis failures (nil: slog's default).
@@ -249,7 +260,7 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			continue
 		}
 		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
-		it.Cost, it.Debt = hits(req, d), r.debt
+		it.Cost, it.Debt = hits(req, d), r.debt || (s.opts.DebtCharges && d.GetHitsAddend().GetValue() > 0 && r.algorithm != SlidingLog)
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
@@ -276,7 +287,7 @@ func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item)
 		for _, it := range list {
 			resp.Statuses[it.i] = statusOf(it)
 			s.m.decided(it, s.opts.NearLimitRatio)
-			if s.cache != nil && !it.r.shadow && !it.r.debt && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
+			if s.cache != nil && !it.r.shadow && !it.Debt && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
 				s.cache.add(it.Key, it.Cost, it.started.Add(it.Result.RetryAfter))
 			}
 		}
@@ -414,7 +425,7 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 			it.Known = true
 			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
 			refused = refused || it.Cost > 0
-		case it.r.debt: // counted whatever the others decide, never from the refusal cache
+		case it.Debt: // counted whatever the others decide, never from the refusal cache
 			charged = append(charged, it)
 		case s.cache != nil && s.cache.refuses(it.Key, it.Cost, now, &until):
 			it.Known, it.cached = true, true

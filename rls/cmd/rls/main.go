@@ -37,13 +37,18 @@ import (
 	"syscall"
 	"time"
 
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
+	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/health"
 	healthpb "google.golang.org/grpc/health/grpc_health_v1"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
@@ -83,6 +88,23 @@ type flags struct {
 	nearLimit                                        float64
 	engine, logLevel                                 string
 	version, healthcheck                             bool
+
+	redisCert, redisKey string
+	// The gRPC server's TLS.
+	grpcTLS                                        bool
+	grpcCert, grpcKey, grpcClientCA, grpcClientSAN string
+	// Where the config comes from: files, or an xDS server.
+	configType, xdsURL, xdsNode, xdsNodeMeta, xdsHeaders string
+	xdsTLS                                               bool
+	xdsCert, xdsKey, xdsCA, xdsSAN                       string
+	xdsBackoffInitial, xdsBackoffMax                     time.Duration
+	xdsBackoffFactor                                     float64
+	xdsBackoffJitter, forceStart                         bool
+	xdsMaxMsg                                            int
+	// A Prometheus listener of the peer's.
+	prometheus               bool
+	prometheusAddr, promPath string
+	debtCharges              string
 }
 
 // setting is one of rls's settings, declared once, as the peer's settings
@@ -108,6 +130,8 @@ func settings(f *flags) []setting {
 		{"redis-tls", "REDIS_TLS", "false", "connect to Redis over TLS", &f.redisTLS, false},
 		{"redis-tls-ca", "REDIS_TLS_CACERT", "", "PEM file of the CA that signed Redis's certificate", &f.redisCA, false},
 		{"redis-tls-skip-verify", "REDIS_TLS_SKIP_HOSTNAME_VERIFICATION", "false", "do not verify Redis's certificate", &f.redisSkipVerify, false},
+		{"redis-tls-cert", "REDIS_TLS_CLIENT_CERT", "", "PEM file of the client certificate rls shows Redis over TLS", &f.redisCert, false},
+		{"redis-tls-key", "REDIS_TLS_CLIENT_KEY", "", "PEM file of that certificate's key", &f.redisKey, false},
 		{"redis-pool-size", "REDIS_POOL_SIZE", "0", "connections per Redis node (0: go-redis's default, 10 per CPU)", &f.poolSize, false},
 		{"redis-timeout", "", "100ms", "bound on each Redis call; past it the request fails with UNAVAILABLE", &f.timeout, false},
 		{"prefix", "CACHE_KEY_PREFIX", "", "prefix of every Redis key", &f.prefix, false},
@@ -121,12 +145,84 @@ func settings(f *flags) []setting {
 		{"ietf-headers", "", "false", "add the IETF RateLimit and RateLimit-Policy fields to responses (response_headers_to_add)", &f.headers, false},
 		{"limit-headers", "LIMIT_RESPONSE_HEADERS_ENABLED", "false", "add the peer's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields (names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)", &f.limitHeaders, false},
 		{"lease", "", "false", "decide the limits whose rate_limit says lease: true (gcra or token_bucket) through a local tier: a descriptor hot on this rls spends units granted ahead, about one Redis call per 50 ms; limit_remaining is then what this rls holds", &f.lease, false},
+		{"config-type", "CONFIG_TYPE", "FILE", "FILE (the -config directory) or GRPC_XDS_SOTW (RateLimitConfig resources from the xDS server at -xds)", &f.configType, false},
+		{"xds", "CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", "the xDS server's host:port", &f.xdsURL, false},
+		{"xds-node", "CONFIG_GRPC_XDS_NODE_ID", "default", "the node id rls gives the xDS server (Envoy Gateway's: envoy-ratelimit)", &f.xdsNode, false},
+		{"xds-node-metadata", "CONFIG_GRPC_XDS_NODE_METADATA", "", "the node's metadata: key=value pairs separated by commas", &f.xdsNodeMeta, false},
+		{"xds-headers", "CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "", "gRPC metadata sent on each xDS stream: key:value pairs separated by commas", &f.xdsHeaders, false},
+		{"xds-tls", "CONFIG_GRPC_XDS_SERVER_USE_TLS", "false", "reach the xDS server over TLS", &f.xdsTLS, false},
+		{"xds-tls-cert", "CONFIG_GRPC_XDS_CLIENT_TLS_CERT", "", "PEM file of the client certificate rls shows the xDS server (read again when it changes)", &f.xdsCert, false},
+		{"xds-tls-key", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY", "", "PEM file of that certificate's key", &f.xdsKey, false},
+		{"xds-tls-ca", "CONFIG_GRPC_XDS_SERVER_TLS_CACERT", "", "PEM file of the CA that signed the xDS server's certificate (else the system's)", &f.xdsCA, false},
+		{"xds-tls-san", "CONFIG_GRPC_XDS_SERVER_TLS_SAN", "", "the name the xDS server's certificate must hold (else the host of -xds)", &f.xdsSAN, false},
+		{"xds-backoff-initial", "XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "10s", "the least wait before a new xDS stream after one fails", &f.xdsBackoffInitial, false},
+		{"xds-backoff-max", "XDS_CLIENT_BACKOFF_MAX_INTERVAL", "60s", "the most", &f.xdsBackoffMax, false},
+		{"xds-backoff-factor", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", "each wait in a row is the last times this (the peer's default 0.5 keeps it at the least)", &f.xdsBackoffFactor, false},
+		{"xds-backoff-jitter", "XDS_CLIENT_BACKOFF_JITTER", "true", "draw each wait between the least and its value", &f.xdsBackoffJitter, false},
+		{"xds-max-msg-size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", "the largest xDS response taken, in bytes (0: gRPC's 4 MiB)", &f.xdsMaxMsg, false},
+		{"force-start", "FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "with GRPC_XDS_SOTW, serve at once, answering OK with no limit until the first config comes (else wait for it)", &f.forceStart, false},
+		{"debt-charges", "DEBT_CHARGES", "auto", "true: a descriptor with a hits_addend of its own above 0 (Envoy's cost, as Envoy Gateway's cost.response and AI Gateway's token budgets send after the response) is counted even past its limit, as under debt: true; auto: true with GRPC_XDS_SOTW, false with FILE", &f.debtCharges, true},
+		{"grpc-tls", "GRPC_SERVER_USE_TLS", "false", "serve gRPC over TLS (certificate and key read again when their files change)", &f.grpcTLS, false},
+		{"grpc-tls-cert", "GRPC_SERVER_TLS_CERT", "", "PEM file of the gRPC server's certificate", &f.grpcCert, false},
+		{"grpc-tls-key", "GRPC_SERVER_TLS_KEY", "", "PEM file of its key", &f.grpcKey, false},
+		{"grpc-tls-client-ca", "GRPC_CLIENT_TLS_CACERT", os.Getenv("GRPC_SERVER_TLS_CA_CERT"), "PEM file of the CA that signs clients' certificates: a client without one so signed is refused (default from GRPC_SERVER_TLS_CA_CERT, Envoy Gateway's name)", &f.grpcClientCA, false},
+		{"grpc-tls-client-san", "GRPC_CLIENT_TLS_SAN", "", "the DNS name (or IP address) a client's certificate must hold", &f.grpcClientSAN, false},
+		{"prometheus", "USE_PROMETHEUS", "false", "serve /metrics at -prometheus-addr as well, as the peer's Prometheus sink", &f.prometheus, false},
+		{"prometheus-addr", "PROMETHEUS_ADDR", ":9090", "the address of that listener", &f.prometheusAddr, false},
+		{"prometheus-path", "PROMETHEUS_PATH", "/metrics", "its path", &f.promPath, false},
 		{"engine", "", "auto", "auto (the module where loaded, else the Lua library), module, functions or scripts", &f.engine, false},
 		{"drain", "", "10s", "on SIGTERM, how long requests in flight may take to finish", &f.drain, false},
 		{"log-level", "LOG_LEVEL", "info", "debug, info, warn or error", &f.logLevel, true},
 		{"version", "", "false", "print the version and exit", &f.version, false},
 		{"healthcheck", "", "false", "ask the /healthcheck of the rls listening at -http (on loopback when it listens on every address) and exit 0 if it answers 200, else 1", &f.healthcheck, false},
 	}
+}
+
+// peerVar is one of the peer's variables that Envoy Gateway sets and no
+// setting reads, and the values rls refuses (check; nil: none).
+// docs/rls.md's table of Envoy Gateway's environment says what the peer
+// and rls do with each: none is ignored unsaid.
+type peerVar struct {
+	name  string
+	check func(string) error
+}
+
+// refuseBool refuses the boolean value that rls cannot honour, saying why.
+func refuseBool(refused bool, why string) func(string) error {
+	return func(v string) error {
+		if b, err := strconv.ParseBool(v); err != nil || b == refused {
+			return errors.New(why)
+		}
+		return nil
+	}
+}
+
+var peerVars = []peerVar{
+	{"RUNTIME_ROOT", nil}, // the default of -config
+	{"RUNTIME_SUBDIRECTORY", nil},
+	{"RUNTIME_APPDIRECTORY", nil},
+	{"RUNTIME_IGNOREDOTFILES", refuseBool(false, "rls never reads dot files (a ConfigMap's ..data): unset it or set true")},
+	{"RUNTIME_WATCH_ROOT", isBool}, // either: the path to the directory is checked each second
+	{"USE_STATSD", refuseBool(true, "rls sends no stats to statsd: set false, and scrape /metrics")},
+	{"REDIS_SOCKET_TYPE", func(v string) error {
+		if v != "tcp" && v != "unix" {
+			return errors.New("tcp or unix")
+		}
+		return nil
+	}},
+	{"PROMETHEUS_MAPPER_YAML", nil}, // the series already have the names it gives
+	{"TRACING_ENABLED", refuseBool(true, "rls exports no traces: set false")},
+	{"TRACING_SERVICE_NAME", nil}, // read only by tracing, refused above
+	{"TRACING_SERVICE_NAMESPACE", nil},
+	{"TRACING_SERVICE_INSTANCE_ID", nil},
+	{"TRACING_SAMPLING_RATE", nil},
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", nil},
+	{"GRPC_SERVER_TLS_CA_CERT", nil}, // the default of -grpc-tls-client-ca
+}
+
+func isBool(v string) error {
+	_, err := strconv.ParseBool(v)
+	return err
 }
 
 // value is a setting as a flag.Value.
@@ -209,6 +305,26 @@ func parse(args []string) (*flags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	for _, p := range peerVars {
+		if v, ok := os.LookupEnv(p.name); ok && p.check != nil {
+			if err := p.check(v); err != nil {
+				return nil, fmt.Errorf("%s=%s: %v", p.name, v, err)
+			}
+		}
+	}
+	f.configType = strings.ToUpper(f.configType)
+	if f.configType != "FILE" && f.configType != "GRPC_XDS_SOTW" {
+		return nil, fmt.Errorf("%s %q: FILE or GRPC_XDS_SOTW", named("config-type"), f.configType)
+	}
+	if f.debtCharges != "auto" && isBool(f.debtCharges) != nil {
+		return nil, fmt.Errorf("%s %q: auto, true or false", named("debt-charges"), f.debtCharges)
+	}
+	if _, err := pairs(f.xdsNodeMeta, "="); err != nil {
+		return nil, fmt.Errorf("%s: %v", named("xds-node-metadata"), err)
+	}
+	if _, err := pairs(f.xdsHeaders, ":"); err != nil {
+		return nil, fmt.Errorf("%s: %v", named("xds-headers"), err)
+	}
 	switch {
 	case f.refusalCacheBytes < 1:
 		return nil, fmt.Errorf("-refusal-cache-bytes %d: at least 1", f.refusalCacheBytes)
@@ -218,8 +334,41 @@ func parse(args []string) (*flags, error) {
 		return nil, fmt.Errorf("-grpc-conn-streams %d: 1 to %d", f.connStreams, uint32(math.MaxUint32))
 	case f.streams < 1:
 		return nil, fmt.Errorf("-grpc-streams %d: at least 1", f.streams)
+	case f.xdsBackoffInitial <= 0 || f.xdsBackoffMax < f.xdsBackoffInitial:
+		return nil, fmt.Errorf("%s %v, %s %v: above 0, the most at least the least", named("xds-backoff-initial"), f.xdsBackoffInitial, named("xds-backoff-max"), f.xdsBackoffMax)
+	case f.xdsBackoffFactor <= 0:
+		return nil, fmt.Errorf("%s %v: above 0", named("xds-backoff-factor"), f.xdsBackoffFactor)
+	case f.xdsMaxMsg < 0:
+		return nil, fmt.Errorf("%s %d: 0 or more", named("xds-max-msg-size"), f.xdsMaxMsg)
 	}
 	return f, nil
+}
+
+// named is a setting's flag and, where it has one, its variable:
+// "-config-type (CONFIG_TYPE)".
+func named(flag string) string {
+	for _, s := range settings(&flags{}) {
+		if s.flag == flag && s.env != "" {
+			return "-" + flag + " (" + s.env + ")"
+		}
+	}
+	return "-" + flag
+}
+
+// pairs reads "k1<sep>v1,k2<sep>v2" ("": none).
+func pairs(text, sep string) (map[string]string, error) {
+	m := map[string]string{}
+	if text == "" {
+		return m, nil
+	}
+	for _, kv := range strings.Split(text, ",") {
+		k, v, ok := strings.Cut(kv, sep)
+		if !ok || strings.TrimSpace(k) == "" {
+			return nil, fmt.Errorf("%q is not key%svalue", kv, sep)
+		}
+		m[strings.TrimSpace(k)] = strings.TrimSpace(v)
+	}
+	return m, nil
 }
 
 var engines = map[string]client.Engine{"auto": client.Auto, "module": client.Module, "functions": client.Functions, "scripts": client.Scripts}
@@ -248,6 +397,13 @@ func redisClient(f *flags) (redis.UniversalClient, error) {
 				return nil, fmt.Errorf("-redis-tls-ca %s: no certificate found", f.redisCA)
 			}
 			tlsConf.RootCAs = pool
+		}
+		if f.redisCert != "" || f.redisKey != "" {
+			pair, err := tls.LoadX509KeyPair(f.redisCert, f.redisKey)
+			if err != nil {
+				return nil, fmt.Errorf("-redis-tls-cert, -redis-tls-key: %v", err)
+			}
+			tlsConf.Certificates = []tls.Certificate{pair}
 		}
 	}
 	switch f.redisType {
@@ -291,6 +447,13 @@ func redisClient(f *flags) (redis.UniversalClient, error) {
 }
 
 func run(args []string, stdout io.Writer) error {
+	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	return serve(ctx, args, stdout)
+}
+
+// serve is rls until ctx ends.
+func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	f, err := parse(args)
 	if err != nil {
 		return err
@@ -319,9 +482,18 @@ func run(args []string, stdout io.Writer) error {
 	if !ok {
 		return fmt.Errorf("-engine %q: auto, module, functions or scripts", f.engine)
 	}
-	cfg, err := rls.LoadDir(f.config)
-	if err != nil {
-		return fmt.Errorf("config: %w", err)
+	var cfg *rls.Config
+	if f.configType == "FILE" {
+		if cfg, err = rls.LoadDir(f.config); err != nil {
+			return fmt.Errorf("config: %w", err)
+		}
+	}
+	var serverTLS *tlsFiles
+	if f.grpcTLS {
+		serverTLS = &tlsFiles{what: "GRPC_SERVER_TLS", cert: f.grpcCert, key: f.grpcKey, ca: f.grpcClientCA, san: f.grpcClientSAN, server: true, log: log}
+		if err := serverTLS.start(); err != nil {
+			return err
+		}
 	}
 	rdb, err := redisClient(f)
 	if err != nil {
@@ -335,6 +507,11 @@ func run(args []string, stdout io.Writer) error {
 		Prefix: f.prefix, Timeout: f.timeout, NearLimitRatio: f.nearLimit, ShadowMode: f.shadow,
 		RefusalCache: f.refusalCache, RefusalCacheBytes: f.refusalCacheBytes, MetricKeys: f.metricKeys,
 		Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
+	}
+	if f.debtCharges == "auto" {
+		o.DebtCharges = f.configType == "GRPC_XDS_SOTW"
+	} else {
+		o.DebtCharges, _ = strconv.ParseBool(f.debtCharges)
 	}
 	if f.lease {
 		o.Lease = &client.LeaseOptions{}
@@ -350,13 +527,47 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 	svc := rls.New(rdb, nil, o)
-	svc.SetConfig(cfg)
-	log.Info("rls: config loaded", "dir", f.config, "files", cfg.Files(), "domains", cfg.Domains())
-
-	ctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
-	defer stop()
-	if err := svc.Watch(ctx, f.config); err != nil {
-		return fmt.Errorf("watching %s: %w", f.config, err)
+	defer svc.Close()
+	if cfg != nil {
+		svc.SetConfig(cfg)
+		log.Info("rls: config loaded", "dir", f.config, "files", cfg.Files(), "domains", cfg.Domains())
+		if err := svc.Watch(ctx, f.config); err != nil {
+			return fmt.Errorf("watching %s: %w", f.config, err)
+		}
+	} else {
+		conn, err := xdsConn(f, log)
+		if err != nil {
+			return err
+		}
+		defer conn.Close()
+		meta, _ := pairs(f.xdsNodeMeta, "=")
+		headers, _ := pairs(f.xdsHeaders, ":")
+		node := &corev3.Node{Id: f.xdsNode}
+		if len(meta) > 0 {
+			st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+			for k, v := range meta {
+				st.Fields[k] = structpb.NewStringValue(v)
+			}
+			node.Metadata = st
+		}
+		x := rls.XDS{Conn: conn, Node: node, Headers: headers,
+			Backoff: rls.Backoff{Initial: f.xdsBackoffInitial, Max: f.xdsBackoffMax, Factor: f.xdsBackoffFactor, Jitter: f.xdsBackoffJitter}}
+		if f.xdsMaxMsg > 0 {
+			x.CallOptions = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.xdsMaxMsg)}
+		}
+		if f.forceStart {
+			empty, _ := rls.Parse(nil)
+			svc.SetConfig(empty) // OK, no limit, until the first config
+		}
+		loaded := svc.WatchXDS(ctx, x)
+		if !f.forceStart {
+			log.Info("rls: waiting for the first config from xDS", "server", f.xdsURL, "node", f.xdsNode)
+			select {
+			case <-loaded:
+			case <-ctx.Done():
+				return nil
+			}
+		}
 	}
 
 	gl, err := net.Listen("tcp", f.grpcAddr)
@@ -371,8 +582,12 @@ func run(args []string, stdout io.Writer) error {
 	// Stream workers keep their grown stacks from one request to the next
 	// (a goroutine per request grows a new one each time).
 	// Streams are bounded per connection and in all (see rls.Streams).
-	gs := grpc.NewServer(append(rls.NewStreams(f.streams).ServerOptions(uint32(f.connStreams)),
-		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))...)
+	opts := append(rls.NewStreams(f.streams).ServerOptions(uint32(f.connStreams)),
+		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))))
+	if serverTLS != nil {
+		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS.serverConfig())))
+	}
+	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, svc)
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
@@ -380,10 +595,24 @@ func run(args []string, stdout io.Writer) error {
 	h := &rls.Health{}
 	web := &http.Server{Handler: rls.HTTPHandler(h, reg), ReadHeaderTimeout: 5 * time.Second}
 
-	errc := make(chan error, 2)
+	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(gl) }()
 	go func() { errc <- web.Serve(hl) }()
-	log.Info("rls: serving", "grpc", gl.Addr().String(), "http", hl.Addr().String())
+	var promWeb *http.Server
+	if f.prometheus {
+		pl, err := net.Listen("tcp", f.prometheusAddr)
+		if err != nil {
+			gl.Close()
+			hl.Close()
+			return err
+		}
+		mux := http.NewServeMux()
+		mux.Handle(f.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
+		promWeb = &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
+		go func() { errc <- promWeb.Serve(pl) }()
+		log.Info("rls: serving metrics", "addr", pl.Addr().String(), "path", f.promPath)
+	}
+	log.Info("rls: serving", "grpc", gl.Addr().String(), "http", hl.Addr().String(), "tls", serverTLS != nil)
 
 	select {
 	case err = <-errc:
@@ -399,10 +628,12 @@ func run(args []string, stdout io.Writer) error {
 	case <-time.After(f.drain):
 		gs.Stop()
 	}
-	svc.Close()
 	sctx, cancel := context.WithTimeout(context.Background(), time.Second)
 	defer cancel()
 	web.Shutdown(sctx)
+	if promWeb != nil {
+		promWeb.Shutdown(sctx)
+	}
 	if errors.Is(err, http.ErrServerClosed) || errors.Is(err, grpc.ErrServerStopped) {
 		err = nil
 	}
@@ -430,4 +661,26 @@ func healthcheck(addr string) error {
 		return fmt.Errorf("healthcheck: %s", resp.Status)
 	}
 	return nil
+}
+
+// xdsConn is the connection to the xDS server (it connects when first
+// used, and again whenever it is lost).
+func xdsConn(f *flags, log *slog.Logger) (*grpc.ClientConn, error) {
+	creds := insecure.NewCredentials()
+	if f.xdsTLS {
+		t := &tlsFiles{what: "CONFIG_GRPC_XDS_TLS", cert: f.xdsCert, key: f.xdsKey, ca: f.xdsCA, san: f.xdsSAN, log: log}
+		if err := t.start(); err != nil {
+			return nil, err
+		}
+		host, _, err := net.SplitHostPort(f.xdsURL)
+		if err != nil {
+			return nil, fmt.Errorf("-xds %q: %v", f.xdsURL, err)
+		}
+		creds = credentials.NewTLS(t.clientConfig(host))
+	}
+	conn, err := grpc.NewClient(f.xdsURL, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return nil, fmt.Errorf("-xds %q: %v", f.xdsURL, err)
+	}
+	return conn, nil
 }

@@ -1,0 +1,302 @@
+package main
+
+import (
+	"context"
+	"crypto/ecdsa"
+	"crypto/elliptic"
+	"crypto/rand"
+	"crypto/tls"
+	"crypto/x509"
+	"crypto/x509/pkix"
+	"encoding/pem"
+	"fmt"
+	"io"
+	"math/big"
+	"net"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/grpc/peer"
+)
+
+// pki is a CA, as Envoy Gateway makes one for its rate limit service, and
+// the certificates it signs, in files under dir.
+type pki struct {
+	dir    string
+	name   string
+	ca     *x509.Certificate
+	caKey  *ecdsa.PrivateKey
+	serial int64
+}
+
+func newPKI(t *testing.T, name string) *pki {
+	t.Helper()
+	p := &pki{dir: t.TempDir(), name: name, serial: 1}
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if p.ca, err = x509.ParseCertificate(der); err != nil {
+		t.Fatal(err)
+	}
+	p.caKey = key
+	writePEM(t, p.path("ca.crt"), "CERTIFICATE", der)
+	return p
+}
+
+func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
+
+func writePEM(t *testing.T, path, kind string, der []byte) {
+	t.Helper()
+	tmp := path + ".tmp"
+	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Rename(tmp, path); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// issue writes name.crt and name.key: a certificate the CA signs for
+// these subject alternative names (DNS names, or IP addresses), with no
+// extended key usage (as Envoy Gateway's), and returns its serial.
+func (p *pki) issue(t *testing.T, name string, sans ...string) int64 {
+	t.Helper()
+	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
+	if err != nil {
+		t.Fatal(err)
+	}
+	p.serial++
+	tmpl := &x509.Certificate{
+		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: "*"},
+		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
+		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
+	}
+	for _, s := range sans {
+		if ip := net.ParseIP(s); ip != nil {
+			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
+		} else {
+			tmpl.DNSNames = append(tmpl.DNSNames, s)
+		}
+	}
+	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
+	if err != nil {
+		t.Fatal(err)
+	}
+	kder, err := x509.MarshalPKCS8PrivateKey(key)
+	if err != nil {
+		t.Fatal(err)
+	}
+	writePEM(t, p.path(name+".key"), "PRIVATE KEY", kder)
+	writePEM(t, p.path(name+".crt"), "CERTIFICATE", der)
+	return p.serial
+}
+
+// clientTLS is a client's config that trusts p's CA and shows the
+// certificate name of issuer ("": none).
+func (p *pki) clientTLS(t *testing.T, issuer *pki, name string) *tls.Config {
+	t.Helper()
+	pool := x509.NewCertPool()
+	pool.AddCert(p.ca)
+	c := &tls.Config{RootCAs: pool, ServerName: "localhost"}
+	if name != "" {
+		pair, err := tls.LoadX509KeyPair(issuer.path(name+".crt"), issuer.path(name+".key"))
+		if err != nil {
+			t.Fatal(err)
+		}
+		c.Certificates = []tls.Certificate{pair}
+	}
+	return c
+}
+
+// zeroConfig is a config whose limit d/k admits nothing: a request for it
+// is refused without Redis, so that these tests need no server.
+const zeroConfig = `
+domain: d
+descriptors:
+  - key: k
+    rate_limit: {unit: minute, requests_per_unit: 0}
+`
+
+// startRLS runs rls in this process with env (and the config above in its
+// directory, no Redis listening) until the test ends, and returns its gRPC
+// address.
+func startRLS(t *testing.T, env map[string]string, wait bool) string {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(zeroConfig), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	env["LOG_LEVEL"] = "error"
+	for k, v := range env {
+		t.Setenv(k, v)
+	}
+	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := []string{"-config", dir, "-grpc", grpcAddr, "-http", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, args, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("rls: %v", err)
+		}
+	})
+	if wait {
+		waitListening(t, grpcAddr)
+	}
+	return grpcAddr
+}
+
+// check asks rls, over creds, for d/k and returns the overall code, or the
+// error; the connection's server certificate's serial is in *serial.
+func check(addr string, creds credentials.TransportCredentials, key string, serial *int64) (string, error) {
+	conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(creds))
+	if err != nil {
+		return "", err
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+	defer cancel()
+	var p peer.Peer
+	resp, err := pb.NewRateLimitServiceClient(conn).ShouldRateLimit(ctx, &pb.RateLimitRequest{
+		Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: key, Value: "v"}}}},
+	}, grpc.Peer(&p))
+	if err != nil {
+		return "", err
+	}
+	if ti, ok := p.AuthInfo.(credentials.TLSInfo); ok && serial != nil && len(ti.State.PeerCertificates) > 0 {
+		*serial = ti.State.PeerCertificates[0].SerialNumber.Int64()
+	}
+	return resp.OverallCode.String(), nil
+}
+
+// TestGRPCTLS: with Envoy Gateway's variables for the server's TLS (and
+// no client CA) rls answers Envoy's rate limit client over TLS and refuses
+// a plaintext one; a certificate written over the old one is served to
+// the next connections, and one that does not load (a key of another
+// certificate) leaves the last that did.
+func TestGRPCTLS(t *testing.T) {
+	p := newPKI(t, "envoy-gateway")
+	first := p.issue(t, "tls", "localhost", "127.0.0.1")
+	addr := startRLS(t, map[string]string{
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"),
+	}, true)
+	creds := credentials.NewTLS(p.clientTLS(t, nil, ""))
+	var serial int64
+	if code, err := check(addr, creds, "k", &serial); err != nil || code != "OVER_LIMIT" || serial != first {
+		t.Fatalf("over TLS: %s %v, certificate %d (want OVER_LIMIT from certificate %d)", code, err, serial, first)
+	}
+	if code, err := check(addr, creds, "other", nil); err != nil || code != "OK" {
+		t.Fatalf("over TLS, no limit: %s %v", code, err)
+	}
+	if code, err := check(addr, insecure.NewCredentials(), "k", nil); err == nil {
+		t.Fatalf("plaintext answered %s", code)
+	}
+
+	second := p.issue(t, "tls", "localhost")
+	deadline := time.Now().Add(5 * time.Second)
+	for serial != second && time.Now().Before(deadline) {
+		time.Sleep(50 * time.Millisecond)
+		if _, err := check(addr, creds, "k", &serial); err != nil {
+			t.Fatal(err)
+		}
+	}
+	if serial != second {
+		t.Fatalf("after the certificate was replaced, connections still get certificate %d (want %d)", serial, second)
+	}
+
+	// A half-done rotation: the certificate replaced and its key not yet.
+	key, _ := os.ReadFile(p.path("tls.key"))
+	p.issue(t, "tls", "localhost")
+	if err := os.WriteFile(p.path("tls.key"), key, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	time.Sleep(1100 * time.Millisecond)
+	if code, err := check(addr, creds, "k", &serial); err != nil || serial != second {
+		t.Fatalf("with a certificate and a key that do not match: %s %v, certificate %d (want %d still)", code, err, serial, second)
+	}
+}
+
+// TestGRPCMutualTLS: with Envoy Gateway's GRPC_SERVER_TLS_CA_CERT (or the
+// peer's GRPC_CLIENT_TLS_CACERT) a client must show a certificate that CA
+// signed: one without, or one another CA signed, is refused. With
+// GRPC_CLIENT_TLS_SAN the certificate must also name it (as the peer
+// holds it: a DNS name, which a wildcard of the certificate's matches).
+func TestGRPCMutualTLS(t *testing.T) {
+	p := newPKI(t, "envoy-gateway")
+	other := newPKI(t, "other")
+	p.issue(t, "tls", "localhost")
+	p.issue(t, "envoy", "*.envoy-gateway-system") // Envoy Gateway's certificates name *.<namespace>
+	p.issue(t, "stranger", "stranger.example")
+	other.issue(t, "envoy", "*.envoy-gateway-system")
+	for _, caVar := range []string{"GRPC_SERVER_TLS_CA_CERT", "GRPC_CLIENT_TLS_CACERT"} {
+		t.Run(caVar, func(t *testing.T) {
+			addr := startRLS(t, map[string]string{
+				"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"),
+				caVar: p.path("ca.crt"), "GRPC_CLIENT_TLS_SAN": "ratelimit.envoy-gateway-system",
+			}, true)
+			for _, c := range []struct {
+				what   string
+				issuer *pki
+				name   string
+				ok     bool
+			}{
+				{"Envoy's certificate", p, "envoy", true},
+				{"no certificate", nil, "", false},
+				{"a certificate of another CA", other, "envoy", false},
+				{"a certificate of the CA not naming the SAN", p, "stranger", false},
+			} {
+				code, err := check(addr, credentials.NewTLS(p.clientTLS(t, c.issuer, c.name)), "k", nil)
+				if c.ok && (err != nil || code != "OVER_LIMIT") {
+					t.Errorf("%s: %s %v, want OVER_LIMIT", c.what, code, err)
+				}
+				if !c.ok && err == nil {
+					t.Errorf("%s: answered %s, want refused", c.what, code)
+				}
+			}
+		})
+	}
+}
+
+// TestTLSRefusedAtStart: TLS settings that cannot work stop rls at start,
+// naming what is wrong.
+func TestTLSRefusedAtStart(t *testing.T) {
+	p := newPKI(t, "envoy-gateway")
+	p.issue(t, "tls", "localhost")
+	for _, c := range []struct {
+		env  map[string]string
+		want string
+	}{
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS: a server needs a certificate and its key"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("missing.key")}, "missing.key"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"), "GRPC_CLIENT_TLS_CACERT": p.path("tls.key")}, "no certificate in"},
+	} {
+		t.Run(c.want, func(t *testing.T) {
+			for k, v := range c.env {
+				t.Setenv(k, v)
+			}
+			err := serve(context.Background(), []string{"-config", t.TempDir(), "-log-level", "error"}, io.Discard)
+			if err == nil || !strings.Contains(err.Error(), c.want) {
+				t.Fatalf("%v: %v, want it to say %q", c.env, err, c.want)
+			}
+		})
+	}
+}

@@ -1,0 +1,189 @@
+package rls
+
+import (
+	"context"
+	"fmt"
+	"log/slog"
+	"maps"
+	"slices"
+	"strings"
+	"testing"
+	"time"
+
+	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	rlcfg "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
+	"github.com/prometheus/client_golang/prometheus"
+	"github.com/prometheus/client_golang/prometheus/testutil"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/types/known/structpb"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/rls/internal/xdstest"
+)
+
+// xdsLimit is a RateLimitConfig of domain d with one descriptor key k of n a
+// minute; md, where given, is the descriptor's metadata.
+func xdsLimit(name string, n uint32, md map[string]any) *rlcfg.RateLimitConfig {
+	d := &rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_MINUTE, RequestsPerUnit: n}}
+	if md != nil {
+		s, err := structpb.NewStruct(md)
+		if err != nil {
+			panic(err)
+		}
+		d.Metadata = s
+	}
+	return &rlcfg.RateLimitConfig{Name: name, Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{d}}
+}
+
+// admits is how many of 10 requests for k=v the service admits.
+func admits(t *testing.T, s *Service, v string) int {
+	t.Helper()
+	n := 0
+	for range 10 {
+		if ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("k", v)}).OverallCode.String() == "OK" {
+			n++
+		}
+	}
+	return n
+}
+
+// TestXDS: the config comes from go-control-plane's xDS server, as Envoy
+// Gateway serves it: the first push is in force once acknowledged, an
+// update replaces it, an update that does not load is refused with its
+// reason (a NACK), counted, and leaves the config in force, and after the
+// server goes away and another starts at its address the stream is opened
+// again and the new server's config is taken. The descriptor's metadata
+// gives rate_limit its algorithm.
+func TestXDS(t *testing.T) {
+	f := fakeredis.New()
+	f.Clock = func() time.Time { return t0 }
+	rdb := f.Client()
+	defer rdb.Close()
+	reg := prometheus.NewRegistry()
+	s := New(rdb, nil, Options{Registerer: reg, Logger: slog.New(slog.DiscardHandler)})
+	s.now = f.Now
+	defer s.Close()
+
+	x := xdstest.Start(t, "127.0.0.1:0", nil)
+	conn, err := grpc.NewClient(x.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer conn.Close()
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	loaded := s.WatchXDS(ctx, XDS{Conn: conn, Node: &corev3.Node{Id: xdstest.Node}, Backoff: Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Factor: 2}})
+
+	x.Push(t, "1", xdsLimit("first-listener", 2, map[string]any{"algorithm": "gcra"}))
+	select {
+	case <-loaded:
+	case <-time.After(5 * time.Second):
+		t.Fatal("the first config never came in force")
+	}
+	x.Answered(t, "1", false)
+	if got := admits(t, s, "a"); got != 2 {
+		t.Fatalf("version 1 (2 a minute) admitted %d of 10", got)
+	}
+	if key := s.Config().domains["d"]; key == nil {
+		t.Fatalf("domains %v", s.Config().Domains())
+	}
+
+	x.Push(t, "2", xdsLimit("first-listener", 5, nil))
+	x.Answered(t, "2", false)
+	if got := admits(t, s, "b"); got != 5 {
+		t.Fatalf("version 2 (5 a minute) admitted %d of 10", got)
+	}
+
+	for i, bad := range []struct {
+		cfg  *rlcfg.RateLimitConfig
+		want string
+	}{
+		{&rlcfg.RateLimitConfig{Name: "first-listener", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{RequestsPerUnit: 3}}}}, "first-listener: "},
+		{xdsLimit("first-listener", 3, map[string]any{"algorithm": "leaky"}), "unknown algorithm 'leaky'"},
+		{xdsLimit("first-listener", 3, map[string]any{"response": "x"}), "'metadata'"},
+	} {
+		errorsBefore := testutil.ToFloat64(s.m.configLoads.WithLabelValues("error"))
+		version := fmt.Sprint(3 + i)
+		x.Push(t, version, bad.cfg)
+		msg := x.Answered(t, version, true)
+		if !strings.Contains(msg, bad.want) || strings.Contains(msg, ".yaml") {
+			t.Errorf("NACK of %v: %q, want it to say %q", bad.cfg, msg, bad.want)
+		}
+		if got := testutil.ToFloat64(s.m.configLoads.WithLabelValues("error")); got <= errorsBefore {
+			t.Errorf("a refused update was not counted: %v errors, %v before", got, errorsBefore)
+		}
+		if got := admits(t, s, "c"+bad.want); got != 5 {
+			t.Fatalf("after the refused update, the config in force admitted %d of 10, want 5", got)
+		}
+	}
+
+	// The server goes; another starts at its address, with a config of its own.
+	addr := x.Addr
+	x.GRPC.Stop()
+	y := xdstest.Start(t, addr, nil)
+	y.Push(t, "1", xdsLimit("first-listener", 7, nil))
+	y.Answered(t, "1", false)
+	if got := admits(t, s, "d"); got != 7 {
+		t.Fatalf("after the server came back with version 1 (7 a minute), admitted %d of 10", got)
+	}
+}
+
+// TestConfigYAML: a resource reads as the file it stands for.
+func TestConfigYAML(t *testing.T) {
+	rc := &rlcfg.RateLimitConfig{Name: "n", Domain: "apis", Descriptors: []*rlcfg.RateLimitDescriptor{
+		{Key: "route", Value: "r1", Descriptors: []*rlcfg.RateLimitDescriptor{
+			{Key: "rule-0-match-0", ShadowMode: true, DetailedMetric: true, RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_SECOND, RequestsPerUnit: 5, Name: "p", Replaces: []*rlcfg.RateLimitReplace{{Name: "q"}}}},
+		}},
+		{Key: "free", RateLimit: &rlcfg.RateLimitPolicy{Unlimited: true}},
+	}}
+	md, _ := structpb.NewStruct(map[string]any{"algorithm": "token_bucket", "debt": true})
+	rc.Descriptors[0].Descriptors[0].Metadata = md
+	got, err := ConfigYAML(rc)
+	if err != nil {
+		t.Fatal(err)
+	}
+	want := mustParse(t, map[string]string{"apis.yaml": `
+domain: apis
+descriptors:
+  - key: route
+    value: r1
+    descriptors:
+      - key: rule-0-match-0
+        shadow_mode: true
+        detailed_metric: true
+        rate_limit: {unit: second, requests_per_unit: 5, name: p, replaces: [{name: q}], algorithm: token_bucket, debt: true}
+  - key: free
+    rate_limit: {unlimited: true}
+`})
+	cfg, err := Parse(map[string][]byte{"apis.yaml": got})
+	if err != nil {
+		t.Fatalf("%v\n%s", err, got)
+	}
+	if dump(cfg) != dump(want) {
+		t.Fatalf("read as\n%s\nwant\n%s", dump(cfg), dump(want))
+	}
+	if !strings.Contains(dump(cfg), "token_bucket") {
+		t.Fatalf("the metadata's algorithm was lost:\n%s", dump(cfg))
+	}
+}
+
+// dump is a config's domains and rules, one line each.
+func dump(c *Config) string {
+	var b strings.Builder
+	var walk func(path string, n *node)
+	walk = func(path string, n *node) {
+		if r := n.rule; r != nil {
+			fmt.Fprintf(&b, "%s: %d/%v %s unlimited=%v shadow=%v detailed=%v debt=%v lease=%v name=%q replaces=%v stat=%s limit=%+v\n",
+				path, r.perUnit, r.unit, r.algorithm, r.unlimited, r.shadow, r.detailed, r.debt, r.lease, r.name, r.replaces, r.statKey, r.limit)
+		}
+		for _, k := range slices.Sorted(maps.Keys(n.children)) {
+			walk(path+"/"+k, n.children[k])
+		}
+	}
+	for _, d := range c.Domains() {
+		walk(d, c.domains[d])
+	}
+	return b.String()
+}
