@@ -1,7 +1,12 @@
 package integration
 
 import (
+	"context"
+	"crypto/tls"
 	"fmt"
+	"io"
+	"net"
+	"net/http"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -9,10 +14,16 @@ import (
 	"testing"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	rlcfg "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
+	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
 // The images make images builds, started with the docker command line as
@@ -181,6 +192,93 @@ func TestImageRLS(t *testing.T) {
 		"-e", "LOG_LEVEL=debug", "--entrypoint", "/bin/ratelimit", image("rls"))
 	waitHealthy(t, id)
 	expectDropIn(t, &rlsProc{rl: dialRLS(t, published(t, id, "8081/tcp"))}, "7.7.7.7")
+
+	docker(t, "stop", "-t", "15", id)
+	if code := docker(t, "inspect", "-f", "{{.State.ExitCode}}", id); code != "0" {
+		t.Fatalf("exit code %s after docker stop", code)
+	}
+}
+
+// TestImageRLSEnvoyGateway: the image started as Envoy Gateway starts the
+// peer's: /bin/ratelimit with the gateway's environment (config over xDS
+// from the gateway's xDS server, mutual TLS to it and from Envoy, the
+// certificates mounted at /certs, Prometheus on, FORCE_START), beside
+// ratelimit/redis on a Docker network. The xDS server is go-control-plane's
+// in this test, on the network's gateway address. Before the first config
+// rls answers OK; then Envoy AI Gateway's token budget (a plain limit
+// from xDS, its charges in debt) stops the client at the third check; a
+// client without a certificate is refused.
+func TestImageRLSEnvoyGateway(t *testing.T) {
+	netName := fmt.Sprintf("ratelimit-eg-%d", time.Now().UnixNano())
+	docker(t, "network", "create", netName)
+	t.Cleanup(func() { exec.Command("docker", "network", "rm", netName).Run() })
+	gateway := docker(t, "network", "inspect", "-f", "{{range .IPAM.Config}}{{.Gateway}}{{end}}", netName)
+	runImage(t, "--network", netName, "--network-alias", "redis", image("redis"))
+
+	ca := rlstest.NewCA(t, "envoy-gateway")
+	if err := os.Chmod(ca.Dir, 0o755); err != nil { // read by the image's user
+		t.Fatal(err)
+	}
+	ca.Issue(t, "tls", "*.envoy-gateway-system", "localhost") // the rate limit service's (Secret envoy-rate-limit)
+	ca.Issue(t, "envoy", "*.envoy-gateway-system")            // Envoy's
+	ca.Issue(t, "eg", "envoy-gateway")                        // the xDS server's
+	xds := rlstest.StartXDS(t, net.JoinHostPort(gateway, "0"), ca.ServerTLS(t, "eg"))
+
+	env := []string{
+		"RUNTIME_ROOT=/data", "RUNTIME_SUBDIRECTORY=ratelimit", "RUNTIME_IGNOREDOTFILES=true", "RUNTIME_WATCH_ROOT=false",
+		"LOG_LEVEL=info", "USE_STATSD=false", "CONFIG_TYPE=GRPC_XDS_SOTW",
+		"CONFIG_GRPC_XDS_SERVER_URL=" + xds.Addr, "CONFIG_GRPC_XDS_NODE_ID=" + rlstest.Node,
+		"CONFIG_GRPC_XDS_SERVER_TLS_SAN=envoy-gateway", // the gateway's URL is envoy-gateway:18001; here an address
+		"GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT=/certs/tls.crt", "GRPC_SERVER_TLS_KEY=/certs/tls.key",
+		"GRPC_SERVER_TLS_CA_CERT=/certs/ca.crt", "CONFIG_GRPC_XDS_SERVER_USE_TLS=true",
+		"CONFIG_GRPC_XDS_CLIENT_TLS_CERT=/certs/tls.crt", "CONFIG_GRPC_XDS_CLIENT_TLS_KEY=/certs/tls.key",
+		"CONFIG_GRPC_XDS_SERVER_TLS_CACERT=/certs/ca.crt", "FORCE_START_WITHOUT_INITIAL_CONFIG=true",
+		"REDIS_SOCKET_TYPE=tcp", "REDIS_URL=redis:6379",
+		"USE_PROMETHEUS=true", "PROMETHEUS_ADDR=:19001", "PROMETHEUS_MAPPER_YAML=/etc/statsd-exporter/conf.yaml",
+	}
+	args := []string{"--network", netName, "-p", "127.0.0.1::8081", "-p", "127.0.0.1::19001", "-v", ca.Dir + ":/certs:ro"}
+	for _, e := range env {
+		args = append(args, "-e", e)
+	}
+	id := runImage(t, append(args, "--entrypoint", "/bin/ratelimit", image("rls"))...)
+	waitHealthy(t, id)
+
+	addr := published(t, id, "8081/tcp")
+	dial := func(tc *tls.Config) pb.RateLimitServiceClient {
+		conn, err := grpc.NewClient(addr, grpc.WithTransportCredentials(credentials.NewTLS(tc)))
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { conn.Close() })
+		return pb.NewRateLimitServiceClient(conn)
+	}
+	envoy := dial(ca.ClientTLS(t, "localhost", ca, "envoy"))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	r, err := envoy.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "ai", Descriptors: []*rlv3.RateLimitDescriptor{desc("plain_user", "first")}})
+	if err != nil || r.OverallCode != pb.RateLimitResponse_OK {
+		t.Fatalf("before any config: %v %v, want OK", r, err)
+	}
+	if _, err := dial(ca.ClientTLS(t, "localhost", nil, "")).ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "ai", Descriptors: []*rlv3.RateLimitDescriptor{desc("plain_user", "x")}}); err == nil {
+		t.Fatal("a client without a certificate was answered")
+	}
+
+	xds.Push(t, "1", &rlcfg.RateLimitConfig{Name: "ai", Domain: "ai", Descriptors: []*rlcfg.RateLimitDescriptor{
+		{Key: "plain_user", RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_MINUTE, RequestsPerUnit: 1000}},
+	}})
+	xds.Answered(t, "1", false)
+	if got := tokenBudget(t, envoy, "plain_user", key(t, "u")); got != "OOXXXXXXXX" {
+		t.Fatalf("the token budget's checks: %s, want OOXXXXXXXX", got)
+	}
+	resp, err := http.Get("http://" + published(t, id, "19001/tcp") + "/metrics")
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if !strings.Contains(string(body), `ratelimit_service_config_load{result="success"} 1`) {
+		t.Errorf("PROMETHEUS_ADDR's /metrics does not count the config from xDS:\n%.2000s", body)
+	}
 
 	docker(t, "stop", "-t", "15", id)
 	if code := docker(t, "inspect", "-f", "{{.State.ExitCode}}", id); code != "0" {

@@ -30,6 +30,7 @@ import (
 	"github.com/testcontainers/testcontainers-go"
 
 	"github.com/seed-6b3823f5/ratelimit/lua"
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
 // The Envoy rate limit service (rls/cmd/rls) as a gateway meets it: the
@@ -456,6 +457,64 @@ func TestRLSDebt(t *testing.T) {
 			expectBrief(t, key+" next check", p.ask(t, "llm", hits(desc(key, u), 0)), "OVER_LIMIT [OVER_LIMIT r=0 1000/DAY]")
 			expectBrief(t, key+" with rpm", p.ask(t, "llm", desc("rpm", u), hits(desc(key, u), 0)), "OVER_LIMIT [OK r=0 2/DAY] [OVER_LIMIT r=0 1000/DAY]")
 			expectBrief(t, key+" rpm alone", p.ask(t, "llm", desc("rpm", u)), "OK [OK r=1 2/DAY]") // not counted before
+		}
+	})
+}
+
+// tokenConfig is a budget of 1,000 tokens a minute, as a file says it
+// (debt: true) and as Envoy Gateway's config over xDS does (a plain
+// limit, its charges in debt by DEBT_CHARGES).
+const tokenConfig = `
+domain: ai
+descriptors:
+  - key: user
+    rate_limit: {unit: minute, requests_per_unit: 1000, debt: true}
+  - key: plain_user
+    rate_limit: {unit: minute, requests_per_unit: 1000}
+`
+
+// tokenBudget runs 10 requests whose responses use 600 tokens each
+// against d's budget (rlstest.TokenBudget) and returns the checks'
+// answers; it starts in a minute's first 50 s, so that one window holds
+// the whole sequence.
+func tokenBudget(t *testing.T, rl pb.RateLimitServiceClient, key, user string) string {
+	t.Helper()
+	if s := time.Now().Unix() % 60; s >= 50 {
+		time.Sleep(time.Duration(61-s) * time.Second)
+	}
+	return rlstest.TokenBudget(10, 600, func(hits uint64) bool {
+		d := desc(key, user)
+		d.HitsAddend = wrapperspb.UInt64(hits)
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		r, err := rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "ai", Descriptors: []*rlv3.RateLimitDescriptor{d}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r.OverallCode == pb.RateLimitResponse_OK
+	})
+}
+
+// TestRLSTokenBudget: Envoy AI Gateway's token budget through the binary on
+// each server: 10 responses of 600 tokens against 1,000 a minute, checked
+// before each request and charged after it, as the peer answers: two
+// checks pass and the third is refused (the second charge counted past
+// the limit), with debt: true in the file, or with DEBT_CHARGES=true on a
+// plain limit; a plain limit without it never stops the client.
+func TestRLSTokenBudget(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		user := key(t, "u")
+		for _, c := range []struct {
+			key, debtCharges, want string
+		}{
+			{"user", "auto", "OOXXXXXXXX"},
+			{"plain_user", "true", "OOXXXXXXXX"},
+			{"plain_user", "false", "OOOOOOOOOO"},
+		} {
+			p := startRLSEnv(t, []string{"DEBT_CHARGES=" + c.debtCharges}, s.addr(), map[string]string{"ai.yaml": tokenConfig})
+			if got := tokenBudget(t, p.rl, c.key, user+c.debtCharges); got != c.want {
+				t.Errorf("%s with DEBT_CHARGES=%s: checks %s, want %s", c.key, c.debtCharges, got, c.want)
+			}
 		}
 	})
 }

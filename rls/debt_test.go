@@ -17,6 +17,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
 const debtConfig = `
@@ -82,24 +83,6 @@ func TestDebt(t *testing.T) {
 	}
 }
 
-// tokenBudget is Envoy AI Gateway's sequence as Envoy runs it: before each
-// request a check (the descriptor's hits_addend 0), enforced; after each
-// admitted one a charge of the response's tokens (600), whose answer Envoy
-// ignores; a refused request never reaches the model and charges
-// nothing. It returns the checks' answers, O (OK) or X (OVER_LIMIT).
-func tokenBudget(n int, ask func(hits uint64) pb.RateLimitResponse_Code) string {
-	var b strings.Builder
-	for range n {
-		if ask(0) != pb.RateLimitResponse_OK {
-			b.WriteByte('X')
-			continue
-		}
-		b.WriteByte('O')
-		ask(600)
-	}
-	return b.String()
-}
-
 // TestTokenBudget: 10 requests whose responses are 600 tokens each against
 // a budget of 1,000 tokens a minute: the first two checks pass (0, then
 // 600 spent), the second charge is counted past the limit (1,200), and
@@ -121,10 +104,10 @@ func TestTokenBudget(t *testing.T) {
 	} {
 		t.Run(c.name, func(t *testing.T) {
 			s, f := onFake(t, debtConfig+"  - key: log\n    rate_limit: {unit: minute, requests_per_unit: 1000, algorithm: sliding_log}\n", c.o)
-			got := tokenBudget(10, func(hits uint64) pb.RateLimitResponse_Code {
+			got := rlstest.TokenBudget(10, 600, func(hits uint64) bool {
 				d := descriptor(c.key, "u1")
 				d.HitsAddend = wrapperspb.UInt64(hits)
-				return ask(t, s, []*rlv3.RateLimitDescriptor{d}).OverallCode
+				return ask(t, s, []*rlv3.RateLimitDescriptor{d}).OverallCode == pb.RateLimitResponse_OK
 			})
 			if got != c.want {
 				t.Fatalf("checks %s, want %s", got, c.want)

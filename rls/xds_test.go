@@ -20,7 +20,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
-	"github.com/seed-6b3823f5/ratelimit/rls/internal/xdstest"
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
 // xdsLimit is a RateLimitConfig of domain d with one descriptor key k of n a
@@ -66,7 +66,7 @@ func TestXDS(t *testing.T) {
 	s.now = f.Now
 	defer s.Close()
 
-	x := xdstest.Start(t, "127.0.0.1:0", nil)
+	x := rlstest.StartXDS(t, "127.0.0.1:0", nil)
 	conn, err := grpc.NewClient(x.Addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 	if err != nil {
 		t.Fatal(err)
@@ -74,7 +74,7 @@ func TestXDS(t *testing.T) {
 	defer conn.Close()
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
-	loaded := s.WatchXDS(ctx, XDS{Conn: conn, Node: &corev3.Node{Id: xdstest.Node}, Backoff: Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Factor: 2}})
+	loaded := s.WatchXDS(ctx, XDS{Conn: conn, Node: &corev3.Node{Id: rlstest.Node}, Backoff: Backoff{Initial: 20 * time.Millisecond, Max: 100 * time.Millisecond, Factor: 2}})
 
 	x.Push(t, "1", xdsLimit("first-listener", 2, map[string]any{"algorithm": "gcra"}))
 	select {
@@ -122,7 +122,7 @@ func TestXDS(t *testing.T) {
 	// The server goes; another starts at its address, with a config of its own.
 	addr := x.Addr
 	x.GRPC.Stop()
-	y := xdstest.Start(t, addr, nil)
+	y := rlstest.StartXDS(t, addr, nil)
 	y.Push(t, "1", xdsLimit("first-listener", 7, nil))
 	y.Answered(t, "1", false)
 	if got := admits(t, s, "d"); got != 7 {

@@ -13,7 +13,9 @@
 package main
 
 import (
+	"cmp"
 	"context"
+	"crypto/tls"
 	"flag"
 	"fmt"
 	"io"
@@ -35,9 +37,11 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/grpc"
+	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 
 	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
 // peerVersion is the envoyproxy/ratelimit measured: its main branch as
@@ -120,6 +124,9 @@ func main() {
 	runtime := filepath.Join(build, "rls-bench")
 	cfgDir := filepath.Join(runtime, "ratelimit", "config")
 	os.RemoveAll(runtime)
+	if err := os.MkdirAll(filepath.Join(runtime, "certs-dir"), 0o755); err != nil {
+		log.Fatal(err)
+	}
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		log.Fatal(err)
 	}
@@ -136,21 +143,51 @@ func main() {
 			"HOST=127.0.0.1", "GRPC_HOST=127.0.0.1", "DEBUG_HOST=127.0.0.1",
 		}, extra...)
 	}
+	// TLS: a CA of the bench's, the services' certificate, and a client's
+	// (Envoy's) for rls with mutual TLS.
+	ca, err := rlstest.MakeCA(filepath.Join(runtime, "certs-dir"), "bench")
+	if err == nil {
+		_, err = ca.IssueFiles("tls", "localhost")
+	}
+	if err == nil {
+		_, err = ca.IssueFiles("envoy", "envoy")
+	}
+	if err != nil {
+		log.Fatal(err)
+	}
+	oneWay, err := ca.ClientConfig("localhost", nil, "")
+	if err != nil {
+		log.Fatal(err)
+	}
+	mutual, err := ca.ClientConfig("localhost", ca, "envoy")
+	if err != nil {
+		log.Fatal(err)
+	}
+	rlsTLS := []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-grpc-tls", "-grpc-tls-cert", ca.Path("tls.crt"), "-grpc-tls-key", ca.Path("tls.key")}
 	starts := map[string]func() *service{
+		"envoyproxy/ratelimit, TLS": func() *service {
+			return start("envoyproxy/ratelimit, TLS", peerBin, nil, peerEnv("GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+ca.Path("tls.crt"), "GRPC_SERVER_TLS_KEY="+ca.Path("tls.key")), true, oneWay)
+		},
+		"rls (module), TLS": func() *service {
+			return start("rls (module), TLS", filepath.Join(build, "rls"), rlsTLS, nil, false, oneWay)
+		},
+		"rls (module), mutual TLS": func() *service {
+			return start("rls (module), mutual TLS", filepath.Join(build, "rls"), append(slices.Clone(rlsTLS), "-grpc-tls-client-ca", ca.Path("ca.crt")), nil, false, mutual)
+		},
 		"envoyproxy/ratelimit": func() *service {
-			return start("envoyproxy/ratelimit", peerBin, nil, peerEnv(), true)
+			return start("envoyproxy/ratelimit", peerBin, nil, peerEnv(), true, nil)
 		},
 		"envoyproxy/ratelimit, local cache": func() *service {
-			return start("envoyproxy/ratelimit, local cache", peerBin, nil, peerEnv("LOCAL_CACHE_SIZE_IN_BYTES=1048576"), true)
+			return start("envoyproxy/ratelimit, local cache", peerBin, nil, peerEnv("LOCAL_CACHE_SIZE_IN_BYTES=1048576"), true, nil)
 		},
 		"rls (module)": func() *service {
-			return start("rls (module)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, nil, false)
+			return start("rls (module)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, nil, false, nil)
 		},
 		"rls (module), refusal cache": func() *service {
-			return start("rls (module), refusal cache", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-refusal-cache", "10000"}, nil, false)
+			return start("rls (module), refusal cache", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-refusal-cache", "10000"}, nil, false, nil)
 		},
 		"rls (Lua library)": func() *service {
-			return start("rls (Lua library)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-engine", "functions"}, nil, false)
+			return start("rls (Lua library)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-engine", "functions"}, nil, false, nil)
 		},
 	}
 
@@ -158,6 +195,7 @@ func main() {
 		name     string
 		services []string
 		req      func(r *rand.Rand) *pb.RateLimitRequest
+		ref      string // the service the others are held to ("": envoyproxy/ratelimit)
 	}
 	one := func(r *rand.Rand) *pb.RateLimitRequest {
 		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", r.IntN(100000))}}
@@ -171,9 +209,10 @@ func main() {
 	}
 	normal := []string{"envoyproxy/ratelimit", "rls (module)", "rls (Lua library)"}
 	scenarios := []scenario{
-		{"one descriptor", normal, one},
-		{"three descriptors", normal, three},
-		{"a flood against one key over its limit", []string{"envoyproxy/ratelimit", "envoyproxy/ratelimit, local cache", "rls (module)", "rls (module), refusal cache"}, hot},
+		{"one descriptor", normal, one, ""},
+		{"three descriptors", normal, three, ""},
+		{"a flood against one key over its limit", []string{"envoyproxy/ratelimit", "envoyproxy/ratelimit, local cache", "rls (module)", "rls (module), refusal cache"}, hot, ""},
+		{"one descriptor, gRPC over TLS", []string{"envoyproxy/ratelimit", "rls (module)", "envoyproxy/ratelimit, TLS", "rls (module), TLS", "rls (module), mutual TLS"}, one, "envoyproxy/ratelimit, TLS"},
 	}
 
 	results := map[string]map[string][]result{}
@@ -210,8 +249,9 @@ func main() {
 		"(INFO commandstats) per ShouldRateLimit, not those a function runs inside: the peer pipelines INCRBY and EXPIRE per descriptor, "+
 		"rls sends one FW.HIT, or one RL.ALL for several descriptors (FCALL on the Lua library).\n\n")
 	for _, sc := range scenarios {
-		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ envoyproxy/ratelimit | p50 | p99 | service CPU per request | envoyproxy/ratelimit's ÷ this | Redis commands per request |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", capital(sc.name))
-		peer := median(results[sc.name]["envoyproxy/ratelimit"])
+		ref := cmp.Or(sc.ref, "envoyproxy/ratelimit")
+		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ %s | p50 | p99 | service CPU per request | %s's ÷ this | Redis commands per request |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", capital(sc.name), ref, ref)
+		peer := median(results[sc.name][ref])
 		for _, name := range sc.services {
 			m := median(results[sc.name][name])
 			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.1f µs | %.2f× | %.4f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
@@ -255,7 +295,7 @@ func run(dir string, env []string, name string, args ...string) {
 }
 
 // start runs a service on ports of its own and waits for its health check.
-func start(name, bin string, args, env []string, peer bool) *service {
+func start(name, bin string, args, env []string, peer bool, tc *tls.Config) *service {
 	gport, hport := machine.FreePort(), machine.FreePort()
 	cmd := pinned(bin, args...)
 	if peer {
@@ -283,8 +323,12 @@ func start(name, bin string, args, env []string, peer bool) *service {
 		}
 		time.Sleep(50 * time.Millisecond)
 	}
+	creds := insecure.NewCredentials()
+	if tc != nil {
+		creds = credentials.NewTLS(tc)
+	}
 	for range 4 {
-		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gport), grpc.WithTransportCredentials(insecure.NewCredentials()))
+		conn, err := grpc.NewClient(fmt.Sprintf("127.0.0.1:%d", gport), grpc.WithTransportCredentials(creds))
 		if err != nil {
 			log.Fatal(err)
 		}

@@ -2,7 +2,6 @@ package main
 
 import (
 	"crypto/tls"
-	"crypto/x509"
 	"fmt"
 	"io"
 	"net"
@@ -15,7 +14,7 @@ import (
 	rlcfg "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/grpc/credentials"
 
-	"github.com/seed-6b3823f5/ratelimit/rls/internal/xdstest"
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
 // envoyGatewayEnv is every variable Envoy Gateway sets on the rate limit
@@ -88,20 +87,6 @@ func TestPeerValuesRefused(t *testing.T) {
 	}
 }
 
-// xdsServerTLS is the xDS server's TLS as Envoy Gateway's: TLS 1.3, its
-// own certificate, and clients must show one its CA signed.
-func xdsServerTLS(t *testing.T, p *pki) *tls.Config {
-	t.Helper()
-	p.issue(t, "eg", "envoy-gateway", "envoy-gateway.envoy-gateway-system")
-	pair, err := tls.LoadX509KeyPair(p.path("eg.crt"), p.path("eg.key"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	pool := x509.NewCertPool()
-	pool.AddCert(p.ca)
-	return &tls.Config{MinVersion: tls.VersionTLS13, Certificates: []tls.Certificate{pair}, ClientCAs: pool, ClientAuth: tls.RequireAndVerifyClientCert}
-}
-
 // zeroLimit is a RateLimitConfig of domain d whose limit k admits nothing
 // (refused without Redis) and, with bad, a unit that does not exist.
 func zeroLimit(bad bool) *rlcfg.RateLimitConfig {
@@ -121,28 +106,32 @@ func zeroLimit(bad bool) *rlcfg.RateLimitConfig {
 // first config comes; a bad update is refused and the config stays.
 // Without it, rls listens only once the first config is in force.
 func TestEnvoyGatewayStart(t *testing.T) {
-	p := newPKI(t, "envoy-gateway")
-	p.issue(t, "tls", "*.envoy-gateway-system", "localhost") // the rate limit service's, shown to Envoy and to the xDS server
-	p.issue(t, "envoy", "*.envoy-gateway-system")
-	env := func(x *xdstest.Server, force string, promAddr string) map[string]string {
+	p := rlstest.NewCA(t, "envoy-gateway")
+	p.Issue(t, "tls", "*.envoy-gateway-system", "localhost") // the rate limit service's, shown to Envoy and to the xDS server
+	p.Issue(t, "envoy", "*.envoy-gateway-system")
+	env := func(x *rlstest.XDS, force string, promAddr string) map[string]string {
 		return map[string]string{
 			"RUNTIME_ROOT": "/data", "RUNTIME_SUBDIRECTORY": "ratelimit", "RUNTIME_IGNOREDOTFILES": "true", "RUNTIME_WATCH_ROOT": "false",
 			"LOG_LEVEL": "info", "USE_STATSD": "false", "CONFIG_TYPE": "GRPC_XDS_SOTW",
-			"CONFIG_GRPC_XDS_SERVER_URL": x.Addr, "CONFIG_GRPC_XDS_NODE_ID": xdstest.Node,
+			"CONFIG_GRPC_XDS_SERVER_URL": x.Addr, "CONFIG_GRPC_XDS_NODE_ID": rlstest.Node,
 			"CONFIG_GRPC_XDS_SERVER_TLS_SAN": "envoy-gateway", // Envoy Gateway's URL is envoy-gateway:18001, named by its certificate; here an address
-			"GRPC_SERVER_USE_TLS":            "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"),
-			"GRPC_SERVER_TLS_CA_CERT": p.path("ca.crt"), "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
-			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": p.path("tls.crt"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": p.path("tls.key"),
-			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": p.path("ca.crt"), "FORCE_START_WITHOUT_INITIAL_CONFIG": force,
+			"GRPC_SERVER_USE_TLS":            "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("tls.key"),
+			"GRPC_SERVER_TLS_CA_CERT": p.Path("ca.crt"), "CONFIG_GRPC_XDS_SERVER_USE_TLS": "true",
+			"CONFIG_GRPC_XDS_CLIENT_TLS_CERT": p.Path("tls.crt"), "CONFIG_GRPC_XDS_CLIENT_TLS_KEY": p.Path("tls.key"),
+			"CONFIG_GRPC_XDS_SERVER_TLS_CACERT": p.Path("ca.crt"), "FORCE_START_WITHOUT_INITIAL_CONFIG": force,
 			"REDIS_SOCKET_TYPE": "tcp", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": promAddr,
 			"PROMETHEUS_MAPPER_YAML":              "/etc/statsd-exporter/conf.yaml",
 			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms",
 		}
 	}
-	envoy := credentials.NewTLS(p.clientTLS(t, p, "envoy"))
+	xdsTLS := func(t *testing.T, p *rlstest.CA) *tls.Config {
+		p.Issue(t, "eg", "envoy-gateway", "envoy-gateway.envoy-gateway-system")
+		return p.ServerTLS(t, "eg")
+	}
+	envoy := credentials.NewTLS(p.ClientTLS(t, "localhost", p, "envoy"))
 
 	t.Run("FORCE_START_WITHOUT_INITIAL_CONFIG=true", func(t *testing.T) {
-		x := xdstest.Start(t, "127.0.0.1:0", xdsServerTLS(t, p))
+		x := rlstest.StartXDS(t, "127.0.0.1:0", xdsTLS(t, p))
 		prom := fmt.Sprintf("127.0.0.1:%d", freePort(t))
 		addr := startRLS(t, env(x, "true", prom), true)
 		if code, err := check(addr, envoy, "k", nil); err != nil || code != "OK" {
@@ -174,7 +163,7 @@ func TestEnvoyGatewayStart(t *testing.T) {
 	})
 
 	t.Run("FORCE_START_WITHOUT_INITIAL_CONFIG=false", func(t *testing.T) {
-		x := xdstest.Start(t, "127.0.0.1:0", xdsServerTLS(t, p))
+		x := rlstest.StartXDS(t, "127.0.0.1:0", xdsTLS(t, p))
 		addr := startRLS(t, env(x, "false", fmt.Sprintf("127.0.0.1:%d", freePort(t))), false)
 		time.Sleep(300 * time.Millisecond)
 		if c, err := net.Dial("tcp", addr); err == nil {

@@ -2,17 +2,8 @@ package main
 
 import (
 	"context"
-	"crypto/ecdsa"
-	"crypto/elliptic"
-	"crypto/rand"
-	"crypto/tls"
-	"crypto/x509"
-	"crypto/x509/pkix"
-	"encoding/pem"
 	"fmt"
 	"io"
-	"math/big"
-	"net"
 	"os"
 	"path/filepath"
 	"strings"
@@ -25,106 +16,9 @@ import (
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/peer"
+
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
-
-// pki is a CA, as Envoy Gateway makes one for its rate limit service, and
-// the certificates it signs, in files under dir.
-type pki struct {
-	dir    string
-	name   string
-	ca     *x509.Certificate
-	caKey  *ecdsa.PrivateKey
-	serial int64
-}
-
-func newPKI(t *testing.T, name string) *pki {
-	t.Helper()
-	p := &pki{dir: t.TempDir(), name: name, serial: 1}
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(1), Subject: pkix.Name{CommonName: name},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		IsCA: true, BasicConstraintsValid: true, KeyUsage: x509.KeyUsageCertSign | x509.KeyUsageDigitalSignature,
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, tmpl, &key.PublicKey, key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	if p.ca, err = x509.ParseCertificate(der); err != nil {
-		t.Fatal(err)
-	}
-	p.caKey = key
-	writePEM(t, p.path("ca.crt"), "CERTIFICATE", der)
-	return p
-}
-
-func (p *pki) path(name string) string { return filepath.Join(p.dir, name) }
-
-func writePEM(t *testing.T, path, kind string, der []byte) {
-	t.Helper()
-	tmp := path + ".tmp"
-	if err := os.WriteFile(tmp, pem.EncodeToMemory(&pem.Block{Type: kind, Bytes: der}), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	if err := os.Rename(tmp, path); err != nil {
-		t.Fatal(err)
-	}
-}
-
-// issue writes name.crt and name.key: a certificate the CA signs for
-// these subject alternative names (DNS names, or IP addresses), with no
-// extended key usage (as Envoy Gateway's), and returns its serial.
-func (p *pki) issue(t *testing.T, name string, sans ...string) int64 {
-	t.Helper()
-	key, err := ecdsa.GenerateKey(elliptic.P256(), rand.Reader)
-	if err != nil {
-		t.Fatal(err)
-	}
-	p.serial++
-	tmpl := &x509.Certificate{
-		SerialNumber: big.NewInt(p.serial), Subject: pkix.Name{CommonName: "*"},
-		NotBefore: time.Now().Add(-time.Hour), NotAfter: time.Now().Add(time.Hour),
-		KeyUsage: x509.KeyUsageDigitalSignature | x509.KeyUsageKeyEncipherment,
-	}
-	for _, s := range sans {
-		if ip := net.ParseIP(s); ip != nil {
-			tmpl.IPAddresses = append(tmpl.IPAddresses, ip)
-		} else {
-			tmpl.DNSNames = append(tmpl.DNSNames, s)
-		}
-	}
-	der, err := x509.CreateCertificate(rand.Reader, tmpl, p.ca, &key.PublicKey, p.caKey)
-	if err != nil {
-		t.Fatal(err)
-	}
-	kder, err := x509.MarshalPKCS8PrivateKey(key)
-	if err != nil {
-		t.Fatal(err)
-	}
-	writePEM(t, p.path(name+".key"), "PRIVATE KEY", kder)
-	writePEM(t, p.path(name+".crt"), "CERTIFICATE", der)
-	return p.serial
-}
-
-// clientTLS is a client's config that trusts p's CA and shows the
-// certificate name of issuer ("": none).
-func (p *pki) clientTLS(t *testing.T, issuer *pki, name string) *tls.Config {
-	t.Helper()
-	pool := x509.NewCertPool()
-	pool.AddCert(p.ca)
-	c := &tls.Config{RootCAs: pool, ServerName: "localhost"}
-	if name != "" {
-		pair, err := tls.LoadX509KeyPair(issuer.path(name+".crt"), issuer.path(name+".key"))
-		if err != nil {
-			t.Fatal(err)
-		}
-		c.Certificates = []tls.Certificate{pair}
-	}
-	return c
-}
 
 // zeroConfig is a config whose limit d/k admits nothing: a request for it
 // is refused without Redis, so that these tests need no server.
@@ -194,12 +88,12 @@ func check(addr string, creds credentials.TransportCredentials, key string, seri
 // the next connections, and one that does not load (a key of another
 // certificate) leaves the last that did.
 func TestGRPCTLS(t *testing.T) {
-	p := newPKI(t, "envoy-gateway")
-	first := p.issue(t, "tls", "localhost", "127.0.0.1")
+	p := rlstest.NewCA(t, "envoy-gateway")
+	first := p.Issue(t, "tls", "localhost", "127.0.0.1")
 	addr := startRLS(t, map[string]string{
-		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"),
+		"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("tls.key"),
 	}, true)
-	creds := credentials.NewTLS(p.clientTLS(t, nil, ""))
+	creds := credentials.NewTLS(p.ClientTLS(t, "localhost", nil, ""))
 	var serial int64
 	if code, err := check(addr, creds, "k", &serial); err != nil || code != "OVER_LIMIT" || serial != first {
 		t.Fatalf("over TLS: %s %v, certificate %d (want OVER_LIMIT from certificate %d)", code, err, serial, first)
@@ -211,7 +105,7 @@ func TestGRPCTLS(t *testing.T) {
 		t.Fatalf("plaintext answered %s", code)
 	}
 
-	second := p.issue(t, "tls", "localhost")
+	second := p.Issue(t, "tls", "localhost")
 	deadline := time.Now().Add(5 * time.Second)
 	for serial != second && time.Now().Before(deadline) {
 		time.Sleep(50 * time.Millisecond)
@@ -224,9 +118,9 @@ func TestGRPCTLS(t *testing.T) {
 	}
 
 	// A half-done rotation: the certificate replaced and its key not yet.
-	key, _ := os.ReadFile(p.path("tls.key"))
-	p.issue(t, "tls", "localhost")
-	if err := os.WriteFile(p.path("tls.key"), key, 0o600); err != nil {
+	key, _ := os.ReadFile(p.Path("tls.key"))
+	p.Issue(t, "tls", "localhost")
+	if err := os.WriteFile(p.Path("tls.key"), key, 0o600); err != nil {
 		t.Fatal(err)
 	}
 	time.Sleep(1100 * time.Millisecond)
@@ -241,21 +135,21 @@ func TestGRPCTLS(t *testing.T) {
 // GRPC_CLIENT_TLS_SAN the certificate must also name it (as the peer
 // holds it: a DNS name, which a wildcard of the certificate's matches).
 func TestGRPCMutualTLS(t *testing.T) {
-	p := newPKI(t, "envoy-gateway")
-	other := newPKI(t, "other")
-	p.issue(t, "tls", "localhost")
-	p.issue(t, "envoy", "*.envoy-gateway-system") // Envoy Gateway's certificates name *.<namespace>
-	p.issue(t, "stranger", "stranger.example")
-	other.issue(t, "envoy", "*.envoy-gateway-system")
+	p := rlstest.NewCA(t, "envoy-gateway")
+	other := rlstest.NewCA(t, "other")
+	p.Issue(t, "tls", "localhost")
+	p.Issue(t, "envoy", "*.envoy-gateway-system") // Envoy Gateway's certificates name *.<namespace>
+	p.Issue(t, "stranger", "stranger.example")
+	other.Issue(t, "envoy", "*.envoy-gateway-system")
 	for _, caVar := range []string{"GRPC_SERVER_TLS_CA_CERT", "GRPC_CLIENT_TLS_CACERT"} {
 		t.Run(caVar, func(t *testing.T) {
 			addr := startRLS(t, map[string]string{
-				"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"),
-				caVar: p.path("ca.crt"), "GRPC_CLIENT_TLS_SAN": "ratelimit.envoy-gateway-system",
+				"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("tls.key"),
+				caVar: p.Path("ca.crt"), "GRPC_CLIENT_TLS_SAN": "ratelimit.envoy-gateway-system",
 			}, true)
 			for _, c := range []struct {
 				what   string
-				issuer *pki
+				issuer *rlstest.CA
 				name   string
 				ok     bool
 			}{
@@ -264,7 +158,7 @@ func TestGRPCMutualTLS(t *testing.T) {
 				{"a certificate of another CA", other, "envoy", false},
 				{"a certificate of the CA not naming the SAN", p, "stranger", false},
 			} {
-				code, err := check(addr, credentials.NewTLS(p.clientTLS(t, c.issuer, c.name)), "k", nil)
+				code, err := check(addr, credentials.NewTLS(p.ClientTLS(t, "localhost", c.issuer, c.name)), "k", nil)
 				if c.ok && (err != nil || code != "OVER_LIMIT") {
 					t.Errorf("%s: %s %v, want OVER_LIMIT", c.what, code, err)
 				}
@@ -279,15 +173,15 @@ func TestGRPCMutualTLS(t *testing.T) {
 // TestTLSRefusedAtStart: TLS settings that cannot work stop rls at start,
 // naming what is wrong.
 func TestTLSRefusedAtStart(t *testing.T) {
-	p := newPKI(t, "envoy-gateway")
-	p.issue(t, "tls", "localhost")
+	p := rlstest.NewCA(t, "envoy-gateway")
+	p.Issue(t, "tls", "localhost")
 	for _, c := range []struct {
 		env  map[string]string
 		want string
 	}{
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS: a server needs a certificate and its key"},
-		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("missing.key")}, "missing.key"},
-		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.path("tls.key"), "GRPC_CLIENT_TLS_CACERT": p.path("tls.key")}, "no certificate in"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("missing.key")}, "missing.key"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("tls.key"), "GRPC_CLIENT_TLS_CACERT": p.Path("tls.key")}, "no certificate in"},
 	} {
 		t.Run(c.want, func(t *testing.T) {
 			for k, v := range c.env {

@@ -1,12 +1,14 @@
-// Package xdstest is go-control-plane's xDS server, as Envoy Gateway runs
-// it for its rate limit service (a snapshot cache, state of the world,
-// RateLimitConfig resources for one node), for tests.
-package xdstest
+// Package rlstest holds what tests of rls and of its deployments need:
+// go-control-plane's xDS server as Envoy Gateway runs it for its rate limit
+// service (a snapshot cache, state of the world, RateLimitConfig
+// resources for one node), and a CA as the gateway makes one.
+package rlstest
 
 import (
 	"context"
 	"crypto/tls"
 	"net"
+	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -24,9 +26,9 @@ import (
 // Node is the node the server serves: Envoy Gateway's rate limit service.
 const Node = "envoy-ratelimit"
 
-// Server is the xDS server on a loopback port, recording the requests it
+// XDS is the xDS server on a loopback port, recording the requests it
 // gets and the version of each response it sends.
-type Server struct {
+type XDS struct {
 	Addr  string
 	Cache cachev3.SnapshotCache
 	GRPC  *grpc.Server
@@ -36,11 +38,11 @@ type Server struct {
 	nonces map[string]string // each response's nonce: its version
 }
 
-// Start serves at addr ("127.0.0.1:0": any port), over TLS where tc is
+// StartXDS serves at addr ("127.0.0.1:0": any port), over TLS where tc is
 // not nil, until the test ends.
-func Start(t testing.TB, addr string, tc *tls.Config) *Server {
+func StartXDS(t testing.TB, addr string, tc *tls.Config) *XDS {
 	t.Helper()
-	x := &Server{Cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), nonces: map[string]string{}}
+	x := &XDS{Cache: cachev3.NewSnapshotCache(false, cachev3.IDHash{}, nil), nonces: map[string]string{}}
 	srv := serverv3.NewServer(context.Background(), x.Cache, serverv3.CallbackFuncs{
 		StreamRequestFunc: func(_ int64, r *discoverygrpc.DiscoveryRequest) error {
 			x.mu.Lock()
@@ -78,7 +80,7 @@ func Start(t testing.TB, addr string, tc *tls.Config) *Server {
 }
 
 // Push makes version, with cfgs, the state of the world.
-func (x *Server) Push(t testing.TB, version string, cfgs ...*rlcfg.RateLimitConfig) {
+func (x *XDS) Push(t testing.TB, version string, cfgs ...*rlcfg.RateLimitConfig) {
 	t.Helper()
 	res := make([]types.Resource, len(cfgs))
 	for i, c := range cfgs {
@@ -96,7 +98,7 @@ func (x *Server) Push(t testing.TB, version string, cfgs ...*rlcfg.RateLimitConf
 // Answered waits (up to 5 s) for the request that answers a response of
 // version: its ACK (nack false: no error, and version then in force) or
 // its NACK (nack true), and returns the NACK's message.
-func (x *Server) Answered(t testing.TB, version string, nack bool) string {
+func (x *XDS) Answered(t testing.TB, version string, nack bool) string {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
@@ -120,4 +122,24 @@ func (x *Server) Answered(t testing.TB, version string, nack bool) string {
 	}
 	t.Fatalf("no %s for version %s", map[bool]string{true: "NACK", false: "ACK"}[nack], version)
 	return ""
+}
+
+// TokenBudget runs Envoy AI Gateway's token budget as Envoy does, for n
+// requests whose responses each use tokens: before each request a check
+// (the descriptor's hits_addend 0), enforced; after each admitted one a
+// charge of its tokens, whose answer Envoy ignores; a refused request
+// never reaches the model and charges nothing. ask sends one descriptor
+// with the hits_addend given and tells whether the answer was OK. It
+// returns the checks' answers in order, O for OK and X for OVER_LIMIT.
+func TokenBudget(n int, tokens uint64, ask func(hits uint64) bool) string {
+	var b strings.Builder
+	for range n {
+		if !ask(0) {
+			b.WriteByte('X')
+			continue
+		}
+		b.WriteByte('O')
+		ask(tokens)
+	}
+	return b.String()
 }
