@@ -86,6 +86,14 @@ type rule struct {
 	statKey   string // domain.key_value.key: the peer's stat key
 }
 
+// field is a key of a config's mapping and where its scalar goes, read
+// in the order of a list so that, of several bad keys, the same one is
+// always named.
+type field struct {
+	name string
+	dst  any
+}
+
 // node is one level of a domain's descriptor tree.
 type node struct {
 	children map[string]*node // by "key" or "key_value"
@@ -307,9 +315,9 @@ func (l loader) descriptors(parent *node, domain string, list *yaml.Node, prefix
 		}
 		var key, value string
 		var shadow, detailed bool
-		for name, dst := range map[string]any{"key": &key, "value": &value, "shadow_mode": &shadow, "detailed_metric": &detailed} {
-			if n := f[name]; n != nil {
-				if err := l.scalar(n, name, dst); err != nil {
+		for _, kv := range []field{{"key", &key}, {"value", &value}, {"shadow_mode", &shadow}, {"detailed_metric", &detailed}} {
+			if n := f[kv.name]; n != nil {
+				if err := l.scalar(n, kv.name, kv.dst); err != nil {
 					return err
 				}
 			}
@@ -353,9 +361,9 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
 	var perUnit uint32
 	var unitName, name, alg string
 	var unlimited, debt, lease bool
-	for key, dst := range map[string]any{"requests_per_unit": &perUnit, "unit": &unitName, "name": &name, "algorithm": &alg, "unlimited": &unlimited, "debt": &debt, "lease": &lease} {
-		if v := f[key]; v != nil {
-			if err := l.scalar(v, key, dst); err != nil {
+	for _, kv := range []field{{"requests_per_unit", &perUnit}, {"unit", &unitName}, {"name", &name}, {"algorithm", &alg}, {"unlimited", &unlimited}, {"debt", &debt}, {"lease", &lease}} {
+		if v := f[kv.name]; v != nil {
+			if err := l.scalar(v, kv.name, kv.dst); err != nil {
 				return nil, err
 			}
 		}

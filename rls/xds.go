@@ -87,7 +87,9 @@ const renack = time.Second
 // validation a directory's files get (Parse). An update that does not
 // load is refused (a NACK whose message is the reason, the config in
 // force staying), logged and counted (ratelimit_service_config_load
-// {result="error"}); one that loads is acknowledged. A stream that fails
+// {result="error"}) once, however often the server sends it again (it is
+// refused again no oftener than once a second); one that loads is
+// acknowledged. A stream that fails
 // (the server gone, a connection cut) is opened again after x.Backoff,
 // asking for the whole state again.
 //
@@ -111,11 +113,9 @@ type xdsWatch struct {
 	loaded chan struct{}
 	once   sync.Once
 
-	acked         string // the version in force
-	nacked        string // the last version refused
-	nackedAt      time.Time
-	nackedReason  string
-	nackedLogged  bool
+	acked         string    // the version in force
+	nacked        string    // the last version refused
+	nackedAt      time.Time // when it was last refused
 	streamsFailed int
 }
 
@@ -167,14 +167,14 @@ func (w *xdsWatch) stream(ctx context.Context) (responded bool, err error) {
 		if err == nil {
 			w.s.m.configLoad(true)
 			w.s.SetConfig(cfg)
-			w.acked, w.nacked, w.nackedLogged = resp.GetVersionInfo(), "", false
+			w.acked, w.nacked = resp.GetVersionInfo(), ""
 			w.s.log.Info("rls: config loaded from xDS", "version", w.acked, "resources", cfg.Files(), "domains", cfg.Domains())
 			w.once.Do(func() { close(w.loaded) })
 		} else {
-			w.s.m.configLoad(false)
-			reason := err.Error()
-			if resp.GetVersionInfo() == w.nacked && reason == w.nackedReason {
-				// The same refusal again: say it no oftener than renack.
+			if resp.GetVersionInfo() == w.nacked {
+				// The same version again (the server sends a refused version
+				// until it has another): refused no oftener than renack, and
+				// logged and counted once.
 				if wait := renack - time.Since(w.nackedAt); wait > 0 {
 					select {
 					case <-ctx.Done():
@@ -183,14 +183,14 @@ func (w *xdsWatch) stream(ctx context.Context) (responded bool, err error) {
 					}
 				}
 			} else {
-				w.nackedLogged = false
-			}
-			if !w.nackedLogged {
+				w.s.m.configLoad(false)
 				w.s.log.Error("rls: xDS config refused; the config in force stays", "version", resp.GetVersionInfo(), "err", err)
-				w.nackedLogged = true
 			}
-			w.nacked, w.nackedReason, w.nackedAt = resp.GetVersionInfo(), reason, time.Now()
-			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: reason}
+			w.nacked, w.nackedAt = resp.GetVersionInfo(), time.Now()
+			if resp.GetTypeUrl() != "" {
+				req.TypeUrl = resp.GetTypeUrl() // the refusal answers the type sent
+			}
+			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 		}
 		req.VersionInfo = w.acked
 		if err := st.Send(req); err != nil {

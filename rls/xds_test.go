@@ -17,6 +17,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
@@ -111,8 +112,17 @@ func TestXDS(t *testing.T) {
 		if !strings.Contains(msg, bad.want) || strings.Contains(msg, ".yaml") {
 			t.Errorf("NACK of %v: %q, want it to say %q", bad.cfg, msg, bad.want)
 		}
-		if got := testutil.ToFloat64(s.m.configLoads.WithLabelValues("error")); got <= errorsBefore {
-			t.Errorf("a refused update was not counted: %v errors, %v before", got, errorsBefore)
+		if i == 0 {
+			// The server sends the refused version again at once, each time
+			// it is refused: refused again about once a second, and counted
+			// once.
+			time.Sleep(1800 * time.Millisecond)
+			if n := x.Answers(version, true); n < 2 || n > 3 {
+				t.Errorf("version %s refused %d times in 1.8 s, want 2 or 3", version, n)
+			}
+		}
+		if got := testutil.ToFloat64(s.m.configLoads.WithLabelValues("error")); got != errorsBefore+1 {
+			t.Errorf("a refused update counted %v times", got-errorsBefore)
 		}
 		if got := admits(t, s, "c"+bad.want); got != 5 {
 			t.Fatalf("after the refused update, the config in force admitted %d of 10, want 5", got)
@@ -127,6 +137,36 @@ func TestXDS(t *testing.T) {
 	y.Answered(t, "1", false)
 	if got := admits(t, s, "d"); got != 7 {
 		t.Fatalf("after the server came back with version 1 (7 a minute), admitted %d of 10", got)
+	}
+}
+
+// TestBackoff: the waits between streams, as the peer's settings give
+// them.
+func TestBackoff(t *testing.T) {
+	for _, c := range []struct {
+		b    Backoff
+		n    int
+		want time.Duration
+	}{
+		{Backoff{}, 0, 10 * time.Second}, // the peer's defaults: factor 0.5 never rises above the least
+		{Backoff{}, 5, 10 * time.Second},
+		{Backoff{Initial: time.Second, Max: 10 * time.Second, Factor: 2}, 0, time.Second},
+		{Backoff{Initial: time.Second, Max: 10 * time.Second, Factor: 2}, 3, 8 * time.Second},
+		{Backoff{Initial: time.Second, Max: 10 * time.Second, Factor: 2}, 4, 10 * time.Second},
+		{Backoff{Initial: time.Second, Max: 10 * time.Second, Factor: 2}, 1000, 10 * time.Second},
+	} {
+		if got := c.b.wait(c.n); got != c.want {
+			t.Errorf("%+v, wait %d: %v, want %v", c.b, c.n, got, c.want)
+		}
+	}
+	b := Backoff{Initial: time.Second, Max: 10 * time.Second, Factor: 2, Jitter: true}
+	lo, hi := time.Hour, time.Duration(0)
+	for range 1000 {
+		d := b.wait(3)
+		lo, hi = min(lo, d), max(hi, d)
+	}
+	if lo < time.Second || hi > 8*time.Second || hi-lo < 5*time.Second {
+		t.Errorf("with jitter, the fourth wait drawn from %v to %v, want spread over 1s to 8s", lo, hi)
 	}
 }
 
@@ -186,4 +226,59 @@ func dump(c *Config) string {
 		walk(d, c.domains[d])
 	}
 	return b.String()
+}
+
+// FuzzXDSConfig: any resource, however malformed, reads as a config or is
+// refused with an error, never a panic; one that reads has, at each of
+// its descriptors' paths, the limit the resource gives it.
+func FuzzXDSConfig(f *testing.F) {
+	for _, rc := range []*rlcfg.RateLimitConfig{
+		xdsLimit("a", 5, nil),
+		xdsLimit("b", 0, map[string]any{"algorithm": "token_bucket", "debt": true}),
+		{Name: "c", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k", Value: "v*", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "x", RateLimit: &rlcfg.RateLimitPolicy{Unlimited: true}}}}}},
+	} {
+		b, err := proto.Marshal(rc)
+		if err != nil {
+			f.Fatal(err)
+		}
+		f.Add(b)
+	}
+	f.Fuzz(func(t *testing.T, b []byte) {
+		rc := &rlcfg.RateLimitConfig{}
+		if proto.Unmarshal(b, rc) != nil {
+			return
+		}
+		y, err := ConfigYAML(rc)
+		if err != nil {
+			return
+		}
+		cfg, err := Parse(map[string][]byte{"r": y})
+		if err != nil {
+			return
+		}
+		var walk func(n *node, ds []*rlcfg.RateLimitDescriptor, path string)
+		walk = func(n *node, ds []*rlcfg.RateLimitDescriptor, path string) {
+			for _, d := range ds {
+				k := d.GetKey()
+				if d.GetValue() != "" {
+					k += "_" + d.GetValue()
+				}
+				child := n.children[k]
+				if child == nil && !strings.Contains(d.GetValue(), "*") {
+					t.Fatalf("%s/%s: not in the config\n%s", path, k, y)
+				}
+				if child == nil {
+					continue // a wildcard's, matched by value
+				}
+				if p := d.GetRateLimit(); p != nil {
+					r := child.rule
+					if r == nil || r.unlimited != p.GetUnlimited() || (!p.GetUnlimited() && r.perUnit != int64(p.GetRequestsPerUnit())) {
+						t.Fatalf("%s/%s: rule %+v for %v\n%s", path, k, r, p, y)
+					}
+				}
+				walk(child, d.GetDescriptors(), path+"/"+k)
+			}
+		}
+		walk(cfg.domains[rc.GetDomain()], rc.GetDescriptors(), rc.GetDomain())
+	})
 }

@@ -73,6 +73,7 @@ func main() {
 	callers := flag.Int("c", 32, "concurrent callers")
 	out := flag.String("out", "bench/BENCHMARKS-RLS.md", "the report")
 	module := flag.String("module", "build/ratelimit.so", "the module")
+	baseline := flag.String("baseline", "", "an rls binary of another build, measured beside this one's with one and three descriptors (rls (module), baseline)")
 	flag.Parse()
 	log.SetFlags(0)
 	ctx := context.Background()
@@ -208,6 +209,16 @@ func main() {
 		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("hot", 1)}}
 	}
 	normal := []string{"envoyproxy/ratelimit", "rls (module)", "rls (Lua library)"}
+	if *baseline != "" {
+		bin, err := filepath.Abs(*baseline)
+		if err != nil {
+			log.Fatal(err)
+		}
+		starts["rls (module), baseline"] = func() *service {
+			return start("rls (module), baseline", bin, []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, nil, false, nil)
+		}
+		normal = append(normal, "rls (module), baseline")
+	}
 	scenarios := []scenario{
 		{"one descriptor", normal, one, ""},
 		{"three descriptors", normal, three, ""},

@@ -143,3 +143,17 @@ func TokenBudget(n int, tokens uint64, ask func(hits uint64) bool) string {
 	}
 	return b.String()
 }
+
+// Answers is how many requests have answered responses of version so far:
+// its NACKs (nack true) or its ACKs.
+func (x *XDS) Answers(version string, nack bool) int {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	n := 0
+	for _, r := range x.reqs {
+		if x.nonces[r.GetResponseNonce()] == version && (r.GetErrorDetail() != nil) == nack {
+			n++
+		}
+	}
+	return n
+}

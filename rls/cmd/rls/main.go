@@ -338,6 +338,8 @@ func parse(args []string) (*flags, error) {
 		return nil, fmt.Errorf("%s %v, %s %v: above 0, the most at least the least", named("xds-backoff-initial"), f.xdsBackoffInitial, named("xds-backoff-max"), f.xdsBackoffMax)
 	case f.xdsBackoffFactor <= 0:
 		return nil, fmt.Errorf("%s %v: above 0", named("xds-backoff-factor"), f.xdsBackoffFactor)
+	case f.grpcClientSAN != "" && f.grpcClientCA == "":
+		return nil, fmt.Errorf("%s %q needs %s: without a CA no client certificate is asked for, and none would be held to it", named("grpc-tls-client-san"), f.grpcClientSAN, named("grpc-tls-client-ca"))
 	case f.xdsMaxMsg < 0:
 		return nil, fmt.Errorf("%s %d: 0 or more", named("xds-max-msg-size"), f.xdsMaxMsg)
 	}
@@ -401,7 +403,7 @@ func redisClient(f *flags) (redis.UniversalClient, error) {
 		if f.redisCert != "" || f.redisKey != "" {
 			pair, err := tls.LoadX509KeyPair(f.redisCert, f.redisKey)
 			if err != nil {
-				return nil, fmt.Errorf("-redis-tls-cert, -redis-tls-key: %v", err)
+				return nil, fmt.Errorf("%s, %s: %v", named("redis-tls-cert"), named("redis-tls-key"), err)
 			}
 			tlsConf.Certificates = []tls.Certificate{pair}
 		}
@@ -454,6 +456,8 @@ func run(args []string, stdout io.Writer) error {
 
 // serve is rls until ctx ends.
 func serve(ctx context.Context, args []string, stdout io.Writer) error {
+	ctx, cancel := context.WithCancel(ctx) // ends the xDS watch, whatever the return
+	defer cancel()
 	f, err := parse(args)
 	if err != nil {
 		return err
@@ -490,7 +494,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	var serverTLS *tlsFiles
 	if f.grpcTLS {
-		serverTLS = &tlsFiles{what: "GRPC_SERVER_TLS", cert: f.grpcCert, key: f.grpcKey, ca: f.grpcClientCA, san: f.grpcClientSAN, server: true, log: log}
+		serverTLS = &tlsFiles{what: named("grpc-tls"), cert: f.grpcCert, key: f.grpcKey, ca: f.grpcClientCA, san: f.grpcClientSAN, server: true, log: log}
 		if err := serverTLS.start(); err != nil {
 			return err
 		}
@@ -539,7 +543,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			return err
 		}
-		defer conn.Close()
+		defer func() { cancel(); conn.Close() }() // the watch ends before its connection
 		meta, _ := pairs(f.xdsNodeMeta, "=")
 		headers, _ := pairs(f.xdsHeaders, ":")
 		node := &corev3.Node{Id: f.xdsNode}
@@ -604,7 +608,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 		if err != nil {
 			gl.Close()
 			hl.Close()
-			return err
+			return fmt.Errorf("%s: %v", named("prometheus-addr"), err)
 		}
 		mux := http.NewServeMux()
 		mux.Handle(f.promPath, promhttp.HandlerFor(reg, promhttp.HandlerOpts{}))
@@ -668,19 +672,19 @@ func healthcheck(addr string) error {
 func xdsConn(f *flags, log *slog.Logger) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if f.xdsTLS {
-		t := &tlsFiles{what: "CONFIG_GRPC_XDS_TLS", cert: f.xdsCert, key: f.xdsKey, ca: f.xdsCA, san: f.xdsSAN, log: log}
+		t := &tlsFiles{what: named("xds-tls"), cert: f.xdsCert, key: f.xdsKey, ca: f.xdsCA, san: f.xdsSAN, log: log}
 		if err := t.start(); err != nil {
 			return nil, err
 		}
 		host, _, err := net.SplitHostPort(f.xdsURL)
 		if err != nil {
-			return nil, fmt.Errorf("-xds %q: %v", f.xdsURL, err)
+			return nil, fmt.Errorf("%s %q: %v", named("xds"), f.xdsURL, err)
 		}
 		creds = credentials.NewTLS(t.clientConfig(host))
 	}
 	conn, err := grpc.NewClient(f.xdsURL, grpc.WithTransportCredentials(creds))
 	if err != nil {
-		return nil, fmt.Errorf("-xds %q: %v", f.xdsURL, err)
+		return nil, fmt.Errorf("%s %q: %v", named("xds"), f.xdsURL, err)
 	}
 	return conn, nil
 }

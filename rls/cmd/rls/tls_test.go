@@ -179,7 +179,8 @@ func TestTLSRefusedAtStart(t *testing.T) {
 		env  map[string]string
 		want string
 	}{
-		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "GRPC_SERVER_TLS: a server needs a certificate and its key"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true"}, "(GRPC_SERVER_USE_TLS): a server needs a certificate and its key"},
+		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("tls.key"), "GRPC_CLIENT_TLS_SAN": "envoy"}, "GRPC_CLIENT_TLS_SAN) \"envoy\" needs"},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("missing.key")}, "missing.key"},
 		{map[string]string{"GRPC_SERVER_USE_TLS": "true", "GRPC_SERVER_TLS_CERT": p.Path("tls.crt"), "GRPC_SERVER_TLS_KEY": p.Path("tls.key"), "GRPC_CLIENT_TLS_CACERT": p.Path("tls.key")}, "no certificate in"},
 	} {
@@ -187,7 +188,9 @@ func TestTLSRefusedAtStart(t *testing.T) {
 			for k, v := range c.env {
 				t.Setenv(k, v)
 			}
-			err := serve(context.Background(), []string{"-config", t.TempDir(), "-log-level", "error"}, io.Discard)
+			ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second) // it would serve if the settings passed
+			defer cancel()
+			err := serve(ctx, []string{"-config", t.TempDir(), "-log-level", "error", "-grpc", "127.0.0.1:0", "-http", "127.0.0.1:0"}, io.Discard)
 			if err == nil || !strings.Contains(err.Error(), c.want) {
 				t.Fatalf("%v: %v, want it to say %q", c.env, err, c.want)
 			}

@@ -12,13 +12,15 @@ import (
 )
 
 // tlsFiles is a certificate and its key, and the CA that signs the other
-// side's certificates, read from files and read again when one of them
-// changes (a Kubernetes secret's files are replaced in place): each
-// handshake looks at the files' sizes and times, at most once a second.
-// A change that does not load (a certificate written before its key)
-// keeps the files in force until they load together, and is logged once.
+// side's certificates, read from files. A server's are read again when
+// one of them changes (a Kubernetes secret's files are replaced in place):
+// each handshake looks at the files' sizes and times, at most once a
+// second. A change that does not load (a certificate written before its
+// key) keeps the files in force until they load together, and is logged
+// once. A client's certificate is read again the same way; its CA, as the
+// peer's, only at start.
 type tlsFiles struct {
-	what          string // "-grpc-tls" or "-xds-tls", for errors and logs
+	what          string // the setting, for errors and logs: "-grpc-tls (GRPC_SERVER_USE_TLS)"
 	cert, key, ca string // paths; cert and key "" for a client with no certificate
 	san           string // the other side's certificate must name this ("": any)
 	server        bool   // a server's files (a client certificate is asked when ca is set)
