@@ -34,7 +34,7 @@ type tlsFiles struct {
 	conf    *tls.Config
 }
 
-// stamp is the files' sizes and modification times (of what symlinks
+// stampNow is the files' sizes and modification times (of what symlinks
 // point to).
 func (t *tlsFiles) stampNow() string {
 	s := ""
@@ -83,9 +83,12 @@ func (t *tlsFiles) load() (*tls.Config, error) {
 	}
 	if t.san != "" && t.server {
 		san := t.san
-		c.VerifyPeerCertificate = func(_ [][]byte, chains [][]*x509.Certificate) error {
+		// Every connection, resumed ones too (VerifyConnection; a resumed
+		// session skips VerifyPeerCertificate).
+		c.VerifyConnection = func(cs tls.ConnectionState) error {
 			// As the peer holds a client to GRPC_CLIENT_TLS_SAN: a DNS name
 			// (a wildcard of the certificate's matching it) or an IP address.
+			chains := cs.VerifiedChains
 			if len(chains) == 0 || len(chains[0]) == 0 {
 				return errors.New("no verified client certificate to hold to " + san)
 			}
