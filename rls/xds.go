@@ -4,12 +4,11 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"maps"
 	"math"
 	"math/rand/v2"
 	"slices"
-	"sort"
 	"strings"
-	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
@@ -110,8 +109,7 @@ func (s *Service) WatchXDS(ctx context.Context, x XDS) <-chan struct{} {
 type xdsWatch struct {
 	s      *Service
 	x      XDS
-	loaded chan struct{}
-	once   sync.Once
+	loaded chan struct{} // closed by the first update in force
 
 	acked         string    // the version in force
 	nacked        string    // the last version refused
@@ -169,7 +167,11 @@ func (w *xdsWatch) stream(ctx context.Context) (responded bool, err error) {
 			w.s.SetConfig(cfg)
 			w.acked, w.nacked = resp.GetVersionInfo(), ""
 			w.s.log.Info("rls: config loaded from xDS", "version", w.acked, "resources", cfg.Files(), "domains", cfg.Domains())
-			w.once.Do(func() { close(w.loaded) })
+			select {
+			case <-w.loaded:
+			default:
+				close(w.loaded)
+			}
 		} else {
 			if resp.GetVersionInfo() == w.nacked {
 				// The same version again (the server sends a refused version
@@ -309,12 +311,7 @@ func yamlDescriptors(ds []*rlcfg.RateLimitDescriptor) ([]map[string]any, error) 
 			}
 			m["rate_limit"] = rl
 		} else if len(ext) > 0 {
-			keys := make([]string, 0, len(ext))
-			for k := range ext {
-				keys = append(keys, k)
-			}
-			sort.Strings(keys)
-			return nil, fmt.Errorf("descriptor %q: metadata %s without a rate_limit", d.GetKey(), strings.Join(keys, ", "))
+			return nil, fmt.Errorf("descriptor %q: metadata %s without a rate_limit", d.GetKey(), strings.Join(slices.Sorted(maps.Keys(ext)), ", "))
 		}
 		if len(d.GetDescriptors()) > 0 {
 			sub, err := yamlDescriptors(d.GetDescriptors())

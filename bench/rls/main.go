@@ -164,16 +164,20 @@ func main() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	rlsTLS := []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-grpc-tls", "-grpc-tls-cert", ca.Path("tls.crt"), "-grpc-tls-key", ca.Path("tls.key")}
+	// rlsArgs are rls's flags in every run, then extra.
+	rlsArgs := func(extra ...string) []string {
+		return append([]string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, extra...)
+	}
+	rlsTLS := []string{"-grpc-tls", "-grpc-tls-cert", ca.Path("tls.crt"), "-grpc-tls-key", ca.Path("tls.key")}
 	starts := map[string]func() *service{
 		"envoyproxy/ratelimit, TLS": func() *service {
 			return start("envoyproxy/ratelimit, TLS", peerBin, nil, peerEnv("GRPC_SERVER_USE_TLS=true", "GRPC_SERVER_TLS_CERT="+ca.Path("tls.crt"), "GRPC_SERVER_TLS_KEY="+ca.Path("tls.key")), true, oneWay)
 		},
 		"rls (module), TLS": func() *service {
-			return start("rls (module), TLS", filepath.Join(build, "rls"), rlsTLS, nil, false, oneWay)
+			return start("rls (module), TLS", filepath.Join(build, "rls"), rlsArgs(rlsTLS...), nil, false, oneWay)
 		},
 		"rls (module), mutual TLS": func() *service {
-			return start("rls (module), mutual TLS", filepath.Join(build, "rls"), append(slices.Clone(rlsTLS), "-grpc-tls-client-ca", ca.Path("ca.crt")), nil, false, mutual)
+			return start("rls (module), mutual TLS", filepath.Join(build, "rls"), rlsArgs(append(slices.Clone(rlsTLS), "-grpc-tls-client-ca", ca.Path("ca.crt"))...), nil, false, mutual)
 		},
 		"envoyproxy/ratelimit": func() *service {
 			return start("envoyproxy/ratelimit", peerBin, nil, peerEnv(), true, nil)
@@ -182,13 +186,13 @@ func main() {
 			return start("envoyproxy/ratelimit, local cache", peerBin, nil, peerEnv("LOCAL_CACHE_SIZE_IN_BYTES=1048576"), true, nil)
 		},
 		"rls (module)": func() *service {
-			return start("rls (module)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, nil, false, nil)
+			return start("rls (module)", filepath.Join(build, "rls"), rlsArgs(), nil, false, nil)
 		},
 		"rls (module), refusal cache": func() *service {
-			return start("rls (module), refusal cache", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-refusal-cache", "10000"}, nil, false, nil)
+			return start("rls (module), refusal cache", filepath.Join(build, "rls"), rlsArgs("-refusal-cache", "10000"), nil, false, nil)
 		},
 		"rls (Lua library)": func() *service {
-			return start("rls (Lua library)", filepath.Join(build, "rls"), []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn", "-engine", "functions"}, nil, false, nil)
+			return start("rls (Lua library)", filepath.Join(build, "rls"), rlsArgs("-engine", "functions"), nil, false, nil)
 		},
 	}
 
@@ -215,7 +219,7 @@ func main() {
 			log.Fatal(err)
 		}
 		starts["rls (module), baseline"] = func() *service {
-			return start("rls (module), baseline", bin, []string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, nil, false, nil)
+			return start("rls (module), baseline", bin, rlsArgs(), nil, false, nil)
 		}
 		normal = append(normal, "rls (module), baseline")
 	}

@@ -8,7 +8,6 @@ import (
 	"context"
 	"crypto/tls"
 	"net"
-	"strings"
 	"sync"
 	"testing"
 	"time"
@@ -102,58 +101,43 @@ func (x *XDS) Answered(t testing.TB, version string, nack bool) string {
 	t.Helper()
 	deadline := time.Now().Add(5 * time.Second)
 	for time.Now().Before(deadline) {
-		x.mu.Lock()
-		for _, r := range x.reqs {
-			if r.GetNode().GetId() != Node || r.GetTypeUrl() != resourcev3.RateLimitConfigType {
-				x.mu.Unlock()
-				t.Fatalf("request from node %q for %s", r.GetNode().GetId(), r.GetTypeUrl())
-			}
-			if x.nonces[r.GetResponseNonce()] != version || (r.GetErrorDetail() != nil) != nack {
-				continue
-			}
-			x.mu.Unlock()
+		answers, stray := x.answers(version, nack)
+		if stray != nil {
+			t.Fatalf("request from node %q for %s", stray.GetNode().GetId(), stray.GetTypeUrl())
+		}
+		if len(answers) > 0 {
+			r := answers[0]
 			if !nack && r.GetVersionInfo() != version {
 				t.Fatalf("the ACK of version %s says %s is in force", version, r.GetVersionInfo())
 			}
 			return r.GetErrorDetail().GetMessage()
 		}
-		x.mu.Unlock()
 		time.Sleep(10 * time.Millisecond)
 	}
 	t.Fatalf("no %s for version %s", map[bool]string{true: "NACK", false: "ACK"}[nack], version)
 	return ""
 }
 
-// TokenBudget runs Envoy AI Gateway's token budget as Envoy does, for n
-// requests whose responses each use tokens: before each request a check
-// (the descriptor's hits_addend 0), enforced; after each admitted one a
-// charge of its tokens, whose answer Envoy ignores; a refused request
-// never reaches the model and charges nothing. ask sends one descriptor
-// with the hits_addend given and tells whether the answer was OK. It
-// returns the checks' answers in order, O for OK and X for OVER_LIMIT.
-func TokenBudget(n int, tokens uint64, ask func(hits uint64) bool) string {
-	var b strings.Builder
-	for range n {
-		if !ask(0) {
-			b.WriteByte('X')
-			continue
-		}
-		b.WriteByte('O')
-		ask(tokens)
-	}
-	return b.String()
-}
-
 // Answers is how many requests have answered responses of version so far:
 // its NACKs (nack true) or its ACKs.
 func (x *XDS) Answers(version string, nack bool) int {
+	answers, _ := x.answers(version, nack)
+	return len(answers)
+}
+
+// answers are the requests so far that answered responses of version
+// (its NACKs, or its ACKs), in order, and the first request, if any, from
+// another node or for another type.
+func (x *XDS) answers(version string, nack bool) (answers []*discoverygrpc.DiscoveryRequest, stray *discoverygrpc.DiscoveryRequest) {
 	x.mu.Lock()
 	defer x.mu.Unlock()
-	n := 0
 	for _, r := range x.reqs {
+		if stray == nil && (r.GetNode().GetId() != Node || r.GetTypeUrl() != resourcev3.RateLimitConfigType) {
+			stray = r
+		}
 		if x.nonces[r.GetResponseNonce()] == version && (r.GetErrorDetail() != nil) == nack {
-			n++
+			answers = append(answers, r)
 		}
 	}
-	return n
+	return answers, stray
 }

@@ -95,6 +95,7 @@ type flags struct {
 	grpcCert, grpcKey, grpcClientCA, grpcClientSAN string
 	// Where the config comes from: files, or an xDS server.
 	configType, xdsURL, xdsNode, xdsNodeMeta, xdsHeaders string
+	xdsMeta, xdsHeaderMap                                map[string]string // the two above, read
 	xdsTLS                                               bool
 	xdsCert, xdsKey, xdsCA, xdsSAN                       string
 	xdsBackoffInitial, xdsBackoffMax                     time.Duration
@@ -319,10 +320,11 @@ func parse(args []string) (*flags, error) {
 	if f.debtCharges != "auto" && isBool(f.debtCharges) != nil {
 		return nil, fmt.Errorf("%s %q: auto, true or false", named("debt-charges"), f.debtCharges)
 	}
-	if _, err := pairs(f.xdsNodeMeta, "="); err != nil {
+	var err error
+	if f.xdsMeta, err = pairs(f.xdsNodeMeta, "="); err != nil {
 		return nil, fmt.Errorf("%s: %v", named("xds-node-metadata"), err)
 	}
-	if _, err := pairs(f.xdsHeaders, ":"); err != nil {
+	if f.xdsHeaderMap, err = pairs(f.xdsHeaders, ":"); err != nil {
 		return nil, fmt.Errorf("%s: %v", named("xds-headers"), err)
 	}
 	switch {
@@ -544,17 +546,15 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 			return err
 		}
 		defer func() { cancel(); conn.Close() }() // the watch ends before its connection
-		meta, _ := pairs(f.xdsNodeMeta, "=")
-		headers, _ := pairs(f.xdsHeaders, ":")
 		node := &corev3.Node{Id: f.xdsNode}
-		if len(meta) > 0 {
+		if len(f.xdsMeta) > 0 {
 			st := &structpb.Struct{Fields: map[string]*structpb.Value{}}
-			for k, v := range meta {
+			for k, v := range f.xdsMeta {
 				st.Fields[k] = structpb.NewStringValue(v)
 			}
 			node.Metadata = st
 		}
-		x := rls.XDS{Conn: conn, Node: node, Headers: headers,
+		x := rls.XDS{Conn: conn, Node: node, Headers: f.xdsHeaderMap,
 			Backoff: rls.Backoff{Initial: f.xdsBackoffInitial, Max: f.xdsBackoffMax, Factor: f.xdsBackoffFactor, Jitter: f.xdsBackoffJitter}}
 		if f.xdsMaxMsg > 0 {
 			x.CallOptions = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.xdsMaxMsg)}

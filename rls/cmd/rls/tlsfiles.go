@@ -25,7 +25,6 @@ type tlsFiles struct {
 	san           string // the other side's certificate must name this ("": any)
 	server        bool   // a server's files (a client certificate is asked when ca is set)
 	log           *slog.Logger
-	now           func() time.Time
 
 	mu      sync.Mutex
 	checked time.Time
@@ -103,15 +102,12 @@ func (t *tlsFiles) load() (*tls.Config, error) {
 
 // start loads the files, or says why they do not load.
 func (t *tlsFiles) start() error {
-	if t.now == nil {
-		t.now = time.Now
-	}
 	stamp := t.stampNow()
 	c, err := t.load()
 	if err != nil {
 		return err
 	}
-	t.conf, t.stamp, t.checked = c, stamp, t.now()
+	t.conf, t.stamp, t.checked = c, stamp, time.Now()
 	return nil
 }
 
@@ -120,7 +116,7 @@ func (t *tlsFiles) start() error {
 func (t *tlsFiles) current() *tls.Config {
 	t.mu.Lock()
 	defer t.mu.Unlock()
-	now := t.now()
+	now := time.Now()
 	if now.Sub(t.checked) < time.Second {
 		return t.conf
 	}
