@@ -312,8 +312,8 @@ func untilMidnight() int64 {
 // fills its responses, on each server with the module and on one without
 // it (the Lua library).
 func TestRLSDropIn(t *testing.T) {
-	run := func(t *testing.T, addr string) {
-		p := startRLS(t, addr, map[string]string{"apis.yaml": dropInConfig})
+	run := func(t *testing.T, addr string, flags ...string) {
+		p := startRLS(t, addr, map[string]string{"apis.yaml": dropInConfig}, flags...)
 		ip := desc("remote_address", "1.1.1.1")
 		var rs []*pb.RateLimitResponse
 		for range 4 {
@@ -387,7 +387,10 @@ func TestRLSDropIn(t *testing.T) {
 	t.Run("lua", func(t *testing.T) {
 		t.Parallel()
 		s := startFor(t, flavors[1], opts{})
-		run(t, s.addr())
+		// The first request loads the library (FUNCTION LOAD), which while
+		// the suite starts its containers has taken longer than the
+		// default -redis-timeout of 100 ms.
+		run(t, s.addr(), "-redis-timeout", "2s")
 		if n, err := s.rdb.Do(ctx, "FUNCTION", "LIST", "LIBRARYNAME", lua.Versioned().Name).Slice(); err != nil || len(n) != 1 {
 			t.Fatalf("the Lua library was not loaded: %v %v", n, err)
 		}
