@@ -121,6 +121,123 @@ func TestTokenBudget(t *testing.T) {
 	}
 }
 
+// TestDebtChargesRequestAddend: under DebtCharges a descriptor with no
+// hits_addend of its own is charged by the request's hits_addend above 0
+// as by its own: counted past its limit, never from the refusal cache.
+// A descriptor's own 0 is a check whatever the request's, and a request
+// with no hits_addend (1 each) is decided as always. Without DebtCharges
+// the same charge is refused and not counted.
+func TestDebtChargesRequestAddend(t *testing.T) {
+	type want struct {
+		answer string
+		count  int64 // d_plain_u1_fw60 after it (0: no key)
+	}
+	// req asks with the request's hits_addend, and the descriptor's own
+	// where own >= 0.
+	req := func(t *testing.T, s *Service, reqHits uint32, own int64) *pb.RateLimitResponse {
+		d := descriptor("plain", "u1")
+		if own >= 0 {
+			d.HitsAddend = wrapperspb.UInt64(uint64(own))
+		}
+		r, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{d}, HitsAddend: reqHits})
+		if err != nil {
+			t.Fatal(err)
+		}
+		return r
+	}
+	for _, c := range []struct {
+		name  string
+		o     Options
+		steps []struct {
+			reqHits uint32
+			own     int64
+			want    want
+		}
+	}{
+		{"DebtCharges", Options{DebtCharges: true, RefusalCache: 10}, []struct {
+			reqHits uint32
+			own     int64
+			want    want
+		}{
+			{600, -1, want{"OK OK/1000:400:40s", 600}},
+			{600, -1, want{"OVER_LIMIT OVER_LIMIT/1000:0:40s", 1200}}, // the request's charge, counted past the limit
+			{600, 0, want{"OVER_LIMIT OVER_LIMIT/1000:0:40s", 1200}},  // the descriptor's own 0: a check
+			{0, -1, want{"OVER_LIMIT OVER_LIMIT/1000:0:40s", 1200}},   // no hits_addend: 1, refused, not counted
+			{5, -1, want{"OVER_LIMIT OVER_LIMIT/1000:0:40s", 1205}},   // counted again, not from the cache
+		}},
+		{"without DebtCharges", Options{RefusalCache: 10}, []struct {
+			reqHits uint32
+			own     int64
+			want    want
+		}{
+			{1500, -1, want{"OVER_LIMIT OVER_LIMIT/1000:0:40s", 0}}, // refused, not counted
+			{600, -1, want{"OK OK/1000:400:40s", 600}},
+			{600, -1, want{"OVER_LIMIT OVER_LIMIT/1000:0:40s", 600}},
+			{0, -1, want{"OK OK/1000:399:40s", 601}},
+		}},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, f := onFake(t, debtConfig, c.o)
+			for i, st := range c.steps {
+				if got := line(req(t, s, st.reqHits, st.own)); got != st.want.answer {
+					t.Fatalf("step %d (request's hits_addend %d, own %d): %s, want %s", i, st.reqHits, st.own, got, st.want.answer)
+				}
+				n, err := f.Client().Get(context.Background(), "d_plain_u1_fw60").Int64()
+				if err == redis.Nil {
+					n, err = 0, nil
+				}
+				if err != nil || n != st.want.count {
+					t.Fatalf("step %d: the count is %d %v, want %d", i, n, err, st.want.count)
+				}
+			}
+		})
+	}
+}
+
+// TestTokenBudgetRequestAddend: TestTokenBudget's ten requests with each
+// charge sent as the request's hits_addend (the descriptor with none of
+// its own; the checks still the descriptor's 0): with DebtCharges the
+// budget stops its client as with the descriptor's own; without, the
+// client is never stopped.
+func TestTokenBudgetRequestAddend(t *testing.T) {
+	for _, c := range []struct {
+		name string
+		o    Options
+		want string
+	}{
+		{"DebtCharges", Options{DebtCharges: true}, "OOXXXXXXXX"},
+		{"neither", Options{}, "OOOOOOOOOO"},
+	} {
+		t.Run(c.name, func(t *testing.T) {
+			s, f := onFake(t, debtConfig, c.o)
+			got := rlstest.TokenBudget(10, 600, func(hits uint64) bool {
+				d := descriptor("plain", "u1")
+				r := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{d}}
+				if hits == 0 {
+					d.HitsAddend = wrapperspb.UInt64(0) // the check
+				} else {
+					r.HitsAddend = uint32(hits) // the charge
+				}
+				resp, err := s.ShouldRateLimit(context.Background(), r)
+				if err != nil {
+					t.Fatal(err)
+				}
+				return resp.OverallCode == pb.RateLimitResponse_OK
+			})
+			if got != c.want {
+				t.Fatalf("checks %s, want %s", got, c.want)
+			}
+			want := int64(1200)
+			if c.want == "OOOOOOOOOO" {
+				want = 600 // the first charge; each later one is more than the 400 left, refused
+			}
+			if n, err := f.Client().Get(context.Background(), "d_plain_u1_fw60").Int64(); err != nil || n != want {
+				t.Fatalf("the budget's count: %d %v, want %d", n, err, want)
+			}
+		})
+	}
+}
+
 const leaseConfig = `
 domain: d
 descriptors:

@@ -78,9 +78,11 @@ type Options struct {
 	// Gateway's cost.response, Envoy AI Gateway's token budgets, charged
 	// after the response. A config from xDS cannot say debt: true of a
 	// limit Envoy Gateway made; this says it of its charges, so that a
-	// budget stops its client once spent, as the peer's does. Checks
-	// (hits_addend 0) and requests without one of their own are decided
-	// as without it.
+	// budget stops its client once spent, as the peer's does. A
+	// descriptor without a hits_addend of its own is charged so when the
+	// request's hits_addend is above 0 (Envoy's request-level cost).
+	// Checks (the descriptor's hits_addend 0) and requests with no
+	// hits_addend at all are decided as without it.
 	DebtCharges bool
 	// Registerer receives the service's metrics (nil: none are kept).
 	Registerer prometheus.Registerer
@@ -260,7 +262,7 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			continue
 		}
 		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
-		it.Cost, it.Debt = hits(req, d), r.debt || (s.opts.DebtCharges && d.GetHitsAddend().GetValue() > 0 && r.algorithm != SlidingLog)
+		it.Cost, it.Debt = hits(req, d), r.debt || (s.opts.DebtCharges && charge(req, d) && r.algorithm != SlidingLog)
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
@@ -382,6 +384,17 @@ func hits(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) int64 {
 		n = max(1, uint64(req.GetHitsAddend()))
 	}
 	return int64(min(n, maxCost))
+}
+
+// charge tells whether a descriptor is a charge, as DebtCharges takes
+// one: its own hits_addend above 0, or, where it has none of its own, the
+// request's above 0 (a descriptor's own 0 is a check whatever the
+// request's).
+func charge(req *pb.RateLimitRequest, d *rlv3.RateLimitDescriptor) bool {
+	if h := d.GetHitsAddend(); h != nil {
+		return h.GetValue() > 0
+	}
+	return req.GetHitsAddend() > 0
 }
 
 // key is a descriptor's Redis key: the prefix, the domain and every entry
