@@ -147,10 +147,12 @@ type LeaseStats struct {
 	Down      time.Duration // time keys spent in fallback, summed, up to their last recovery
 	Registers int64         // renewals of this process's slot in the keys' registries (calls)
 	Coalesced int64         // decisions on cold keys that shared a call with others (UpTo), not counted in Exact
+	Charged   int64         // units charged to keys (DEBT) for what their fallback admitted, when Redis answered again
+	Uncharged int64         // units a fallback admitted that could not be charged: a fixed window's once its window had ended; any whose charge failed at Close
 }
 
 type leaseCounters struct {
-	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down, registers, coalesced atomic.Int64
+	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down, registers, coalesced, charged, uncharged atomic.Int64
 }
 
 // NewLeased returns a local tier over c; Close it to give back what it
@@ -238,6 +240,15 @@ type leaseKey struct {
 	err       error
 	fb        float64
 	fbAt      int64
+	// What the fallback owes (see reconcile): units it admitted and the
+	// limiter has not been charged for (debt); the instant the limiter was
+	// last seen full again (fullAt: a grant's answer plus its ResetAfter);
+	// a fixed window's end as its last grant saw it (winEnd) and what the
+	// fallback may still spend of that window (fwLeft).
+	debt, fullAt, winEnd, fwLeft int64
+	fwOthers                     int64 // what the other processes may have taken of the window since the last grant: at least what they took between the last two
+	keep, keepEnd                int64 // after a fallback, grants leave keep units (RESERVE) until keepEnd: the others' fallback shares of that window, until they can have charged them
+	settled                      int64 // when its last charge was sent: refills before are accounted for
 }
 
 func (k *leaseKey) units() int64 {
@@ -405,28 +416,92 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 }
 
 // fallback decides cost at now while grants fail: from a bucket refilled
-// at the limit's rate over the processes the key's registry counted, or
-// the rate the key was spending when that is less (what it spent is its
-// share when the count is stale), holding one Target's worth.
+// at fallbackRate, holding one Target's worth. A fixed window spends
+// besides at most fwLeft, its share of what its window had left when last
+// seen, and nothing once that window has ended: nothing of the next until
+// Redis confirms it. What it admits is owed to the limiter (debt), and
+// charged when Redis answers again (see owed).
 func (k *leaseKey) fallback(now, target, cost int64) Result {
-	rate := rateOf(k.limit) * float64(target) // units per Target
-	if k.procs > 0 {
-		rate /= float64(k.procs)
-	}
-	rate = min(rate, k.spentRate) // nor past what it was spending: a count taken as the others joined is low
-	per := rate / float64(target) // units per ns
+	per := k.fallbackRate(target) // units per ns
+	rate := per * float64(target) // per Target
 	k.fb = min(k.fb+per*float64(now-k.fbAt), max(rate, float64(cost)))
 	k.fbAt = now
 	r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+	fw := k.limit.algo == algoFW
+	if fw && (now >= k.winEnd || k.fwLeft < cost) { // the window's share is spent, or the window is over
+		r.Limited, r.RetryAfter = true, time.Duration(target)
+		if now < k.winEnd {
+			r.RetryAfter = time.Duration(k.winEnd - now)
+		}
+		return r
+	}
 	if k.fb >= float64(cost) {
 		k.fb -= float64(cost)
 		k.spent += cost
+		k.debt += cost
 		r.Remaining = int64(k.fb)
+		if fw {
+			k.fwLeft -= cost
+			r.Remaining = min(r.Remaining, k.fwLeft)
+		}
 		return r
 	}
 	r.Limited = true
 	r.RetryAfter = time.Duration(math.Ceil((float64(cost) - k.fb) / per))
 	return r
+}
+
+// fallbackRate is the rate the fallback decides at, in units per ns: the
+// limit's rate over the processes the key's registry counted, or the rate
+// the key was spending when Redis last answered where that is less (what
+// it spent is its share when the count is stale).
+func (k *leaseKey) fallbackRate(target int64) float64 {
+	rate := rateOf(k.limit) * float64(target) // units per Target
+	if k.procs > 0 {
+		rate /= float64(k.procs)
+	}
+	return min(rate, k.spentRate) / float64(target)
+}
+
+// owing is a charge for the fallback's decisions on its way to the
+// limiter: the units to charge (DEBT), the debt they stand for, and the
+// key's settled instant before it (both put back should the charge fail).
+type owing struct{ charge, debt, settled int64 }
+
+// owed takes the fallback's debt off k at now, when a call is about to
+// reach Redis again, and returns what to charge the limiter for it.
+//
+// A fixed window is charged all of it while the window it was decided in
+// lasts; after, there is nothing to charge it to (counted Uncharged). A
+// GCRA or token bucket is charged what the fallback admitted beyond what
+// the limiter refilled, at the fallback's rate (this process's share),
+// since the latest of the fallback's start, the instant the limiter was
+// last seen full, and the last charge: the limiter then holds the state it
+// would hold had it seen each decision when it was made, not all of them
+// at once (which would refuse for as long as the outage lasted).
+func (t *Leased) owed(k *leaseKey, now int64) owing {
+	o := owing{debt: k.debt, settled: k.settled}
+	k.debt = 0
+	switch {
+	case k.limit.algo == algoFW:
+		if now >= k.winEnd {
+			t.stats.uncharged.Add(o.debt)
+			return owing{settled: k.settled}
+		}
+		o.charge = o.debt
+	case o.debt > 0 || k.down != 0:
+		since := max(k.fullAt, k.down, k.settled)
+		credit := k.fallbackRate(int64(t.o.Target)) * float64(max(now-since, 0))
+		o.charge = max(o.debt-int64(credit), 0)
+		k.settled = now
+	}
+	return o
+}
+
+// unpaid puts back a charge that failed.
+func (k *leaseKey) unpaid(o owing) {
+	k.debt += o.debt
+	k.settled = o.settled
 }
 
 // size is the units to ask for: what the key's demand needs for one
@@ -490,6 +565,16 @@ func (t *Leased) entry(key string, l Limit) *leaseKey {
 		}
 		t.lock(old)
 		t.giveBack(key, old.limit, old.units())
+		if o := t.owed(old, t.now()); o.charge > 0 {
+			pay := func() {
+				ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+				defer cancel()
+				_ = t.pay(ctx, key, old.limit, o)
+			}
+			if !t.spawn(pay) {
+				pay()
+			}
+		}
 		old.n, old.hot, old.gone = 0, false, true
 		t.unlock(old, t.now())
 	}
@@ -742,18 +827,42 @@ func (k *leaseKey) refusal(now, target int64) Result {
 
 // grant asks the limiter for up to n units and holds what it grants; ch
 // is the key's flight, closed when the answer is in.
-func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n, sent int64, ch chan struct{}) (Result, error) {
-	t.stats.grants.Add(1)
-	r, err := t.c.Take(ctx, key, l, 1, UpTo(n))
+func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n, sent, keep int64, ch chan struct{}, o owing) (Result, error) {
+	var err error
+	if o.charge > 0 { // the fallback's decisions first, before any new grant
+		_, err = t.c.Take(ctx, key, l, o.charge, Debt())
+	}
+	paid := err == nil
+	var r Result
+	if paid {
+		t.stats.charged.Add(o.charge)
+		t.stats.grants.Add(1)
+		if keep > 0 {
+			r, err = t.c.Take(ctx, key, l, 1, UpTo(n), Reserve(keep))
+		} else {
+			r, err = t.c.Take(ctx, key, l, 1, UpTo(n))
+		}
+	}
 	now := t.now()
 	t.lock(k)
 	defer t.unlock(k, now)
 	k.flight = nil
 	close(ch)
+	if !paid { // owed still (a charge whose answer was lost may have been counted: it errs on the side of the limit)
+		k.unpaid(o)
+	}
 	if err != nil { // ctx is the tier's own: Redis failed or took past Timeout
 		t.stats.unclaimed.Add(1)
 		if k.down == 0 {
 			k.down, k.fb, k.fbAt = now, 0, now
+			k.fwLeft = 0
+			if k.procs > 0 && now < k.winEnd { // a fixed window's share of what its window had left when last seen
+				k.fwLeft = max(k.last.Remaining-k.fwOthers, 0) / k.procs
+				// Until the window ends, its grants leave the others' shares
+				// to them: they may be spending them still, uncharged.
+				share := (k.last.Remaining + k.fwOthers + k.procs - 1) / k.procs
+				k.keep, k.keepEnd = min((k.procs-1)*share, k.limit.n-1), k.winEnd
+			}
 		}
 		k.err = err
 		k.pace = now + int64(t.o.Target)
@@ -762,12 +871,25 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 	if k.down != 0 {
 		t.stats.down.Add(now - k.down)
 		k.down, k.err = 0, nil
+		// The others' fallback ends about now too, each charging what it
+		// admitted at its next call, within a Target or two: the grants
+		// leave their shares to them until then.
+		k.keepEnd = min(k.keepEnd, now+3*int64(t.o.Target))
+	}
+	if k.limit.algo == algoFW {
+		end := sent + int64(r.ResetAfter) - int64(2*time.Millisecond) // its window ends (ResetAfter, rounded up to the ms, from the server's receipt: 2 ms less from the send)
+		k.fwOthers = max(k.procs-1, 0) * r.Granted
+		if end-k.winEnd < int64(time.Millisecond) && end-k.winEnd > -int64(time.Millisecond) { // the window the last grant saw: what the others took since
+			k.fwOthers = max(k.fwOthers, k.last.Remaining-r.Remaining-r.Granted)
+		}
+		k.winEnd = end
 	}
 	k.last = r
+	k.fullAt = now + int64(r.ResetAfter)
 	if r.Granted > 0 {
 		expires := sent + int64(t.o.Lifetime)
-		if l := k.limit; l.algo == algoFW { // until its window ends (ResetAfter, rounded up to the ms, from the server's receipt: 2 ms less from the send)
-			expires = sent + int64(r.ResetAfter) - int64(2*time.Millisecond)
+		if k.limit.algo == algoFW { // held until its window ends
+			expires = k.winEnd
 		}
 		k.add(r.Granted, expires)
 		t.stats.granted.Add(r.Granted)
@@ -794,7 +916,7 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 			span /= 2
 		}
 		k.pace = now + span/2 + rand.Int64N(span)
-		if r.Limited {
+		if r.Limited && keep == 0 { // (refused for what it leaves the others, it asks again a pace later)
 			k.pace = max(k.pace, now+int64(r.RetryAfter))
 		}
 	}
@@ -819,14 +941,21 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 func (t *Leased) refill(key string, k *leaseKey, n int64) {
 	ch := make(chan struct{})
 	sent := t.now() // a unit's lifetime runs from before the limiter granted it
+	o := t.owed(k, sent)
+	keep := int64(0)
+	if sent < k.keepEnd {
+		keep = k.keep
+	}
 	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
-		if _, err := t.grant(ctx, key, k.limit, k, n, sent, ch); err == nil { // a failure is counted as unclaimed; the next decision asks again
+		if _, err := t.grant(ctx, key, k.limit, k, n, sent, keep, ch, o); err == nil { // a failure is counted as unclaimed; the next decision asks again
 			t.register(&k.mu, &k.registration)
 		}
 	}) {
 		k.flight, k.sentAt = ch, sent
+	} else {
+		k.unpaid(o) // closed: Close charges it
 	}
 }
 
@@ -951,13 +1080,60 @@ func (t *Leased) sweep(now int64) {
 	for key, k := range t.all() {
 		t.lock(k)
 		t.giveBack(key, k.limit, k.expire(now))
-		if k.n == 0 && k.flight == nil && now-k.used >= int64(t.o.Lifetime) && (k.down == 0 || now-k.down >= int64(t.o.Fallback)) { // a key in fallback keeps what it was spending
+		if k.debt > 0 && k.flight == nil && now >= k.pace && now-k.used >= int64(t.o.Target) { // no decision comes to charge it
+			t.settle(key, k, now)
+		}
+		if k.n == 0 && k.flight == nil && k.debt == 0 && now-k.used >= int64(t.o.Lifetime) && (k.down == 0 || now-k.down >= int64(t.o.Fallback)) { // a key in fallback keeps what it was spending
 			t.keys.Delete(key)
 			k.hot, k.gone = false, true // a decision holding it takes the key's new entry
 		}
 		t.unlock(k, now)
 	}
 	t.sweepPools(now)
+}
+
+// settle charges k's debt at now in the background, for a key no
+// decision asks a grant for; k is locked and has no flight.
+func (t *Leased) settle(key string, k *leaseKey, now int64) {
+	o := t.owed(k, now)
+	if o.charge == 0 {
+		return
+	}
+	ch := make(chan struct{})
+	if t.spawn(func() {
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		_, err := t.c.Take(ctx, key, k.limit, o.charge, Debt())
+		now := t.now()
+		t.lock(k)
+		defer t.unlock(k, now)
+		k.flight = nil
+		close(ch)
+		if err != nil {
+			k.unpaid(o)
+			k.pace = now + int64(t.o.Target)
+			return
+		}
+		t.stats.charged.Add(o.charge)
+	}) {
+		k.flight = ch
+	} else {
+		k.unpaid(o)
+	}
+}
+
+// pay charges what o owes at key now, within ctx: a key the tier lets go
+// of (Close, a key asked with another limit); what fails is Uncharged.
+func (t *Leased) pay(ctx context.Context, key string, l Limit, o owing) error {
+	if o.charge == 0 {
+		return nil
+	}
+	if _, err := t.c.Take(ctx, key, l, o.charge, Debt()); err != nil {
+		t.stats.uncharged.Add(o.debt)
+		return err
+	}
+	t.stats.charged.Add(o.charge)
+	return nil
 }
 
 // Stats is what the tier did so far.
@@ -971,7 +1147,7 @@ func (t *Leased) Stats() LeaseStats {
 	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
 		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
 		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load()), Registers: s.registers.Load(),
-		Coalesced: s.coalesced.Load()}
+		Coalesced: s.coalesced.Load(), Charged: s.charged.Load(), Uncharged: s.uncharged.Load()}
 }
 
 // Close gives back every unit held, leaves the keys' registries, and
@@ -992,12 +1168,13 @@ func (t *Leased) Close(ctx context.Context) error {
 		key, registry string // registry: "" when this process holds no slot in it
 		limit         Limit
 		units         int64
+		owed          owing // the fallback's decisions, charged before anything goes back
 	}
 	var all []held
 	t.mu.Lock()
 	for key, k := range t.all() {
 		t.lock(k)
-		h := held{key: key, limit: k.limit, units: k.units()}
+		h := held{key: key, limit: k.limit, units: k.units(), owed: t.owed(k, t.now())}
 		if k.registered != 0 {
 			h.registry = k.registry
 		}
@@ -1010,11 +1187,16 @@ func (t *Leased) Close(ctx context.Context) error {
 	errs := make([]error, len(all))
 	var wg sync.WaitGroup
 	for i, h := range all {
-		if h.units > 0 || h.registry != "" {
+		if h.units > 0 || h.registry != "" || h.owed.charge > 0 {
 			wg.Go(func() {
+				if h.owed.charge > 0 {
+					rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
+					errs[i] = t.pay(rctx, h.key, h.limit, h.owed)
+					cancel()
+				}
 				if h.units > 0 {
 					rctx, cancel := context.WithTimeout(ctx, t.o.Timeout)
-					errs[i] = t.refund(rctx, h.key, h.limit, h.units)
+					errs[i] = errors.Join(errs[i], t.refund(rctx, h.key, h.limit, h.units))
 					cancel()
 				}
 				if h.registry != "" { // the others count one process fewer at their next renewal; a failure lapses in 2 s
