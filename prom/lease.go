@@ -12,7 +12,7 @@ var (
 	leaseGrants = prometheus.NewDesc("ratelimit_lease_grants_total",
 		"Grant calls the local tier sent (a Take with UpTo).", nil, nil)
 	leaseUnits = prometheus.NewDesc("ratelimit_lease_units_total",
-		"Units through the local tier, by event: granted (by the limiter), spent (on decisions made here), returned (given back unspent), stranded (could not be given back).",
+		"Units through the local tier, by event: granted (by the limiter), spent (on decisions made here), returned (given back unspent), stranded (could not be given back), charged (what the fallback admitted, charged when Redis answered again), uncharged (what the fallback admitted that could not be charged: a fixed window's once its window had ended).",
 		[]string{"event"}, nil)
 	leaseDecisions = prometheus.NewDesc("ratelimit_lease_decisions_total",
 		"Decisions the local tier made other than spending a unit, by decision: refused (here, between paced grants), exact (sent to the limiter one by one), coalesced (on a cold key, sharing one call with others), fallback (made here while grants failed).",
@@ -31,7 +31,7 @@ var (
 // Stats method (client.Leased.Stats, or httplimit.Limiter.Leased).
 //
 //	ratelimit_lease_grants_total                            counter
-//	ratelimit_lease_units_total{event="granted"}            counter: also spent, returned, stranded
+//	ratelimit_lease_units_total{event="granted"}            counter: also spent, returned, stranded, charged, uncharged
 //	ratelimit_lease_decisions_total{decision="refused"}     counter: also exact, coalesced, fallback
 //	ratelimit_lease_waits_total                             counter
 //	ratelimit_lease_unclaimed_total                         counter
@@ -68,6 +68,8 @@ func (c leaseCollector) Collect(ch chan<- prometheus.Metric) {
 	counter(leaseUnits, float64(s.Local), "spent")
 	counter(leaseUnits, float64(s.Returned), "returned")
 	counter(leaseUnits, float64(s.Stranded), "stranded")
+	counter(leaseUnits, float64(s.Charged), "charged")
+	counter(leaseUnits, float64(s.Uncharged), "uncharged")
 	counter(leaseDecisions, float64(s.Refused), "refused")
 	counter(leaseDecisions, float64(s.Exact), "exact")
 	counter(leaseDecisions, float64(s.Coalesced), "coalesced")

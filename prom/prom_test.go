@@ -116,6 +116,8 @@ func TestLeaseMetrics(t *testing.T) {
 		fmt.Sprintf(`ratelimit_lease_units_total{event="spent"} %d`, s.Local),
 		fmt.Sprintf(`ratelimit_lease_units_total{event="returned"} %d`, s.Returned),
 		`ratelimit_lease_units_total{event="stranded"} 0`,
+		`ratelimit_lease_units_total{event="charged"} 0`,
+		`ratelimit_lease_units_total{event="uncharged"} 0`,
 		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="exact"} %d`, s.Exact),
 		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="refused"} %d`, s.Refused),
 		fmt.Sprintf(`ratelimit_lease_decisions_total{decision="coalesced"} %d`, s.Coalesced),
