@@ -91,8 +91,8 @@ type flags struct {
 
 	redisCert, redisKey string
 	// The gRPC server's TLS.
-	grpcTLS                                        bool
-	grpcCert, grpcKey, grpcClientCA, grpcClientSAN string
+	grpcTLS                                                bool
+	grpcCert, grpcKey, grpcCA, grpcClientCA, grpcClientSAN string
 	// Where the config comes from: files, or an xDS server.
 	configType, xdsURL, xdsNode, xdsNodeMeta, xdsHeaders string
 	xdsMeta, xdsHeaderMap                                map[string]string // the two above, read
@@ -162,11 +162,12 @@ func settings(f *flags) []setting {
 		{"xds-backoff-jitter", "XDS_CLIENT_BACKOFF_JITTER", "true", "draw each wait between the least and its value", &f.xdsBackoffJitter, false},
 		{"xds-max-msg-size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", "the largest xDS response taken, in bytes (0: gRPC's 4 MiB)", &f.xdsMaxMsg, false},
 		{"force-start", "FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "with GRPC_XDS_SOTW, serve at once, answering OK with no limit until the first config comes (else wait for it)", &f.forceStart, false},
-		{"debt-charges", "DEBT_CHARGES", "auto", "true: a descriptor with a hits_addend of its own above 0 (Envoy's cost, as Envoy Gateway's cost.response and AI Gateway's token budgets send after the response) is counted even past its limit, as under debt: true; auto: true with GRPC_XDS_SOTW, false with FILE", &f.debtCharges, true},
+		{"debt-charges", "DEBT_CHARGES", "auto", "true: a descriptor with a hits_addend of its own above 0, or with none of its own in a request whose hits_addend is above 0 (Envoy's cost, as Envoy Gateway's cost.response and AI Gateway's token budgets send after the response), is counted even past its limit, as under debt: true; auto: true with GRPC_XDS_SOTW, false with FILE", &f.debtCharges, true},
 		{"grpc-tls", "GRPC_SERVER_USE_TLS", "false", "serve gRPC over TLS (certificate and key read again when their files change)", &f.grpcTLS, false},
 		{"grpc-tls-cert", "GRPC_SERVER_TLS_CERT", "", "PEM file of the gRPC server's certificate", &f.grpcCert, false},
 		{"grpc-tls-key", "GRPC_SERVER_TLS_KEY", "", "PEM file of its key", &f.grpcKey, false},
-		{"grpc-tls-client-ca", "GRPC_CLIENT_TLS_CACERT", os.Getenv("GRPC_SERVER_TLS_CA_CERT"), "PEM file of the CA that signs clients' certificates: a client without one so signed is refused (default from GRPC_SERVER_TLS_CA_CERT, Envoy Gateway's name)", &f.grpcClientCA, false},
+		{"grpc-tls-ca", "GRPC_SERVER_TLS_CA_CERT", "", "PEM file of the CA that signed the gRPC server's certificate (Envoy Gateway's): a certificate it did not sign is an error at start and refused when the files change; also the default of -grpc-tls-client-ca", &f.grpcCA, false},
+		{"grpc-tls-client-ca", "GRPC_CLIENT_TLS_CACERT", "", "PEM file of the CA that signs clients' certificates: a client without one so signed is refused (default: -grpc-tls-ca)", &f.grpcClientCA, false},
 		{"grpc-tls-client-san", "GRPC_CLIENT_TLS_SAN", "", "the DNS name (or IP address) a client's certificate must hold", &f.grpcClientSAN, false},
 		{"prometheus", "USE_PROMETHEUS", "false", "serve /metrics at -prometheus-addr as well, as the peer's Prometheus sink", &f.prometheus, false},
 		{"prometheus-addr", "PROMETHEUS_ADDR", ":9090", "the address of that listener", &f.prometheusAddr, false},
@@ -218,7 +219,6 @@ var peerVars = []peerVar{
 	{"TRACING_SERVICE_INSTANCE_ID", nil},
 	{"TRACING_SAMPLING_RATE", nil},
 	{"OTEL_EXPORTER_OTLP_ENDPOINT", nil},
-	{"GRPC_SERVER_TLS_CA_CERT", nil}, // the default of -grpc-tls-client-ca
 }
 
 func isBool(v string) error {
@@ -306,6 +306,11 @@ func parse(args []string) (*flags, error) {
 	if fs.NArg() > 0 {
 		return nil, fmt.Errorf("unexpected argument %q", fs.Arg(0))
 	}
+	clientCA := false // -grpc-tls-client-ca set, by its flag or its variable
+	fs.Visit(func(fl *flag.Flag) { clientCA = clientCA || fl.Name == "grpc-tls-client-ca" })
+	if _, ok := os.LookupEnv("GRPC_CLIENT_TLS_CACERT"); !ok && !clientCA {
+		f.grpcClientCA = f.grpcCA
+	}
 	for _, p := range peerVars {
 		if v, ok := os.LookupEnv(p.name); ok && p.check != nil {
 			if err := p.check(v); err != nil {
@@ -379,8 +384,10 @@ var engines = map[string]client.Engine{"auto": client.Auto, "module": client.Mod
 
 // redisClient builds the go-redis client the flags describe. Every call
 // is bounded by its context (ContextTimeoutEnabled), so a hung Redis costs
-// each request -redis-timeout.
-func redisClient(f *flags) (redis.UniversalClient, error) {
+// each request -redis-timeout. Its client certificate, where set, is read
+// again when its files change (a changed pair is held as tlsFiles says),
+// for the connections made after.
+func redisClient(f *flags, log *slog.Logger, reloads *prometheus.CounterVec) (redis.UniversalClient, error) {
 	var user, pass string
 	if f.redisAuth != "" {
 		user, pass, _ = strings.Cut(f.redisAuth, ":")
@@ -403,11 +410,12 @@ func redisClient(f *flags) (redis.UniversalClient, error) {
 			tlsConf.RootCAs = pool
 		}
 		if f.redisCert != "" || f.redisKey != "" {
-			pair, err := tls.LoadX509KeyPair(f.redisCert, f.redisKey)
-			if err != nil {
-				return nil, fmt.Errorf("%s, %s: %v", named("redis-tls-cert"), named("redis-tls-key"), err)
+			t := &tlsFiles{what: named("redis-tls-cert") + ", " + named("redis-tls-key"), pair: "redis_client", cert: f.redisCert, key: f.redisKey,
+				ca: f.redisCA, certName: named("redis-tls-cert"), caName: named("redis-tls-ca"), log: log, reloads: reloads}
+			if err := t.start(); err != nil {
+				return nil, err
 			}
-			tlsConf.Certificates = []tls.Certificate{pair}
+			tlsConf.GetClientCertificate = t.clientCertificate
 		}
 	}
 	switch f.redisType {
@@ -494,21 +502,23 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("config: %w", err)
 		}
 	}
+	reg := prometheus.NewRegistry()
+	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
+	tlsReloads := newTLSReloads(reg)
 	var serverTLS *tlsFiles
 	if f.grpcTLS {
-		serverTLS = &tlsFiles{what: named("grpc-tls"), cert: f.grpcCert, key: f.grpcKey, ca: f.grpcClientCA, san: f.grpcClientSAN, server: true, log: log}
+		serverTLS = &tlsFiles{what: named("grpc-tls"), pair: "grpc_server", cert: f.grpcCert, key: f.grpcKey, ca: f.grpcClientCA, san: f.grpcClientSAN, server: true,
+			certName: named("grpc-tls-cert"), caName: named("grpc-tls-client-ca"), issuer: f.grpcCA, issuerName: named("grpc-tls-ca"), log: log, reloads: tlsReloads}
 		if err := serverTLS.start(); err != nil {
 			return err
 		}
 	}
-	rdb, err := redisClient(f)
+	rdb, err := redisClient(f, log, tlsReloads)
 	if err != nil {
 		return err
 	}
 	defer rdb.Close()
 
-	reg := prometheus.NewRegistry()
-	reg.MustRegister(collectors.NewGoCollector(), collectors.NewProcessCollector(collectors.ProcessCollectorOpts{}))
 	o := rls.Options{
 		Prefix: f.prefix, Timeout: f.timeout, NearLimitRatio: f.nearLimit, ShadowMode: f.shadow,
 		RefusalCache: f.refusalCache, RefusalCacheBytes: f.refusalCacheBytes, MetricKeys: f.metricKeys,
@@ -541,7 +551,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 			return fmt.Errorf("watching %s: %w", f.config, err)
 		}
 	} else {
-		conn, err := xdsConn(f, log)
+		conn, err := xdsConn(f, log, tlsReloads)
 		if err != nil {
 			return err
 		}
@@ -669,10 +679,11 @@ func healthcheck(addr string) error {
 
 // xdsConn is the connection to the xDS server (it connects when first
 // used, and again whenever it is lost).
-func xdsConn(f *flags, log *slog.Logger) (*grpc.ClientConn, error) {
+func xdsConn(f *flags, log *slog.Logger, reloads *prometheus.CounterVec) (*grpc.ClientConn, error) {
 	creds := insecure.NewCredentials()
 	if f.xdsTLS {
-		t := &tlsFiles{what: named("xds-tls"), cert: f.xdsCert, key: f.xdsKey, ca: f.xdsCA, san: f.xdsSAN, log: log}
+		t := &tlsFiles{what: named("xds-tls"), pair: "xds_client", cert: f.xdsCert, key: f.xdsKey, ca: f.xdsCA, san: f.xdsSAN,
+			certName: named("xds-tls-cert"), caName: named("xds-tls-ca"), log: log, reloads: reloads}
 		if err := t.start(); err != nil {
 			return nil, err
 		}

@@ -34,6 +34,14 @@ descriptors:
 // address.
 func startRLS(t *testing.T, env map[string]string, wait bool) string {
 	t.Helper()
+	grpcAddr, _ := startRLSArgs(t, env, wait)
+	return grpcAddr
+}
+
+// startRLSArgs is startRLS with more flags, and returns the HTTP address
+// (/metrics) as well.
+func startRLSArgs(t *testing.T, env map[string]string, wait bool, extra ...string) (string, string) {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(zeroConfig), 0o600); err != nil {
 		t.Fatal(err)
@@ -42,8 +50,8 @@ func startRLS(t *testing.T, env map[string]string, wait bool) string {
 	for k, v := range env {
 		t.Setenv(k, v)
 	}
-	grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := []string{"-config", dir, "-grpc", grpcAddr, "-http", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t))}
+	grpcAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := append([]string{"-config", dir, "-grpc", grpcAddr, "-http", httpAddr, "-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, extra...)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() { done <- serve(ctx, args, io.Discard) }()
@@ -56,7 +64,7 @@ func startRLS(t *testing.T, env map[string]string, wait bool) string {
 	if wait {
 		waitListening(t, grpcAddr)
 	}
-	return grpcAddr
+	return grpcAddr, httpAddr
 }
 
 // check asks rls, over creds, for d/k and returns the overall code, or the
