@@ -278,7 +278,9 @@ func TestTLSPairRefusedAtStart(t *testing.T) {
 func TestTLSFilesHeld(t *testing.T) {
 	p, other, third := newDatedCA(t, "envoy-gateway"), newDatedCA(t, "other"), newDatedCA(t, "third")
 	now := time.Now()
-	valid := func(c *datedCA, crt, key string) int64 { return c.issue(t, crt, key, now.Add(-time.Hour), now.Add(24*time.Hour)) }
+	valid := func(c *datedCA, crt, key string) int64 {
+		return c.issue(t, crt, key, now.Add(-time.Hour), now.Add(24*time.Hour))
+	}
 	files := func(signer *datedCA) (*tlsFiles, *bytes.Buffer, *prometheus.CounterVec, *time.Time) {
 		dir := t.TempDir()
 		crt, key := filepath.Join(dir, "tls.crt"), filepath.Join(dir, "tls.key")
