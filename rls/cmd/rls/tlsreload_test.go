@@ -360,3 +360,86 @@ func TestTLSFilesHeld(t *testing.T) {
 		}
 	})
 }
+
+// TestRedisClientCertReload: the client certificate rls shows Redis is
+// read again when its files change, for the connections made after, and
+// a changed pair that has expired is refused (the one in force shown
+// still). A TLS listener that asks for a client certificate stands for
+// Redis and tells which one each handshake showed.
+func TestRedisClientCertReload(t *testing.T) {
+	p := newDatedCA(t, "redis")
+	now := time.Now()
+	p.issue(t, p.path("server.crt"), p.path("server.key"), now.Add(-time.Hour), now.Add(24*time.Hour))
+	server, err := tls.LoadX509KeyPair(p.path("server.crt"), p.path("server.key"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	shown := make(chan int64, 100)
+	l, err := tls.Listen("tcp", "127.0.0.1:0", &tls.Config{Certificates: []tls.Certificate{server}, ClientAuth: tls.RequireAnyClientCert,
+		VerifyPeerCertificate: func(raw [][]byte, _ [][]*x509.Certificate) error {
+			if c, err := x509.ParseCertificate(raw[0]); err == nil {
+				select {
+				case shown <- c.SerialNumber.Int64():
+				default:
+				}
+			}
+			return nil
+		}})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer l.Close()
+	go func() {
+		for {
+			c, err := l.Accept()
+			if err != nil {
+				return
+			}
+			c.(*tls.Conn).Handshake()
+			c.Close() // not Redis: the call fails once the certificate is seen
+		}
+	}()
+	crt, key := p.path("client.crt"), p.path("client.key")
+	first := p.issue(t, crt, key, now.Add(-time.Hour), now.Add(24*time.Hour))
+	reloads := newTLSReloads(prometheus.NewRegistry())
+	rdb, err := redisClient(&flags{redisAddr: l.Addr().String(), redisType: "single", redisTLS: true, redisSkipVerify: true, redisCert: crt, redisKey: key},
+		slog.New(slog.DiscardHandler), reloads)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer rdb.Close()
+	// last pings Redis after the once-a-second look and returns the
+	// certificate the last handshake showed.
+	last := func() int64 {
+		t.Helper()
+		time.Sleep(1100 * time.Millisecond)
+		for len(shown) > 0 {
+			<-shown
+		}
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		rdb.Ping(ctx)
+		cancel()
+		var s int64 = -1
+		for len(shown) > 0 {
+			s = <-shown
+		}
+		if s == -1 {
+			t.Fatal("no handshake showed a certificate")
+		}
+		return s
+	}
+	if s := last(); s != first {
+		t.Fatalf("certificate %d shown, want %d", s, first)
+	}
+	second := p.issue(t, crt, key, now.Add(-time.Hour), now.Add(24*time.Hour))
+	if s := last(); s != second {
+		t.Fatalf("after the files changed: certificate %d shown, want %d", s, second)
+	}
+	p.issue(t, crt, key, now.Add(-48*time.Hour), now.Add(-time.Hour))
+	if s := last(); s != second {
+		t.Fatalf("after an expired pair was written: certificate %d shown, want %d still", s, second)
+	}
+	if n := testutil.ToFloat64(reloads.WithLabelValues("redis_client", "refused", "expired")); n != 1 {
+		t.Errorf("refused{expired} %v, want 1", n)
+	}
+}
