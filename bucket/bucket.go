@@ -37,7 +37,10 @@
 // 64-bit overflow and reports ErrOverflow rather than wrapping. A cost that
 // can never be admitted (more than the bucket holds) is a refusal with
 // RetryAfter Never, however large, and a refund beyond full leaves the
-// bucket full.
+// bucket full. A token bucket's debt (Charge) is never refused for its
+// size: one whose state would pass the largest instant an int64 holds,
+// 9223372036854775807 ns (2262-04-11T23:47:16.854775807Z), leaves the
+// state at that instant, and the bucket refuses until then.
 //
 // # Clock steps
 //
@@ -199,15 +202,16 @@ func (b TokenBucket) TakeOwed(full, now, tokens, reserve int64, owed bool) (Deci
 // (over its capacity), Remaining 0, Owed, and RetryAfter the time until
 // one token is back. With capacity 10 refilled 1 a second, a charge of 15
 // on a full bucket leaves it at −5: one token is back after 6 s, the
-// bucket full after 15 s. ratelimit.ErrDebt refuses a charge whose state
-// would pass the year 2262.
+// bucket full after 15 s. A debt whose state (the instant the bucket is
+// full again) would pass the largest instant an int64 holds,
+// 9223372036854775807 ns (2262-04-11T23:47:16.854775807Z), leaves the
+// state at that instant: the bucket refuses every take until then, and
+// its key expires at 9223372036855 ms. ErrOverflow is the only error, as
+// Take's: filling the bucket from now already ends past that instant.
 func (b TokenBucket) Charge(full, now, tokens int64, owed bool) (Decision, error) {
-	st, ok, held := b.s.Charge(full, now, tokens, owed)
-	switch {
-	case !ok:
+	st, ok := b.s.Charge(full, now, tokens, owed)
+	if !ok {
 		return Decision{}, ErrOverflow
-	case !held:
-		return Decision{}, ratelimit.ErrDebt
 	}
 	return decision(st), nil
 }

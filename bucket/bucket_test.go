@@ -359,3 +359,53 @@ func TestTakeReserve(t *testing.T) {
 		t.Fatalf("without it: %+v", d)
 	}
 }
+
+// TestChargePast2262: a debt whose state (when the bucket is full again)
+// would pass the largest instant an int64 holds (2^63 − 1 ns, in 2262)
+// leaves the state at that instant, owed; every take is refused until
+// then, and more charges leave it there. Capacity 4, one token a second,
+// on a virtual clock at t0 + 200 s. A bucket whose full refill from now
+// already ends past it cannot be computed: ErrOverflow.
+func TestChargePast2262(t *testing.T) {
+	const latest = math.MaxInt64
+	b, _ := NewTokenBucket(4, 1, 1)
+	now := t0 + 200*sec
+	left := time.Duration(latest - now)
+	d, err := b.Charge(0, now, 1_000_000_000_000, false) // 10^12 tokens: 31,688 years of refill
+	if err != nil || !d.Limited || d.Remaining != 0 || d.RetryAfter != left-3*time.Second || d.ResetAfter != left ||
+		!d.Write || !d.Owed || d.State != latest {
+		t.Fatalf("a charge past 2262: %+v %v", d, err)
+	}
+	for i, c := range []struct {
+		at, n        int64
+		charge       bool
+		retry, reset time.Duration
+		write        bool
+	}{
+		{0, 0, false, left - 4*time.Second, left, false},                           // a check waits for it
+		{0, 1, false, left - 3*time.Second, left, false},                           // a take too
+		{sec, 2, true, left - 4*time.Second, left - time.Second, true},             // more debt: still there
+		{sec, math.MaxInt64, true, left - 4*time.Second, left - time.Second, true}, // tokens × interval overflows: still there
+		{sec, math.MaxInt64, false, Never, left - time.Second, false},              // more than the bucket holds, without DEBT
+		{latest - now - 5*sec, 1, false, 2 * time.Second, 5 * time.Second, false},  // a second over: two to wait
+		{latest - now - 5*sec, 0, true, 1 * time.Second, 5 * time.Second, false},   // a charge of 0 is a check
+	} {
+		var got Decision
+		if c.charge {
+			got, err = b.Charge(d.State, now+c.at, c.n, true)
+		} else {
+			got, err = b.TakeOwed(d.State, now+c.at, c.n, 0, true)
+		}
+		if err != nil || !got.Limited || got.Remaining != 0 || got.RetryAfter != c.retry || got.ResetAfter != c.reset ||
+			got.Write != c.write || (c.write && (got.State != latest || !got.Owed)) {
+			t.Fatalf("step %d (t+%v, %d tokens, charge %v): %+v %v; want retry %v, reset %v, write %v",
+				i, time.Duration(c.at), c.n, c.charge, got, err, c.retry, c.reset, c.write)
+		}
+	}
+	slow, _ := NewTokenBucket(2, 1, MaxPeriod/2) // a full refill takes 292 years
+	for _, n := range []int64{2, 3, math.MaxInt64} {
+		if _, err := slow.Charge(0, t0, n, false); !errors.Is(err, ErrOverflow) {
+			t.Errorf("a refill past 2262, a charge of %d: %v, want ErrOverflow", n, err)
+		}
+	}
+}

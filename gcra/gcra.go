@@ -20,7 +20,10 @@
 // 64-bit overflow: a combination of arguments that cannot be computed
 // returns ErrOverflow instead of wrapping. A cost the limiter can never admit
 // is a refusal, however large, and a state from a clock that stepped back
-// costs at most one full refill (see Throttle).
+// costs at most one full refill (see Throttle). A debt (Charge) is never
+// refused for its size: one whose TAT would pass the largest instant an
+// int64 holds, 9223372036854775807 ns (2262-04-11T23:47:16.854775807Z),
+// leaves TAT at that instant, and the limiter refuses until then.
 //
 // Compatibility with redis-cell: T is computed as redis-cell computes it
 // (float64 division truncated to whole nanoseconds), so the five integers
@@ -196,15 +199,21 @@ func (l Limiter) ThrottleOwed(tat, now, quantity, reserve int64, owed bool) (Dec
 // is 0, Owed is set and RetryAfter is the time until one request passes
 // again. With max_burst 9, count 1 and period 1 s (T = 1 s, τ = 10 s), a
 // charge of 15 from full leaves TAT 15 s ahead: one request passes again
-// after 6 s, the limiter is full after 15 s. ratelimit.ErrDebt refuses a
-// charge whose TAT would pass the year 2262; nothing is taken.
+// after 6 s, the limiter is full after 15 s.
+//
+// A debt whose TAT would pass the largest instant an int64 holds,
+// 9223372036854775807 ns (2262-04-11T23:47:16.854775807Z), leaves TAT at
+// that instant: the limiter refuses every request until then, and the
+// key, stored with it, expires at 9223372036855 ms. With max_burst 4,
+// count 5 and period 60 s (T = 12 s, τ = 60 s) at 1,700,000,200 s, a
+// charge of 10^18 leaves TAT there: RetryAfter 7,523,371,788.854775807 s,
+// ResetAfter 7,523,371,836.854775807 s. A charge on a TAT already there
+// leaves it there. ErrOverflow is the only error, as Throttle's: the
+// arguments' τ from now already lies past that instant.
 func (l Limiter) Charge(tat, now, quantity int64, owed bool) (Decision, error) {
-	st, ok, held := l.s.Charge(tat, now, quantity, owed)
-	switch {
-	case !ok:
+	st, ok := l.s.Charge(tat, now, quantity, owed)
+	if !ok {
 		return Decision{}, ErrOverflow
-	case !held:
-		return Decision{}, ratelimit.ErrDebt
 	}
 	return decision(st), nil
 }

@@ -468,3 +468,64 @@ func TestThrottleReserve(t *testing.T) {
 		t.Fatalf("a refund with a reserve: %+v", d)
 	}
 }
+
+// TestChargePast2262 steps debts whose TAT would pass the largest instant
+// an int64 holds (latest, 2^63 − 1 ns, in 2262), on a virtual clock from
+// t0 + 200 s, max_burst 4, count 5, period 60 s (T = 12 s, τ = 60 s): the
+// TAT stops at latest, owed, and every request is refused until then;
+// more charges leave it there; a refund pays some of it back as any debt's;
+// near latest it is paid off as any debt is.
+func TestChargePast2262(t *testing.T) {
+	const latest = math.MaxInt64
+	sec := int64(time.Second)
+	l, _ := New(4, 5, 60)
+	now := t0 + 200*sec
+	left := time.Duration(latest - now) // 7,523,371,836.854775807 s
+	var tat int64
+	owed := false
+	for i, c := range []struct {
+		now, quantity int64
+		charge        bool
+		limited       bool
+		remain        int64
+		retry, reset  time.Duration
+		write         bool
+		tat           int64 // when written
+	}{
+		{now, 1_000_000_000_000_000_000, true, true, 0, left - 48*time.Second, left, true, latest},         // 10^18 × 12 s: stops at latest
+		{now, 0, false, true, 0, left - 60*time.Second, left, false, 0},                                    // a check waits for it
+		{now, 1, false, true, 0, left - 48*time.Second, left, false, 0},                                    // a request too
+		{now + sec, 5, true, true, 0, left - 49*time.Second, left - time.Second, true, latest},             // a charge that still overflows: latest
+		{now + sec, math.MaxInt64, true, true, 0, left - 49*time.Second, left - time.Second, true, latest}, // quantity × T overflows: latest
+		{now + sec, -3, true, false, 0, Never, left - 37*time.Second, true, latest - 36*sec},               // a refund of 3 pays 36 s back
+		{latest - 100*sec, 1, false, true, 0, 16 * time.Second, 64 * time.Second, false, 0},                // 4 s over τ
+		{latest - 84*sec, 1, false, false, 0, Never, 60 * time.Second, true, latest - 24*sec},              // paid off: admitted
+	} {
+		var d Decision
+		var err error
+		if c.charge {
+			d, err = l.Charge(tat, c.now, c.quantity, owed)
+		} else {
+			d, err = l.ThrottleOwed(tat, c.now, c.quantity, 0, owed)
+		}
+		if err != nil || d.Limited != c.limited || d.Remaining != c.remain || d.RetryAfter != c.retry || d.ResetAfter != c.reset ||
+			d.Write != c.write || (c.write && d.TAT != c.tat) || d.Limit != 5 {
+			t.Fatalf("step %d (latest - %v, quantity %d, charge %v): %+v %v; want limited %v, remaining %d, retry %v, reset %v, write %v (TAT %d)",
+				i, time.Duration(latest-c.now), c.quantity, c.charge, d, err, c.limited, c.remain, c.retry, c.reset, c.write, c.tat)
+		}
+		if d.Write {
+			tat, owed = d.TAT, d.Owed
+		}
+	}
+	if owed || tat != latest-24*sec {
+		t.Fatalf("paid off: TAT %d owed %v, want latest - 24 s unowed", tat, owed)
+	}
+	// τ = 2^63 ns: the TAT a full limiter allows lies past latest already,
+	// so a charge is an overflow of the arguments, as an admitted request is.
+	huge, _ := New(0, 1, MaxPeriod)
+	for _, q := range []int64{1, 2, math.MaxInt64} {
+		if _, err := huge.Charge(0, t0, q, false); !errors.Is(err, ErrOverflow) {
+			t.Errorf("τ past 2262, a charge of %d: %v, want ErrOverflow", q, err)
+		}
+	}
+}

@@ -6,7 +6,9 @@
 // Windows are aligned to multiples of the window since the Unix epoch.
 // Refused hits are never counted. For all three, RetryAfter is the exact
 // time until this same hit would be admitted (if nothing else arrives), and
-// ResetAfter the time until the count is zero again.
+// ResetAfter the time until the count is zero again. A charge (Charge, the
+// module's DEBT) is counted even past the limit; the fixed window's and the
+// sliding window's counts stop at MaxCount, 2^63 − 1, rather than fail.
 //
 // # Fixed window
 //
@@ -99,6 +101,10 @@ func (p params) decision() Decision {
 	return Decision{Verdict: ratelimit.Verdict{Limit: p.limit, RetryAfter: Never}}
 }
 
+// MaxCount is the most a window's count holds, 2^63 − 1: a charge (DEBT)
+// that would count past it counts MaxCount, far past any limit.
+const MaxCount = math.MaxInt64
+
 // ---- Fixed window ----
 
 // FixedWindow admits limit units per window aligned to the epoch.
@@ -172,8 +178,9 @@ func (f FixedWindow) HitReserve(count, expires, now, cost, reserve int64) (d Dec
 // larger one is counted past the limit: Limited (it left the window over
 // its limit), Remaining 0, Write, and RetryAfter the time until one unit
 // passes again, when the next window starts. With limit 10, a count of 8
-// and a charge of 5, the count is 13. ratelimit.ErrDebt refuses a count
-// past 2^63 − 1; nothing is counted.
+// and a charge of 5, the count is 13. A count that would pass 2^63 − 1
+// (MaxCount) is counted as MaxCount: the window refuses until it ends
+// either way, and the next starts empty.
 func (f FixedWindow) Charge(count, expires, now, cost int64) (d Decision, newCount, end int64, err error) {
 	d, newCount, end, err = f.Hit(count, expires, now, cost)
 	if err != nil || !d.Limited || cost == 0 {
@@ -181,7 +188,7 @@ func (f FixedWindow) Charge(count, expires, now, cost int64) (d Decision, newCou
 	}
 	n, ok := checked.Add(newCount, cost) // newCount: the count Hit read
 	if !ok {
-		return Decision{}, 0, 0, ratelimit.ErrDebt
+		n = MaxCount
 	}
 	d.Write, d.Remaining = true, 0
 	d.RetryAfter, d.ResetAfter = time.Duration(end-now), time.Duration(end-now)
@@ -291,7 +298,10 @@ func (s SlidingWindow) HitReserve(c Counts, now, cost, reserve int64) (d Decisio
 // weighs as the previous count. With limit 10 per 60 s, no previous count
 // and a charge of 15 at the start of a window, one unit fits again just
 // after 20 s into the next window, once ⌊15 × (60 s − e)/60 s⌋ ≤ 9: 80 s
-// from now. ratelimit.ErrDebt refuses a count past 2^63 − 1.
+// from now. A current count that would pass 2^63 − 1 (MaxCount) is counted
+// as MaxCount: it refuses the rest of this window and weighs in the next
+// as MaxCount, which refuses the whole next window too, as the count it
+// stands for would, wherever limit × window (in ns) is below 2^63 − 1.
 func (s SlidingWindow) Charge(c Counts, now, cost int64) (d Decision, next Counts, expire int64, err error) {
 	d, next, expire, err = s.Hit(c, now, cost)
 	if err != nil || !d.Limited || cost == 0 {
@@ -299,7 +309,7 @@ func (s SlidingWindow) Charge(c Counts, now, cost int64) (d Decision, next Count
 	}
 	cur, ok := checked.Add(next.Current, cost) // next: the counts Hit read
 	if !ok {
-		return Decision{}, c, 0, ratelimit.ErrDebt
+		cur = MaxCount
 	}
 	next.Current = cur
 	start := s.p.start(now)

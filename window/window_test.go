@@ -7,8 +7,6 @@ import (
 	"sort"
 	"testing"
 	"time"
-
-	"github.com/seed-6b3823f5/ratelimit"
 )
 
 const (
@@ -644,8 +642,11 @@ func TestCharge(t *testing.T) {
 	if d, next, _, _ := sw.Charge(Counts{}, start, 4); d.Limited || next.Current != 4 {
 		t.Fatalf("SW charge that fits: %+v %+v", d, next)
 	}
-	if _, _, _, err := sw.Charge(Counts{Index: start / (60 * s), Current: math.MaxInt64 - 1}, start, 2); err != ratelimit.ErrDebt {
-		t.Fatalf("SW count past 2^63 - 1: %v", err)
+	// A count past 2^63 − 1 is counted as 2^63 − 1 (it was refused with
+	// ratelimit.ErrDebt before issue 44).
+	if d, next, expire, err := sw.Charge(Counts{Index: start / (60 * s), Current: math.MaxInt64 - 1}, start, 2); err != nil || !d.Limited ||
+		next.Current != MaxCount || d.RetryAfter != 120*time.Second || expire != start+120*s || !d.Write {
+		t.Fatalf("SW count past 2^63 - 1: %+v %+v %v", d, next, err)
 	}
 
 	sl, _ := NewSlidingLog(10, 60)
@@ -664,7 +665,87 @@ func TestCharge(t *testing.T) {
 	}
 
 	fw, _ := NewFixedWindow(10, 60)
-	if _, _, _, err := fw.Charge(math.MaxInt64, start+60*s, start, 1); err != ratelimit.ErrDebt {
-		t.Fatalf("FW count past 2^63 - 1: %v", err)
+	// A count past 2^63 − 1 is counted as 2^63 − 1 (it was refused with
+	// ratelimit.ErrDebt before issue 44).
+	if d, n, end, err := fw.Charge(math.MaxInt64, start+60*s, start, 1); err != nil || !d.Limited || n != MaxCount ||
+		d.RetryAfter != time.Minute || end != start+60*s || !d.Write {
+		t.Fatalf("FW count past 2^63 - 1: %+v %d %v", d, n, err)
+	}
+}
+
+// TestChargePastMaxCount steps charges whose count would pass 2^63 − 1 on
+// a virtual clock, 20 s into a window of 60 s with a limit of 10: the
+// count stops at MaxCount; the window refuses, even a check of cost 0,
+// until it ends (the fixed window) or until the next one ends (the sliding
+// window, where MaxCount weighs as the previous count); more charges leave
+// it there; and the window after is what it would be after any debt.
+func TestChargePastMaxCount(t *testing.T) {
+	s := int64(time.Second)
+	start := int64(1_700_000_040) * s // a multiple of 60 s
+	now := start + 20*s
+	big := int64(math.MaxInt64 - 3)
+
+	fw, _ := NewFixedWindow(10, 60)
+	count, end := int64(0), int64(0)
+	for i, c := range []struct {
+		at, cost  int64
+		charge    bool
+		limited   bool
+		remaining int64
+		retry     time.Duration
+		count     int64
+	}{
+		{0, big, true, true, 0, 40 * time.Second, big},                     // 2^63 − 4 units: counted
+		{0, 9, true, true, 0, 40 * time.Second, MaxCount},                  // past 2^63 − 1: stops there
+		{10 * s, math.MaxInt64, true, true, 0, 30 * time.Second, MaxCount}, // again
+		{39 * s, 0, false, true, 0, time.Second, MaxCount},                 // a check: refused to the window's end
+		{40 * s, 1, false, false, 9, Never, 1},                             // the next window starts empty
+	} {
+		var d Decision
+		var n int64
+		var err error
+		if c.charge {
+			d, n, end, err = fw.Charge(count, end, now+c.at, c.cost)
+		} else {
+			d, n, end, err = fw.HitReserve(count, end, now+c.at, c.cost, 0)
+		}
+		if err != nil || d.Limited != c.limited || d.Remaining != c.remaining || d.RetryAfter != c.retry || n != c.count {
+			t.Fatalf("FW step %d (t+%v, cost %d): %+v count %d %v; want limited %v, remaining %d, retry %v, count %d",
+				i, time.Duration(c.at), c.cost, d, n, err, c.limited, c.remaining, c.retry, c.count)
+		}
+		count = n
+	}
+
+	sw, _ := NewSlidingWindow(10, 60)
+	var counts Counts
+	for i, c := range []struct {
+		at, cost          int64
+		charge            bool
+		limited           bool
+		retry, reset      time.Duration
+		current, previous int64
+	}{
+		{0, big, true, true, 100 * time.Second, 100 * time.Second, big, 0},                   // one unit fits again when the next window ends
+		{0, 9, true, true, 100 * time.Second, 100 * time.Second, MaxCount, 0},                // stops at MaxCount
+		{30 * s, math.MaxInt64, true, true, 70 * time.Second, 70 * time.Second, MaxCount, 0}, // again
+		{99 * s, 0, false, true, time.Second, time.Second, 0, MaxCount},                      // the next window: MaxCount weighs to its end
+		{100*s + 1, 1, false, false, Never, 120*time.Second - 1, 1, 0},                       // the window after: it has left
+	} {
+		var d Decision
+		var next Counts
+		var err error
+		if c.charge {
+			d, next, _, err = sw.Charge(counts, now+c.at, c.cost)
+		} else {
+			d, next, _, err = sw.HitReserve(counts, now+c.at, c.cost, 0)
+		}
+		if err != nil || d.Limited != c.limited || (c.limited && d.Remaining != 0) || d.RetryAfter != c.retry || d.ResetAfter != c.reset ||
+			next.Current != c.current || next.Previous != c.previous {
+			t.Fatalf("SW step %d (t+%v, cost %d): %+v %+v %v; want limited %v, retry %v, reset %v, current %d, previous %d",
+				i, time.Duration(c.at), c.cost, d, next, err, c.limited, c.retry, c.reset, c.current, c.previous)
+		}
+		if d.Write {
+			counts = next
+		}
 	}
 }

@@ -344,6 +344,31 @@ func TestForeignState(t *testing.T) {
 		string(o.w.Value[:o.w.ValueLen]) != strconv.FormatInt(t0+360*sec, 10) {
 		t.Errorf("clock step: %+v", o)
 	}
+	// The largest instant, 2^63 − 1 ns, marked owed and expiring at
+	// 9223372036855 ms, is what a debt past 2262 leaves (issue 44): state,
+	// read as it stands (7,523,372,036.854775807 s ahead of t0) and
+	// refusing; a further charge leaves it as it is. The same instant in a
+	// key that expires in a minute is not state.
+	for _, c := range []struct {
+		op   spec.Op
+		args []string
+		want [5]int64
+	}{
+		{spec.OpGCRAThrottle, []string{"4", "5", "60", "0"}, [5]int64{1, 5, 0, 7523371977, 7523372037}},
+		{spec.OpGCRAPeek, []string{"4", "5", "60"}, [5]int64{1, 5, 0, 7523371989, 7523372037}},
+		{spec.OpTBTake, []string{"4", "1", "1", "0", "MS"}, [5]int64{1, 4, 0, 7523372032855, 7523372036855}},
+		{spec.OpGCRAThrottle, []string{"4", "5", "60", "7", "DEBT"}, [5]int64{1, 5, 0, 7523371989, 7523372037}},
+	} {
+		k := str("9223372036854775807:debt", 9223372036855)
+		o := run(c.op, &k, c.args...)
+		if o.Reply != c.want || (o.Action != resReply && (o.Action != resSet || string(o.w.Value[:o.w.ValueLen]) != "9223372036854775807:debt" || o.w.ExpireMs != 9223372036855)) {
+			t.Errorf("%s %v on the largest instant: %+v", opNames[c.op], c.args, o)
+		}
+		k = str("9223372036854775807:debt", t0/1e6+60_000)
+		if o := run(c.op, &k, c.args...); o.Action != ActError || !strings.HasPrefix(o.Err, "ERR the key holds other data") {
+			t.Errorf("%s %v on the largest instant expiring in a minute: %+v", opNames[c.op], c.args, o)
+		}
+	}
 
 	windows := []foreign{
 		{"no expiry", fakeKey{st: KeyState{Now: t0, Kind: KeyString, Value: "3"}, noExpiry: true}},
@@ -578,6 +603,8 @@ func FuzzForeignState(f *testing.F) {
 		f.Add(uint8(op), "1700003600000000000", float64(t0/1000+3600e6), t0, t0/1e6+3600_000, "5 1 60") // an hour ahead
 		f.Add(uint8(op), "9000000000000000000", 1e300, t0, t0/1e6+60_000, "5 60 3")                     // far, short expiry
 		f.Add(uint8(op), strconv.FormatInt(t0/(60*sec)+60, 10)+":4:2", float64(t0/1000-1), t0, t0/1e6+1, "5 60")
+		f.Add(uint8(op), "9223372036854775807:debt", float64(0), t0, int64(9223372036855), "4 5 60 7 DEBT") // a debt past 2262 (issue 44)
+		f.Add(uint8(op), "9223372036854775807", float64(0), t0, int64(9223372036855), "5 60 9223372036854775807 DEBT")
 	}
 	f.Fuzz(func(t *testing.T, op8 uint8, stored string, score float64, now, expireMs int64, line string) {
 		if now <= 0 {
@@ -654,7 +681,7 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome, charge boo
 		}
 	case resSet:
 		v := string(o.w.Value[:o.w.ValueLen])
-		if o.w.ExpireMs*1e6 <= now {
+		if expiryNs(o.w.ExpireMs) <= now { // saturating: 2^63 − 1 ns expires at 9223372036855 ms
 			t.Fatalf("wrote %q expiring at %d ms, not after now %d", v, o.w.ExpireMs, now)
 		}
 		switch op {
@@ -676,7 +703,11 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome, charge boo
 				t.Fatalf("wrote %q owed, without DEBT, over %q", v, stored.Value)
 			}
 			state, ok := parseInstant(v)
-			if !ok || state <= now || o.w.ExpireMs*1e6 < state || o.w.ExpireMs*1e6-state >= 1e6 {
+			ceil := state / 1e6 // the expiry: state rounded up to the ms, compared in ms (2^63 − 1 ns rounds up past int64 ns)
+			if state%1e6 != 0 {
+				ceil++
+			}
+			if !ok || state <= now || o.w.ExpireMs != ceil {
 				t.Fatalf("wrote %q expiring at %d ms at now %d", v, o.w.ExpireMs, now)
 			}
 			if old, _ := parseInstant(stored.Value); refused && state > old {

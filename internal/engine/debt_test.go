@@ -75,12 +75,63 @@ func TestDebt(t *testing.T) {
 		{[]any{"GCRA.PEEK", "g", 4, 5, 60, "DEBT"}, `ERR unknown option "DEBT": the options are MS and RESERVE n`},
 		{[]any{"RL.PEEK", 1, "a", "FW", 3, 60, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS, RESERVE n and EACH`},
 		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "DEBT"}, `ERR unknown option "DEBT": the options are MS`},
-		{[]any{"GCRA.THROTTLE", "new", 4, 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
-		{[]any{"TB.TAKE", "b", 4, 1, 1, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
-		{[]any{"FW.HIT", "f", 5, 60, "9223372036854775807", "DEBT"}, "ERR DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
 		{[]any{"SL.HIT", "new", 3, 10, 100001, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 100001: split the call"},
 		{[]any{"SL.HIT", "big", 1, 60, 100000, "DEBT"}, "ERR DEBT cannot take a charge of 100000: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken"},
 		{[]any{"RL.ALL", 2, "n1", "n2", "SL", 3, 10, 60000, "SL", 3, 10, 60000, "DEBT"}, "ERR the sliding logs of one call may add at most 100000 entries, not 120000: split the call"},
-		{[]any{"RL.ALL", 2, "a1", "n2", "GCRA", 4, 5, 60, "9223372036854775807", "FW", 5, 60, 1, "DEBT"}, `ERR limiter 1 (GCRA, key "a1"): DEBT cannot take a charge of 9223372036854775807: the limiter's state would pass the most it holds (the year 2262, 2^63 - 1 units, or a sliding log's limit plus 100000 entries); nothing was taken`},
+	})
+}
+
+// TestDebtPast2262 (issue 44): a charge whose state would pass what it
+// holds is taken up to it, not refused. A schedule (GCRA, the token
+// bucket) stops at the largest instant an int64 holds, 2^63 − 1 ns
+// (2262-04-11T23:47:16.854775807Z), stored marked and expiring at
+// 9223372036855 ms; a window's count stops at 2^63 − 1. Each refuses until
+// then, more charges leave it there, and the key is read back as state.
+// These charges were refused with DEBT's error before. The clock is t0 +
+// 200 s, 7,523,371,836.854775807 s before 2^63 − 1 ns.
+func TestDebtPast2262(t *testing.T) {
+	const most = "9223372036854775807"
+	s := 200 * time.Second
+	runSteps(t, []step{
+		// GCRA, 5 at once, one back every 12 s (τ = 60 s).
+		{s, []any{"GCRA.THROTTLE", "g", 4, 5, 60, most, "DEBT"}, "[1 5 0 7523371789 7523371837]"}, // one unit 48 s before 2262
+		{s, []any{"GET", "g"}, most + ":debt"},
+		{s, []any{"PTTL", "g"}, "7523371836855"}, // the key expires at 9223372036855 ms
+		{s, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 0}, "[1 5 0 7523371777 7523371837]"},
+		{s, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1, "DEBT", "MS"}, "[1 5 0 7523371788855 7523371836855]"}, // still there
+		{s, []any{"GET", "g"}, most + ":debt"},
+		{s, []any{"CL.THROTTLE", "g", 4, 5, 60, -3}, "[0 5 0 -1 7523371801]"}, // a refund pays 36 s back
+		{s, []any{"GET", "g"}, "9223372000854775807:debt"},
+		{s, []any{"GCRA.PEEK", "g", 4, 5, 60}, "[1 5 0 7523371753 7523371801]"},
+		{s, []any{"GCRA.THROTTLE", "g", 4, 5, 60, 1000000000, "DEBT"}, "[1 5 0 7523371789 7523371837]"}, // back to 2262
+		// The token bucket: 4 tokens, one a second.
+		{s, []any{"TB.TAKE", "b", 4, 1, 1, most, "DEBT"}, "[1 4 0 7523371834 7523371837]"},
+		{s, []any{"TB.TAKE", "b", 4, 1, 1, 5, "DEBT"}, "[1 4 0 7523371834 7523371837]"},
+		{s, []any{"GET", "b"}, most + ":debt"},
+		{s, []any{"TB.PEEK", "b", 4, 1, 1, 0, "MS"}, "[1 4 0 7523371832855 7523371836855]"},
+		// The fixed window: 5 a minute, 20 s of it left.
+		{s, []any{"FW.HIT", "f", 5, 60, 3}, "[0 5 2 -1 20]"},
+		{s, []any{"FW.HIT", "f", 5, 60, most, "DEBT"}, "[1 5 0 20 20]"},
+		{s, []any{"GET", "f"}, most},
+		{s, []any{"FW.HIT", "f", 5, 60, 1, "DEBT"}, "[1 5 0 20 20]"},
+		{s, []any{"GET", "f"}, most},
+		{s + 20*time.Second, []any{"FW.HIT", "f", 5, 60}, "[0 5 4 -1 60]"}, // the next window starts empty
+		// The sliding window: 5 a minute, 20 s of this window left; the
+		// count weighs on the next window until it ends.
+		{s, []any{"SW.HIT", "w", 5, 60, most, "DEBT"}, "[1 5 0 80 80]"},
+		{s, []any{"SW.HIT", "w", 5, 60, 1, "DEBT"}, "[1 5 0 80 80]"},
+		{s, []any{"GET", "w"}, "28333336:" + most + ":0"},
+		{s + 79*time.Second, []any{"SW.HIT", "w", 5, 60, 0}, "[1 5 0 1 1]"},
+		{s + 80*time.Second, []any{"SW.HIT", "w", 5, 60}, "[0 5 4 -1 120]"},
+		// RL.ALL: the GCRA's debt decides; the window's unit is counted.
+		{s, []any{"RL.ALL", 2, "a1", "n2", "GCRA", 4, 5, 60, most, "FW", 5, 60, 1, "DEBT"}, "[1 5 0 7523371789 7523371837 0]"},
+		{s, []any{"GET", "n2"}, "1"},
+		{s, []any{"GET", "a1"}, most + ":debt"},
+	}, []bad{
+		// τ from now past 2262 (292 years): the arguments cannot be
+		// computed, whether the call is admitted or a debt.
+		{[]any{"GCRA.THROTTLE", "slow", 0, 1, 9223372036, 1, "DEBT"}, "ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter's state would lie beyond the year 2262)"},
+		{[]any{"GCRA.THROTTLE", "slow", 0, 1, 9223372036, 2, "DEBT"}, "ERR arguments overflow 64-bit nanoseconds: (max_burst + 1) x period / count is too long (the limiter's state would lie beyond the year 2262)"},
+		{[]any{"TB.TAKE", "slow", 2, 1, 4611686018, 3, "DEBT"}, "ERR arguments overflow 64-bit nanoseconds: capacity x period / count is too long (the state would lie beyond the year 2262)"},
 	})
 }

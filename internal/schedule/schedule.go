@@ -3,10 +3,13 @@
 // instant the limiter is full (or its queue empty) again, may run ahead of
 // now by at most Tolerance. Packages gcra and bucket build a Schedule with
 // their own interval (GCRA truncates period/count as redis-cell does, the
-// buckets round it up) and read their answers off Apply.
+// buckets round it up) and read their answers off Apply. A charge
+// (Charge) past the largest instant a state holds, Latest (2^63 − 1 ns, in
+// 2262), stops there.
 package schedule
 
 import (
+	"math"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
@@ -84,6 +87,12 @@ func (s Schedule) ApplyOwed(state, now, units int64, owed bool) (st Step, ok boo
 	return st, true
 }
 
+// Latest is the largest instant a state holds: 2^63 − 1 ns since the Unix
+// epoch, 9,223,372,036.854775807 s, 2262-04-11T23:47:16.854775807Z. A key
+// holding it expires at 9,223,372,036,855 ms (rounded up, as every state's
+// expiry is), which Redis and Valkey accept.
+const Latest = math.MaxInt64
+
 // Charge takes units ≥ 0 at now whatever remains (the module's DEBT): a
 // charge for work already done. A call Apply admits is admitted alike;
 // otherwise the state moves on by units × Interval past Tolerance: the
@@ -91,25 +100,48 @@ func (s Schedule) ApplyOwed(state, now, units int64, owed bool) (st Step, ok boo
 // Owed), Remaining is 0 and RetryAfter the time until one unit fits again.
 // With 4 slots of 200 ms, a charge of 6 units from full leaves the state
 // 1.2 s ahead: 400 ms over, so one unit fits again after 600 ms. A refund
-// (units < 0) and a cost of 0 are ApplyOwed's. ok is ApplyOwed's (false:
-// an admitted call overflows); held is false when the debt would take the
-// state past the int64 nanoseconds (the year 2262): nothing is taken.
-func (s Schedule) Charge(state, now, units int64, owed bool) (st Step, ok, held bool) {
+// (units < 0) and a cost of 0 are ApplyOwed's.
+//
+// A debt that would take the state past Latest is taken up to Latest: the
+// limiter refuses every call until then (and a charge on such a state
+// leaves it there). With 5 slots of 12 s and now 1,700,000,200 s, a charge
+// of 2^63 − 1 units leaves the state at Latest, 7,523,371,836.854775807 s
+// ahead, and one unit fits again 48 s before it. ok is false, as ApplyOwed's
+// for an admitted call, when the arguments cannot be computed: the state
+// they allow, now + Tolerance, already lies past Latest.
+func (s Schedule) Charge(state, now, units int64, owed bool) (st Step, ok bool) {
 	st, ok = s.ApplyOwed(state, now, units, owed)
 	if !ok || !st.Limited || units <= 0 {
-		return st, ok, true
+		return st, ok
 	}
 	cost, ok1 := checked.Mul(s.Interval, units)
 	next, ok2 := checked.Add(st.Ahead, cost)
 	state, ok3 := checked.Add(now, next)
 	if !ok1 || !ok2 || !ok3 {
-		return Step{}, true, false
+		if next, state, ok = s.latest(now); !ok {
+			return Step{}, false
+		}
 	}
 	st.Next, st.State, st.Write, st.Owed = next, state, true, true
-	st.RetryAfter = time.Duration(next - (s.Tolerance - s.Interval)) // next > Tolerance ≥ Interval: no overflow
+	st.RetryAfter = time.Duration(next - (s.Tolerance - s.Interval)) // next ≥ Tolerance ≥ Interval: no overflow
 	st.ResetAfter = time.Duration(next)
 	st.Remaining = 0
-	return st, true, true
+	return st, true
+}
+
+// latest is where a debt past Latest stops: Latest, next ahead of now
+// (next ≥ Tolerance). Before the epoch (now < 0, which no server's clock
+// reads) it is as far ahead as an int64 holds. ok is false when now +
+// Tolerance passes Latest.
+func (s Schedule) latest(now int64) (next, state int64, ok bool) {
+	if _, ok := checked.Add(now, s.Tolerance); !ok {
+		return 0, 0, false
+	}
+	next, ok = checked.Sub(Latest, now)
+	if !ok {
+		next = math.MaxInt64
+	}
+	return next, now + next, true
 }
 
 // refuse completes a refusal: the state stays Ahead of now.

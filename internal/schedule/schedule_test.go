@@ -99,14 +99,13 @@ func TestCharge(t *testing.T) {
 		{400 * ms, 1, false, false, 0, never, 800 * time.Millisecond, true, false},                  // paid off
 	} {
 		var st Step
-		var ok, held bool
+		var ok bool
 		if c.charge {
-			st, ok, held = five.Charge(state, c.now, c.units, owed)
+			st, ok = five.Charge(state, c.now, c.units, owed)
 		} else {
 			st, ok = five.ApplyOwed(state, c.now, c.units, owed)
-			held = true
 		}
-		if !ok || !held || st.Limited != c.limited || st.Remaining != c.remaining || st.RetryAfter != c.retry || st.ResetAfter != c.reset || st.Write != c.write || st.Owed != c.owed {
+		if !ok || st.Limited != c.limited || st.Remaining != c.remaining || st.RetryAfter != c.retry || st.ResetAfter != c.reset || st.Write != c.write || st.Owed != c.owed {
 			t.Fatalf("step %d (t=%v, %d units, charge %v): %+v; want limited %v, remaining %d, retry %v, reset %v, write %v, owed %v",
 				i, time.Duration(c.now), c.units, c.charge, st, c.limited, c.remaining, c.retry, c.reset, c.write, c.owed)
 		}
@@ -118,7 +117,63 @@ func TestCharge(t *testing.T) {
 	if st, _ := five.Apply(int64(1200*time.Millisecond), 0, 0); st.Ahead != five.Tolerance || !st.Write {
 		t.Fatalf("an unmarked state past the tolerance: %+v, want clamped", st)
 	}
-	if _, ok, held := five.Charge(0, math.MaxInt64-int64(time.Second), 100, false); !ok || held {
-		t.Fatalf("a charge past 2262: ok %v held %v, want held false", ok, held)
+}
+
+// TestChargeClamped steps debts past Latest (2^63 − 1 ns, in 2262) on the
+// schedule of TestApply, its clock 10 s before Latest: the state stops at
+// Latest, refuses every call until then, stays there under more charges,
+// and is paid off as any debt. A charge whose arguments cannot be computed
+// (the tolerance from now passes Latest) is ok false, as Apply's.
+func TestChargeClamped(t *testing.T) {
+	ms := int64(time.Millisecond)
+	never := ratelimit.Never
+	t0 := int64(Latest) - 10_000*ms
+	state, owed := int64(0), false
+	for i, c := range []struct {
+		now, units int64
+		charge     bool
+		limited    bool
+		remaining  int64
+		retry      time.Duration
+		reset      time.Duration
+		write      bool
+		state      int64 // when written
+		owed       bool
+	}{
+		{t0, 100, true, true, 0, 9400 * time.Millisecond, 10 * time.Second, true, Latest, true},                    // 20 s of debt, 10 s left: stops at Latest
+		{t0, 0, false, true, 0, 9200 * time.Millisecond, 10 * time.Second, false, 0, false},                        // a check waits for it
+		{t0 + 1000*ms, 1, true, true, 0, 8400 * time.Millisecond, 9 * time.Second, true, Latest, true},             // more debt: still Latest
+		{t0 + 1000*ms, math.MaxInt64, true, true, 0, 8400 * time.Millisecond, 9 * time.Second, true, Latest, true}, // units × Interval overflows: Latest
+		{t0 + 1000*ms, -2, true, false, 0, never, 8600 * time.Millisecond, true, Latest - 400*ms, true},            // a refund pays 400 ms back
+		{Latest - 700*ms, 1, false, false, 1, never, 500 * time.Millisecond, true, Latest - 200*ms, false},         // paid off
+		{Latest - 800*ms, 10, true, true, 0, 200 * time.Millisecond, 800 * time.Millisecond, true, Latest, true},   // now + Tolerance is Latest: still computed
+	} {
+		var st Step
+		var ok bool
+		if c.charge {
+			st, ok = five.Charge(state, c.now, c.units, owed)
+		} else {
+			st, ok = five.ApplyOwed(state, c.now, c.units, owed)
+		}
+		if !ok || st.Limited != c.limited || st.Remaining != c.remaining || st.RetryAfter != c.retry || st.ResetAfter != c.reset ||
+			st.Write != c.write || st.Owed != c.owed || (c.write && st.State != c.state) {
+			t.Fatalf("step %d (now %d, %d units, charge %v): %+v %v; want limited %v, remaining %d, retry %v, reset %v, write %v (state %d), owed %v",
+				i, c.now, c.units, c.charge, st, ok, c.limited, c.remaining, c.retry, c.reset, c.write, c.state, c.owed)
+		}
+		if st.Write {
+			state, owed = st.State, st.Owed
+		}
+	}
+	// Before the epoch (no server's clock), as far ahead as an int64 holds.
+	if st, ok := five.Charge(0, -1000*ms, math.MaxInt64, false); !ok || !st.Limited || st.State != Latest-1000*ms ||
+		st.ResetAfter != math.MaxInt64 || st.RetryAfter != math.MaxInt64-600*time.Millisecond || !st.Owed {
+		t.Errorf("a charge before the epoch: %+v %v", st, ok)
+	}
+	// The state now + Tolerance allows lies past Latest: the arguments
+	// cannot be computed, whether the charge is admitted or a debt.
+	for _, units := range []int64{3, 5, 100, math.MaxInt64} {
+		if st, ok := five.Charge(0, Latest-500*ms, units, false); ok {
+			t.Errorf("%d units 500 ms before Latest: %+v, want ok false", units, st)
+		}
 	}
 }
