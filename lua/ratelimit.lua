@@ -565,11 +565,12 @@ end
 local function since(a, b) -- a - b, an exact integer of nanoseconds
   return add(mul(a[1] - b[1], SECOND), a[2] - b[2])
 end
-local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
+local LATEST = {MAX_SECONDS, 854775807} -- the largest instant: 2^63 - 1 ns
+local function later(a, d) -- a + d for 0 <= d; nil past LATEST
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
   if ns >= SECOND then s, ns = s + 1, ns - SECOND end
-  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
+  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > LATEST[2]) then return nil end
   return {s, ns}
 end
 local function after(a, b) -- a > b
@@ -722,8 +723,12 @@ local function decide(kind, s, state, now, units, reserve, owed)
   if err then return nil, nil, nil, err end
   if reserve == DEBT and d.limited and lt(0, units) then
     nxt = add(ahead, mul(s.interval, units))
-    d.at, d.write, d.owed, d.retry = later(now, nxt), true, true, sub(nxt, sub(s.tolerance, s.interval))
-    if d.at == nil then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(units))) end
+    d.at, d.write, d.owed = later(now, nxt), true, true
+    if d.at == nil then -- past 2^63 - 1 ns: the debt stops there, unless the tolerance from now passes it too
+      if later(now, s.tolerance) == nil then return nil, nil, nil, fail(s.kind == 'gcra' and GCRA_OVERFLOW or BUCKET_OVERFLOW) end
+      d.at = LATEST; nxt = since(LATEST, now)
+    end
+    d.retry = sub(nxt, sub(s.tolerance, s.interval))
   end
   d.reset = nxt
   d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)
@@ -837,7 +842,7 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   if lt(L, cost) or not fits(n) or lt(L, n) then
     d.limited = true
     if debt and lt(0, cost) then
-      if not fits(n) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      if not fits(n) then n = MAXI end -- a count past 2^63 - 1 stops there
       d.write, d.retry = true, left
     else
       if le(cost, L) then d.retry = left end
@@ -874,7 +879,7 @@ local function sliding_hit(cost, debt, L, window, c, now)
     d.limited = true
     if debt and lt(0, cost) then
       nxt.current = add(nxt.current, cost)
-      if not fits(nxt.current) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      if not fits(nxt.current) then nxt.current = MAXI end -- a count past 2^63 - 1 stops there
       c, cost, d.write = nxt, 1, true
     end
     if le(cost, L) then
@@ -1849,4 +1854,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+bfd3331faa964775' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+b3f1545ac3f70371' end, flags = {'no-writes'}}

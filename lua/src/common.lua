@@ -143,11 +143,12 @@ local function since(a, b) -- a - b, an exact integer of nanoseconds
   return add(mul(a[1] - b[1], SECOND), a[2] - b[2])
 end
 
-local function later(a, d) -- a + d for 0 <= d; nil past the 64-bit range
+local LATEST = {MAX_SECONDS, 854775807} -- the largest instant: 2^63 - 1 ns
+local function later(a, d) -- a + d for 0 <= d; nil past LATEST
   local q, r = quorem(d, SECOND)
   local s, ns = a[1] + float(q), a[2] + r
   if ns >= SECOND then s, ns = s + 1, ns - SECOND end
-  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > 854775807) then return nil end
+  if s > MAX_SECONDS or (s == MAX_SECONDS and ns > LATEST[2]) then return nil end
   return {s, ns}
 end
 

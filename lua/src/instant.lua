@@ -64,8 +64,12 @@ local function decide(kind, s, state, now, units, reserve, owed)
   if err then return nil, nil, nil, err end
   if reserve == DEBT and d.limited and lt(0, units) then
     nxt = add(ahead, mul(s.interval, units))
-    d.at, d.write, d.owed, d.retry = later(now, nxt), true, true, sub(nxt, sub(s.tolerance, s.interval))
-    if d.at == nil then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(units))) end
+    d.at, d.write, d.owed = later(now, nxt), true, true
+    if d.at == nil then -- past 2^63 - 1 ns: the debt stops there, unless the tolerance from now passes it too
+      if later(now, s.tolerance) == nil then return nil, nil, nil, fail(s.kind == 'gcra' and GCRA_OVERFLOW or BUCKET_OVERFLOW) end
+      d.at = LATEST; nxt = since(LATEST, now)
+    end
+    d.retry = sub(nxt, sub(s.tolerance, s.interval))
   end
   d.reset = nxt
   d.remaining = imin(imax(quo(sub(s.tolerance, nxt), s.interval), 0), s.limit)

@@ -34,7 +34,7 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   if lt(L, cost) or not fits(n) or lt(L, n) then
     d.limited = true
     if debt and lt(0, cost) then
-      if not fits(n) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      if not fits(n) then n = MAXI end -- a count past 2^63 - 1 stops there
       d.write, d.retry = true, left
     else
       if le(cost, L) then d.retry = left end
@@ -76,7 +76,7 @@ local function sliding_hit(cost, debt, L, window, c, now)
     d.limited = true
     if debt and lt(0, cost) then
       nxt.current = add(nxt.current, cost)
-      if not fits(nxt.current) then return nil, nil, nil, fail(text(T_DEBT_RANGE, fmt(cost))) end
+      if not fits(nxt.current) then nxt.current = MAXI end -- a count past 2^63 - 1 stops there
       c, cost, d.write = nxt, 1, true
     end
     if le(cost, L) then
