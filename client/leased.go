@@ -825,23 +825,37 @@ func (k *leaseKey) refusal(now, target int64) Result {
 	return Result{Verdict: ratelimit.Verdict{Limited: true, Limit: k.last.Limit, RetryAfter: retry, ResetAfter: k.last.ResetAfter}}
 }
 
-// grant asks the limiter for up to n units and holds what it grants; ch
-// is the key's flight, closed when the answer is in.
-func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n, sent, keep int64, ch chan struct{}, o owing) (Result, error) {
+// grant asks the limiter for up to a.n units and holds what it grants,
+// after a peek and the fallback's charge where a asks for them; ch is the
+// key's flight, closed when the answer is in.
+func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}) (Result, error) {
+	call := func(f func(ctx context.Context) error) error { // each call on the tier's own Timeout: a caller's deadline never fails a grant
+		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
+		defer cancel()
+		return f(ctx)
+	}
 	var err error
-	if o.charge > 0 { // the fallback's decisions first, before any new grant
-		_, err = t.c.Take(ctx, key, l, o.charge, Debt())
+	if a.probe { // grants failed: a peek first, which changes nothing should it run late (a call that timed out may yet run once Redis resumes)
+		err = call(func(ctx context.Context) error { _, err := t.c.Peek(ctx, key, l, 1); return err })
+	}
+	if err == nil && a.owe.charge > 0 { // the fallback's decisions, before any new grant
+		err = call(func(ctx context.Context) error { _, err := t.c.Take(ctx, key, l, a.owe.charge, Debt()); return err })
 	}
 	paid := err == nil
 	var r Result
+	sent := a.sent // a unit's lifetime runs from before the limiter granted it
 	if paid {
-		t.stats.charged.Add(o.charge)
+		t.stats.charged.Add(a.owe.charge)
 		t.stats.grants.Add(1)
-		if keep > 0 {
-			r, err = t.c.Take(ctx, key, l, 1, UpTo(n), Reserve(keep))
-		} else {
-			r, err = t.c.Take(ctx, key, l, 1, UpTo(n))
-		}
+		sent = t.now()
+		err = call(func(ctx context.Context) (err error) {
+			if a.keep > 0 {
+				r, err = t.c.Take(ctx, key, l, 1, UpTo(a.n), Reserve(a.keep))
+			} else {
+				r, err = t.c.Take(ctx, key, l, 1, UpTo(a.n))
+			}
+			return err
+		})
 	}
 	now := t.now()
 	t.lock(k)
@@ -849,7 +863,7 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 	k.flight = nil
 	close(ch)
 	if !paid { // owed still (a charge whose answer was lost may have been counted: it errs on the side of the limit)
-		k.unpaid(o)
+		k.unpaid(a.owe)
 	}
 	if err != nil { // ctx is the tier's own: Redis failed or took past Timeout
 		t.stats.unclaimed.Add(1)
@@ -904,9 +918,9 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 	perT := max(int64(rateOf(k.limit)*float64(k.paceSpan(int64(t.o.Target)))), 1)
 	// Near stays until the limit holds what accrues between paced asks
 	// (at most half its burst: paceSpan).
-	k.near = r.Granted < n || r.Remaining < n || (k.near && r.Remaining < perT)
-	if wasNear && k.near && float64(n) < math.Ceil(max(k.rate, float64(k.asked))) {
-		k.owed = min(n-r.Granted, perT/2/max(k.procs, 1)) // at most half a Target of its share: more made the shares swing from one second to the next
+	k.near = r.Granted < a.n || r.Remaining < a.n || (k.near && r.Remaining < perT)
+	if wasNear && k.near && float64(a.n) < math.Ceil(max(k.rate, float64(k.asked))) {
+		k.owed = min(a.n-r.Granted, perT/2/max(k.procs, 1)) // at most half a Target of its share: more made the shares swing from one second to the next
 	} else {
 		k.owed = 0
 	}
@@ -916,7 +930,7 @@ func (t *Leased) grant(ctx context.Context, key string, l Limit, k *leaseKey, n,
 			span /= 2
 		}
 		k.pace = now + span/2 + rand.Int64N(span)
-		if r.Limited && keep == 0 { // (refused for what it leaves the others, it asks again a pace later)
+		if r.Limited && a.keep == 0 { // (refused for what it leaves the others, it asks again a pace later)
 			k.pace = max(k.pace, now+int64(r.RetryAfter))
 		}
 	}
@@ -941,22 +955,28 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 func (t *Leased) refill(key string, k *leaseKey, n int64) {
 	ch := make(chan struct{})
 	sent := t.now() // a unit's lifetime runs from before the limiter granted it
-	o := t.owed(k, sent)
-	keep := int64(0)
+	a := ask{n: n, sent: sent, probe: k.down != 0, owe: t.owed(k, sent)}
 	if sent < k.keepEnd {
-		keep = k.keep
+		a.keep = k.keep
 	}
 	if t.spawn(func() {
-		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
-		defer cancel()
-		if _, err := t.grant(ctx, key, k.limit, k, n, sent, keep, ch, o); err == nil { // a failure is counted as unclaimed; the next decision asks again
+		if _, err := t.grant(key, k.limit, k, a, ch); err == nil { // a failure is counted as unclaimed; the next decision asks again
 			t.register(&k.mu, &k.registration)
 		}
 	}) {
 		k.flight, k.sentAt = ch, sent
 	} else {
-		k.unpaid(o) // closed: Close charges it
+		k.unpaid(a.owe) // closed: Close charges it
 	}
+}
+
+// ask is one grant's particulars, fixed when it is sent: up to n units,
+// sent at sent, leaving keep (RESERVE); after failures, a peek first
+// (probe), then what the fallback owes.
+type ask struct {
+	n, sent, keep int64
+	probe         bool
+	owe           owing
 }
 
 // The registry of a leased key is a concurrency limit in the key's slot
@@ -1072,7 +1092,8 @@ func (t *Leased) sweeper() {
 }
 
 // sweep gives back the units whose lifetime ended at now and forgets keys
-// idle for a Lifetime that hold nothing (a key whose grants fail, once its
+// idle for a Lifetime (a hot key for registryLease) that hold nothing, owe
+// nothing (a key whose grants fail, once its
 // Fallback has passed).
 func (t *Leased) sweep(now int64) {
 	t.mu.Lock()
@@ -1083,7 +1104,11 @@ func (t *Leased) sweep(now int64) {
 		if k.debt > 0 && k.flight == nil && now >= k.pace && now-k.used >= int64(t.o.Target) { // no decision comes to charge it
 			t.settle(key, k, now)
 		}
-		if k.n == 0 && k.flight == nil && k.debt == 0 && now-k.used >= int64(t.o.Lifetime) && (k.down == 0 || now-k.down >= int64(t.o.Fallback)) { // a key in fallback keeps what it was spending
+		idle := int64(t.o.Lifetime)
+		if k.hot { // kept as long as its registry slot: a pause (a stalled process, callers waiting on something else) keeps what it knows of the key, its fallback
+			idle = max(idle, int64(registryLease))
+		}
+		if k.n == 0 && k.flight == nil && k.debt == 0 && now-k.used >= idle && (k.down == 0 || now-k.down >= int64(t.o.Fallback)) { // a key in fallback keeps what it was spending
 			t.keys.Delete(key)
 			k.hot, k.gone = false, true // a decision holding it takes the key's new entry
 		}
