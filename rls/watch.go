@@ -3,6 +3,7 @@ package rls
 import (
 	"context"
 	"fmt"
+	"log/slog"
 	"net/http"
 	"os"
 	"path/filepath"
@@ -45,15 +46,22 @@ func (s *Service) apply(dir string, cfg *Config, err error) error {
 // second behind. Either way, a file still being written is waited for,
 // never loaded half-written:
 //
-//   - on Linux, a file written to (inotify's IN_MODIFY) and not yet closed
-//     by its writer (IN_CLOSE_WRITE) is being written, however long the
-//     writer pauses, for up to writerWait after its last write;
+//   - on Linux, a file opened (inotify's IN_OPEN, queued before an O_TRUNC
+//     empties it) and not yet closed (IN_CLOSE_WRITE, IN_CLOSE_NOWRITE) may
+//     be being written, however long the writer pauses, for up to
+//     writerWait after its last event; and a load during which a config
+//     file was written, removed or renamed is thrown away and tried again
+//     (see writers);
 //   - everywhere, the files' names, sizes and modification times are taken
 //     before and after they are read: a load during which they changed is
 //     thrown away and tried again poll later;
 //   - a config that does not load is reported (logged, counted) only once
 //     its files have been still for settle: until then it may be a file
 //     caught between its truncation and its write, and is tried again.
+//
+// While changes keep coming, a load is tried as soon as a writer closes a
+// file (and every poll): a writer rewriting the file about every poll would
+// otherwise keep meeting the tries in the middle of its writes.
 const (
 	settle     = 200 * time.Millisecond
 	maxDelay   = time.Second
@@ -69,6 +77,10 @@ const (
 // symlink swapped higher up the path (the peer's RUNTIME_ROOT, a "current"
 // link to a new directory) sends no event here: a check each second of what
 // the path resolves to, and of the files' names, sizes and times, finds it.
+//
+// A config that does not load is logged once per logEvery with the count of
+// the failures the line stands for (a config rewritten with the same error
+// again and again), and counted each time.
 func (s *Service) Watch(ctx context.Context, dir string) error {
 	w, err := fsnotify.NewWatcher()
 	if err != nil {
@@ -88,10 +100,12 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 	wr := newWriters(real)
 	last := fingerprint(dir) // as last loaded
 	tick := time.NewTicker(time.Second)
+	failures := newRepeats(s.log, slog.LevelError, "rls: config not loaded; the previous one stays in use", logEvery)
 	go func() {
 		defer w.Close()
 		defer wr.close()
 		defer tick.Stop()
+		defer failures.stop()
 		var (
 			pending       bool
 			first, change time.Time // the first change not loaded yet, and the last seen
@@ -106,6 +120,41 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 			if wake == nil {
 				wake = time.After(poll)
 			}
+		}
+		// try loads the config if it is time to, and tells whether it did
+		// (or reported why it did not load).
+		try := func() bool {
+			now := time.Now()
+			if r, err := filepath.EvalSymlinks(abs); err == nil {
+				wr.follow(r) // the path may lead elsewhere now
+			}
+			if fp := fingerprint(dir); fp != seen {
+				seen, change = fp, now
+			}
+			busy, gen := wr.state(now)
+			still := now.Sub(change) >= settle
+			if busy || !still && now.Sub(first) < maxDelay {
+				return false
+			}
+			cfg, err := s.loadDir(dir)
+			after := time.Now()
+			busyAfter, genAfter := wr.state(after)
+			if fp := fingerprint(dir); fp != seen || busyAfter || genAfter != gen {
+				seen, change = fp, after // changed while read: again
+				return false
+			}
+			if err != nil && !still {
+				return false // maybe a file caught mid-write: report it once still
+			}
+			pending, last = false, seen
+			s.m.configLoad(err == nil)
+			if err != nil {
+				failures.log(err.Error(), "dir", dir, "err", err)
+				return true
+			}
+			s.SetConfig(cfg)
+			s.log.Info("rls: config loaded", "dir", dir, "files", cfg.Files(), "domains", cfg.Domains())
+			return true
 		}
 		for {
 			select {
@@ -132,32 +181,15 @@ func (s *Service) Watch(ctx context.Context, dir string) error {
 					return
 				}
 				s.log.Warn("rls: watching the config", "dir", dir, "err", err)
+			case <-wr.closes():
+				if pending && try() {
+					wake = nil
+				}
 			case <-wake:
 				wake = nil
-				now := time.Now()
-				if r, err := filepath.EvalSymlinks(abs); err == nil {
-					wr.follow(r) // the path may lead elsewhere now
-				}
-				if fp := fingerprint(dir); fp != seen {
-					seen, change = fp, now
-				}
-				still := now.Sub(change) >= settle
-				if wr.busy(now) || !still && now.Sub(first) < maxDelay {
+				if !try() {
 					wake = time.After(poll)
-					continue
 				}
-				cfg, err := s.loadDir(dir)
-				if fp := fingerprint(dir); fp != seen || wr.busy(time.Now()) {
-					seen, change = fp, time.Now() // changed while read: again
-					wake = time.After(poll)
-					continue
-				}
-				if err != nil && !still {
-					wake = time.After(poll) // maybe a file caught mid-write: report it once still
-					continue
-				}
-				pending, last = false, seen
-				_ = s.apply(dir, cfg, err)
 			}
 		}
 	}()

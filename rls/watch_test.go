@@ -34,6 +34,12 @@ type watched struct {
 
 func watch(t *testing.T, first int, load func(string) (*Config, error)) *watched {
 	t.Helper()
+	return watchLogged(t, first, load, slog.New(slog.DiscardHandler))
+}
+
+// watchLogged is watch with the service's log going to log.
+func watchLogged(t *testing.T, first int, load func(string) (*Config, error), log *slog.Logger) *watched {
+	t.Helper()
 	dir := t.TempDir()
 	if err := os.WriteFile(filepath.Join(dir, "w.yaml"), []byte(version(first)), 0o644); err != nil {
 		t.Fatal(err)
@@ -44,7 +50,7 @@ func watch(t *testing.T, first int, load func(string) (*Config, error)) *watched
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"})
 	t.Cleanup(func() { rdb.Close() })
-	w := &watched{s: New(rdb, cfg, Options{Logger: slog.New(slog.DiscardHandler)}), dir: dir}
+	w := &watched{s: New(rdb, cfg, Options{Logger: log}), dir: dir}
 	t.Cleanup(w.s.Close)
 	if load != nil {
 		w.s.loadDir = load
@@ -159,6 +165,78 @@ func TestWatchSlowWriter(t *testing.T) {
 	}
 	if e := w.loads("error"); e != 0 {
 		t.Fatalf("%v loads failed", e)
+	}
+}
+
+// TestWatchOpenWriter: a file its writer has opened is not loaded until
+// the writer closes it, even when the file changes with no write event: as
+// when open(2) with O_TRUNC has emptied it and the writer is descheduled
+// before the kernel queues the truncation's IN_MODIFY (the file then looks
+// empty, and still, with nothing said of a write). Here the file is opened
+// in the config directory and changed through a hard link in another, whose
+// writes send the config directory no event. Unfixed (writes followed by
+// IN_MODIFY alone), the empty file was reported as a failed load once it had
+// been still for 200 ms.
+func TestWatchOpenWriter(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("writers are followed on Linux only")
+	}
+	w := watch(t, 1, nil)
+	path := filepath.Join(w.dir, "w.yaml")
+	link := filepath.Join(t.TempDir(), "w.yaml")
+	if err := os.Link(path, link); err != nil {
+		t.Skip("no hard link across the test's directories:", err)
+	}
+	f, err := os.OpenFile(path, os.O_WRONLY, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.Truncate(link, 0); err != nil {
+		t.Fatal(err)
+	}
+	// More than the check each second that finds the change, and settle.
+	time.Sleep(1500 * time.Millisecond)
+	if err := os.WriteFile(link, []byte(version(2)), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	f.Close()
+	waitUntil(t, "the new version", func() bool { return limit(w.s.Config()) == 2 })
+	if got := w.installed(); strings.Contains(fmt.Sprint(got), "-1") {
+		t.Fatalf("configs installed: %v (-1: the half-written file)", got)
+	}
+	if e := w.loads("error"); e != 0 {
+		t.Fatalf("%v loads failed: the emptied file was loaded while open", e)
+	}
+}
+
+// TestWatchRepeatedFailure: a config rewritten again and again with the
+// same error is counted each time and logged once per logEvery, the line
+// saying how many failures it stands for.
+func TestWatchRepeatedFailure(t *testing.T) {
+	l := &lines{}
+	w := watchLogged(t, 1, nil, slog.New(l))
+	path := filepath.Join(w.dir, "w.yaml")
+	const bad = "domain: w\ndescriptors:\n  - key: k\n    rate_limit: {unit: fortnight, requests_per_unit: 1}\n"
+	const n = 4
+	start := time.Now()
+	for i := range n {
+		// The same error each time; a comment longer each time makes each
+		// write a change however coarse the file's modification time.
+		if err := os.WriteFile(path, []byte(bad+"#"+strings.Repeat("x", i)+"\n"), 0o644); err != nil {
+			t.Fatal(err)
+		}
+		waitUntil(t, fmt.Sprintf("failure %d counted", i+1), func() bool { return w.loads("error") == float64(i+1) })
+	}
+	elapsed := time.Since(start)
+	got := l.of("rls: config not loaded; the previous one stays in use")
+	if len(got) == 0 || got[0].occurrences != 1 || !strings.Contains(got[0].attrs["err"], "invalid rate limit unit 'fortnight'") {
+		t.Fatalf("lines %+v: want the first failure logged at once, standing for itself", got)
+	}
+	if most := 1 + int(elapsed/logEvery); len(got) > most {
+		t.Fatalf("%d failures in %v logged in %d lines, want at most %d (one per %v)", n, elapsed, len(got), most, logEvery)
+	}
+	if w.loads("success") != 0 {
+		t.Fatalf("a bad config loaded")
 	}
 }
 

@@ -4,6 +4,7 @@ package rls
 
 import (
 	"encoding/binary"
+	"errors"
 	"os"
 	"strings"
 	"sync"
@@ -13,20 +14,46 @@ import (
 )
 
 // writers follows, with an inotify instance of its own, which files of the
-// config directory are being written: a file written to (IN_MODIFY) and not
-// closed since by a writer (IN_CLOSE_WRITE) is still being written, however
-// long its writer pauses. A file removed, or renamed from or into the
-// directory, is not (a file renamed in is complete: the way to replace one
-// atomically). Watch loads no config while one is being written, for up to
-// writerWait after its last write.
+// config directory are open: a file opened (IN_OPEN) and not closed since
+// (IN_CLOSE_WRITE, IN_CLOSE_NOWRITE) may be being written, however long its
+// writer pauses. A file removed, or renamed from or into the directory, is
+// not (a file renamed in is complete: the way to replace one atomically).
+// Watch loads no config while one is open, for up to writerWait after the
+// last event of it.
+//
+// Opens are followed, not only writes (IN_MODIFY), because a writer that
+// opens with O_TRUNC empties the file inside open(2): the file is seen empty,
+// with its old modification time, before the kernel queues the truncation's
+// IN_MODIFY, and a writer descheduled there (325 ms, seen on a loaded 2-core
+// machine) left an empty file that looked still for longer than settle.
+// IN_OPEN is queued before the truncation starts (the kernel queues it when
+// the file is opened, before O_TRUNC is applied). The kernel does not say
+// whether an open is for writing, so a reader holding a file open holds the
+// reload too, for up to writerWait.
+//
+// Events are read both as they come (a goroutine, which signals a writer's
+// close on closed) and at each look (state reads what the kernel has queued
+// first), under one lock, so that a look never misses an event the kernel
+// queued before it, however late the goroutine runs.
 type writers struct {
 	fd int
 	f  *os.File // fd, read through Go's poller so that Close ends the reader
 
+	closed chan struct{} // a writer closed a config file
+
 	mu   sync.Mutex
+	buf  []byte
 	dir  string
-	wd   int                  // the watch on dir, or -1
-	open map[string]time.Time // file name → its last write not closed since
+	wd   int                   // the watch on dir, or -1
+	open map[string]*openState // by file name
+	gen  uint64                // writes, removals and renames of config files seen
+}
+
+// openState is a file's opens not closed since, and when it last had an
+// event.
+type openState struct {
+	n  int
+	at time.Time
 }
 
 // newWriters follows dir; nil where inotify cannot be had (Watch then
@@ -36,7 +63,7 @@ func newWriters(dir string) *writers {
 	if err != nil {
 		return nil
 	}
-	w := &writers{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), wd: -1}
+	w := &writers{fd: fd, f: os.NewFile(uintptr(fd), "inotify"), wd: -1, closed: make(chan struct{}, 1), buf: make([]byte, 64<<10)}
 	w.follow(dir)
 	go w.read()
 	return w
@@ -56,26 +83,41 @@ func (w *writers) follow(dir string) {
 	if w.wd >= 0 {
 		_, _ = unix.InotifyRmWatch(w.fd, uint32(w.wd))
 	}
-	w.dir, w.wd, w.open = dir, -1, map[string]time.Time{}
-	const mask = unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ONLYDIR
+	w.dir, w.wd, w.open = dir, -1, map[string]*openState{}
+	w.gen++
+	const mask = unix.IN_OPEN | unix.IN_MODIFY | unix.IN_CLOSE_WRITE | unix.IN_CLOSE_NOWRITE |
+		unix.IN_CREATE | unix.IN_DELETE | unix.IN_MOVED_FROM | unix.IN_MOVED_TO | unix.IN_ONLYDIR
 	if wd, err := unix.InotifyAddWatch(w.fd, dir, mask); err == nil {
 		w.wd = wd
 	}
 }
 
-// busy reports whether a config file is being written at now.
-func (w *writers) busy(now time.Time) bool {
+// state reports, having read every event queued so far, whether a config
+// file is open at now, and how many writes, removals and renames of config
+// files have been seen: a load is good only if the count is the same
+// before and after it.
+func (w *writers) state(now time.Time) (busy bool, gen uint64) {
 	if w == nil {
-		return false
+		return false, 0
 	}
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	for name, at := range w.open {
-		if configFile(name) && now.Sub(at) < writerWait {
-			return true
+	w.drainLocked(now)
+	for name, o := range w.open {
+		if configFile(name) && now.Sub(o.at) < writerWait {
+			busy = true
 		}
 	}
-	return false
+	return busy, w.gen
+}
+
+// closes signals a writer's close of a config file; nil where writers are
+// not followed.
+func (w *writers) closes() <-chan struct{} {
+	if w == nil {
+		return nil
+	}
+	return w.closed
 }
 
 func (w *writers) close() {
@@ -84,15 +126,33 @@ func (w *writers) close() {
 	}
 }
 
-// read takes the events until close.
+// read takes the events as they come, until close.
 func (w *writers) read() {
-	buf := make([]byte, 64<<10)
+	rc, err := w.f.SyscallConn()
+	if err != nil {
+		return
+	}
+	// The function reads what is queued and asks to be called again once
+	// more is: Read returns only when the file is closed.
+	_ = rc.Read(func(uintptr) bool {
+		w.mu.Lock()
+		defer w.mu.Unlock()
+		w.drainLocked(time.Now())
+		return false
+	})
+}
+
+// drainLocked reads and applies every event queued.
+func (w *writers) drainLocked(now time.Time) {
 	for {
-		n, err := w.f.Read(buf)
-		if err != nil {
-			return
+		n, err := unix.Read(w.fd, w.buf)
+		if errors.Is(err, unix.EINTR) {
+			continue
 		}
-		w.events(buf[:n], time.Now())
+		if err != nil || n <= 0 {
+			return // EAGAIN: nothing more queued
+		}
+		w.events(w.buf[:n], now)
 	}
 }
 
@@ -100,8 +160,6 @@ func (w *writers) read() {
 // cookie and len as 32-bit integers in the machine's order, then len bytes
 // of name padded with NULs).
 func (w *writers) events(b []byte, now time.Time) {
-	w.mu.Lock()
-	defer w.mu.Unlock()
 	for len(b) >= unix.SizeofInotifyEvent {
 		wd := int32(binary.NativeEndian.Uint32(b[0:]))
 		mask := binary.NativeEndian.Uint32(b[4:])
@@ -111,14 +169,48 @@ func (w *writers) events(b []byte, now time.Time) {
 		}
 		name := strings.TrimRight(string(b[unix.SizeofInotifyEvent:unix.SizeofInotifyEvent+size]), "\x00")
 		b = b[unix.SizeofInotifyEvent+size:]
-		switch {
-		case mask&unix.IN_Q_OVERFLOW != 0:
+		if mask&unix.IN_Q_OVERFLOW != 0 {
 			clear(w.open) // events were lost: sizes and times decide
-		case int(wd) != w.wd || name == "":
+			w.gen++
+			continue
+		}
+		if int(wd) != w.wd || name == "" || mask&unix.IN_ISDIR != 0 {
+			continue
+		}
+		if mask&(unix.IN_MODIFY|unix.IN_CLOSE_WRITE|unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0 && configFile(name) {
+			w.gen++
+		}
+		o := w.open[name]
+		switch {
+		case mask&unix.IN_OPEN != 0:
+			if o == nil {
+				o = &openState{}
+				w.open[name] = o
+			}
+			o.n++
+			o.at = now
 		case mask&unix.IN_MODIFY != 0:
-			w.open[name] = now
-		case mask&(unix.IN_CLOSE_WRITE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0:
-			delete(w.open, name)
+			if o == nil { // opened before it was followed
+				o = &openState{n: 1}
+				w.open[name] = o
+			}
+			o.at = now
+		case mask&(unix.IN_CLOSE_WRITE|unix.IN_CLOSE_NOWRITE) != 0:
+			if o != nil {
+				if o.n--; o.n <= 0 {
+					delete(w.open, name)
+				} else {
+					o.at = now
+				}
+			}
+			if mask&unix.IN_CLOSE_WRITE != 0 && w.open[name] == nil && configFile(name) {
+				select {
+				case w.closed <- struct{}{}:
+				default:
+				}
+			}
+		case mask&(unix.IN_CREATE|unix.IN_DELETE|unix.IN_MOVED_FROM|unix.IN_MOVED_TO) != 0:
+			delete(w.open, name) // another file, or none, has the name now
 		}
 	}
 }

@@ -8,7 +8,8 @@ import "time"
 // files' sizes and times alone.
 type writers struct{}
 
-func newWriters(string) *writers       { return nil }
-func (w *writers) follow(string)       {}
-func (w *writers) busy(time.Time) bool { return false }
-func (w *writers) close()              {}
+func newWriters(string) *writers                  { return nil }
+func (w *writers) follow(string)                  {}
+func (w *writers) state(time.Time) (bool, uint64) { return false, 0 }
+func (w *writers) closes() <-chan struct{}        { return nil }
+func (w *writers) close()                         {}
