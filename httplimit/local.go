@@ -1,7 +1,10 @@
 package httplimit
 
 import (
+	"context"
+	"math"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/hashicorp/golang-lru/v2/simplelru"
@@ -20,18 +23,58 @@ import (
 // process counts alone, so N processes admit up to N times a limit while
 // Redis is away: a floor, not the limit. (Options.Lease's tier decides a
 // hot key at its share of the limit instead, for LeaseOptions.Fallback.)
+//
+// When Redis answers again, what the local limiter still counts of a key
+// (its GCRA's units not yet refilled at the quota's rate) is charged to
+// the key's limiter with DEBT (settle), so the limit resumes as if it had
+// seen this process's local decisions; the key is then forgotten here.
 type localLimiter struct {
 	mu   sync.Mutex
-	tats *simplelru.LRU[string, int64] // GCRA's theoretical arrival time per key, Unix ns
-	held map[string]int64              // concurrency slots held per key: at most one per request in flight
+	tats *simplelru.LRU[string, localKey] // per key, Unix ns
+	held map[string]int64                 // concurrency slots held per key: at most one per request in flight
+
+	owing    atomic.Bool // keys decided here since the last settle
+	settling atomic.Bool // a settle is running
+	charged  atomic.Int64
+	lost     atomic.Int64 // units evicted before they were charged
+	forget   bool         // a key is removed, not evicted; mu is held
+}
+
+// remove forgets key; ll.mu is held.
+func (ll *localLimiter) remove(key string) {
+	ll.forget = true
+	ll.tats.Remove(key)
+	ll.forget = false
+}
+
+// localKey is a rate key decided here: its GCRA's theoretical arrival
+// time and the policy's limit, which its charge goes to.
+type localKey struct {
+	tat   int64
+	limit client.Limit
+	q, w  int64 // the quota the GCRA runs (w in ns)
+}
+
+// owed is what k's local GCRA still counts at now: units not yet refilled.
+func (k localKey) owed(now int64) int64 {
+	if k.tat <= now || k.q <= 0 {
+		return 0
+	}
+	return min(int64(math.Ceil(float64(k.tat-now)*float64(k.q)/float64(k.w))), k.q) // rounded up: a unit refilled in part is owed whole
 }
 
 func newLocal(max int) *localLimiter {
-	tats, err := simplelru.NewLRU[string, int64](max, nil)
+	ll := &localLimiter{held: map[string]int64{}}
+	tats, err := simplelru.NewLRU[string, localKey](max, func(_ string, k localKey) {
+		if !ll.forget { // evicted for another key: what it owed is not charged
+			ll.lost.Add(k.owed(time.Now().UnixNano()))
+		}
+	})
 	if err != nil {
 		panic(err) // max > 0: New sets it
 	}
-	return &localLimiter{tats: tats, held: map[string]int64{}}
+	ll.tats = tats
+	return ll
 }
 
 // decide decides every rate policy locally at now.
@@ -45,17 +88,20 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 		if err != nil {
 			continue // no local verdict: the policy is not applied
 		}
-		tat, _ := ll.tats.Get(a.Key)
-		d, err := g.ThrottleReserve(tat, now, a.Cost, min(a.Reserve, q))
+		k, _ := ll.tats.Peek(a.Key)
+		d, err := g.ThrottleReserve(k.tat, now, a.Cost, min(a.Reserve, q))
 		if err != nil {
 			continue
 		}
 		if d.Write {
 			if d.TAT <= now {
-				ll.tats.Remove(a.Key)
+				ll.remove(a.Key)
 			} else {
-				ll.tats.Add(a.Key, d.TAT)
+				ll.tats.Add(a.Key, localKey{tat: d.TAT, limit: a.p.Limit, q: q, w: int64(max(w, time.Second).Truncate(time.Second))})
+				ll.owing.Store(true)
 			}
+		} else {
+			ll.tats.Get(a.Key) // used: the key stays
 		}
 		a.Result = client.Result{Verdict: ratelimit.Verdict{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}}
@@ -64,6 +110,54 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 			return // a later policy is not charged
 		}
 	}
+}
+
+// settle charges each key decided here what its local limiter still
+// counts, with DEBT, one call per key each bounded by timeout, and forgets
+// the keys charged; a key whose charge fails stays, to be charged at the
+// next settle. It reports what it charged, in keys and units; the first
+// error it met.
+func (ll *localLimiter) settle(c decider, timeout time.Duration) (keys, units int64, err error) {
+	type owed struct {
+		key string
+		k   localKey
+	}
+	ll.mu.Lock()
+	ll.owing.Store(false)
+	var all []owed
+	for _, key := range ll.tats.Keys() {
+		k, _ := ll.tats.Peek(key)
+		all = append(all, owed{key, k})
+	}
+	ll.mu.Unlock()
+	for _, o := range all {
+		now := time.Now().UnixNano()
+		n := o.k.owed(now)
+		if n > 0 {
+			ctx, cancel := context.WithTimeout(context.Background(), timeout)
+			_, cerr := c.Take(ctx, o.key, o.k.limit, n, client.Debt())
+			cancel()
+			if cerr != nil {
+				ll.owing.Store(true)
+				if err == nil {
+					err = cerr
+				}
+				continue
+			}
+			keys++
+			units += n
+			ll.charged.Add(n)
+		}
+		ll.mu.Lock()
+		if k, ok := ll.tats.Peek(o.key); ok && k.tat == o.k.tat { // not decided here again meanwhile
+			ll.remove(o.key)
+		} else if ok {
+			ll.tats.Add(o.key, localKey{tat: max(k.tat-(o.k.tat-now), now), limit: k.limit, q: k.q, w: k.w}) // what was charged is Redis's now
+			ll.owing.Store(true)
+		}
+		ll.mu.Unlock()
+	}
+	return keys, units, err
 }
 
 // keys is how many rate keys are kept.
@@ -89,4 +183,26 @@ func (ll *localLimiter) release(key string) {
 	if ll.held[key]--; ll.held[key] <= 0 {
 		delete(ll.held, key)
 	}
+}
+
+// chargeLocal charges Redis, in the background, what FailLocal decided
+// while it was away (localLimiter.settle), once a call is answered again;
+// one charge at a time.
+func (l *Limiter) chargeLocal() {
+	ll := l.local
+	if ll == nil || !ll.owing.Load() || !ll.settling.CompareAndSwap(false, true) {
+		return
+	}
+	go func() {
+		defer ll.settling.Store(false)
+		keys, units, err := ll.settle(l.c, l.opt.Timeout)
+		if units > 0 {
+			l.log.Info("ratelimit: Redis answers again: charged it what was decided here while it was away",
+				"keys", keys, "units", units)
+		}
+		if err != nil {
+			l.log.Warn("ratelimit: a charge of what was decided here while Redis was away failed; it is tried again after the next call Redis answers",
+				"err", err)
+		}
+	}()
 }

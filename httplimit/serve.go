@@ -300,6 +300,7 @@ func (l *Limiter) settle(parent context.Context, bs []*breaker, err error, took 
 			b.success()
 		}
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "ok"})
+		l.chargeLocal()
 		return decided
 	case parent.Err() != nil: // the client hung up: not Redis's failure
 		for _, b := range bs {
