@@ -3,9 +3,11 @@ package client
 import (
 	"context"
 	"errors"
+	"io"
 	"math/rand/v2"
 	"strconv"
 	"sync"
+	"syscall"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
@@ -33,6 +35,7 @@ type slotPool struct {
 	idle    int64 // the fewest slots free since the last sweep
 	last    Result
 	err     error  // the last grant's error; nil once one answers
+	lost    bool   // the last grant found the server gone (refused or dropped the connection): what it held may not come back with it
 	gone    bool   // forgotten, or the tier closed: decisions go to the limiter
 	closed  bool   // the tier closed: a holder's Release releases one slot at the key
 	id      string // the id the process holds the slots under: its own and the pool's, so a forgotten pool's late release never takes a new one's
@@ -57,7 +60,7 @@ func (p *slotPool) end() int64 { return p.sent + int64(p.l.Lease+slotSlack) }
 // fresh reports whether a slot handed out at now lasts its whole Lease
 // at the key even if no renewal answers.
 func (p *slotPool) fresh(now int64) bool {
-	return p.held > 0 && now-p.sent <= int64(slotSlack-slotMargin)
+	return p.held > 0 && !p.lost && now-p.sent <= int64(slotSlack-slotMargin)
 }
 
 // slotMargin is kept off slotSlack against the server's clock, which
@@ -160,7 +163,10 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 // most Timeout, and is refused here past it; near the limit, acquires
 // between paced grants are refused here, with the time until the next as
 // RetryAfter. While grants fail, free slots are handed out as
-// long as they are fresh; then Acquire returns the error. A cold key,
+// long as they are fresh; then Acquire returns the error. A server that
+// refuses or drops the connection (its process gone: restarted without
+// persistence, it holds none of them) stops the handing out at once, until
+// a grant answers. A cold key,
 // options, or a limit other than the one the key is pooled with go to the
 // limiter, under id.
 func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
@@ -344,9 +350,16 @@ func (t *Leased) answer(key string, p *slotPool, r Result, err error, want, need
 	if err != nil {
 		t.stats.unclaimed.Add(1)
 		p.err, p.pace = err, now+int64(t.o.Target)
+		// A server that refuses or drops connections has lost its process:
+		// restarted without persistence it holds none of the slots, and the
+		// others take them there. Nothing more is handed out until a grant
+		// answers (what it grants is what the key holds for the pool then).
+		// One that does not answer (hung, partitioned) keeps them: they are
+		// handed out while fresh.
+		p.lost = p.lost || serverGone(err)
 		return false
 	}
-	p.err, p.last = nil, r
+	p.err, p.last, p.lost = nil, r, false
 	if got := r.Granted - p.owe - p.doubt - p.held; got > 0 {
 		t.stats.granted.Add(got)
 	}
@@ -518,4 +531,11 @@ func (t *Leased) closePools(ctx context.Context) error {
 	}
 	wg.Wait()
 	return errors.Join(errs...)
+}
+
+// serverGone reports an error that says the server's process is gone (its
+// connection refused, reset or closed), not merely slow.
+func serverGone(err error) bool {
+	return errors.Is(err, syscall.ECONNREFUSED) || errors.Is(err, syscall.ECONNRESET) || errors.Is(err, syscall.EPIPE) ||
+		errors.Is(err, io.EOF) || errors.Is(err, io.ErrUnexpectedEOF)
 }

@@ -3,9 +3,11 @@ package client
 import (
 	"errors"
 	"math/rand/v2"
+	"net"
 	"strconv"
 	"sync"
 	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -408,4 +410,60 @@ func TestLeasedSlotStaleRelease(t *testing.T) {
 		}
 		tr.settle()
 	}
+}
+
+// Redis restarted without persistence under four processes at 6× a limit
+// of 40: its connections refused for 300 ms, then back with no keys, where
+// another client at once takes every slot it can. A pool that met the
+// refused connection hands out none of the slots it held (they did not
+// come back with the server) until a grant answers, so the holders the
+// pools admitted since the failure and the other client's never pass 40
+// together. (A pool that handed out its slots while fresh, as it does
+// while a server does not answer, admitted 40 more on top.)
+func TestLeasedSlotsRestarted(t *testing.T) {
+	tr := newTierSwept(t, 4, LeaseOptions{}, false)
+	var failing atomic.Bool
+	tr.f.Before = func(redis.Cmder) error {
+		if failing.Load() {
+			return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+		}
+		return nil
+	}
+	l := Concurrency{Limit: 40, Lease: 5 * time.Second}
+	sr := newSlotRun(tr)
+	if _, _, errs, most, _ := sr.run(t, "conc", l, time.Second, 250*time.Microsecond, false); errs != 0 || most > 40 {
+		t.Fatalf("before: %d errors, %d at once", errs, most)
+	}
+	failed := tr.now()
+	failing.Store(true)
+	sr.run(t, "conc", l, 300*time.Millisecond, 250*time.Microsecond, true)
+	tr.f.Flush()
+	failing.Store(false)
+	other := New(tr.f.Client())
+	taken := 0
+	for i := range 40 {
+		if r, err := other.Acquire(ctx, "conc", l, "other-"+strconv.Itoa(i)); err == nil && !r.Limited {
+			taken++
+		}
+	}
+	since := func() (n int) { // the holders the pools admitted since the failure began, holding now
+		for _, held := range sr.held {
+			for _, w := range held {
+				if w.ends-int64(30*time.Millisecond) >= failed { // (work lasts at most 30 ms)
+					n++
+				}
+			}
+		}
+		return n
+	}
+	for i := range 100 { // a second more, watching them
+		if n := since(); n+taken > 40 {
+			t.Fatalf("%d ms after the restart: the other client holds %d, the pools' holders admitted since the failure %d: more than 40", i*10, taken, n)
+		}
+		sr.run(t, "conc", l, 10*time.Millisecond, 250*time.Microsecond, false)
+	}
+	if taken == 0 {
+		t.Fatal("the other client took no slot after the restart")
+	}
+	t.Logf("the other client took %d slots after the restart; first process %+v", taken, tr.procs[0].Stats())
 }

@@ -143,6 +143,14 @@ func (s *Server) Advance(d time.Duration) {
 	s.Unlock()
 }
 
+// Flush drops every key, as a server restarted without persistence
+// comes back.
+func (s *Server) Flush() {
+	s.Lock()
+	clear(s.keys)
+	s.Unlock()
+}
+
 // Calls is a copy of Sent.
 func (s *Server) Calls() [][]any {
 	s.Lock()
