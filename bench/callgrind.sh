@@ -24,20 +24,31 @@
 # show the runtime's tgkill of SIGURG just before).
 #
 # What is counted is the command's work and the server's around it (the
-# protocol, the event loop), not the server's once-a-second housekeeping:
-# serverCron is left out (--toggle-collect) and active expiry is off
-# (DEBUG SET-ACTIVE-EXPIRE 0, hence --enable-debug-command local: Redis 7.0
-# or later). Both depend on how long a run lasts, not on the calls: a key
-# GCRA.THROTTLE 15 30 60 writes expires 2 s later, so the share of keys the
-# server deleted during a run grew with the machine's load, by up to 1,800
-# instructions per call, as did the cron's. A key found expired by a call is
-# still deleted by that call, as in any server. (A module's own cron-loop
-# work would be left out too; this one has none.) The Go runtime's
-# background threads (sysmon: about 100-200 instructions per call) are
-# counted, and move a little with the run's length.
+# protocol, the event loop), less what depends on the clock or on the
+# server's random hash seed rather than on the calls:
+# - serverCron, the once-a-second housekeeping, is left out
+#   (--toggle-collect), and active expiry is off (DEBUG SET-ACTIVE-EXPIRE 0,
+#   hence --enable-debug-command local: Redis 7.0 or later). A key
+#   GCRA.THROTTLE 15 30 60 writes expires 2 s later, so the share of keys
+#   the server deleted during a run grew with the run's length, that is
+#   with the machine's load: up to 1,800 instructions per call. A key a
+#   call finds expired is still deleted by that call, as in any server. (A
+#   module's own cron-loop work would be left out too; this one has none.)
+# - The slow log is off (--slowlog-log-slower-than -1): a call that took
+#   10 ms of wall-clock time, as many do under valgrind on a busy machine,
+#   was copied into it.
+# - Looking a command's name up in the command table (lookupCommandLogic:
+#   the call's own, and those RM_Replicate and RM_Call make for each
+#   command they name) is left out: its cost depends on the hash seed the
+#   server draws at start, which puts a name alone in its bucket or behind
+#   others; RL.ALL over 3 keys moved by 700 instructions per call between
+#   runs of one build.
+# The Go runtime's other threads (sysmon, idle Ps looking for work, the
+# garbage collector's workers) are counted: about 300 instructions per call,
+# moving by about 50 with the run's length.
 #
 # The keys are random, so each total is the median of RUNS runs (default
-# 3).
+# 3); a run of one build moves by well under 0.5% from another.
 #
 # Usage: bench/callgrind.sh [N]   (make callgrind; N defaults to 20000)
 # With BASELINE_SO=path, the module's rows are counted again with that
@@ -93,7 +104,9 @@ said() {
     echo "callgrind: a signal reached the Go runtime (SIGURG: is GODEBUG=asyncpreemptoff=1 lost?); see bench/callgrind.sh" >&2
     return
   fi
-  grep -m3 -i "impossible\|internal error\|terminating\|Assertion" "$work/server.log" >&2 || tail -5 "$work/server.log" >&2
+  # valgrind's own failures, else the server's last lines (not valgrind's).
+  grep -m3 -i "impossible\|internal error\|terminating\|Assertion" "$work/server.log" >&2 ||
+    grep -v '^[-=][-=][0-9]*[-=][-=]' "$work/server.log" | tail -5 >&2
 }
 
 run() {
@@ -102,9 +115,10 @@ run() {
   port=$(free_port)
   rm -f "$out"
   GODEBUG=asyncpreemptoff=1,cpu.rdtscp=off valgrind --tool=callgrind --callgrind-out-file="$out" \
-    --toggle-collect=serverCron --collect-atstart=yes \
+    --toggle-collect=serverCron --toggle-collect=lookupCommandLogic --collect-atstart=yes \
     redis-server --port "$port" --bind 127.0.0.1 --save '' --appendonly no --hz 1 --set-proc-title no \
-    --enable-debug-command local --loadmodule "$module" --loadmodule "$cref" >"$work/server.log" 2>&1 &
+    --enable-debug-command local --slowlog-log-slower-than -1 \
+    --loadmodule "$module" --loadmodule "$cref" >"$work/server.log" 2>&1 &
   local pid=$!
   local up=
   for _ in $(seq 600); do
@@ -132,6 +146,7 @@ run() {
   awk '/^(summary|totals):/ { print $2; exit }' "$out"
 }
 
+echo "$(valgrind --version), $(redis-server --version | cut -d' ' -f1-3), N = $n, median of ${RUNS:-3} runs"
 base=$(total PING)
 measure() {
   local name=$1
