@@ -119,6 +119,7 @@ type sent struct {
 // its own, as Client's calls are.
 func (b *Batch) Exec(ctx context.Context) error {
 	c := b.c
+	ctx = c.resumed(ctx)
 	var items []sent
 	pipe := c.rdb.Pipeline()
 	for _, call := range b.calls {
@@ -129,7 +130,9 @@ func (b *Batch) Exec(ctx context.Context) error {
 			call.err = err // the caller is gone: Redis is not asked
 			continue
 		}
-		it, err := c.queue(ctx, pipe, call)
+		var it sent
+		var err error
+		ctx, it, err = c.queue(ctx, pipe, call) // ctx: the call's, after any start-up work
 		if err != nil {
 			call.err = err
 			continue
@@ -165,26 +168,27 @@ func (b *Batch) Exec(ctx context.Context) error {
 }
 
 // queue adds call to pipe on the engine its key's server runs, readying
-// that engine first (the probe, the library or the script).
-func (c *Client) queue(ctx context.Context, pipe redis.Pipeliner, call *Call) (sent, error) {
+// that engine first (the probe, the library or the script), and returns
+// the context the batch goes on with (see Client.await).
+func (c *Client) queue(ctx context.Context, pipe redis.Pipeliner, call *Call) (context.Context, sent, error) {
 	i, ok := commandIndex[commandName(call.args)]
 	if !ok {
-		return sent{}, fmt.Errorf("ratelimit: no command %v", call.args[0])
+		return ctx, sent{}, fmt.Errorf("ratelimit: no command %v", call.args[0])
 	}
 	key, _ := call.args[call.keyPos].(string)
-	e, n, ask, err := c.engineFor(ctx, key)
+	ctx, e, n, ask, err := c.engineFor(ctx, key)
 	if err == nil {
-		e, err = c.readyLua(ctx, e, n, ask)
+		ctx, e, err = c.readyLua(ctx, e, n, ask)
 	}
 	if err == nil && e == Scripts {
-		err = n.load(ctx, c, ask, i)
+		ctx, err = n.load(ctx, c, ask, i)
 	}
 	if err != nil {
 		addr := ""
 		if n != nil {
 			addr = n.addr
 		}
-		return sent{}, &ServerError{Server: addr, Err: err}
+		return ctx, sent{}, &ServerError{Server: addr, Err: err}
 	}
 	it := sent{call: call, n: n, i: i, engine: e}
 	switch e {
@@ -197,7 +201,7 @@ func (c *Client) queue(ctx context.Context, pipe redis.Pipeliner, call *Call) (s
 		it.cmd.SetFirstKeyPos(call.keyPos)
 	}
 	pipe.Process(ctx, it.cmd)
-	return it, nil
+	return ctx, it, nil
 }
 
 // read takes the call's answer from cmd, or err.

@@ -70,10 +70,30 @@
 // timeout. A caller whose context has already ended costs Redis nothing:
 // the call returns its context's error without sending anything.
 //
+// # Start-up work
+//
 // Engine probes, library loads and script loads are done once per server
 // whatever the number of calls that need them at once (a herd of first
 // requests costs one COMMAND INFO and one FUNCTION LOAD, or one SCRIPT
-// LOAD); each call waits for them within its own context.
+// LOAD), and so is a Cluster's first map; the probe also opens the
+// connections the calls waiting for it will take (one PING each, up to
+// the pool's size), so that they do not all dial at once when it ends.
+// That work is not the calls' to pay for: a call that meets it waits for
+// it past its own deadline, the work bounded by its own timeout (2 s), and
+// then has the time it had when it began to wait (its deadline pushed
+// back by the wait, for every later call made with the same context), so
+// that a fresh process's first requests are decided by the limiter, not
+// by a failure policy. The same holds when the work comes again: a
+// failover to a server without the module (its library loaded), a
+// library or scripts flushed. The caller's cancellation (context.Canceled)
+// ends the wait at once; a context whose deadline has passed can no longer
+// tell when its caller goes, one from WithTimeout can, which is why
+// httplimit uses it. A server that never answers (a stopped process) fails
+// the calls waiting for its probe with the probe's timeout, not theirs:
+// a process's first calls facing a stopped server wait up to 2 s. Once
+// start-up work has failed, the calls that meet it again wait only within
+// their own deadlines, an outage's fast failures, while it is tried again
+// behind them.
 //
 // # Errors
 //
@@ -398,6 +418,12 @@ type Client struct {
 	single    *node        // the one server of a single-node or failover client
 	nodes     sync.Map     // a Cluster's or a Ring's servers, by address: *node
 	prepared  atomic.Int64 // when a Cluster's primaries were last readied for Lua (prepare), Unix ns
+	mapped    flight       // a Cluster's map, read once before the first calls (nodeFor)
+	pushed    sync.Map     // contexts whose calls waited for start-up work: their Done channel to the context they go on with (resumed)
+	npushed   atomic.Int64 // how many pushed holds
+	// prepareTimeout bounds each piece of start-up work (the package's
+	// prepareTimeout when the client was made).
+	prepareTimeout time.Duration
 }
 
 // New returns a client over rdb that runs the module's commands where a
@@ -413,7 +439,7 @@ func NewEngine(rdb redis.UniversalClient, engine Engine) *Client {
 	if r, ok := rdb.(*redis.Client); ok {
 		addr = r.Options().Addr
 	}
-	return &Client{rdb: rdb, engine: engine, deadlines: honoursDeadlines(rdb), single: newNode(addr)}
+	return &Client{rdb: rdb, engine: engine, deadlines: honoursDeadlines(rdb), single: newNode(addr), prepareTimeout: prepareTimeout}
 }
 
 // ServerFor is the address of the server that decides key, as ServerError
@@ -421,7 +447,7 @@ func NewEngine(rdb redis.UniversalClient, engine Engine) *Client {
 // go-redis client holds it, gives), its shard in a Ring, the client's
 // server otherwise; "" where the client does not say.
 func (c *Client) ServerFor(ctx context.Context, key string) string {
-	n, _, err := c.nodeFor(ctx, key)
+	_, n, _, err := c.nodeFor(ctx, key)
 	if err != nil {
 		return ""
 	}

@@ -63,16 +63,16 @@ func (e Engine) String() string {
 	return fmt.Sprintf("Engine(%d)", int(e))
 }
 
-const (
-	// recheck is how long a server found without the module is taken at
-	// its word before it is asked again.
-	recheck = time.Minute
-	// prepareTimeout bounds one probe or one script load. It runs apart
-	// from the calls that wait for it, each of which waits only as long as
-	// its own context allows: a caller that gives up does not cancel the
-	// work the others wait for.
-	prepareTimeout = 2 * time.Second
-)
+// recheck is how long a server found without the module is taken at its
+// word before it is asked again.
+const recheck = time.Minute
+
+// prepareTimeout bounds one piece of start-up work: an engine probe (with
+// the library load it may bring), a script load, a Cluster's first map. It
+// runs apart from the calls that wait for it, and a caller that gives up
+// does not cancel the work the others wait for. A client takes it when made
+// (Client.prepareTimeout), so a test can shorten it for its own client.
+var prepareTimeout = 2 * time.Second
 
 // commandIndex finds a command's position in spec.Commands by its name as
 // the client sends it; the Lua code of each is assembled only when a
@@ -122,91 +122,304 @@ func newNode(addr string) *node {
 
 // flight is work that many calls may need at once (an engine probe, a
 // script load) done once for all of them: the first call starts it in a
-// goroutine of its own, and every call waits for it within its own
-// context. Done records that it succeeded, until reset.
+// goroutine of its own, bounded by its own timeout (prepareTimeout), and
+// every call waits for it (see Client.await). Done records that it
+// succeeded, until reset.
 type flight struct {
-	mu   sync.Mutex
-	cur  *flightCall
-	done atomic.Bool
+	mu     sync.Mutex
+	cur    *flightCall
+	done   atomic.Bool
+	failed atomic.Bool // its last run failed: calls wait for the next only within their own deadlines
 }
 
 type flightCall struct {
 	finished chan struct{}
-	err      error // set before finished is closed
+	err      error        // set before finished is closed
+	waiters  atomic.Int32 // calls waiting for it now
 }
 
-// wait runs work unless it is already in flight, and waits for it or for
-// ctx. The work gets its own context of prepareTimeout, with ctx's values
-// but not its deadline or cancellation.
-func (f *flight) wait(ctx context.Context, work func(context.Context) error) error {
-	return f.run(ctx, work, false)
+// wait runs work unless it is already in flight, and waits for it (see
+// Client.await), returning the context the call goes on with. The work
+// gets its own context of c's prepareTimeout, with ctx's values but not
+// its deadline or cancellation.
+func (f *flight) wait(ctx context.Context, c *Client, work func(context.Context) error) (context.Context, error) {
+	return f.run(ctx, c, work, false)
 }
 
 // once is wait for work that stays done once it succeeded (until done is
 // reset): a call that finds it done, even as it was finishing, runs
-// nothing.
-func (f *flight) once(ctx context.Context, work func(context.Context) error) error {
+// nothing and waits for nothing.
+func (f *flight) once(ctx context.Context, c *Client, work func(context.Context) error) (context.Context, error) {
 	if f.done.Load() {
-		return nil
+		return ctx, nil
 	}
-	return f.run(ctx, work, true)
+	return f.run(ctx, c, work, true)
 }
 
-func (f *flight) run(ctx context.Context, work func(context.Context) error, once bool) error {
+func (f *flight) run(ctx context.Context, c *Client, work func(context.Context) error, once bool) (context.Context, error) {
 	f.mu.Lock()
 	if once && f.done.Load() { // it finished between the caller's look and now
 		f.mu.Unlock()
-		return nil
+		return ctx, nil
 	}
 	call := f.cur
 	if call == nil {
 		call = &flightCall{finished: make(chan struct{})}
 		f.cur = call
-		go func() {
-			wctx, cancel := context.WithTimeout(context.WithoutCancel(ctx), prepareTimeout)
-			err := work(wctx)
-			cancel()
-			f.mu.Lock()
-			call.err, f.cur = err, nil
-			if err == nil {
-				f.done.Store(true)
-			}
-			f.mu.Unlock()
-			close(call.finished)
-		}()
+		go f.do(call, context.WithoutCancel(ctx), c.prepareTimeout, work)
 	}
+	patient := !f.failed.Load()
+	call.waiters.Add(1)
 	f.mu.Unlock()
+	defer call.waiters.Add(-1)
+	return c.await(ctx, call, patient)
+}
+
+// waiting is how many calls wait for the work in flight now.
+func (f *flight) waiting() int {
+	f.mu.Lock()
+	defer f.mu.Unlock()
+	if f.cur == nil {
+		return 0
+	}
+	return int(f.cur.waiters.Load())
+}
+
+// do runs work for call within timeout. The calls waiting are told at the
+// timeout even if work has not returned (a doer that ignores its context):
+// what they wait for is bounded whatever the server does.
+func (f *flight) do(call *flightCall, ctx context.Context, timeout time.Duration, work func(context.Context) error) {
+	wctx, cancel := context.WithTimeout(ctx, timeout)
+	defer cancel()
+	ended := make(chan error, 1)
+	go func() { ended <- work(wctx) }()
+	var err error
+	select {
+	case err = <-ended:
+	case <-wctx.Done():
+		err = fmt.Errorf("ratelimit: the server's start-up work (engine probe, library or script load) took over %v: %w", timeout, wctx.Err())
+	}
+	f.mu.Lock()
+	call.err, f.cur = err, nil
+	if err == nil {
+		f.done.Store(true)
+	}
+	f.failed.Store(err != nil)
+	f.mu.Unlock()
+	close(call.finished)
+}
+
+// await waits for start-up work in flight (call) on behalf of a call whose
+// context is ctx, and returns the context the call goes on with and the
+// work's error.
+//
+// Start-up work is not the call's to pay for. While it is patient (no run
+// of this work has failed since the last that succeeded), the call waits
+// for the work whatever its deadline, the work bounded by its own timeout,
+// and goes on with the time it had when it began to wait: ctx with its
+// deadline pushed back by the wait (pushBack), which the calls made with
+// ctx afterwards get too (resumed). The caller's own cancellation
+// (context.Canceled) ends the wait at once. A context whose deadline has
+// passed no longer tells when its caller goes; one from WithTimeout does:
+// its parent's end ends the wait.
+//
+// After a run has failed (the server is down, or stopped), calls wait only
+// within their own deadlines: an outage is decided fast, by the caller's
+// failure policy, while the work is tried again behind them.
+func (c *Client) await(ctx context.Context, call *flightCall, patient bool) (context.Context, error) {
 	select {
 	case <-call.finished:
-		return call.err
-	case <-ctx.Done():
-		return ctx.Err()
+		return ctx, call.err
+	default:
 	}
+	if !patient {
+		select {
+		case <-call.finished:
+			return ctx, call.err
+		case <-ctx.Done():
+			return ctx, ctx.Err()
+		}
+	}
+	start := time.Now()
+	select {
+	case <-call.finished:
+	case <-ctx.Done():
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			return ctx, ctx.Err() // the caller gave up
+		}
+		var gone <-chan struct{} // the caller's end, where its context still tells it
+		parent := anchorOf(ctx)
+		if parent != nil {
+			gone = parent.Done()
+		}
+		select {
+		case <-call.finished:
+		case <-gone:
+			return ctx, parent.Err()
+		}
+	}
+	if call.err != nil {
+		return ctx, call.err
+	}
+	return c.pushBack(ctx, time.Since(start)), nil
+}
+
+// pushBack is ctx with its deadline, if it has one, pushed back by waited,
+// the time its call spent waiting for start-up work: ctx's values, and its
+// caller's cancellation (from a WithTimeout context's parent; from ctx
+// itself until its deadline otherwise). The calls made with ctx from then
+// on are made with it (resumed), until it ends.
+func (c *Client) pushBack(ctx context.Context, waited time.Duration) context.Context {
+	d, ok := ctx.Deadline()
+	if !ok {
+		return ctx
+	}
+	var later context.Context
+	var cancel context.CancelFunc
+	if parent := anchorOf(ctx); parent != nil {
+		later, cancel = withAnchor(parent, func(p context.Context) (context.Context, context.CancelFunc) {
+			return context.WithDeadline(p, d.Add(waited))
+		})
+	} else {
+		later, cancel = context.WithDeadline(context.WithoutCancel(ctx), d.Add(waited))
+		context.AfterFunc(ctx, func() {
+			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+				cancel() // the caller gave up
+			}
+		})
+	}
+	if done := ctx.Done(); done != nil {
+		c.pushed.Store(done, later)
+		c.npushed.Add(1)
+		context.AfterFunc(later, func() {
+			c.pushed.CompareAndDelete(done, later)
+			c.npushed.Add(-1)
+			cancel()
+		})
+	}
+	return later
+}
+
+// resumed is the context a call made with ctx goes on with: ctx, or, when
+// an earlier call made with it waited for start-up work, ctx with its
+// deadline pushed back by that wait (pushBack), while that lasts.
+func (c *Client) resumed(ctx context.Context) context.Context {
+	if c.npushed.Load() == 0 {
+		return ctx
+	}
+	for done := ctx.Done(); done != nil; done = ctx.Done() {
+		later, ok := c.pushed.Load(done)
+		if !ok {
+			break
+		}
+		ctx = later.(context.Context)
+	}
+	return ctx
+}
+
+// WithTimeout is context.WithTimeout(parent, timeout) for limiter calls,
+// which waits for the client's start-up work (the engine probe, the library
+// or a script loaded, a Cluster's map; see Start-up work in the package
+// documentation) never count against. With any context a call waits for
+// that work past its deadline and then has its time back; one from
+// WithTimeout also ends the wait when parent ends, however long the wait
+// has lasted (another context, once its deadline has passed, no longer
+// tells when its caller goes). Pass it to the client as it is: a context
+// derived from it is an ordinary one. Call cancel when the calls are done.
+func WithTimeout(parent context.Context, timeout time.Duration) (context.Context, context.CancelFunc) {
+	return withAnchor(parent, func(p context.Context) (context.Context, context.CancelFunc) {
+		return context.WithTimeout(p, timeout)
+	})
+}
+
+// anchor is what a context made by withAnchor holds under anchorKey: the
+// parent whose end is its caller's, and its own Done channel, by which a
+// context derived from it (which finds the anchor too) is told apart.
+type anchor struct {
+	parent context.Context
+	done   <-chan struct{}
+}
+
+type anchorKey struct{}
+
+// withAnchor is the context derive makes from parent, holding parent as
+// its anchor.
+func withAnchor(parent context.Context, derive func(context.Context) (context.Context, context.CancelFunc)) (context.Context, context.CancelFunc) {
+	a := &anchor{parent: parent}
+	ctx, cancel := derive(context.WithValue(parent, anchorKey{}, a))
+	a.done = ctx.Done()
+	return ctx, cancel
+}
+
+// anchorOf is the parent of a context from WithTimeout (or pushBack's of
+// one), nil for any other.
+func anchorOf(ctx context.Context) context.Context {
+	if a, ok := ctx.Value(anchorKey{}).(*anchor); ok && a.done == ctx.Done() {
+		return a.parent
+	}
+	return nil
 }
 
 // engineFor is the engine that runs a command on key's server, and that
-// server. A server not asked yet is asked once, whatever the number of
-// calls waiting for the answer.
-func (c *Client) engineFor(ctx context.Context, key string) (Engine, *node, doer, error) {
-	n, ask, err := c.nodeFor(ctx, key)
+// server, and the context the call goes on with (see Client.await). A
+// server not asked yet is asked once, whatever the number of calls waiting
+// for the answer.
+func (c *Client) engineFor(ctx context.Context, key string) (context.Context, Engine, *node, doer, error) {
+	ctx, n, ask, err := c.nodeFor(ctx, key)
 	if err != nil || c.engine != Auto {
-		return c.engine, n, ask, err
+		return ctx, c.engine, n, ask, err
 	}
 	e := Engine(n.engine.Load())
 	switch {
 	case e == Module:
-		return e, n, ask, nil
+		return ctx, e, n, ask, nil
 	case e == Scripts || e == Functions:
 		if asked := n.asked.Load(); time.Since(time.Unix(0, asked)) >= recheck &&
 			n.asked.CompareAndSwap(asked, time.Now().UnixNano()) { // one call a minute asks again, in the background
-			go n.probe.wait(context.WithoutCancel(ctx), func(ctx context.Context) error { return n.detect(ctx, c, ask) })
+			go n.probe.wait(context.WithoutCancel(ctx), c, func(ctx context.Context) error { return n.detect(ctx, c, ask) })
 		}
-		return e, n, ask, nil
+		return ctx, e, n, ask, nil
 	}
-	if err := n.probe.wait(ctx, func(ctx context.Context) error { return n.detect(ctx, c, ask) }); err != nil {
-		return Module, n, ask, err
+	ctx, err = n.probe.wait(ctx, c, func(ctx context.Context) error { return n.start(ctx, c, ask) })
+	if err != nil {
+		return ctx, Module, n, ask, err
 	}
-	return Engine(n.engine.Load()), n, ask, nil
+	return ctx, Engine(n.engine.Load()), n, ask, nil
+}
+
+// start is a server's start-up work for the first calls: detect, then the
+// connections they will take (warm).
+func (n *node) start(ctx context.Context, c *Client, ask doer) error {
+	if err := n.detect(ctx, c, ask); err != nil {
+		return err
+	}
+	c.warm(ctx, ask, n.probe.waiting())
+	return nil
+}
+
+// warm opens the connections that want calls, waiting for a server's
+// start-up work, will take when it ends: a herd of first calls on a fresh
+// process would otherwise open them all at once, each within its own
+// deadline, after the work. One PING each, sent at once (errors ignored),
+// up to the pool's size, within half the time the work has left, so that
+// a slow server fails none of the calls for it; none for a lone call,
+// which takes the probe's. Only a real pool is warmed: one that opened a
+// connection for the probe (not a hook that answered in its place).
+func (c *Client) warm(ctx context.Context, ask doer, want int) {
+	rdb, ok := ask.(*redis.Client)
+	if !ok || want < 2 || rdb.PoolStats().TotalConns == 0 {
+		return
+	}
+	if d, ok := ctx.Deadline(); ok {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, time.Until(d)/2)
+		defer cancel()
+	}
+	var wg sync.WaitGroup
+	for range min(want, rdb.Options().PoolSize) {
+		wg.Go(func() { c.bound(ctx, rdb, redis.NewStatusCmd(ctx, "PING")) })
+	}
+	wg.Wait()
 }
 
 // detect asks the server whether it has the module and, where it has not,
@@ -241,7 +454,7 @@ func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
 // when the server takes it, Scripts when it refuses FUNCTION, or the error
 // of a server that did not answer.
 func (n *node) luaEngine(ctx context.Context, c *Client, ask doer) (Engine, error) {
-	err := n.library(ctx, c, ask)
+	_, err := n.library(ctx, c, ask)
 	var refused redis.Error
 	switch {
 	case err == nil:
@@ -256,9 +469,10 @@ func (n *node) luaEngine(ctx context.Context, c *Client, ask doer) (Engine, erro
 // (lua.Versioned) on the server, once for every call waiting: nothing when
 // its version function answers, FUNCTION LOAD otherwise. Another version's
 // edition is never replaced: each version calls its own functions. The
-// server's error reply (no FUNCTION, an ACL) comes back as it is.
-func (n *node) library(ctx context.Context, c *Client, ask doer) error {
-	return n.lib.once(ctx, func(ctx context.Context) error {
+// server's error reply (no FUNCTION, an ACL) comes back as it is, with the
+// context the call goes on with (see Client.await).
+func (n *node) library(ctx context.Context, c *Client, ask doer) (context.Context, error) {
+	return n.lib.once(ctx, c, func(ctx context.Context) error {
 		ed := theLua().edition
 		v := redis.NewCmd(ctx, "fcall_ro", lua.VersionFunction+ed.Suffix, 0)
 		err := c.bound(ctx, ask, v)
@@ -291,9 +505,10 @@ func (n *node) library(ctx context.Context, c *Client, ask doer) error {
 // holds already.
 func alreadyExists(err error) bool { return strings.Contains(err.Error(), "already exists") }
 
-// load loads script i on the server, once for every call waiting.
-func (n *node) load(ctx context.Context, c *Client, ask doer, i int) error {
-	return n.loads[i].once(ctx, func(ctx context.Context) error {
+// load loads script i on the server, once for every call waiting, and
+// returns the context the call goes on with (see Client.await).
+func (n *node) load(ctx context.Context, c *Client, ask doer, i int) (context.Context, error) {
+	return n.loads[i].once(ctx, c, func(ctx context.Context) error {
 		s := theLua().scripts[i]
 		cmd := redis.NewCmd(ctx, "SCRIPT", "LOAD", s.Source)
 		if err := c.bound(ctx, ask, cmd); err != nil {
@@ -307,24 +522,34 @@ func (n *node) load(ctx context.Context, c *Client, ask doer, i int) error {
 }
 
 // nodeFor is what the client knows of key's server, and a client that
-// reaches it.
-func (c *Client) nodeFor(ctx context.Context, key string) (*node, doer, error) {
+// reaches it, and the context the call goes on with: in a Cluster, the
+// first calls wait for the cluster's map (go-redis's CLUSTER SLOTS), read
+// once for all of them as start-up work (see Client.await).
+func (c *Client) nodeFor(ctx context.Context, key string) (context.Context, *node, doer, error) {
 	var server *redis.Client
 	var err error
 	switch r := c.rdb.(type) {
 	case *redis.Client: // one server (a failover client follows its primary)
-		return c.single, r, nil
+		return ctx, c.single, r, nil
 	case *redis.ClusterClient:
-		server, err = r.MasterForKey(ctx, key)
+		if !c.mapped.done.Load() {
+			ctx, err = c.mapped.once(ctx, c, func(ctx context.Context) error {
+				_, err := r.MasterForKey(ctx, key)
+				return err
+			})
+		}
+		if err == nil {
+			server, err = r.MasterForKey(ctx, key)
+		}
 	case *redis.Ring:
 		server, err = r.GetShardClientForKey(key)
 	default:
-		return c.single, c.rdb, nil
+		return ctx, c.single, c.rdb, nil
 	}
 	if err != nil {
-		return nil, nil, err
+		return ctx, nil, nil, err
 	}
-	return c.nodeAt(server.Options().Addr), server, nil
+	return ctx, c.nodeAt(server.Options().Addr), server, nil
 }
 
 // nodeAt is what the client knows of the server at addr, in a Cluster or a
@@ -369,20 +594,22 @@ func (c *Client) Engines() map[string]Engine {
 // not have it yet, and again, once, if the server answers NOSCRIPT (its
 // scripts were flushed, or a failover brought a server that never had
 // them). In a Cluster the call is sent as its source instead (elsewhere).
-func (c *Client) script(ctx context.Context, args []any, i int, n *node, ask doer) (*onceCmd, error) {
+func (c *Client) script(ctx context.Context, args []any, i int, n *node, ask doer) (context.Context, *onceCmd, error) {
 	for attempt := 0; ; attempt++ {
-		if err := n.load(ctx, c, ask, i); err != nil {
-			return nil, err
+		var err error
+		if ctx, err = n.load(ctx, c, ask, i); err != nil {
+			return ctx, nil, err
 		}
 		cmd := luaCmd(ctx, args, i, "evalsha")
-		err := c.bound(ctx, c.rdb, cmd)
+		err = c.bound(ctx, c.rdb, cmd)
 		switch {
 		case err == nil || !c.lost(Scripts, n, i, err):
-			return cmd, err
+			return ctx, cmd, err
 		case c.cluster():
-			return c.elsewhere(ctx, args, i, n)
+			cmd, err = c.elsewhere(ctx, args, i, n)
+			return ctx, cmd, err
 		case attempt > 0:
-			return cmd, err
+			return ctx, cmd, err
 		}
 	}
 }
@@ -433,12 +660,14 @@ func noScript(err error) bool { return strings.HasPrefix(err.Error(), "NOSCRIPT"
 // failover brought a server that never had it). A server that refuses
 // FUNCTION from then on runs the scripts. In a Cluster a function not
 // found is sent as its script's source instead (elsewhere).
-func (c *Client) function(ctx context.Context, args []any, i int, n *node, ask doer) (*onceCmd, error) {
+func (c *Client) function(ctx context.Context, args []any, i int, n *node, ask doer) (context.Context, *onceCmd, error) {
 	for attempt := 0; ; attempt++ {
-		e, err := c.readyLua(ctx, Functions, n, ask)
+		var e Engine
+		var err error
+		ctx, e, err = c.readyLua(ctx, Functions, n, ask)
 		switch {
 		case err != nil:
-			return nil, err
+			return ctx, nil, err
 		case e == Scripts:
 			return c.script(ctx, args, i, n, ask)
 		}
@@ -446,13 +675,14 @@ func (c *Client) function(ctx context.Context, args []any, i int, n *node, ask d
 		err = c.bound(ctx, c.rdb, cmd)
 		switch {
 		case err == nil:
-			return cmd, nil
+			return ctx, cmd, nil
 		case c.cluster() && functionNotFound(err):
 			// Perhaps n lost it, perhaps the call went elsewhere: prepare
 			// asks every primary again, n among them.
-			return c.elsewhere(ctx, args, i, n)
+			cmd, err = c.elsewhere(ctx, args, i, n)
+			return ctx, cmd, err
 		case !c.lost(Functions, n, i, err) || attempt > 0:
-			return cmd, err
+			return ctx, cmd, err
 		}
 	}
 }
@@ -485,7 +715,7 @@ func (c *Client) prepare(ctx context.Context, n *node) {
 		!c.prepared.CompareAndSwap(last, time.Now().UnixNano()) {
 		return
 	}
-	ctx, cancel := context.WithTimeout(ctx, prepareTimeout)
+	ctx, cancel := context.WithTimeout(ctx, c.prepareTimeout)
 	defer cancel()
 	cc.ForEachMaster(ctx, func(ctx context.Context, server *redis.Client) error {
 		m := c.nodeAt(server.Options().Addr)
@@ -493,31 +723,33 @@ func (c *Client) prepare(ctx context.Context, n *node) {
 		if e == Auto {
 			e = Engine(m.engine.Load())
 		}
+		var err error
 		switch e {
 		case 0: // not asked yet: whether it has the module, and its Lua engine if not
-			return m.probe.wait(ctx, func(ctx context.Context) error { return m.detect(ctx, c, server) })
+			_, err = m.probe.wait(ctx, c, func(ctx context.Context) error { return m.detect(ctx, c, server) })
 		case Functions:
 			m.lib.done.Store(false)
-			return m.library(ctx, c, server)
+			_, err = m.library(ctx, c, server)
 		}
-		return nil
+		return err
 	})
 }
 
 // readyLua is the engine a call on a server whose engine is e runs now:
 // with Functions, the library loaded first (a server that refuses FUNCTION
-// runs the scripts from then on, under Auto).
-func (c *Client) readyLua(ctx context.Context, e Engine, n *node, ask doer) (Engine, error) {
+// runs the scripts from then on, under Auto); and the context the call
+// goes on with (see Client.await).
+func (c *Client) readyLua(ctx context.Context, e Engine, n *node, ask doer) (context.Context, Engine, error) {
 	if e != Functions {
-		return e, nil
+		return ctx, e, nil
 	}
-	err := n.library(ctx, c, ask)
+	ctx, err := n.library(ctx, c, ask)
 	var refused redis.Error
 	if err != nil && c.engine == Auto && errors.As(err, &refused) {
 		n.engine.Store(int32(Scripts))
-		return Scripts, nil
+		return ctx, Scripts, nil
 	}
-	return e, err
+	return ctx, e, err
 }
 
 // functionNotFound reports the server's answer to a function it does not
@@ -561,6 +793,7 @@ func (c *Client) cluster() bool {
 // ctx's deadline (redirectBudget without one). Its error names the server
 // it was sent to (ServerError).
 func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd, error) {
+	ctx = c.resumed(ctx)
 	if err := ctx.Err(); err != nil {
 		return nil, err // the caller is gone: Redis is not asked
 	}
@@ -571,7 +804,10 @@ func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd
 	}
 	var wait backoff
 	for {
-		cmd, n, err := c.processOnce(ctx, args, keyPos, key, i)
+		var cmd *onceCmd
+		var n *node
+		var err error
+		ctx, cmd, n, err = c.processOnce(ctx, args, keyPos, key, i) // ctx: the call's, after any start-up work
 		if err == nil {
 			return cmd, nil
 		}
@@ -588,18 +824,19 @@ func (c *Client) process(ctx context.Context, args []any, keyPos int8) (*onceCmd
 
 // processOnce is one attempt of process: command i on the engine key's
 // server runs, recovering once from a server that lost its Lua code or
-// lacks the module.
-func (c *Client) processOnce(ctx context.Context, args []any, keyPos int8, key string, i int) (*onceCmd, *node, error) {
-	e, n, ask, err := c.engineFor(ctx, key)
+// lacks the module; with the context the call goes on with, after the
+// start-up work it waited for (see Client.await).
+func (c *Client) processOnce(ctx context.Context, args []any, keyPos int8, key string, i int) (context.Context, *onceCmd, *node, error) {
+	ctx, e, n, ask, err := c.engineFor(ctx, key)
 	if err != nil {
-		return nil, n, err
+		return ctx, nil, n, err
 	}
 	var cmd *onceCmd
 	switch e {
 	case Scripts:
-		cmd, err = c.script(ctx, args, i, n, ask)
+		ctx, cmd, err = c.script(ctx, args, i, n, ask)
 	case Functions:
-		cmd, err = c.function(ctx, args, i, n, ask)
+		ctx, cmd, err = c.function(ctx, args, i, n, ask)
 	default:
 		cmd = &onceCmd{Cmd: *redis.NewCmd(ctx, args...)}
 		cmd.SetFirstKeyPos(keyPos)
@@ -607,10 +844,10 @@ func (c *Client) processOnce(ctx context.Context, args []any, keyPos int8, key s
 		if err != nil && n != nil && c.lost(Module, n, i, err) {
 			// A server without the module after all (a failover): its Lua
 			// engine, from now on.
-			cmd, err = c.function(ctx, args, i, n, ask)
+			ctx, cmd, err = c.function(ctx, args, i, n, ask)
 		}
 	}
-	return cmd, n, err
+	return ctx, cmd, n, err
 }
 
 // moving reports a reply saying that the command ran nothing because its

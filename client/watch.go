@@ -19,6 +19,7 @@ const watchAttempts = 8
 // watched decides wants (one slot's, any number) in an optimistic
 // transaction (see Send).
 func (c *Client) watched(ctx context.Context, wants []*Want) error {
+	ctx = c.resumed(ctx)
 	chunks := chunkByKey(wants)
 	keys := make([]string, len(wants))
 	for i, w := range wants {
@@ -32,7 +33,9 @@ func (c *Client) watched(ctx context.Context, wants []*Want) error {
 				return ctx.Err()
 			}
 		}
-		done, err := c.watchOnce(ctx, chunks, keys)
+		var done bool
+		var err error
+		ctx, done, err = c.watchOnce(ctx, chunks, keys) // ctx: the call's, after any start-up work
 		if err != nil || done {
 			return err
 		}
@@ -70,20 +73,24 @@ var (
 // (taken, or refused by a peek); false with no error, that EXEC found a
 // watched key changed and nothing ran. It runs on the engine of the keys'
 // server, readied first; a server found without the module, or without
-// its Lua code, is readied again and the peeks sent again, once.
-func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string) (done bool, err error) {
+// its Lua code, is readied again and the peeks sent again, once. It
+// returns the context the call goes on with (see Client.await).
+func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string) (_ context.Context, done bool, err error) {
 	for attempt := 0; ; attempt++ {
-		e, n, ask, err := c.engineFor(ctx, keys[0])
+		var e Engine
+		var n *node
+		var ask doer
+		ctx, e, n, ask, err = c.engineFor(ctx, keys[0]) // ctx: the call's, after any start-up work
 		if err == nil {
-			e, err = c.readyLua(ctx, e, n, ask)
+			ctx, e, err = c.readyLua(ctx, e, n, ask)
 		}
 		if err == nil && e == Scripts {
-			if err = n.load(ctx, c, ask, iPeekAll); err == nil {
-				err = n.load(ctx, c, ask, iAll)
+			if ctx, err = n.load(ctx, c, ask, iPeekAll); err == nil {
+				ctx, err = n.load(ctx, c, ask, iAll)
 			}
 		}
 		if err != nil {
-			return false, err
+			return ctx, false, err
 		}
 		var lost error
 		err = c.rdb.Watch(ctx, func(tx *redis.Tx) error {
@@ -117,7 +124,7 @@ func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string)
 			}
 			continue // readied again, the peeks sent again
 		}
-		return done, err
+		return ctx, done, err
 	}
 }
 
