@@ -40,6 +40,15 @@
 // request, FailClosed answers 503 at once, FailLocal limits in this process
 // with a GCRA of each policy's quota (bounded memory).
 //
+// The client's start-up work is not a failure: the requests that come
+// while a fresh process probes a server's engine and loads its library
+// (see client's Start-up work) wait for it, up to 2 s, and then have their
+// whole timeout, so a herd of first requests is decided in Redis, not by
+// OnError. A server that never answers (a stopped process) makes the first
+// requests of a process wait those 2 s before OnError decides them; once
+// that has failed, requests fail fast, within their timeout, and the
+// breaker opens as usual.
+//
 // A client that hangs up is not a Redis failure: a request whose client has
 // gone costs Redis nothing, and one that goes mid-call moves no breaker, so
 // a flood of hang-ups cannot switch limiting off. An ERR reply to a
@@ -167,7 +176,9 @@ type Options struct {
 	Prefix string
 	// OnError is the failure policy.
 	OnError OnError
-	// Timeout bounds each call to Redis (50 ms by default).
+	// Timeout bounds each call to Redis (50 ms by default), not counting
+	// the time a call waits for the client's start-up work (at most 2 s,
+	// for a process's first requests: see When Redis fails).
 	Timeout time.Duration
 	// BreakerFailures failures in a row open the circuit breaker (5 by
 	// default); it stays open for BreakerCooldown (5 s by default).

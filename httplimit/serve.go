@@ -258,7 +258,7 @@ func (l *Limiter) serversOf(r *http.Request, as []applied) []string {
 	if len(as) == 0 {
 		return nil
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout) // a Cluster's map may have to be fetched first
+	ctx, cancel := client.WithTimeout(r.Context(), l.opt.Timeout) // a Cluster's map may have to be fetched first
 	defer cancel()
 	servers := make([]string, 0, 1)
 	for i := range as {
@@ -271,7 +271,9 @@ func (l *Limiter) serversOf(r *http.Request, as []applied) []string {
 
 // remote runs call against Redis within the call timeout, unless the
 // request's client is already gone (Redis is not asked) or the breaker of
-// one of servers, those holding the call's keys, is open.
+// one of servers, those holding the call's keys, is open. The timeout is
+// the call's own: what it waits for the client's start-up work (the
+// engine probe, the library load) does not count (client.WithTimeout).
 func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx context.Context) error) callResult {
 	if r.Context().Err() != nil {
 		return gone
@@ -280,7 +282,7 @@ func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx contex
 	if !ok {
 		return unavailable
 	}
-	ctx, cancel := context.WithTimeout(r.Context(), l.opt.Timeout)
+	ctx, cancel := client.WithTimeout(r.Context(), l.opt.Timeout)
 	start := time.Now()
 	err := call(ctx)
 	cancel()
@@ -484,7 +486,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 			return
 		}
 		parent := context.WithoutCancel(r.Context())
-		ctx, cancel := context.WithTimeout(parent, l.opt.Timeout)
+		ctx, cancel := client.WithTimeout(parent, l.opt.Timeout)
 		defer cancel()
 		start := time.Now()
 		var err error
