@@ -1,0 +1,126 @@
+package integration
+
+import (
+	"fmt"
+	"net/http"
+	"net/http/httptest"
+	"slices"
+	"sync"
+	"sync/atomic"
+	"testing"
+	"time"
+
+	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/lua"
+)
+
+// TestStartupHerd is issue 44's herd of first requests: a fresh process
+// (a new go-redis client and a new httplimit middleware: OnError open, a
+// 50 ms timeout, a fixed window of 10 a minute per client address, as
+// examples/http runs) behind a real HTTP server meets 60 concurrent first
+// requests from a real HTTP client. The requests that come while the
+// client probes the server's engine and loads this version's library
+// wait for that work, not for their timeout: every one is decided in
+// Redis, exactly 10 admitted and 50 refused, none failed open; on a
+// server with the module and on one without (the Lua library, flushed
+// before each run so that every run loads it), three fresh processes on
+// each, one flavor after the other.
+func TestStartupHerd(t *testing.T) {
+	for _, f := range flavors {
+		t.Run(f.name, func(t *testing.T) {
+			plain := startFor(t, f, opts{})
+			for _, s := range []struct {
+				engine string
+				srv    *server
+			}{{"module", sharedOf(f)}, {"lua", plain}} {
+				t.Run(s.engine, func(t *testing.T) {
+					for run := range 3 {
+						if s.engine == "lua" {
+							if err := s.srv.rdb.FunctionFlush(ctx).Err(); err != nil {
+								t.Fatal(err)
+							}
+						}
+						herdRun(t, s.srv, fmt.Sprintf("%s run %d", s.engine, run+1), s.engine == "lua")
+					}
+				})
+			}
+		})
+	}
+}
+
+// herdRun is one fresh process meeting the herd (see TestStartupHerd);
+// onLua: the server runs the library, which the run must have loaded.
+func herdRun(t *testing.T, s *server, what string, onLua bool) {
+	t.Helper()
+	// A fixed window of a minute: the herd stays within one minute.
+	if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 5*time.Second {
+		time.Sleep(left + 100*time.Millisecond)
+	}
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	var failedOpen, redisErrors atomic.Int32
+	lim, err := httplimit.New(rdb, httplimit.Options{
+		Prefix:  fmt.Sprintf("rl:startup:%d:", time.Now().UnixNano()),
+		OnError: httplimit.FailOpen,
+		Timeout: 50 * time.Millisecond,
+		Event: func(e httplimit.Event) {
+			switch {
+			case e.Kind == httplimit.FailedOpen:
+				failedOpen.Add(1)
+			case e.Kind == httplimit.RedisCall && e.Err != nil:
+				if redisErrors.Add(1) <= 3 {
+					t.Logf("%s: a Redis call failed after %v: %v", what, e.Duration, e.Err)
+				}
+			}
+		},
+	}, httplimit.Policy{Name: "per-ip", Limit: client.FixedWindow(10, time.Minute), Key: httplimit.ClientIP(httplimit.IPOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(hello))
+	defer srv.Close()
+	tr := &http.Transport{MaxIdleConnsPerHost: 60}
+	defer tr.CloseIdleConnections()
+	hc := &http.Client{Transport: tr, Timeout: 30 * time.Second}
+
+	const n = 60
+	codes := make([]int, n)
+	took := make([]time.Duration, n)
+	gate := make(chan struct{})
+	var wg sync.WaitGroup
+	for i := range n {
+		wg.Go(func() {
+			<-gate
+			start := time.Now()
+			resp, err := hc.Get(srv.URL + "/")
+			took[i] = time.Since(start)
+			if err != nil {
+				t.Errorf("request %d: %v", i, err)
+				return
+			}
+			resp.Body.Close()
+			codes[i] = resp.StatusCode
+		})
+	}
+	close(gate)
+	wg.Wait()
+	by := map[int]int{}
+	for _, c := range codes {
+		by[c]++
+	}
+	slices.Sort(took)
+	t.Logf("%s: statuses %v; requests took %v (median) to %v (slowest)", what, by, took[n/2].Round(time.Millisecond), took[n-1].Round(time.Millisecond))
+	if by[200] != 10 || by[429] != 50 || failedOpen.Load() != 0 || redisErrors.Load() != 0 {
+		t.Fatalf("%s: statuses %v, %d decisions failed open, %d Redis calls failed; want exactly 10 admitted and 50 refused, all decided in Redis",
+			what, by, failedOpen.Load(), redisErrors.Load())
+	}
+	if onLua {
+		libs, err := s.rdb.FunctionList(ctx, redis.FunctionListQuery{LibraryNamePattern: lua.Versioned().Name}).Result()
+		if err != nil || len(libs) != 1 {
+			t.Fatalf("%s: the library after the run: %v %v, want this version's edition loaded", what, libs, err)
+		}
+	}
+}
