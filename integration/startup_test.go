@@ -5,6 +5,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -55,7 +56,8 @@ func TestStartupHerd(t *testing.T) {
 // onLua: the server runs the library, which the run must have loaded.
 func herdRun(t *testing.T, s *server, what string, onLua bool) {
 	t.Helper()
-	// A fixed window of a minute: the herd stays within one minute.
+	// A fixed window of a minute: the herd starts with 5 s of its minute
+	// left at least, so that it stays in one window.
 	if left := time.Minute - time.Duration(time.Now().UnixNano())%time.Minute; left < 5*time.Second {
 		time.Sleep(left + 100*time.Millisecond)
 	}
@@ -123,4 +125,90 @@ func herdRun(t *testing.T, s *server, what string, onLua bool) {
 			t.Fatalf("%s: the library after the run: %v %v, want this version's edition loaded", what, libs, err)
 		}
 	}
+}
+
+// TestStartupStopped: a fresh process whose server is stopped (SIGSTOP: it
+// accepts connections and never answers) before its first request. The
+// first requests (20 at once; OnError open, a 50 ms timeout) wait for the
+// engine probe's own timeout, the client's 2 s, and are then served open,
+// their calls failed with the probe's timeout; that opens the breaker, and
+// the next requests are served open without a call. Once the breaker's
+// cooldown (5 s) has passed, the request it lets through fails within its
+// own timeout, not the probe's: the probe failed already, so it is an
+// outage, decided fast.
+func TestStartupStopped(t *testing.T) {
+	s := startFor(t, flavors[1], opts{})
+	s.hang(t)
+	rdb := redis.NewClient(&redis.Options{Addr: s.addr(), ContextTimeoutEnabled: true})
+	defer rdb.Close()
+	var ev events
+	lim, err := httplimit.New(rdb, httplimit.Options{OnError: httplimit.FailOpen, Timeout: 50 * time.Millisecond, Event: ev.add},
+		httplimit.Policy{Name: "per-ip", Limit: client.FixedWindow(10, time.Minute), Key: httplimit.ClientIP(httplimit.IPOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(hello))
+	defer srv.Close()
+	timed := func() (int, time.Duration) {
+		start := time.Now()
+		resp := get(t, srv.URL+"/")
+		return resp.StatusCode, time.Since(start)
+	}
+	calls := func() (list []httplimit.Event) {
+		ev.mu.Lock()
+		defer ev.mu.Unlock()
+		for _, e := range ev.list {
+			if e.Kind == httplimit.RedisCall {
+				list = append(list, e)
+			}
+		}
+		return list
+	}
+
+	took := make([]time.Duration, 20)
+	var wg sync.WaitGroup
+	for i := range took {
+		wg.Go(func() {
+			var code int
+			if code, took[i] = timed(); code != 200 {
+				t.Errorf("a first request: %d, want 200 (open)", code)
+			}
+		})
+	}
+	wg.Wait()
+	slices.Sort(took)
+	first := calls()
+	t.Logf("20 first requests, the server stopped: served open after %v to %v", took[0].Round(time.Millisecond), took[19].Round(time.Millisecond))
+	if len(first) != 20 {
+		t.Fatalf("%d Redis calls for 20 first requests", len(first))
+	}
+	for _, e := range first {
+		if e.Outcome != "timeout" || !strings.Contains(e.Err.Error(), "start-up work") {
+			t.Fatalf("a first request's call: %s %v, want the probe's own timeout", e.Outcome, e.Err)
+		}
+	}
+
+	var later time.Duration
+	for range 10 {
+		code, d := timed()
+		later = max(later, d)
+		if code != 200 {
+			t.Fatalf("a request with the breaker open: %d", code)
+		}
+	}
+	if n := len(calls()); n != 20 || !lim.BreakerOpen() {
+		t.Fatalf("10 requests after the first: %d calls in all, breaker open %v; want no call, the breaker open", n, lim.BreakerOpen())
+	}
+	t.Logf("10 requests after, the breaker open: the slowest took %v", later.Round(time.Millisecond))
+
+	time.Sleep(5*time.Second + 100*time.Millisecond) // the breaker's cooldown
+	code, d := timed()
+	all := calls()
+	if code != 200 || len(all) != 21 {
+		t.Fatalf("the request after the cooldown: %d, %d calls in all; want 200 and its one call", code, len(all))
+	}
+	if e := all[20]; e.Outcome != "timeout" || strings.Contains(e.Err.Error(), "start-up work") {
+		t.Fatalf("the call after the cooldown: %s %v, want its own timeout", e.Outcome, e.Err)
+	}
+	t.Logf("the request after the cooldown (its call: %v) took %v", all[20].Err, d.Round(time.Millisecond))
 }
