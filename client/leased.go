@@ -69,8 +69,17 @@ import (
 // while the others joined is low), for Fallback (10 s by default), and
 // after that returns the error, for the caller's own failure policy.
 // Summed over processes that is what the limit admits, not N × the
-// limit. A grant is tried again in the background once a Target (each
-// bounded by Timeout), and the first that answers ends the fallback. No
+// limit. A fixed window's fallback spends at most its share (over N) of
+// what its window had left when last seen, and nothing of the next window.
+// A grant is tried again in the background once a Target (each bounded
+// by Timeout; a peek first, which changes nothing should it run late),
+// and the first that answers ends the fallback. What the fallback
+// admitted is charged to the key (DEBT) before that grant: a GCRA or
+// token bucket what it admitted beyond the refill its share got since the
+// limiter was last seen full, so the limiter resumes as if it had seen
+// each decision when it was made, and an outage's excess (at most one
+// burst) is repaid by the next burst; a fixed window all of it while its
+// window lasts (Uncharged after), so it never passes its limit. No
 // decision waits longer than Timeout for a grant.
 //
 // All decides several such limits together from the units held (see
@@ -240,7 +249,7 @@ type leaseKey struct {
 	err       error
 	fb        float64
 	fbAt      int64
-	// What the fallback owes (see reconcile): units it admitted and the
+	// What the fallback owes (see owed): units it admitted and the
 	// limiter has not been charged for (debt); the instant the limiter was
 	// last seen full again (fullAt: a grant's answer plus its ResetAfter);
 	// a fixed window's end as its last grant saw it (winEnd) and what the
@@ -1118,9 +1127,10 @@ func (t *Leased) sweep(now int64) {
 }
 
 // settle charges k's debt at now in the background, for a key no
-// decision asks a grant for; k is locked and has no flight.
+// decision asks a grant for (after a peek, while its grants fail); k is
+// locked and has no flight.
 func (t *Leased) settle(key string, k *leaseKey, now int64) {
-	o := t.owed(k, now)
+	o, probe := t.owed(k, now), k.down != 0
 	if o.charge == 0 {
 		return
 	}
@@ -1128,7 +1138,13 @@ func (t *Leased) settle(key string, k *leaseKey, now int64) {
 	if t.spawn(func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
-		_, err := t.c.Take(ctx, key, k.limit, o.charge, Debt())
+		var err error
+		if probe {
+			_, err = t.c.Peek(ctx, key, k.limit, 1)
+		}
+		if err == nil {
+			_, err = t.c.Take(ctx, key, k.limit, o.charge, Debt())
+		}
 		now := t.now()
 		t.lock(k)
 		defer t.unlock(k, now)
@@ -1140,6 +1156,11 @@ func (t *Leased) settle(key string, k *leaseKey, now int64) {
 			return
 		}
 		t.stats.charged.Add(o.charge)
+		if k.down != 0 { // Redis answers: the fallback is over (as after a grant)
+			t.stats.down.Add(now - k.down)
+			k.down, k.err = 0, nil
+			k.keepEnd = min(k.keepEnd, now+3*int64(t.o.Target))
+		}
 	}) {
 		k.flight = ch
 	} else {

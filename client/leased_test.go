@@ -1025,3 +1025,52 @@ func TestLeasedFixedWindowOutage(t *testing.T) {
 		}
 	}
 }
+
+// A key that decided in fallback and then went idle is charged by the
+// sweep once Redis answers, with no decision to carry the charge: a fixed
+// window (charged whole within its window), 40 admitted in fallback, the
+// callers gone, Redis back: the sweep charges the 40 (a peek first), and
+// the key, owing nothing, is forgotten once idle.
+func TestLeasedIdleDebtCharged(t *testing.T) {
+	tr := newTierSwept(t, 1, LeaseOptions{}, false)
+	var failing atomic.Bool
+	tr.downWhile(&failing)
+	p := tr.procs[0]
+	l := FixedWindow(100_000, time.Minute)
+	tr.clock.Store(time.Unix(1_700_000_040, 0).UnixNano()) // 20 s before the window ends
+	for range 400 {
+		if _, err := p.Take(ctx, "fw", l, 1); err != nil {
+			t.Fatal(err)
+		}
+		tr.settle()
+		tr.advance(250 * time.Microsecond)
+	}
+	failing.Store(true)
+	fallback := 0
+	for range 2000 {
+		before := p.stats.fallback.Load()
+		if r, err := p.Take(ctx, "fw", l, 1); err == nil && !r.Limited && p.stats.fallback.Load() > before {
+			fallback++
+		}
+		tr.settle()
+		tr.advance(250 * time.Microsecond)
+	}
+	if fallback == 0 {
+		t.Fatalf("nothing admitted in fallback: %+v", p.Stats())
+	}
+	failing.Store(false)
+	for range 20 { // 1 s with no decision, swept every Target
+		tr.advance(50 * time.Millisecond)
+		p.sweep(tr.now())
+		tr.settle()
+	}
+	s := p.Stats()
+	if s.Charged != int64(fallback) || s.Uncharged != 0 {
+		t.Fatalf("%d admitted in fallback; %+v", fallback, s)
+	}
+	tr.advance(registryLease)
+	p.sweep(tr.now())
+	if _, ok := p.keys.Load("fw"); ok {
+		t.Fatal("the key, idle and owing nothing, is kept")
+	}
+}
