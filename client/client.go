@@ -90,7 +90,8 @@
 // tell when its caller goes, one from WithTimeout can, which is why
 // httplimit uses it. A server that never answers (a stopped process) fails
 // the calls waiting for its probe with the probe's timeout, not theirs:
-// a process's first calls facing a stopped server wait up to 2 s. Once
+// a process's first calls facing a stopped server wait up to 2 s (facing
+// one that refuses connections, as long as go-redis's retries last). Once
 // start-up work has failed, the calls that meet it again wait only within
 // their own deadlines, an outage's fast failures, while it is tried again
 // behind them.

@@ -45,7 +45,8 @@
 // (see client's Start-up work) wait for it, up to 2 s, and then have their
 // whole timeout, so a herd of first requests is decided in Redis, not by
 // OnError. A server that never answers (a stopped process) makes the first
-// requests of a process wait those 2 s before OnError decides them; once
+// requests of a process wait those 2 s before OnError decides them (one
+// that refuses connections, as long as go-redis's own retries last); once
 // that has failed, requests fail fast, within their timeout, and the
 // breaker opens as usual.
 //

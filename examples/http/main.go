@@ -44,7 +44,7 @@ func main() {
 	addr := flag.String("redis", "127.0.0.1:6379", "the Redis server (with the ratelimit module, or without: its Lua scripts then)")
 	onError := flag.String("on-error", "open", "while Redis cannot decide: open (serve), closed (503) or local (limit in this process)")
 	metrics := flag.String("metrics", "", "serve Prometheus metrics on this address (GET /metrics); none when empty")
-	timeout := flag.Duration("timeout", 50*time.Millisecond, "the most one request waits for Redis")
+	timeout := flag.Duration("timeout", 50*time.Millisecond, "the most one request waits for Redis, not counting the client's start-up work (a process's first requests wait up to 2 s for it)")
 	headerTimeout := flag.Duration("header-timeout", 5*time.Second, "the most a client may take to send a request's headers")
 	flag.Parse()
 	log := slog.New(slog.NewTextHandler(os.Stderr, nil))
