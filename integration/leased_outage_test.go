@@ -40,20 +40,7 @@ func TestLeasedOutage(t *testing.T) {
 		stop func() (resume func())
 	}{
 		{"hung", func() func() { return s.hang(t) }},
-		{"killed", func() func() {
-			kill := time.Duration(0)
-			if err := s.c.Stop(context.Background(), &kill); err != nil {
-				t.Fatal(err)
-			}
-			return func() {
-				if err := s.c.Start(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-				if err := s.waitReady(context.Background()); err != nil {
-					t.Fatal(err)
-				}
-			}
-		}},
+		{"killed", func() func() { return s.kill(t) }},
 	}
 	families := []struct {
 		name  string

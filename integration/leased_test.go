@@ -149,20 +149,26 @@ func TestLeasedRedisHung(t *testing.T) {
 // The same with Redis killed (SIGKILL: connections refused) for 5 s, then
 // started again, empty.
 func TestLeasedRedisKilled(t *testing.T) {
-	leasedOutage(t, "killed", func(s *server) func() {
-		kill := time.Duration(0)
-		if err := s.c.Stop(context.Background(), &kill); err != nil {
+	leasedOutage(t, "killed", func(s *server) func() { return s.kill(t) })
+}
+
+// kill stops s's process with SIGKILL (its connections refused); resume
+// starts it again, with its data as its persistence kept it, and waits
+// until it is loaded.
+func (s *server) kill(t *testing.T) (resume func()) {
+	t.Helper()
+	kill := time.Duration(0)
+	if err := s.c.Stop(context.Background(), &kill); err != nil {
+		t.Fatal(err)
+	}
+	return func() {
+		if err := s.c.Start(context.Background()); err != nil {
 			t.Fatal(err)
 		}
-		return func() {
-			if err := s.c.Start(context.Background()); err != nil {
-				t.Fatal(err)
-			}
-			if err := s.waitReady(context.Background()); err != nil {
-				t.Fatal(err)
-			}
+		if err := s.waitReady(context.Background()); err != nil {
+			t.Fatal(err)
 		}
-	})
+	}
 }
 
 // leasedOutage runs four processes at many times PerSecond(2000) for 1 s,
