@@ -77,12 +77,12 @@ free_port() {
 }
 
 # total CMD...: the instructions a server run takes, serving N of CMD: the
-# median of RUNS runs.
+# median of RUNS runs, then the least and the most of them.
 total() {
   local i
   for i in $(seq "${RUNS:-3}"); do
     once "$@"
-  done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)] }'
+  done | sort -n | awk '{ v[NR] = $1 } END { print v[int((NR + 1) / 2)], v[1], v[NR] }'
 }
 
 # once CMD...: one run's total. valgrind now and then aborts while the Go
@@ -147,17 +147,18 @@ run() {
 }
 
 echo "$(valgrind --version), $(redis-server --version | cut -d' ' -f1-3), N = $n, median of ${RUNS:-3} runs"
-base=$(total PING)
+read -r base _ < <(total PING)
 measure() {
   local name=$1
   shift
-  local t
-  t=$(total "$@")
+  local t lo hi
+  read -r t lo hi < <(total "$@")
   if [ -n "${CALLGRIND_KEEP:-}" ]; then
     mkdir -p "$CALLGRIND_KEEP"
     cp "$work/callgrind.out" "$CALLGRIND_KEEP/$(echo "$name" | tr -c 'A-Za-z0-9.\n' '_').out"
   fi
-  echo "$name: $(((t - base) / n)) instructions per call (N = $n, PING baseline subtracted, median of ${RUNS:-3} runs)"
+  echo "$name: $(((t - base) / n)) instructions per call (N = $n, PING baseline subtracted, median of ${RUNS:-3} runs:" \
+    "$(((lo - base) / n)) to $(((hi - base) / n)))"
 }
 # registers MODULE CMD: whether MODULE registers CMD (a server of its own,
 # without valgrind): an older baseline may lack a command.
