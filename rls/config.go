@@ -47,6 +47,28 @@ var units = map[string]pb.RateLimitResponse_RateLimit_Unit{
 	"YEAR":   pb.RateLimitResponse_RateLimit_YEAR,
 }
 
+// lowerUnits are the units by the names a config usually gives them.
+var lowerUnits = map[string]pb.RateLimitResponse_RateLimit_Unit{
+	"second": pb.RateLimitResponse_RateLimit_SECOND,
+	"minute": pb.RateLimitResponse_RateLimit_MINUTE,
+	"hour":   pb.RateLimitResponse_RateLimit_HOUR,
+	"day":    pb.RateLimitResponse_RateLimit_DAY,
+	"week":   pb.RateLimitResponse_RateLimit_WEEK,
+	"month":  pb.RateLimitResponse_RateLimit_MONTH,
+	"year":   pb.RateLimitResponse_RateLimit_YEAR,
+}
+
+// unitNamed is the unit of a name, in any case (as strings.ToUpper reads
+// it); lower case, the usual, is looked up without making an upper-case
+// copy.
+func unitNamed(name string) (pb.RateLimitResponse_RateLimit_Unit, bool) {
+	if u, ok := lowerUnits[name]; ok {
+		return u, true
+	}
+	u, ok := units[strings.ToUpper(name)]
+	return u, ok
+}
+
 // unitLength is a unit's length as the peer counts it (a month 30 days, a
 // year 365).
 func unitLength(u pb.RateLimitResponse_RateLimit_Unit) time.Duration {
@@ -180,15 +202,22 @@ func configFile(name string) bool {
 // Parse loads config files given by name, in name order. A domain may be
 // in one file only.
 func Parse(files map[string][]byte) (*Config, error) {
-	c := &Config{domains: map[string]*node{}}
+	names := make([]string, 0, len(files))
 	for name := range files {
-		c.files = append(c.files, name)
+		names = append(names, name)
 	}
-	slices.Sort(c.files)
-	domainFile := map[string]string{}
-	for _, name := range c.files {
-		l := loader{name: name}
-		domain, root, err := l.load(files[name])
+	slices.Sort(names)
+	return assemble(names, func(name string) *fileForm { return decodeFile(name, files[name]) })
+}
+
+// assemble makes a config of the files named, in that order, each read
+// by form when its turn comes: files and xDS resources alike (see
+// fileForm). A domain may be in one file only.
+func assemble(names []string, form func(name string) *fileForm) (*Config, error) {
+	c := &Config{domains: make(map[string]*node, len(names)), files: names}
+	domainFile := make(map[string]string, len(names))
+	for _, name := range names {
+		domain, root, err := build(form(name))
 		if err != nil {
 			return nil, err
 		}
@@ -201,7 +230,189 @@ func Parse(files map[string][]byte) (*Config, error) {
 	return c, nil
 }
 
-// loader reads one file.
+// fileForm is one config file, or one xDS resource, as read and not yet
+// checked: a YAML file is decoded into it (decodeFile), an xDS resource
+// read into it (resourceForm), and build checks it and makes its domain's
+// tree, whichever it came from, so that both are held to the same rules
+// and a fault is named in the same words.
+//
+// Where a part could not be read (a key this service does not take, a value
+// of the wrong kind), the part holds the error (err) and reading stopped
+// there; build returns it when it comes to that part, having checked all
+// that comes before it, so that of several faults the first is named, in
+// the order build checks them. Lines are where each value was found in a
+// file, 0 where there is no line (a resource, or a key not given).
+type fileForm struct {
+	name        string
+	err         error // the file could not be read: named before its domain
+	domain      string
+	domainLine  int
+	descriptors []descriptorForm
+}
+
+// descriptorForm is a descriptor as read. One whose err is set stands for
+// the first part of the list that could not be read, itself included.
+type descriptorForm struct {
+	err              error // named before anything of the descriptor is checked
+	line             int   // where it starts
+	key, value       string
+	shadow, detailed bool
+	rateLimit        *rateLimitForm // nil: none
+	descriptors      []descriptorForm
+}
+
+// rateLimitForm is a descriptor's rate_limit as read.
+type rateLimitForm struct {
+	err                                                       error // named before any of it is checked
+	line                                                      int   // where the mapping starts
+	perUnit                                                   uint32
+	unit, name, algorithm                                     string
+	unlimited, debt, lease                                    bool
+	perUnitLine, unitLine, algorithmLine, debtLine, leaseLine int
+	replaces                                                  []replaceForm
+}
+
+// replaceForm is an entry of replaces as read. One whose err is set stands
+// for the first part of the list that could not be read.
+type replaceForm struct {
+	err  error
+	line int
+	name string
+}
+
+// build checks a file's form and makes its domain's descriptor tree: the
+// one place where a config's rules are held, for files and xDS resources
+// alike.
+func build(f *fileForm) (string, *node, error) {
+	if f.err != nil {
+		return "", nil, f.err
+	}
+	b := builder{name: f.name}
+	if f.domain == "" {
+		return "", nil, b.errAt(f.domainLine, "config file cannot have empty domain")
+	}
+	root := &node{children: make(map[string]*node, len(f.descriptors))}
+	if err := b.descriptors(root, f.descriptors, f.domain); err != nil {
+		return "", nil, err
+	}
+	return f.domain, root, nil
+}
+
+// builder builds one file's tree.
+type builder struct{ name string }
+
+func (b builder) errAt(line int, format string, args ...any) error {
+	return &ConfigError{File: b.name, Line: line, Msg: fmt.Sprintf(format, args...)}
+}
+
+// descriptors adds a list of descriptors under parent, whose stat key is
+// parentKey.
+func (b builder) descriptors(parent *node, list []descriptorForm, parentKey string) error {
+	for i := range list {
+		d := &list[i]
+		if d.err != nil {
+			return d.err
+		}
+		if d.key == "" {
+			return b.errAt(d.line, "descriptor has empty key")
+		}
+		// The stat key is the parent's, a dot and the descriptor's own key:
+		// its key, or its key and value; the own key, which the tree is
+		// looked up by, is the stat key's tail.
+		var statKey string
+		if d.value != "" {
+			statKey = parentKey + "." + d.key + "_" + d.value
+		} else {
+			statKey = parentKey + "." + d.key
+		}
+		final := statKey[len(parentKey)+1:]
+		if _, dup := parent.children[final]; dup {
+			return b.errAt(d.line, "duplicate descriptor composite key '%s'", statKey)
+		}
+		child := &node{}
+		if len(d.descriptors) > 0 {
+			child.children = make(map[string]*node, len(d.descriptors))
+		}
+		if d.rateLimit != nil {
+			r, err := b.rateLimit(d.rateLimit, statKey)
+			if err != nil {
+				return err
+			}
+			r.shadow, r.detailed = d.shadow, d.detailed
+			child.rule = r
+		}
+		if strings.Contains(final, "*") {
+			parent.wild = append(parent.wild, wildcard{key: final, parts: strings.Split(final, "*")})
+		}
+		parent.children[final] = child
+		if err := b.descriptors(child, d.descriptors, statKey); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
+	if f.err != nil {
+		return nil, f.err
+	}
+	unit, validUnit := unitNamed(f.unit)
+	if f.unlimited {
+		if validUnit {
+			return nil, b.errAt(f.unitLine, "should not specify rate limit unit when unlimited ('%s')", statKey)
+		}
+	} else if !validUnit {
+		line := f.unitLine
+		if line == 0 {
+			line = f.line
+		}
+		return nil, b.errAt(line, "invalid rate limit unit '%s' for '%s' (second, minute, hour, day, week, month or year)", f.unit, statKey)
+	}
+	r := &rule{
+		proto:     &pb.RateLimitResponse_RateLimit{Name: f.name, RequestsPerUnit: f.perUnit, Unit: unit},
+		perUnit:   int64(f.perUnit),
+		unit:      unitLength(unit),
+		algorithm: FixedWindow,
+		unlimited: f.unlimited,
+		debt:      f.debt,
+		lease:     f.lease,
+		name:      f.name,
+		statKey:   statKey,
+	}
+	if f.algorithm != "" {
+		r.algorithm = Algorithm(f.algorithm)
+		if !slices.Contains(algorithms, r.algorithm) {
+			return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", f.algorithm, statKey)
+		}
+	}
+	if f.lease && (r.algorithm != GCRA && r.algorithm != TokenBucket && r.algorithm != FixedWindow || f.debt) {
+		return nil, b.errAt(f.leaseLine, "lease: true for '%s' needs algorithm fixed_window, gcra or token_bucket (whose units are spent as they would be one by one) and no debt", statKey)
+	}
+	if r.algorithm == SlidingLog && f.debt {
+		return nil, b.errAt(f.debtLine, "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)
+	}
+	if r.algorithm == SlidingLog && f.perUnit > maxLogLimit {
+		return nil, b.errAt(f.perUnitLine, "requests_per_unit %d for '%s' is past the sliding log's %d (one entry per request): take sliding_window", f.perUnit, statKey, maxLogLimit)
+	}
+	for _, rp := range f.replaces {
+		if rp.err != nil {
+			return nil, rp.err
+		}
+		if rp.name == "" {
+			return nil, b.errAt(rp.line, "should not have an empty replaces entry ('%s')", statKey)
+		}
+		if rp.name == f.name {
+			return nil, b.errAt(rp.line, "replaces should not contain name of same descriptor ('%s')", statKey)
+		}
+		r.replaces = append(r.replaces, rp.name)
+	}
+	if !f.unlimited && f.perUnit > 0 {
+		r.limit = limitOf(r.algorithm, r.perUnit, r.unit)
+	}
+	return r, nil
+}
+
+// loader decodes one YAML file into its form.
 type loader struct{ name string }
 
 func (l loader) errAt(n *yaml.Node, format string, args ...any) error {
@@ -223,6 +434,12 @@ var (
 	unsupported    = []string{"quota_mode", "value_to_metric", "share_threshold", "metadata"}
 )
 
+// unsupportedKey is the fault of a key of the peer's this service does not
+// take.
+func unsupportedKey(key, where string) string {
+	return fmt.Sprintf("config error, '%s' in %s is envoyproxy/ratelimit's and not supported by this service", key, where)
+}
+
 // fields checks a mapping's keys against those allowed and returns the
 // values by key.
 func (l loader) fields(n *yaml.Node, where string, allowed []string) (map[string]*yaml.Node, error) {
@@ -238,7 +455,7 @@ func (l loader) fields(n *yaml.Node, where string, allowed []string) (map[string
 		switch {
 		case slices.Contains(allowed, k.Value):
 		case slices.Contains(unsupported, k.Value):
-			return nil, l.errAt(k, "config error, '%s' in %s is envoyproxy/ratelimit's and not supported by this service", k.Value, where)
+			return nil, l.errAt(k, "%s", unsupportedKey(k.Value, where))
 		default:
 			return nil, l.errAt(k, "config error, unknown key '%s' in %s", k.Value, where)
 		}
@@ -271,172 +488,131 @@ func kindOf(v any) string {
 	return "text"
 }
 
-func (l loader) load(data []byte) (string, *node, error) {
+// lineOf is where n was found, 0 for no node.
+func lineOf(n *yaml.Node) int {
+	if n == nil {
+		return 0
+	}
+	return n.Line
+}
+
+// decodeFile decodes a YAML config file into its form.
+func decodeFile(name string, data []byte) *fileForm {
+	l := loader{name: name}
+	f := &fileForm{name: name}
 	var doc yaml.Node
 	if err := yaml.Unmarshal(data, &doc); err != nil {
-		return "", nil, &ConfigError{File: l.name, Msg: "error loading config file: " + err.Error()}
+		f.err = &ConfigError{File: name, Msg: "error loading config file: " + err.Error()}
+		return f
 	}
 	if doc.Kind == 0 || len(doc.Content) == 0 {
-		return "", nil, &ConfigError{File: l.name, Msg: "config file cannot have empty domain"}
+		f.err = &ConfigError{File: name, Msg: "config file cannot have empty domain"}
+		return f
 	}
-	f, err := l.fields(doc.Content[0], "the file", rootKeys)
+	root, err := l.fields(doc.Content[0], "the file", rootKeys)
 	if err != nil {
-		return "", nil, err
+		f.err = err
+		return f
 	}
-	var domain string
-	if n := f["domain"]; n != nil {
-		if err := l.scalar(n, "domain", &domain); err != nil {
-			return "", nil, err
+	if n := root["domain"]; n != nil {
+		if err := l.scalar(n, "domain", &f.domain); err != nil {
+			f.err = err
+			return f
 		}
 	}
-	if domain == "" {
-		return "", nil, l.errAt(f["domain"], "config file cannot have empty domain")
-	}
-	root := &node{children: map[string]*node{}}
-	if err := l.descriptors(root, domain, f["descriptors"], domain+"."); err != nil {
-		return "", nil, err
-	}
-	return domain, root, nil
+	f.domainLine = lineOf(root["domain"])
+	f.descriptors, _ = l.descriptors(root["descriptors"], f.domain+".")
+	return f
 }
 
-// descriptors loads a list of descriptors under parent; prefix is the
-// parent's stat key and a dot.
-func (l loader) descriptors(parent *node, domain string, list *yaml.Node, prefix string) error {
+// descriptors decodes a list of descriptors, in the order build checks
+// them, up to and including the first that could not be read (ok false);
+// prefix is the parent's stat key and a dot (for the faults that name a
+// rate_limit).
+func (l loader) descriptors(list *yaml.Node, prefix string) (out []descriptorForm, ok bool) {
 	if list == nil || (list.Kind == yaml.ScalarNode && list.Tag == "!!null") {
-		return nil
+		return nil, true
 	}
 	if list.Kind != yaml.SequenceNode {
-		return l.errAt(list, "config error, 'descriptors' must be a list")
+		return []descriptorForm{{err: l.errAt(list, "config error, 'descriptors' must be a list")}}, false
 	}
+	out = make([]descriptorForm, 0, len(list.Content))
 	for _, item := range list.Content {
+		out = append(out, descriptorForm{line: item.Line})
+		d := &out[len(out)-1]
 		f, err := l.fields(item, "a descriptor", descriptorKeys)
 		if err != nil {
-			return err
+			d.err = err
+			return out, false
 		}
-		var key, value string
-		var shadow, detailed bool
-		for _, kv := range []field{{"key", &key}, {"value", &value}, {"shadow_mode", &shadow}, {"detailed_metric", &detailed}} {
+		for _, kv := range []field{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}} {
 			if n := f[kv.name]; n != nil {
 				if err := l.scalar(n, kv.name, kv.dst); err != nil {
-					return err
+					d.err = err
+					return out, false
 				}
 			}
 		}
-		if key == "" {
-			return l.errAt(item, "descriptor has empty key")
+		statKey := prefix + d.key
+		if d.value != "" {
+			statKey += "_" + d.value
 		}
-		final := key
-		if value != "" {
-			final += "_" + value
-		}
-		statKey := prefix + final
-		if _, dup := parent.children[final]; dup {
-			return l.errAt(item, "duplicate descriptor composite key '%s'", statKey)
-		}
-		child := &node{children: map[string]*node{}}
 		if n := f["rate_limit"]; n != nil {
-			r, err := l.rateLimit(n, statKey)
-			if err != nil {
-				return err
+			d.rateLimit = l.rateLimit(n, statKey)
+			if d.rateLimit.err != nil || len(d.rateLimit.replaces) > 0 && d.rateLimit.replaces[len(d.rateLimit.replaces)-1].err != nil {
+				return out, false
 			}
-			r.shadow, r.detailed = shadow, detailed
-			child.rule = r
 		}
-		if strings.Contains(final, "*") {
-			parent.wild = append(parent.wild, wildcard{key: final, parts: strings.Split(final, "*")})
-		}
-		parent.children[final] = child
-		if err := l.descriptors(child, domain, f["descriptors"], statKey+"."); err != nil {
-			return err
+		if d.descriptors, ok = l.descriptors(f["descriptors"], statKey+"."); !ok {
+			return out, false
 		}
 	}
-	return nil
+	return out, true
 }
 
-func (l loader) rateLimit(n *yaml.Node, statKey string) (*rule, error) {
+// rateLimit decodes a descriptor's rate_limit: its err, or its last
+// replaces entry's, is set when it could not be read.
+func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
+	r := &rateLimitForm{line: n.Line}
 	f, err := l.fields(n, "rate_limit of '"+statKey+"'", rateLimitKeys)
 	if err != nil {
-		return nil, err
+		r.err = err
+		return r
 	}
-	var perUnit uint32
-	var unitName, name, alg string
-	var unlimited, debt, lease bool
-	for _, kv := range []field{{"requests_per_unit", &perUnit}, {"unit", &unitName}, {"name", &name}, {"algorithm", &alg}, {"unlimited", &unlimited}, {"debt", &debt}, {"lease", &lease}} {
+	for _, kv := range []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited}, {"debt", &r.debt}, {"lease", &r.lease}} {
 		if v := f[kv.name]; v != nil {
 			if err := l.scalar(v, kv.name, kv.dst); err != nil {
-				return nil, err
+				r.err = err
+				return r
 			}
 		}
 	}
-	unit, validUnit := units[strings.ToUpper(unitName)]
-	if unlimited {
-		if validUnit {
-			return nil, l.errAt(f["unit"], "should not specify rate limit unit when unlimited ('%s')", statKey)
+	r.perUnitLine, r.unitLine, r.algorithmLine = lineOf(f["requests_per_unit"]), lineOf(f["unit"]), lineOf(f["algorithm"])
+	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
+	v := f["replaces"]
+	if v == nil {
+		return r
+	}
+	if v.Kind != yaml.SequenceNode {
+		r.replaces = []replaceForm{{err: l.errAt(v, "config error, 'replaces' must be a list")}}
+		return r
+	}
+	for _, item := range v.Content {
+		r.replaces = append(r.replaces, replaceForm{line: item.Line})
+		rp := &r.replaces[len(r.replaces)-1]
+		rf, err := l.fields(item, "replaces", replacesKeys)
+		if err != nil {
+			rp.err = err
+			return r
 		}
-	} else if !validUnit {
-		return nil, l.errAt(orNode(f["unit"], n), "invalid rate limit unit '%s' for '%s' (second, minute, hour, day, week, month or year)", unitName, statKey)
-	}
-	r := &rule{
-		proto:     &pb.RateLimitResponse_RateLimit{Name: name, RequestsPerUnit: perUnit, Unit: unit},
-		perUnit:   int64(perUnit),
-		unit:      unitLength(unit),
-		algorithm: FixedWindow,
-		unlimited: unlimited,
-		debt:      debt,
-		lease:     lease,
-		name:      name,
-		statKey:   statKey,
-	}
-	if alg != "" {
-		r.algorithm = Algorithm(alg)
-		if !slices.Contains(algorithms, r.algorithm) {
-			return nil, l.errAt(f["algorithm"], "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", alg, statKey)
-		}
-	}
-	if lease && (r.algorithm != GCRA && r.algorithm != TokenBucket && r.algorithm != FixedWindow || debt) {
-		return nil, l.errAt(f["lease"], "lease: true for '%s' needs algorithm fixed_window, gcra or token_bucket (whose units are spent as they would be one by one) and no debt", statKey)
-	}
-	if r.algorithm == SlidingLog && debt {
-		return nil, l.errAt(f["debt"], "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)
-	}
-	if r.algorithm == SlidingLog && perUnit > maxLogLimit {
-		return nil, l.errAt(f["requests_per_unit"], "requests_per_unit %d for '%s' is past the sliding log's %d (one entry per request): take sliding_window", perUnit, statKey, maxLogLimit)
-	}
-	if v := f["replaces"]; v != nil {
-		if v.Kind != yaml.SequenceNode {
-			return nil, l.errAt(v, "config error, 'replaces' must be a list")
-		}
-		for _, item := range v.Content {
-			rf, err := l.fields(item, "replaces", replacesKeys)
-			if err != nil {
-				return nil, err
+		if x := rf["name"]; x != nil {
+			if err := l.scalar(x, "name", &rp.name); err != nil {
+				rp.err = err
+				return r
 			}
-			var rn string
-			if x := rf["name"]; x != nil {
-				if err := l.scalar(x, "name", &rn); err != nil {
-					return nil, err
-				}
-			}
-			if rn == "" {
-				return nil, l.errAt(item, "should not have an empty replaces entry ('%s')", statKey)
-			}
-			if rn == name {
-				return nil, l.errAt(item, "replaces should not contain name of same descriptor ('%s')", statKey)
-			}
-			r.replaces = append(r.replaces, rn)
 		}
 	}
-	if !unlimited && perUnit > 0 {
-		r.limit = limitOf(r.algorithm, r.perUnit, r.unit)
-	}
-	return r, nil
-}
-
-func orNode(a, b *yaml.Node) *yaml.Node {
-	if a != nil {
-		return a
-	}
-	return b
+	return r
 }
 
 // limitOf is the module's limit for n requests per unit.

@@ -2,29 +2,33 @@ package rls
 
 import (
 	"context"
-	"errors"
-	"fmt"
-	"maps"
+	"log/slog"
 	"math"
 	"math/rand/v2"
 	"slices"
-	"strings"
+	"sync"
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
-	rlcfg "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"google.golang.org/genproto/googleapis/rpc/status"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/metadata"
-	"gopkg.in/yaml.v3"
 )
 
 // RateLimitConfigType is the type URL of the resources WatchXDS asks
 // for: go-control-plane's ratelimit.config.ratelimit.v3.RateLimitConfig,
 // as Envoy Gateway serves them.
 const RateLimitConfigType = "type.googleapis.com/ratelimit.config.ratelimit.v3.RateLimitConfig"
+
+// DefaultMaxDescriptors is the most descriptors (nested ones included) an
+// xDS update may hold unless XDS.MaxDescriptors says otherwise. An update
+// costs about its descriptors' worth of memory, however few bytes they take
+// on the wire: gRPC's 4 MiB carry 33,000 descriptors as Envoy Gateway writes
+// them, or 2 million empty ones. 100,000 is three times the first and holds
+// the config's memory to about 60 MiB.
+const DefaultMaxDescriptors = 100000
 
 // XDS is where WatchXDS takes the config from: an xDS server's aggregated
 // discovery service (state of the world), as envoyproxy/ratelimit does
@@ -42,6 +46,15 @@ type XDS struct {
 	Backoff Backoff
 	// CallOptions are added to each stream (grpc.MaxCallRecvMsgSize).
 	CallOptions []grpc.CallOption
+	// MaxDescriptors is the most descriptors an update may hold, nested
+	// ones included: a larger one is refused (a NACK naming the limit)
+	// before it is read. 0 is DefaultMaxDescriptors; below 0, no limit.
+	MaxDescriptors int
+
+	// parsed, where set (tests), is called once each response is parsed,
+	// before it is answered, with what tells the version of the newest
+	// response received since ("" for none).
+	parsed func(version string, newest func() string)
 }
 
 // Backoff is the wait before the nth new stream in a row after a failure
@@ -83,14 +96,26 @@ const renack = time.Second
 // WatchXDS subscribes to RateLimitConfig resources until ctx ends, and
 // makes each update the service's config: all the resources of the
 // update, each read as a config file named after the resource, with the
-// validation a directory's files get (Parse). An update that does not
-// load is refused (a NACK whose message is the reason, the config in
-// force staying), logged and counted (ratelimit_service_config_load
-// {result="error"}) once, however often the server sends it again (it is
-// refused again no oftener than once a second); one that loads is
-// acknowledged. A stream that fails
-// (the server gone, a connection cut) is opened again after x.Backoff,
-// asking for the whole state again.
+// validation a directory's files get (the same code checks both). An
+// update that does not load is refused (a NACK whose message is the
+// reason, the config in force staying) and counted
+// (ratelimit_service_config_load{result="error"}) once, however often the
+// server sends it again (it is refused again no oftener than once a
+// second); refusals for the same reason, whatever their versions, are
+// logged once per 10 s with their count. One that loads is acknowledged.
+// An update of more than x.MaxDescriptors descriptors is refused before it
+// is read.
+//
+// Responses that arrive while one is parsed are not queued: only the
+// newest is parsed and answered next, and one overtaken while it was
+// parsed is not answered (go-control-plane's server ignores an answer
+// that does not bear the nonce of the last response it sent).
+//
+// A stream that fails (the server gone, a connection cut) is opened again
+// after x.Backoff, asking for the whole state again; while the server
+// cannot be reached, gRPC is asked to connect again each time the backoff
+// ends, so that its own wait between connection attempts (up to two
+// minutes after a long outage) does not add to it.
 //
 // The resource has no field for this service's own keys of rate_limit;
 // a descriptor carries them in its metadata, beside its rate_limit:
@@ -101,7 +126,11 @@ const renack = time.Second
 // The channel returned is closed once the first update is in force.
 func (s *Service) WatchXDS(ctx context.Context, x XDS) <-chan struct{} {
 	loaded := make(chan struct{})
-	w := &xdsWatch{s: s, x: x, loaded: loaded}
+	w := &xdsWatch{s: s, x: x, loaded: loaded,
+		refused:     newRepeats(s.log, slog.LevelError, "rls: xDS config refused; the config in force stays", logEvery),
+		ended:       newRepeats(s.log, slog.LevelWarn, "rls: xDS stream ended; opening another", logEvery),
+		unreachable: newRepeats(s.log, slog.LevelWarn, "rls: xDS server not reachable; trying again", logEvery),
+	}
 	go w.run(ctx)
 	return loaded
 }
@@ -111,6 +140,8 @@ type xdsWatch struct {
 	x      XDS
 	loaded chan struct{} // closed by the first update in force
 
+	refused, ended, unreachable *repeats
+
 	acked         string    // the version in force
 	nacked        string    // the last version refused
 	nackedAt      time.Time // when it was last refused
@@ -118,6 +149,9 @@ type xdsWatch struct {
 }
 
 func (w *xdsWatch) run(ctx context.Context) {
+	defer w.refused.stop()
+	defer w.ended.stop()
+	defer w.unreachable.stop()
 	if len(w.x.Headers) > 0 {
 		ctx = metadata.NewOutgoingContext(ctx, metadata.New(w.x.Headers))
 	}
@@ -131,13 +165,110 @@ func (w *xdsWatch) run(ctx context.Context) {
 		}
 		d := w.x.Backoff.wait(w.streamsFailed)
 		w.streamsFailed++
-		w.s.log.Warn("rls: xDS stream ended; opening another", "err", err, "after", d)
+		w.ended.log(errorText(err), "err", err, "after", d)
+		t := time.NewTimer(d)
 		select {
 		case <-ctx.Done():
+			t.Stop()
 			return
-		case <-time.After(d):
+		case <-t.C:
 		}
 	}
+}
+
+// errorText is err's text, "" for none.
+func errorText(err error) string {
+	if err == nil {
+		return ""
+	}
+	return err.Error()
+}
+
+// open opens a stream. On a connection whose gRPC backoff can be reset (a
+// *grpc.ClientConn), it waits for the connection to be ready, and asks gRPC
+// to connect again at once each time x.Backoff's wait ends: a stream
+// opened while gRPC waits out its own backoff (1 s, growing 1.6 times at
+// each failed attempt up to 2 minutes) would fail at once, so that after a
+// minute's outage the server was read up to 20 s after it came back.
+func (w *xdsWatch) open(ctx context.Context) (discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient, error) {
+	client := discoverypb.NewAggregatedDiscoveryServiceClient(w.x.Conn)
+	conn, ok := w.x.Conn.(interface{ ResetConnectBackoff() })
+	if !ok {
+		return client.StreamAggregatedResources(ctx, w.x.CallOptions...)
+	}
+	type opened struct {
+		st  discoverypb.AggregatedDiscoveryService_StreamAggregatedResourcesClient
+		err error
+	}
+	done := make(chan opened, 1)
+	go func() {
+		st, err := client.StreamAggregatedResources(ctx, append(slices.Clip(w.x.CallOptions), grpc.WaitForReady(true))...)
+		done <- opened{st, err}
+	}()
+	for {
+		conn.ResetConnectBackoff()
+		d := w.x.Backoff.wait(w.streamsFailed)
+		t := time.NewTimer(d)
+		select {
+		case o := <-done:
+			t.Stop()
+			return o.st, o.err
+		case <-t.C:
+			w.streamsFailed++
+			w.unreachable.log("", "after", d)
+		}
+	}
+}
+
+// inbox holds a stream's newest response not yet taken, and its end.
+type inbox struct {
+	mu    sync.Mutex
+	resp  *discoverypb.DiscoveryResponse
+	err   error
+	ready chan struct{} // holds a token while resp or err is there
+}
+
+func newInbox() *inbox { return &inbox{ready: make(chan struct{}, 1)} }
+
+// put keeps resp, in place of any not taken yet, or the stream's end.
+func (b *inbox) put(resp *discoverypb.DiscoveryResponse, err error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if err != nil {
+		b.err = err
+	} else {
+		b.resp = resp
+	}
+	select {
+	case b.ready <- struct{}{}:
+	default:
+	}
+}
+
+// take is the newest response not taken yet, or nil, and the stream's
+// end, if it has ended.
+func (b *inbox) take() (*discoverypb.DiscoveryResponse, error) {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	resp := b.resp
+	b.resp = nil
+	if b.err == nil {
+		select {
+		case <-b.ready:
+		default:
+		}
+	}
+	return resp, b.err
+}
+
+// newest is the version of the response waiting, "" for none.
+func (b *inbox) newest() string {
+	b.mu.Lock()
+	defer b.mu.Unlock()
+	if b.resp == nil {
+		return ""
+	}
+	return b.resp.GetVersionInfo()
 }
 
 // stream runs one stream until it fails, and tells whether it delivered
@@ -145,7 +276,7 @@ func (w *xdsWatch) run(ctx context.Context) {
 func (w *xdsWatch) stream(ctx context.Context) (responded bool, err error) {
 	ctx, cancel := context.WithCancel(ctx)
 	defer cancel()
-	st, err := discoverypb.NewAggregatedDiscoveryServiceClient(w.x.Conn).StreamAggregatedResources(ctx, w.x.CallOptions...)
+	st, err := w.open(ctx)
 	if err != nil {
 		return false, err
 	}
@@ -154,175 +285,89 @@ func (w *xdsWatch) stream(ctx context.Context) (responded bool, err error) {
 	if err := st.Send(&discoverypb.DiscoveryRequest{Node: w.x.Node, TypeUrl: RateLimitConfigType}); err != nil {
 		return false, err
 	}
+	in := newInbox()
+	go func() {
+		for {
+			resp, err := st.Recv()
+			in.put(resp, err)
+			if err != nil {
+				return
+			}
+		}
+	}()
 	for {
-		resp, err := st.Recv()
-		if err != nil {
-			return responded, err
+		resp, err := in.take()
+		if resp == nil {
+			if err != nil {
+				return responded, err
+			}
+			select {
+			case <-ctx.Done():
+				return responded, ctx.Err()
+			case <-in.ready:
+			}
+			continue
 		}
 		responded = true
-		req := &discoverypb.DiscoveryRequest{Node: w.x.Node, TypeUrl: RateLimitConfigType, ResponseNonce: resp.GetNonce()}
-		cfg, err := xdsConfig(resp)
-		if err == nil {
-			w.s.m.configLoad(true)
-			w.s.SetConfig(cfg)
-			w.acked, w.nacked = resp.GetVersionInfo(), ""
-			w.s.log.Info("rls: config loaded from xDS", "version", w.acked, "resources", cfg.Files(), "domains", cfg.Domains())
-			select {
-			case <-w.loaded:
-			default:
-				close(w.loaded)
-			}
-		} else {
-			if resp.GetVersionInfo() == w.nacked {
-				// The same version again (the server sends a refused version
-				// until it has another): refused no oftener than renack, and
-				// logged and counted once.
-				if wait := renack - time.Since(w.nackedAt); wait > 0 {
-					select {
-					case <-ctx.Done():
-						return responded, ctx.Err()
-					case <-time.After(wait):
-					}
-				}
-			} else {
-				w.s.m.configLoad(false)
-				w.s.log.Error("rls: xDS config refused; the config in force stays", "version", resp.GetVersionInfo(), "err", err)
-			}
-			w.nacked, w.nackedAt = resp.GetVersionInfo(), time.Now()
-			if resp.GetTypeUrl() != "" {
-				req.TypeUrl = resp.GetTypeUrl() // the refusal answers the type sent
-			}
-			req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
+		req, ok := w.answer(ctx, resp, in)
+		if !ok {
+			continue // overtaken: the newer one is answered
 		}
-		req.VersionInfo = w.acked
 		if err := st.Send(req); err != nil {
 			return responded, err
 		}
 	}
 }
 
-// xdsConfig is the config of an update's resources.
-func xdsConfig(resp *discoverypb.DiscoveryResponse) (*Config, error) {
-	if resp.GetTypeUrl() != RateLimitConfigType {
-		return nil, fmt.Errorf("type %s: only %s is asked for", resp.GetTypeUrl(), RateLimitConfigType)
+// answer parses resp, makes it the config if it loads, and returns the
+// request that answers it, or false when a newer response came meanwhile
+// (or ctx ended) and resp is not to be answered.
+func (w *xdsWatch) answer(ctx context.Context, resp *discoverypb.DiscoveryResponse, in *inbox) (*discoverypb.DiscoveryRequest, bool) {
+	version := resp.GetVersionInfo()
+	req := &discoverypb.DiscoveryRequest{Node: w.x.Node, TypeUrl: RateLimitConfigType, ResponseNonce: resp.GetNonce()}
+	cfg, err := xdsConfig(resp, w.x.MaxDescriptors)
+	if w.x.parsed != nil {
+		w.x.parsed(version, in.newest)
 	}
-	files := map[string][]byte{}
-	for i, res := range resp.GetResources() {
-		rc := &rlcfg.RateLimitConfig{}
-		if err := res.UnmarshalTo(rc); err != nil {
-			return nil, fmt.Errorf("resource %d: %v", i, err)
+	if err == nil {
+		w.s.m.configLoad(true)
+		w.s.SetConfig(cfg)
+		w.acked, w.nacked = version, ""
+		w.s.log.Info("rls: config loaded from xDS", "version", w.acked, "resources", cfg.Files(), "domains", cfg.Domains())
+		select {
+		case <-w.loaded:
+		default:
+			close(w.loaded)
 		}
-		name := rc.GetName()
-		if name == "" {
-			name = fmt.Sprintf("resource %d", i)
+	} else {
+		if version != w.nacked {
+			w.s.m.configLoad(false)
+			w.refused.log(err.Error(), "version", version, "err", err)
+			w.nacked, w.nackedAt = version, time.Time{}
 		}
-		if _, dup := files[name]; dup {
-			return nil, fmt.Errorf("two resources named %q", name)
+		// The same version again (the server sends a refused version until
+		// it has another): refused no oftener than renack.
+		if wait := renack - time.Since(w.nackedAt); wait > 0 {
+			t := time.NewTimer(wait)
+			select {
+			case <-ctx.Done():
+				t.Stop()
+				return nil, false
+			case <-in.ready: // a newer response, or the stream's end
+				t.Stop()
+				return nil, false
+			case <-t.C:
+			}
 		}
-		b, err := ConfigYAML(rc)
-		if err != nil {
-			return nil, fmt.Errorf("%s: %v", name, err)
+		w.nackedAt = time.Now()
+		if resp.GetTypeUrl() != "" {
+			req.TypeUrl = resp.GetTypeUrl() // the refusal answers the type sent
 		}
-		files[name] = b
+		req.ErrorDetail = &status.Status{Code: int32(codes.InvalidArgument), Message: err.Error()}
 	}
-	cfg, err := Parse(files)
-	var ce *ConfigError
-	if errors.As(err, &ce) {
-		ce.Line = 0 // a line of the file made of the resource means nothing to its sender
+	if in.newest() != "" {
+		return nil, false
 	}
-	return cfg, err
+	req.VersionInfo = w.acked
+	return req, true
 }
-
-// ConfigYAML is a RateLimitConfig resource as the config file it stands
-// for (see WatchXDS for the keys a descriptor's metadata adds to its
-// rate_limit).
-func ConfigYAML(rc *rlcfg.RateLimitConfig) ([]byte, error) {
-	descs, err := yamlDescriptors(rc.GetDescriptors())
-	if err != nil {
-		return nil, err
-	}
-	root := map[string]any{"domain": rc.GetDomain()}
-	if len(descs) > 0 {
-		root["descriptors"] = descs
-	}
-	return yaml.Marshal(root)
-}
-
-// extensionKeys are the keys a descriptor's metadata may give its
-// rate_limit.
-var extensionKeys = []string{"algorithm", "debt", "lease"}
-
-func yamlDescriptors(ds []*rlcfg.RateLimitDescriptor) ([]map[string]any, error) {
-	var out []map[string]any
-	for _, d := range ds {
-		m := map[string]any{"key": d.GetKey()}
-		if d.GetValue() != "" {
-			m["value"] = d.GetValue()
-		}
-		if d.GetShadowMode() {
-			m["shadow_mode"] = true
-		}
-		if d.GetDetailedMetric() {
-			m["detailed_metric"] = true
-		}
-		if d.GetQuotaMode() {
-			m["quota_mode"] = true // refused by Parse, naming it
-		}
-		var ext map[string]any
-		if md := d.GetMetadata(); md != nil {
-			rest := map[string]any{}
-			for k, v := range md.GetFields() {
-				if !isExtension(k) {
-					rest[k] = v.AsInterface()
-					continue
-				}
-				if ext == nil {
-					ext = map[string]any{}
-				}
-				ext[k] = v.AsInterface()
-			}
-			if len(rest) > 0 {
-				m["metadata"] = rest // refused by Parse, naming it
-			}
-		}
-		if p := d.GetRateLimit(); p != nil {
-			rl := map[string]any{"requests_per_unit": p.GetRequestsPerUnit()}
-			if u := p.GetUnit(); u != rlcfg.RateLimitUnit_UNKNOWN || !p.GetUnlimited() {
-				rl["unit"] = strings.ToLower(u.String()) // "unknown" is refused by Parse, naming it
-			}
-			if p.GetUnlimited() {
-				rl["unlimited"] = true
-				if p.GetRequestsPerUnit() == 0 {
-					delete(rl, "requests_per_unit")
-				}
-			}
-			if p.GetName() != "" {
-				rl["name"] = p.GetName()
-			}
-			if rs := p.GetReplaces(); len(rs) > 0 {
-				names := make([]map[string]any, len(rs))
-				for i, r := range rs {
-					names[i] = map[string]any{"name": r.GetName()}
-				}
-				rl["replaces"] = names
-			}
-			for k, v := range ext {
-				rl[k] = v
-			}
-			m["rate_limit"] = rl
-		} else if len(ext) > 0 {
-			return nil, fmt.Errorf("descriptor %q: metadata %s without a rate_limit", d.GetKey(), strings.Join(slices.Sorted(maps.Keys(ext)), ", "))
-		}
-		if len(d.GetDescriptors()) > 0 {
-			sub, err := yamlDescriptors(d.GetDescriptors())
-			if err != nil {
-				return nil, err
-			}
-			m["descriptors"] = sub
-		}
-		out = append(out, m)
-	}
-	return out, nil
-}
-
-func isExtension(k string) bool { return slices.Contains(extensionKeys, k) }

@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"log/slog"
 	"maps"
+	"math"
 	"slices"
 	"strings"
 	"testing"
@@ -12,12 +13,15 @@ import (
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	discoverypb "github.com/envoyproxy/go-control-plane/envoy/service/discovery/v3"
 	rlcfg "github.com/envoyproxy/go-control-plane/ratelimit/config/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/testutil"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
+	"google.golang.org/protobuf/encoding/protowire"
 	"google.golang.org/protobuf/proto"
+	"google.golang.org/protobuf/types/known/anypb"
 	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
@@ -170,8 +174,8 @@ func TestBackoff(t *testing.T) {
 	}
 }
 
-// TestConfigYAML: a resource reads as the file it stands for.
-func TestConfigYAML(t *testing.T) {
+// TestResourceReadsAsFile: a resource reads as the file it stands for.
+func TestResourceReadsAsFile(t *testing.T) {
 	rc := &rlcfg.RateLimitConfig{Name: "n", Domain: "apis", Descriptors: []*rlcfg.RateLimitDescriptor{
 		{Key: "route", Value: "r1", Descriptors: []*rlcfg.RateLimitDescriptor{
 			{Key: "rule-0-match-0", ShadowMode: true, DetailedMetric: true, RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_SECOND, RequestsPerUnit: 5, Name: "p", Replaces: []*rlcfg.RateLimitReplace{{Name: "q"}}}},
@@ -180,10 +184,6 @@ func TestConfigYAML(t *testing.T) {
 	}}
 	md, _ := structpb.NewStruct(map[string]any{"algorithm": "token_bucket", "debt": true})
 	rc.Descriptors[0].Descriptors[0].Metadata = md
-	got, err := ConfigYAML(rc)
-	if err != nil {
-		t.Fatal(err)
-	}
 	want := mustParse(t, map[string]string{"apis.yaml": `
 domain: apis
 descriptors:
@@ -197,9 +197,9 @@ descriptors:
   - key: free
     rate_limit: {unlimited: true}
 `})
-	cfg, err := Parse(map[string][]byte{"apis.yaml": got})
+	cfg, err := xdsConfig(response(t, "1", rc), 0)
 	if err != nil {
-		t.Fatalf("%v\n%s", err, got)
+		t.Fatal(err)
 	}
 	if dump(cfg) != dump(want) {
 		t.Fatalf("read as\n%s\nwant\n%s", dump(cfg), dump(want))
@@ -207,6 +207,20 @@ descriptors:
 	if !strings.Contains(dump(cfg), "token_bucket") {
 		t.Fatalf("the metadata's algorithm was lost:\n%s", dump(cfg))
 	}
+}
+
+// response is an xDS response of version holding rcs.
+func response(t testing.TB, version string, rcs ...*rlcfg.RateLimitConfig) *discoverypb.DiscoveryResponse {
+	t.Helper()
+	resp := &discoverypb.DiscoveryResponse{VersionInfo: version, TypeUrl: RateLimitConfigType}
+	for _, rc := range rcs {
+		a, err := anypb.New(rc)
+		if err != nil {
+			t.Fatal(err)
+		}
+		resp.Resources = append(resp.Resources, a)
+	}
+	return resp
 }
 
 // dump is a config's domains and rules, one line each.
@@ -228,33 +242,149 @@ func dump(c *Config) string {
 	return b.String()
 }
 
+// xdsFault is a resource and what its refusal says ("" when it loads).
+type xdsFault struct {
+	rc   *rlcfg.RateLimitConfig
+	want string
+}
+
+// xdsFaults are resources with each fault a resource can have, a value of
+// each kind in each key the metadata may give rate_limit among them.
+func xdsFaults() []xdsFault {
+	one := func(d *rlcfg.RateLimitDescriptor) *rlcfg.RateLimitConfig {
+		return &rlcfg.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{d}}
+	}
+	limit := func(md map[string]any) *rlcfg.RateLimitConfig { return xdsLimit("r", 3, md) }
+	minute := func() *rlcfg.RateLimitPolicy {
+		return &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_MINUTE, RequestsPerUnit: 3}
+	}
+	out := []xdsFault{
+		{&rlcfg.RateLimitConfig{Name: "r"}, "r: config file cannot have empty domain"},
+		{one(&rlcfg.RateLimitDescriptor{Value: "v"}), "r: descriptor has empty key"},
+		{&rlcfg.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k"}, {Key: "k"}}}, "duplicate descriptor composite key 'd.k'"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", QuotaMode: true}), "'quota_mode' in a descriptor is envoyproxy/ratelimit's"},
+		{limit(map[string]any{"x": 1, "algorithm": "gcra"}), "'metadata' in a descriptor"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", QuotaMode: true, Metadata: mustStruct(map[string]any{"y": true})}), "'metadata' in a descriptor"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", Metadata: mustStruct(map[string]any{"debt": true, "algorithm": "gcra"})}), `descriptor "k": metadata algorithm, debt without a rate_limit`},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{RequestsPerUnit: 1}}), "invalid rate limit unit 'unknown' for 'd.k'"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: 42, RequestsPerUnit: 1}}), "invalid rate limit unit '42' for 'd.k'"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: 42, Unlimited: true}}), ""},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_HOUR, Unlimited: true}}), "should not specify rate limit unit when unlimited ('d.k')"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_HOUR, Name: "n", Replaces: []*rlcfg.RateLimitReplace{{Name: "m"}, {}}}}), "should not have an empty replaces entry ('d.k')"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: rlcfg.RateLimitUnit_HOUR, Name: "n", Replaces: []*rlcfg.RateLimitReplace{{Name: "n"}}}}), "replaces should not contain name of same descriptor ('d.k')"},
+		{limit(map[string]any{"algorithm": "sliding_log", "debt": true}), "debt: true does not go with sliding_log for 'd.k'"},
+		{xdsLimit("r", 100001, map[string]any{"algorithm": "sliding_log"}), "requests_per_unit 100001 for 'd.k' is past the sliding log's 100000"},
+		{limit(map[string]any{"algorithm": "sliding_window", "lease": true}), "lease: true for 'd.k' needs algorithm fixed_window, gcra or token_bucket"},
+		{limit(map[string]any{"lease": true, "debt": true}), "lease: true for 'd.k'"},
+		{limit(map[string]any{"lease": "on"}), ""},
+		{limit(map[string]any{"debt": "No"}), ""},
+		{limit(map[string]any{"algorithm": nil, "debt": nil, "lease": nil}), ""},
+		{limit(map[string]any{"algorithm": true}), "unknown algorithm 'true' for 'd.k'"},
+		{limit(map[string]any{"algorithm": 1e21}), "unknown algorithm '1e+21' for 'd.k'"},
+		{limit(map[string]any{"algorithm": -0.5}), "unknown algorithm '-0.5' for 'd.k'"},
+		{limit(map[string]any{"algorithm": []any{"gcra"}}), "config error, 'algorithm' must be a single value"},
+		{limit(map[string]any{"algorithm": map[string]any{}}), "config error, 'algorithm' must be a single value"},
+		{limit(map[string]any{"algorithm": []any{}, "debt": "maybe"}), "'algorithm' must be a single value"},
+		{limit(map[string]any{"debt": "maybe", "lease": 1}), `config error, 'debt': cannot read "maybe" as true or false`},
+		{limit(map[string]any{"debt": "true"}), `config error, 'debt': cannot read "true" as true or false`},
+		{limit(map[string]any{"lease": 1}), `config error, 'lease': cannot read "1" as true or false`},
+		{limit(map[string]any{"lease": map[string]any{"a": 1}}), "config error, 'lease' must be a single value"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k\nx", Value: "a\r\nb\u2028", RateLimit: minute()}), ""},
+		{&rlcfg.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{
+			{Key: "k", RateLimit: minute(), Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "j", RateLimit: &rlcfg.RateLimitPolicy{}}}},
+			{Key: "k"},
+		}}, "invalid rate limit unit 'unknown' for 'd.k.j'"},
+	}
+	for _, v := range []any{nil, true, false, 0, 2.5, math.NaN(), math.Inf(1), math.Inf(-1), "", "gcra", "yes", "Off", "y", "~", "null", []any{}, map[string]any{}} {
+		for _, k := range extensionKeys {
+			out = append(out, xdsFault{limit(map[string]any{k: v}), "?"})
+		}
+	}
+	return out
+}
+
+func mustMarshal(t testing.TB, m proto.Message) []byte {
+	b, err := proto.Marshal(m)
+	if err != nil {
+		t.Fatal(err)
+	}
+	return b
+}
+
+func mustStruct(m map[string]any) *structpb.Struct {
+	s, err := structpb.NewStruct(m)
+	if err != nil {
+		panic(err)
+	}
+	return s
+}
+
+// TestXDSFaults: each fault of a resource is named in the words a file's
+// is, and as rls named it when it read resources through YAML.
+func TestXDSFaults(t *testing.T) {
+	for _, c := range xdsFaults() {
+		resp := response(t, "1", c.rc)
+		_, err := xdsConfig(resp, 0)
+		_, old := viaYAML(resp)
+		if (err == nil) != (old == nil) || err != nil && err.Error() != old.Error() {
+			t.Errorf("%v: read directly: %v; through YAML: %v", c.rc, err, old)
+		}
+		switch {
+		case c.want == "?": // a value of some kind: as through YAML, whatever that says
+		case c.want == "" && err != nil:
+			t.Errorf("%v: %v, want it to load", c.rc, err)
+		case c.want != "" && (err == nil || !strings.Contains(err.Error(), c.want)):
+			t.Errorf("%v: %v, want it to say %q", c.rc, err, c.want)
+		}
+	}
+}
+
 // FuzzXDSConfig: any resource, however malformed, reads as a config or is
-// refused with an error, never a panic; one that reads has, at each of
-// its descriptors' paths, the limit the resource gives it.
+// refused with an error, never a panic, as it read through the YAML file
+// it stands for (the same config, or the same error); one that reads has,
+// at each of its descriptors' paths, the limit the resource gives it.
 func FuzzXDSConfig(f *testing.F) {
-	for _, rc := range []*rlcfg.RateLimitConfig{
+	seeds := []*rlcfg.RateLimitConfig{
 		xdsLimit("a", 5, nil),
 		xdsLimit("b", 0, map[string]any{"algorithm": "token_bucket", "debt": true}),
 		{Name: "c", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k", Value: "v*", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "x", RateLimit: &rlcfg.RateLimitPolicy{Unlimited: true}}}}}},
-	} {
-		b, err := proto.Marshal(rc)
-		if err != nil {
-			f.Fatal(err)
-		}
-		f.Add(b)
 	}
+	for _, c := range xdsFaults() {
+		seeds = append(seeds, c.rc)
+	}
+	for _, rc := range seeds {
+		f.Add(mustMarshal(f, rc))
+	}
+	// Merged and repeated fields, a field of an unknown number, one of a
+	// known number and another wire type, as the generated code may meet
+	// them from another writer.
+	f.Add(slices.Concat(mustMarshal(f, xdsLimit("a", 5, nil)), mustMarshal(f, &rlcfg.RateLimitConfig{Name: "b",
+		Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "j", RateLimit: &rlcfg.RateLimitPolicy{Name: "n"}}}}),
+		protowire.AppendTag(nil, 9, protowire.VarintType), []byte{1}, protowire.AppendTag(nil, 2, protowire.VarintType), []byte{7}))
 	f.Fuzz(func(t *testing.T, b []byte) {
+		// The bytes as a resource's, read by both as they are.
+		resp := &discoverypb.DiscoveryResponse{VersionInfo: "1", TypeUrl: RateLimitConfigType,
+			Resources: []*anypb.Any{{TypeUrl: RateLimitConfigType, Value: b}}}
 		rc := &rlcfg.RateLimitConfig{}
 		if proto.Unmarshal(b, rc) != nil {
-			return
+			rc = nil
 		}
-		y, err := ConfigYAML(rc)
+		cfg, err := xdsConfig(resp, -1)
+		// As the resource read through the YAML it stands for, as rls read
+		// it before: the same config, or the same fault in the same words.
+		// (Unless yaml.v3 cannot write one of its texts so as to read it
+		// back: a domain of a newline read back as none, a key of a
+		// newline and digits as a file that does not parse.)
+		old, oldErr := viaYAML(resp)
+		faithful := rc == nil || yamlKeepsTexts(rc) && (oldErr == nil || !strings.Contains(oldErr.Error(), "error loading config file"))
+		if faithful && ((err == nil) != (oldErr == nil) || err != nil && err.Error() != oldErr.Error()) {
+			t.Fatalf("read directly: %v; through YAML: %v\n%v", err, oldErr, rc)
+		}
 		if err != nil {
 			return
 		}
-		cfg, err := Parse(map[string][]byte{"r": y})
-		if err != nil {
-			return
+		if faithful && dump(cfg) != dump(old) {
+			t.Fatalf("read directly:\n%s\nthrough YAML:\n%s", dump(cfg), dump(old))
 		}
 		var walk func(n *node, ds []*rlcfg.RateLimitDescriptor, path string)
 		walk = func(n *node, ds []*rlcfg.RateLimitDescriptor, path string) {
@@ -265,7 +395,7 @@ func FuzzXDSConfig(f *testing.F) {
 				}
 				child := n.children[k]
 				if child == nil && !strings.Contains(d.GetValue(), "*") {
-					t.Fatalf("%s/%s: not in the config\n%s", path, k, y)
+					t.Fatalf("%s/%s: not in the config\n%v", path, k, rc)
 				}
 				if child == nil {
 					continue // a wildcard's, matched by value
@@ -273,7 +403,7 @@ func FuzzXDSConfig(f *testing.F) {
 				if p := d.GetRateLimit(); p != nil {
 					r := child.rule
 					if r == nil || r.unlimited != p.GetUnlimited() || (!p.GetUnlimited() && r.perUnit != int64(p.GetRequestsPerUnit())) {
-						t.Fatalf("%s/%s: rule %+v for %v\n%s", path, k, r, p, y)
+						t.Fatalf("%s/%s: rule %+v for %v\n%v", path, k, r, p, rc)
 					}
 				}
 				walk(child, d.GetDescriptors(), path+"/"+k)
