@@ -376,11 +376,13 @@ func (c *Client) engineFor(ctx context.Context, key string) (context.Context, En
 	case e == Scripts || e == Functions:
 		if asked := n.asked.Load(); time.Since(time.Unix(0, asked)) >= recheck &&
 			n.asked.CompareAndSwap(asked, time.Now().UnixNano()) { // one call a minute asks again, in the background
-			go n.probe.wait(context.WithoutCancel(ctx), c, func(ctx context.Context) error { return n.detect(ctx, c, ask) })
+			go n.probe.wait(context.WithoutCancel(ctx), c, func(ctx context.Context) error { return n.redetect(ctx, c, ask) })
 		}
 		return ctx, e, n, ask, nil
 	}
-	ctx, err = n.probe.wait(ctx, c, func(ctx context.Context) error { return n.start(ctx, c, ask) })
+	// once: a probe that succeeded between the look above and now (the
+	// engine known) is not sent again.
+	ctx, err = n.probe.once(ctx, c, func(ctx context.Context) error { return n.start(ctx, c, ask) })
 	if err != nil {
 		return ctx, Module, n, ask, err
 	}
@@ -388,13 +390,32 @@ func (c *Client) engineFor(ctx context.Context, key string) (context.Context, En
 }
 
 // start is a server's start-up work for the first calls: detect, then the
-// connections they will take (warm).
+// connections they will take (warm), and only then the engine made known,
+// so that the calls coming meanwhile wait with the others rather than dial
+// beside the warming.
 func (n *node) start(ctx context.Context, c *Client, ask doer) error {
-	if err := n.detect(ctx, c, ask); err != nil {
+	e, err := n.detect(ctx, c, ask)
+	if err != nil {
 		return err
 	}
 	c.warm(ctx, ask, n.probe.waiting())
+	n.learn(e)
 	return nil
+}
+
+// redetect is detect, the engine made known at once.
+func (n *node) redetect(ctx context.Context, c *Client, ask doer) error {
+	e, err := n.detect(ctx, c, ask)
+	if err == nil {
+		n.learn(e)
+	}
+	return err
+}
+
+// learn records that the server runs engine e, as of now.
+func (n *node) learn(e Engine) {
+	n.asked.Store(time.Now().UnixNano())
+	n.engine.Store(int32(e))
 }
 
 // warm opens the connections that want calls, waiting for a server's
@@ -423,31 +444,24 @@ func (c *Client) warm(ctx context.Context, ask doer, want int) {
 }
 
 // detect asks the server whether it has the module and, where it has not,
-// readies the Lua engine it takes: the library, else the scripts.
-func (n *node) detect(ctx context.Context, c *Client, ask doer) error {
+// readies the Lua engine it takes: the library, else the scripts. It
+// returns the engine; the caller makes it known (learn).
+func (n *node) detect(ctx context.Context, c *Client, ask doer) (Engine, error) {
 	cmd := redis.NewCmd(ctx, "COMMAND", "INFO", algos[algoGCRA].take)
 	err := c.bound(ctx, ask, cmd)
-	var e Engine
 	var refused redis.Error
 	switch {
 	case errors.As(err, &refused):
 		// The server will not say (an ACL without COMMAND): take the module,
 		// whose "unknown command" turns the call into its script.
-		e = Module
+		return Module, nil
 	case err != nil:
-		return err // no answer (and cmd not ours to read): the calls waiting fail with it, and the next asks again
-	default:
-		e = Module
-		if info, _ := cmd.Slice(); len(info) != 1 || info[0] == nil {
-			var err error
-			if e, err = n.luaEngine(ctx, c, ask); err != nil {
-				return err
-			}
-		}
+		return 0, err // no answer (and cmd not ours to read): the calls waiting fail with it, and the next asks again
 	}
-	n.asked.Store(time.Now().UnixNano())
-	n.engine.Store(int32(e))
-	return nil
+	if info, _ := cmd.Slice(); len(info) != 1 || info[0] == nil {
+		return n.luaEngine(ctx, c, ask)
+	}
+	return Module, nil
 }
 
 // luaEngine readies the library on a server without the module: Functions
@@ -726,7 +740,7 @@ func (c *Client) prepare(ctx context.Context, n *node) {
 		var err error
 		switch e {
 		case 0: // not asked yet: whether it has the module, and its Lua engine if not
-			_, err = m.probe.wait(ctx, c, func(ctx context.Context) error { return m.detect(ctx, c, server) })
+			_, err = m.probe.wait(ctx, c, func(ctx context.Context) error { return m.redetect(ctx, c, server) })
 		case Functions:
 			m.lib.done.Store(false)
 			_, err = m.library(ctx, c, server)

@@ -143,11 +143,11 @@ var startupContexts = []struct {
 // three times longer, is how long the work is held past the moment every
 // call's context was made: every call waits past its deadline.
 const (
-	herdDeadline = 100 * time.Millisecond
+	herdDeadline = 200 * time.Millisecond
 	herdHold     = 3 * herdDeadline
 )
 
-// A herd of 60 first calls, each with a 100 ms deadline, on a fixed window
+// A herd of 60 first calls, each with a 200 ms deadline, on a fixed window
 // of 10, while the server takes longer than that to answer the start-up
 // work (the probe; the library's load, or a script's): every call waits
 // for it and is then decided by the limiter: exactly 10 admitted, none
@@ -237,7 +237,7 @@ func TestStartupCanceled(t *testing.T) {
 			return context.WithTimeout(p, time.Hour)
 		}},
 		{"client.WithTimeout, after its deadline", func(p context.Context) (context.Context, context.CancelFunc) {
-			return WithTimeout(p, 10*time.Millisecond)
+			return WithTimeout(p, herdDeadline)
 		}},
 	} {
 		t.Run(c.name, func(t *testing.T) {
@@ -253,9 +253,15 @@ func TestStartupCanceled(t *testing.T) {
 				answer <- err
 			}()
 			for h.arrived.Load() == 0 { // the probe is held: the call waits
-				time.Sleep(time.Millisecond)
+				select {
+				case err := <-answer:
+					t.Fatalf("the call ended before the probe reached the server: %v", err)
+				case <-time.After(time.Millisecond):
+				}
 			}
-			time.Sleep(30 * time.Millisecond) // past the 10 ms deadline
+			if d, ok := cctx.Deadline(); ok && d.Before(time.Now().Add(time.Minute)) {
+				time.Sleep(time.Until(d) + 20*time.Millisecond) // past the deadline
+			}
 			hangUp()
 			select {
 			case err := <-answer:
@@ -288,8 +294,8 @@ func TestStartupProbeNeverAnswers(t *testing.T) {
 	for _, cx := range startupContexts {
 		t.Run(cx.name, func(t *testing.T) {
 			cl, f, h := heldFake(t, Functions)
-			cl.prepareTimeout = 300 * time.Millisecond
-			mk := cx.mk(20 * time.Millisecond)
+			cl.prepareTimeout = 3 * herdDeadline
+			mk := cx.mk(herdDeadline)
 			start := time.Now()
 			var wg sync.WaitGroup
 			errs := make([]error, 10)
