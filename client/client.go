@@ -422,6 +422,7 @@ type Client struct {
 	mapped    flight       // a Cluster's map, read once before the first calls (nodeFor)
 	pushed    sync.Map     // contexts whose calls waited for start-up work: their Done channel to the context they go on with (resumed)
 	npushed   atomic.Int64 // how many pushed holds
+	starting  atomic.Int32 // start-up work running now (warming)
 	// prepareTimeout bounds each piece of start-up work (the package's
 	// prepareTimeout when the client was made).
 	prepareTimeout time.Duration

@@ -166,7 +166,11 @@ func (f *flight) run(ctx context.Context, c *Client, work func(context.Context) 
 	if call == nil {
 		call = &flightCall{finished: make(chan struct{})}
 		f.cur = call
-		go f.do(call, context.WithoutCancel(ctx), c.prepareTimeout, work)
+		c.starting.Add(1)
+		go func() {
+			defer c.starting.Add(-1)
+			f.do(call, context.WithoutCancel(ctx), c.prepareTimeout, work)
+		}()
 	}
 	patient := !f.failed.Load()
 	call.waiters.Add(1)
@@ -174,6 +178,11 @@ func (f *flight) run(ctx context.Context, c *Client, work func(context.Context) 
 	defer call.waiters.Add(-1)
 	return c.await(ctx, call, patient)
 }
+
+// warming reports whether start-up work of c's (see flight) is running:
+// a call that waits on another's call (the local tier's cold calls, which
+// share one) waits past its deadline while it does, as await does.
+func (c *Client) warming() bool { return c.starting.Load() > 0 }
 
 // waiting is how many calls wait for the work in flight now.
 func (f *flight) waiting() int {

@@ -681,7 +681,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		if ch == nil { // closed meanwhile
 			break
 		}
-		timedOut, err := await(ctx, ch, waitUntil) // no decision waits past Timeout
+		timedOut, err := t.await(ctx, ch, waitUntil) // no decision waits past Timeout
 		if err != nil {
 			return Result{}, err
 		}
@@ -692,17 +692,36 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 }
 
 // await waits for ch until deadline or ctx's end: late when the deadline
-// came first, ctx's error when ctx ended.
-func await(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
+// came first, ctx's error when ctx ended. While the client's start-up work
+// runs (Client.warming) a deadline that passes does not end the wait:
+// start-up work is not the call's to pay for (see Client.await); the
+// caller's own end still does, where its context tells it.
+func (t *Leased) await(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
+	warming := t.c.warming()
 	select {
 	case <-ch:
 		return false, nil
 	case <-timer.C:
 		return true, nil
 	case <-ctx.Done():
-		return false, ctx.Err()
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !warming && !t.c.warming() {
+			return false, ctx.Err()
+		}
+	}
+	var gone <-chan struct{}
+	parent := anchorOf(ctx)
+	if parent != nil {
+		gone = parent.Done()
+	}
+	select {
+	case <-ch:
+		return false, nil
+	case <-timer.C:
+		return true, nil
+	case <-gone:
+		return false, parent.Err()
 	}
 }
 
@@ -746,9 +765,8 @@ func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey,
 	b.n++
 	k.mu.Unlock()
 	t.stats.coalesced.Add(1)
-	select {
-	case <-b.done:
-	case <-ctx.Done():
+	late, err := t.await(ctx, b.done, time.Now().Add(t.c.prepareTimeout+t.o.Timeout)) // the batch's call ends within its Timeout, and the start-up work it may wait for
+	if err != nil || late {
 		b.mu.Lock()
 		ended := b.ended
 		if !ended {
@@ -756,7 +774,10 @@ func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey,
 		}
 		b.mu.Unlock()
 		if !ended {
-			return Result{}, ctx.Err()
+			if err == nil {
+				err = context.DeadlineExceeded
+			}
+			return Result{}, err
 		}
 	}
 	return b.result(i, l)

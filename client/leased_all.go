@@ -142,7 +142,7 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 			t.stats.waits.Add(1)
 			waitUntil = time.Now().Add(t.o.Timeout)
 		}
-		timedOut, err := await(ctx, wait, waitUntil) // no decision waits past Timeout
+		timedOut, err := t.await(ctx, wait, waitUntil) // no decision waits past Timeout
 		if err != nil {
 			return Result{}, err
 		}

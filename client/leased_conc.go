@@ -249,7 +249,7 @@ func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id stri
 		if ch == nil { // closed meanwhile
 			break
 		}
-		timedOut, err := await(ctx, ch, waitUntil) // no decision waits past Timeout
+		timedOut, err := t.await(ctx, ch, waitUntil) // no decision waits past Timeout
 		if err != nil {
 			return Result{}, err
 		}

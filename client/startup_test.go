@@ -453,3 +453,27 @@ func heldCluster(t *testing.T, cl *fakeredis.Cluster, h *held, maps *atomic.Int3
 	t.Cleanup(func() { cc.Close() })
 	return cc
 }
+
+// The same herd through the local tier (the key cold, so the first call
+// goes to the limiter and the rest share the next, UpTo): the calls that
+// wait on another's call wait past their deadline too while the start-up
+// work runs, so exactly 10 of 60 are admitted, none failed. (They failed
+// at their deadlines, to be decided by the caller's failure policy.)
+func TestStartupHerdLeased(t *testing.T) {
+	for _, engine := range []Engine{Module, Functions} {
+		t.Run(engine.String(), func(t *testing.T) {
+			c, _, h := heldFake(t, engine)
+			tier := NewLeased(c, LeaseOptions{})
+			t.Cleanup(func() { tier.Close(context.Background()) })
+			res, errs := firstCalls(h, 60, herdHold, startupContexts[0].mk(herdDeadline), func(ctx context.Context, _ int) (Result, error) {
+				return tier.Take(ctx, "herd", FixedWindow(10, time.Minute), 1)
+			})
+			if n := admitted(t, res, errs); n != 10 {
+				t.Fatalf("%d of 60 admitted, want 10; the tier %+v", n, tier.Stats())
+			}
+			if s := tier.Stats(); s.Coalesced == 0 {
+				t.Fatalf("no call shared another's: %+v", s)
+			}
+		})
+	}
+}
