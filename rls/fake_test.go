@@ -44,11 +44,18 @@ func onFake(t *testing.T, cfg string, o Options) (*Service, *fakeredis.Server) {
 	return onClient(t, rdb, cfg, o, f.Now), f
 }
 
-// onClient is a service on rdb with cfg, its clock now.
+// onClient is a service on rdb with cfg, its clock now. Unless o says
+// otherwise, each Redis call may take up to 5 s: these tests decide and
+// time nothing, and on a loaded machine a call to the fake took longer
+// than the default 100 ms (TestAllOrNothingAcrossSlots failed 4 times in
+// 8 with every core busy).
 func onClient(t *testing.T, rdb redis.UniversalClient, cfg string, o Options, now func() time.Time) *Service {
 	t.Helper()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
+	}
+	if o.Timeout == 0 {
+		o.Timeout = 5 * time.Second
 	}
 	s := New(rdb, mustParse(t, map[string]string{"d.yaml": cfg}), o)
 	s.now = now
