@@ -25,9 +25,10 @@ const RateLimitConfigType = "type.googleapis.com/ratelimit.config.ratelimit.v3.R
 // DefaultMaxDescriptors is the most descriptors (nested ones included) an
 // xDS update may hold unless XDS.MaxDescriptors says otherwise. An update
 // costs about its descriptors' worth of memory, however few bytes they take
-// on the wire: gRPC's 4 MiB carry 33,000 descriptors as Envoy Gateway writes
-// them, or 2 million empty ones. 100,000 is three times the first and holds
-// the config's memory to about 60 MiB.
+// on the wire: gRPC's 4 MiB carry 33,000 descriptors of routes and their
+// rules' matches (TestXDSUpdateMemory's update), or 2 million empty ones.
+// 100,000 is three times the first and holds a config to about 55 MB (536
+// bytes a descriptor in that update).
 const DefaultMaxDescriptors = 100000
 
 // XDS is where WatchXDS takes the config from: an xDS server's aggregated

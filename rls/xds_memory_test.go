@@ -10,9 +10,9 @@ import (
 	"google.golang.org/protobuf/proto"
 )
 
-// bigUpdate is an update of 33,000 descriptors as Envoy Gateway writes
-// them: 10 listeners (one resource and domain each) of 1,650 routes, each
-// a descriptor for the route's rule and match under it, holding the limit.
+// bigUpdate is an update of 33,000 descriptors: 10 listeners (one resource
+// and domain each) of 1,650 routes, each a descriptor for the route and,
+// under it, one for its rule's match, holding the limit, named after them.
 // It is about 3.9 MB on the wire, as the update hostile testing sent.
 func bigUpdate(t testing.TB) *discoverypb.DiscoveryResponse {
 	var rcs []*rlcfg.RateLimitConfig
