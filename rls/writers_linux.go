@@ -26,10 +26,12 @@ import (
 // with its old modification time, before the kernel queues the truncation's
 // IN_MODIFY, and a writer descheduled there (325 ms, seen on a loaded 2-core
 // machine) left an empty file that looked still for longer than settle.
-// IN_OPEN is queued before the truncation starts (the kernel queues it when
-// the file is opened, before O_TRUNC is applied). The kernel does not say
-// whether an open is for writing, so a reader holding a file open holds the
-// reload too, for up to writerWait.
+// IN_OPEN is queued before the truncation starts: Linux 6.18, where this was
+// traced, queues it as the file is opened, before O_TRUNC is applied (its
+// events come OPEN, MODIFY, CLOSE_WRITE). A kernel that queued it only as
+// open(2) returns would leave the stalled truncation to sizes and times.
+// The kernel does not say whether an open is for writing, so a reader
+// holding a file open holds the reload too, for up to writerWait.
 //
 // Events are read both as they come (a goroutine, which signals a writer's
 // close on closed) and at each look (state reads what the kernel has queued
