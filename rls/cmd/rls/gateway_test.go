@@ -70,6 +70,7 @@ func TestPeerValuesRefused(t *testing.T) {
 		{"USE_STATSD", "true"}, {"TRACING_ENABLED", "true"}, {"RUNTIME_IGNOREDOTFILES", "false"}, {"RUNTIME_WATCH_ROOT", "yes please"},
 		{"REDIS_SOCKET_TYPE", "udp"}, {"CONFIG_TYPE", "FILES"}, {"CONFIG_GRPC_XDS_NODE_METADATA", "zone:a"},
 		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token"}, {"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "0s"},
+		{"XDS_MAX_DESCRIPTORS", "0"},
 	} {
 		t.Run(c[0], func(t *testing.T) {
 			t.Setenv(c[0], c[1])
@@ -103,7 +104,8 @@ func zeroLimit(bad bool) *rlcfg.RateLimitConfig {
 // (its certificates, its xDS server's mTLS, Prometheus on) serves Envoy
 // over mTLS and takes its config from the xDS server. With
 // FORCE_START_WITHOUT_INITIAL_CONFIG it answers OK, no limit, until the
-// first config comes; a bad update is refused and the config stays.
+// first config comes; a bad update is refused and the config stays, as
+// is one of more descriptors than XDS_MAX_DESCRIPTORS.
 // Without it, rls listens only once the first config is in force.
 func TestEnvoyGatewayStart(t *testing.T) {
 	p := rlstest.NewCA(t, "envoy-gateway")
@@ -122,6 +124,7 @@ func TestEnvoyGatewayStart(t *testing.T) {
 			"REDIS_SOCKET_TYPE": "tcp", "USE_PROMETHEUS": "true", "PROMETHEUS_ADDR": promAddr,
 			"PROMETHEUS_MAPPER_YAML":              "/etc/statsd-exporter/conf.yaml",
 			"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL": "100ms",
+			"XDS_MAX_DESCRIPTORS":                 "2", // rls's own: an update of 3 is refused
 		}
 	}
 	xdsTLS := func(t *testing.T, p *rlstest.CA) *tls.Config {
@@ -148,6 +151,12 @@ func TestEnvoyGatewayStart(t *testing.T) {
 		}
 		if code, err := check(addr, envoy, "k", nil); err != nil || code != "OVER_LIMIT" {
 			t.Fatalf("after a refused update: %s %v, want OVER_LIMIT still", code, err)
+		}
+		big := zeroLimit(false)
+		big.Descriptors = append(big.Descriptors, &rlcfg.RateLimitDescriptor{Key: "a"}, &rlcfg.RateLimitDescriptor{Key: "b"})
+		x.Push(t, "3", big)
+		if msg := x.Answered(t, "3", true); !strings.Contains(msg, "more than 2 descriptors") {
+			t.Errorf("an update of 3 descriptors past XDS_MAX_DESCRIPTORS=2: the NACK says %q", msg)
 		}
 		resp, err := http.Get("http://" + prom + "/metrics")
 		if err != nil {

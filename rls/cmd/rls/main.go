@@ -102,6 +102,7 @@ type flags struct {
 	xdsBackoffFactor                                     float64
 	xdsBackoffJitter, forceStart                         bool
 	xdsMaxMsg                                            int
+	xdsMaxDescriptors                                    int
 	// A Prometheus listener of the peer's.
 	prometheus               bool
 	prometheusAddr, promPath string
@@ -170,6 +171,7 @@ func settings(f *flags) []setting {
 		{"xds-backoff-factor", "XDS_CLIENT_BACKOFF_RANDOM_FACTOR", "0.5", "each wait in a row is the last times this (the peer's default 0.5 keeps it at the least)", &f.xdsBackoffFactor, false},
 		{"xds-backoff-jitter", "XDS_CLIENT_BACKOFF_JITTER", "true", "draw each wait between the least and its value", &f.xdsBackoffJitter, false},
 		{"xds-max-msg-size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", "the largest xDS response taken, in bytes (0: gRPC's 4 MiB)", &f.xdsMaxMsg, false},
+		{"xds-max-descriptors", "XDS_MAX_DESCRIPTORS", "100000", "the most descriptors (nested ones counted) an xDS update may hold: a larger one is refused with a NACK naming this limit; -1: none", &f.xdsMaxDescriptors, false},
 		{"force-start", "FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "with GRPC_XDS_SOTW, serve at once, answering OK with no limit until the first config comes (else wait for it)", &f.forceStart, false},
 		{"debt-charges", "DEBT_CHARGES", "auto", "true: a descriptor with a hits_addend of its own above 0, or with none of its own in a request whose hits_addend is above 0 (Envoy's cost, as Envoy Gateway's cost.response and AI Gateway's token budgets send after the response), is counted even past its limit, as under debt: true; auto: true with GRPC_XDS_SOTW, false with FILE", &f.debtCharges, true},
 		{"grpc-tls", "GRPC_SERVER_USE_TLS", "false", "serve gRPC over TLS (certificate and key read again when their files change)", &f.grpcTLS, false},
@@ -362,6 +364,8 @@ func parse(args []string) (*flags, error) {
 		return nil, fmt.Errorf("%s %q needs %s: without a CA no client certificate is asked for, and none would be held to it", named("grpc-tls-client-san"), f.grpcClientSAN, named("grpc-tls-client-ca"))
 	case f.xdsMaxMsg < 0:
 		return nil, fmt.Errorf("%s %d: 0 or more", named("xds-max-msg-size"), f.xdsMaxMsg)
+	case f.xdsMaxDescriptors < -1 || f.xdsMaxDescriptors == 0:
+		return nil, fmt.Errorf("%s %d: 1 or more, or -1 for no limit", named("xds-max-descriptors"), f.xdsMaxDescriptors)
 	}
 	return f, nil
 }
@@ -577,7 +581,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 			}
 			node.Metadata = st
 		}
-		x := rls.XDS{Conn: conn, Node: node, Headers: f.xdsHeaderMap,
+		x := rls.XDS{Conn: conn, Node: node, Headers: f.xdsHeaderMap, MaxDescriptors: f.xdsMaxDescriptors,
 			Backoff: rls.Backoff{Initial: f.xdsBackoffInitial, Max: f.xdsBackoffMax, Factor: f.xdsBackoffFactor, Jitter: f.xdsBackoffJitter}}
 		if f.xdsMaxMsg > 0 {
 			x.CallOptions = []grpc.CallOption{grpc.MaxCallRecvMsgSize(f.xdsMaxMsg)}
