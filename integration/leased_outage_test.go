@@ -30,8 +30,13 @@ import (
 //     burst more in any span that holds some of it, and, over the whole
 //     run, within its allowance and rate × τ and a tenth of a burst: what
 //     the fallback admitted beyond the refill is charged back, so the
-//     outage's excess is repaid by the next burst (unrepaid, the run held
-//     about a burst more).
+//     outage's excess is repaid by the next burst.
+//
+// The code before charging (5eb68a7) passed the GCRA and bucket runs here
+// (its fallback, at what each process had been spending, left part of the
+// refill unused, and grants that timed out in the stopped server took
+// units when it resumed; TestLeasedRedisAway shows the unrepaid burst),
+// and failed the fixed window: 4422 of 4000 in the window of a SIGKILL.
 func TestLeasedOutage(t *testing.T) {
 	dir := t.TempDir()
 	s := startFor(t, flavors[1], opts{module: true, dataDir: dir, args: []string{"--appendonly", "yes", "--appendfsync", "always"}})
