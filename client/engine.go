@@ -285,18 +285,19 @@ func (c *Client) pushBack(ctx context.Context, waited time.Duration) context.Con
 	}
 	var later context.Context
 	var cancel context.CancelFunc
-	if parent := anchorOf(ctx); parent != nil {
-		later, cancel = withAnchor(parent, func(p context.Context) (context.Context, context.CancelFunc) {
+	if a := anchorFor(ctx); a != nil {
+		later, cancel = withAnchor(a.parent, func(p context.Context) (context.Context, context.CancelFunc) {
 			return context.WithDeadline(p, d.Add(waited))
 		})
+		a.hold(cancel)
 	} else {
 		later, cancel = context.WithDeadline(context.WithoutCancel(ctx), d.Add(waited))
-		context.AfterFunc(ctx, func() {
-			if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
-				cancel() // the caller gave up
-			}
-		})
 	}
+	context.AfterFunc(ctx, func() {
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) {
+			cancel() // the caller gave up
+		}
+	})
 	if done := ctx.Done(); done != nil {
 		c.pushed.Store(done, later)
 		c.npushed.Add(1)
@@ -306,24 +307,49 @@ func (c *Client) pushBack(ctx context.Context, waited time.Duration) context.Con
 			cancel()
 		})
 	}
-	return later
+	return valuesOf{later, ctx}
 }
 
 // resumed is the context a call made with ctx goes on with: ctx, or, when
 // an earlier call made with it waited for start-up work, ctx with its
-// deadline pushed back by that wait (pushBack), while that lasts.
+// deadline pushed back by that wait (pushBack), while that lasts, and
+// ctx's values. A ctx its caller has cancelled is itself.
 func (c *Client) resumed(ctx context.Context) context.Context {
 	if c.npushed.Load() == 0 {
 		return ctx
 	}
-	for done := ctx.Done(); done != nil; done = ctx.Done() {
+	if err := ctx.Err(); err != nil && !errors.Is(err, context.DeadlineExceeded) {
+		return ctx // the caller gave up: nothing more is sent for it
+	}
+	cur := ctx
+	for done := cur.Done(); done != nil; done = cur.Done() {
 		later, ok := c.pushed.Load(done)
 		if !ok {
 			break
 		}
-		ctx = later.(context.Context)
+		cur = later.(context.Context)
 	}
-	return ctx
+	if cur == ctx {
+		return ctx
+	}
+	return valuesOf{cur, ctx}
+}
+
+// valuesOf is a pushed-back context (its deadline, Done and Err) with the
+// values of the caller's (a context derived from ctx with WithValue shares
+// its Done channel, so it finds the same pushed-back one, and its call
+// carries its own values: a trace's span, a request's id). The anchor is
+// the pushed-back context's own, which tells its caller's end.
+type valuesOf struct {
+	context.Context
+	values context.Context
+}
+
+func (v valuesOf) Value(key any) any {
+	if _, ok := key.(anchorKey); ok {
+		return v.Context.Value(key)
+	}
+	return v.values.Value(key)
 }
 
 // WithTimeout is context.WithTimeout(parent, timeout) for limiter calls,
@@ -347,23 +373,58 @@ func WithTimeout(parent context.Context, timeout time.Duration) (context.Context
 type anchor struct {
 	parent context.Context
 	done   <-chan struct{}
+	mu     sync.Mutex
+	later  []context.CancelFunc // the pushed-back contexts made from it (pushBack): cancelled with it
+	ended  bool                 // its cancel was called
 }
 
 type anchorKey struct{}
 
 // withAnchor is the context derive makes from parent, holding parent as
-// its anchor.
+// its anchor. Its cancel also cancels the pushed-back contexts made from
+// it: a caller who cancels after the deadline has passed sends nothing
+// more.
 func withAnchor(parent context.Context, derive func(context.Context) (context.Context, context.CancelFunc)) (context.Context, context.CancelFunc) {
 	a := &anchor{parent: parent}
 	ctx, cancel := derive(context.WithValue(parent, anchorKey{}, a))
 	a.done = ctx.Done()
-	return ctx, cancel
+	return ctx, func() {
+		a.mu.Lock()
+		later := a.later
+		a.later, a.ended = nil, true
+		a.mu.Unlock()
+		for _, c := range later {
+			c()
+		}
+		cancel()
+	}
+}
+
+// hold has a's cancel cancel later too (at once when it was called).
+func (a *anchor) hold(later context.CancelFunc) {
+	a.mu.Lock()
+	if a.ended {
+		a.mu.Unlock()
+		later()
+		return
+	}
+	a.later = append(a.later, later)
+	a.mu.Unlock()
+}
+
+// anchorFor is the anchor of a context from WithTimeout (or pushBack's of
+// one), nil for any other.
+func anchorFor(ctx context.Context) *anchor {
+	if a, ok := ctx.Value(anchorKey{}).(*anchor); ok && a.done == ctx.Done() {
+		return a
+	}
+	return nil
 }
 
 // anchorOf is the parent of a context from WithTimeout (or pushBack's of
 // one), nil for any other.
 func anchorOf(ctx context.Context) context.Context {
-	if a, ok := ctx.Value(anchorKey{}).(*anchor); ok && a.done == ctx.Done() {
+	if a := anchorFor(ctx); a != nil {
 		return a.parent
 	}
 	return nil

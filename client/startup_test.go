@@ -3,6 +3,7 @@ package client
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -455,17 +456,23 @@ func heldCluster(t *testing.T, cl *fakeredis.Cluster, h *held, maps *atomic.Int3
 }
 
 // The same herd through the local tier (the key cold, so the first call
-// goes to the limiter and the rest share the next, UpTo): the calls that
-// wait on another's call wait past their deadline too while the start-up
-// work runs, so exactly 10 of 60 are admitted, none failed. (They failed
-// at their deadlines, to be decided by the caller's failure policy.)
+// goes to the limiter and the rest share the next, UpTo; the key hot
+// after 8, its calls waiting for a grant): the calls that wait on another's
+// call wait past their deadline too while the start-up work runs, so
+// exactly 10 of 60 are admitted, none failed, whether the work takes less
+// than the tier's Timeout (1 s) or more (1.5 s; the probe's own bound is
+// 2 s). (They failed at their deadlines, to be decided by the caller's
+// failure policy; past the Timeout, the hot key's were refused here.)
 func TestStartupHerdLeased(t *testing.T) {
-	for _, engine := range []Engine{Module, Functions} {
-		t.Run(engine.String(), func(t *testing.T) {
-			c, _, h := heldFake(t, engine)
-			tier := NewLeased(c, LeaseOptions{})
+	for _, c := range []struct {
+		engine Engine
+		hold   time.Duration
+	}{{Module, herdHold}, {Functions, herdHold}, {Module, 1500 * time.Millisecond}} {
+		t.Run(fmt.Sprint(c.engine, "/", c.hold), func(t *testing.T) {
+			cl, _, h := heldFake(t, c.engine)
+			tier := NewLeased(cl, LeaseOptions{})
 			t.Cleanup(func() { tier.Close(context.Background()) })
-			res, errs := firstCalls(h, 60, herdHold, startupContexts[0].mk(herdDeadline), func(ctx context.Context, _ int) (Result, error) {
+			res, errs := firstCalls(h, 60, c.hold, startupContexts[0].mk(herdDeadline), func(ctx context.Context, _ int) (Result, error) {
 				return tier.Take(ctx, "herd", FixedWindow(10, time.Minute), 1)
 			})
 			if n := admitted(t, res, errs); n != 10 {
@@ -476,4 +483,74 @@ func TestStartupHerdLeased(t *testing.T) {
 			}
 		})
 	}
+}
+
+// valueKey is a context value a caller attaches (a trace's span, say).
+type valueKey struct{}
+
+// After a call waited for start-up work with its context pushed back: the
+// calls made with a context derived from it by WithValue carry that
+// context's values (the pushed-back one is found by its Done channel,
+// which the two share), and once the caller cancels a context from
+// WithTimeout, a call made with it sends nothing and returns
+// context.Canceled at once. (A context.WithTimeout context whose deadline
+// has passed cannot tell a cancel: its Err stays DeadlineExceeded.)
+func TestStartupResumedContext(t *testing.T) {
+	for _, cx := range startupContexts {
+		t.Run(cx.name, func(t *testing.T) {
+			var seen, missing atomic.Int32
+			f := fakeredis.New()
+			h := newHeld()
+			rdb := redis.NewClient(&redis.Options{Addr: f.Addr, ContextTimeoutEnabled: true})
+			rdb.AddHook(valueHook{seen: &seen, missing: &missing}) // first: it sees every command
+			rdb.AddHook(h)
+			rdb.AddHook(f)
+			cl := New(rdb)
+			cctx, cancel := cx.mk(herdDeadline)()
+			defer cancel()
+			go func() { time.Sleep(herdHold); close(h.release) }()
+			if _, err := cl.Take(cctx, "k", FixedWindow(10, time.Minute), 1); err != nil { // waits past its deadline
+				t.Fatal(err)
+			}
+			child := context.WithValue(cctx, valueKey{}, "span-1")
+			seen.Store(0)
+			missing.Store(0)
+			if _, err := cl.Take(child, "k", FixedWindow(10, time.Minute), 1); err != nil {
+				t.Fatal(err)
+			}
+			if seen.Load() == 0 || missing.Load() != 0 {
+				t.Fatalf("the derived context's value: on %d commands, missing on %d", seen.Load(), missing.Load())
+			}
+			if cx.name != "client.WithTimeout" {
+				return
+			}
+			cancel()
+			sent := len(f.Calls())
+			if _, err := cl.Take(cctx, "k", FixedWindow(10, time.Minute), 1); !errors.Is(err, context.Canceled) {
+				t.Fatalf("a call with the cancelled context: %v, want context.Canceled", err)
+			}
+			if n := len(f.Calls()); n != sent {
+				t.Fatalf("a call with the cancelled context sent %d commands", n-sent)
+			}
+		})
+	}
+}
+
+// valueHook counts the commands that carry valueKey's value, and those
+// that do not.
+type valueHook struct{ seen, missing *atomic.Int32 }
+
+func (valueHook) DialHook(next redis.DialHook) redis.DialHook { return next }
+func (h valueHook) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
+	return func(ctx context.Context, cmd redis.Cmder) error {
+		if ctx.Value(valueKey{}) == "span-1" {
+			h.seen.Add(1)
+		} else {
+			h.missing.Add(1)
+		}
+		return next(ctx, cmd)
+	}
+}
+func (valueHook) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
+	return next
 }
