@@ -79,8 +79,14 @@ import (
 // limiter was last seen full, so the limiter resumes as if it had seen
 // each decision when it was made, and an outage's excess (at most one
 // burst) is repaid by the next burst; a fixed window all of it while its
-// window lasts (Uncharged after), so it never passes its limit. No
-// decision waits longer than Timeout for a grant.
+// window lasts (Uncharged after), so it never passes its limit. These
+// bounds hold when the processes lose Redis together (it stops, restarts,
+// fails over); a process that alone decides in fallback while the others'
+// grants go on (its own stall past Timeout, a partition of its own) may
+// admit its fallback share more. No decision waits longer than Timeout for
+// a grant, nor a cold key's for the call it shares, but while the client's
+// start-up work runs (the engine probe, the library load: its own 2 s
+// bound) the decisions wait for it as the client's calls do.
 //
 // All decides several such limits together from the units held (see
 // Leased.All); Acquire and Release hand out, on a hot concurrency key,
@@ -131,7 +137,8 @@ type LeaseOptions struct {
 	// 8 by default. Keys below it stay exact.
 	Hot int64
 	// Timeout bounds each call the tier sends for a key (grants, returns),
-	// and so how long a decision waits for one: 1 s by default.
+	// and so how long a decision waits for one (and, while the client's
+	// start-up work runs, for that too): 1 s by default.
 	Timeout time.Duration
 	// Fallback is how long a hot key whose grants fail decides here, at
 	// the rate it was spending, before its decisions return the error: 10 s
@@ -693,13 +700,17 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 
 // await waits for ch until deadline or ctx's end: late when the deadline
 // came first, ctx's error when ctx ended. While the client's start-up work
-// runs (Client.warming) a deadline that passes does not end the wait:
-// start-up work is not the call's to pay for (see Client.await); the
-// caller's own end still does, where its context tells it.
+// runs (Client.warming) the deadline is prepareTimeout later, and ctx's
+// deadline passing does not end the wait: start-up work is not the call's
+// to pay for (see Client.await); the caller's own end still does, where
+// its context tells it.
 func (t *Leased) await(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
+	warming := t.c.warming()
+	if warming { // the call waited for may itself wait that long first
+		deadline = deadline.Add(t.c.prepareTimeout)
+	}
 	timer := time.NewTimer(time.Until(deadline))
 	defer timer.Stop()
-	warming := t.c.warming()
 	select {
 	case <-ch:
 		return false, nil
@@ -765,7 +776,7 @@ func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey,
 	b.n++
 	k.mu.Unlock()
 	t.stats.coalesced.Add(1)
-	late, err := t.await(ctx, b.done, time.Now().Add(t.c.prepareTimeout+t.o.Timeout)) // the batch's call ends within its Timeout, and the start-up work it may wait for
+	late, err := t.await(ctx, b.done, time.Now().Add(t.c.prepareTimeout+t.o.Timeout)) // the batch's call ends within its Timeout, and the start-up work it may wait for (once more should the work begin while it waits)
 	if err != nil || late {
 		b.mu.Lock()
 		ended := b.ended
@@ -867,6 +878,18 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 	var err error
 	if a.probe { // grants failed: a peek first, which changes nothing should it run late (a call that timed out may yet run once Redis resumes)
 		err = call(func(ctx context.Context) error { _, err := t.c.Peek(ctx, key, l, 1); return err })
+		if err == nil { // Redis answers: what the fallback decided while the peek was out is charged too
+			now := t.now()
+			t.lock(k)
+			more := t.owed(k, now)
+			if k.limit.algo == algoFW && now >= k.winEnd { // the window ended meanwhile: nothing to charge it to
+				t.stats.uncharged.Add(a.owe.debt)
+				a.owe = owing{settled: a.owe.settled}
+			}
+			t.unlock(k, now)
+			a.owe.charge += more.charge
+			a.owe.debt += more.debt
+		}
 	}
 	if err == nil && a.owe.charge > 0 { // the fallback's decisions, before any new grant
 		err = call(func(ctx context.Context) error { _, err := t.c.Take(ctx, key, l, a.owe.charge, Debt()); return err })
@@ -923,7 +946,7 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 	if k.limit.algo == algoFW {
 		end := sent + int64(r.ResetAfter) - int64(2*time.Millisecond) // its window ends (ResetAfter, rounded up to the ms, from the server's receipt: 2 ms less from the send)
 		k.fwOthers = max(k.procs-1, 0) * r.Granted
-		if end-k.winEnd < int64(time.Millisecond) && end-k.winEnd > -int64(time.Millisecond) { // the window the last grant saw: what the others took since
+		if half := int64(k.limit.period) / 2; end-k.winEnd < half && end-k.winEnd > -half { // the window the last grant saw (its end measured again, a latency apart): what the others took since
 			k.fwOthers = max(k.fwOthers, k.last.Remaining-r.Remaining-r.Granted)
 		}
 		k.winEnd = end

@@ -971,7 +971,7 @@ func TestLeasedFixedWindowOutage(t *testing.T) {
 	for _, every := range []int{1, 3} {
 		for _, phase := range []time.Duration{100, 400, 700, 950} {
 			phase *= time.Millisecond
-			tr := newTier(t, 4, LeaseOptions{})
+			tr := newTierSwept(t, 4, LeaseOptions{}, false) // swept every 50 ms of the virtual clock, as the sweeper would
 			var failing atomic.Bool
 			tr.downWhile(&failing)
 			l := FixedWindow(1000, time.Second)
@@ -980,6 +980,11 @@ func TestLeasedFixedWindowOutage(t *testing.T) {
 			inFallback := map[int64]int64{}
 			errs := 0
 			for step := 0; tr.now()-start < int64(6*time.Second); step++ {
+				if step%50 == 0 {
+					for _, p := range tr.procs {
+						p.sweep(tr.now())
+					}
+				}
 				at := time.Duration(tr.now() - start)
 				failing.Store(at >= time.Second+phase && at < time.Second+phase+300*time.Millisecond ||
 					at >= 2*time.Second+phase && at < 4*time.Second+phase+500*time.Millisecond)
