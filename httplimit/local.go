@@ -36,16 +36,10 @@ type localLimiter struct {
 	owing    atomic.Bool // keys decided here since the last settle
 	settling atomic.Bool // a settle is running
 	charged  atomic.Int64
-	lost     atomic.Int64 // units evicted before they were charged
-	forget   bool         // a key is removed, not evicted; mu is held
 }
 
 // remove forgets key; ll.mu is held.
-func (ll *localLimiter) remove(key string) {
-	ll.forget = true
-	ll.tats.Remove(key)
-	ll.forget = false
-}
+func (ll *localLimiter) remove(key string) { ll.tats.Remove(key) }
 
 // localKey is a rate key decided here: its GCRA's theoretical arrival
 // time and the policy's limit, which its charge goes to.
@@ -65,11 +59,7 @@ func (k localKey) owed(now int64) int64 {
 
 func newLocal(max int) *localLimiter {
 	ll := &localLimiter{held: map[string]int64{}}
-	tats, err := simplelru.NewLRU[string, localKey](max, func(_ string, k localKey) {
-		if !ll.forget { // evicted for another key: what it owed is not charged
-			ll.lost.Add(k.owed(time.Now().UnixNano()))
-		}
-	})
+	tats, err := simplelru.NewLRU[string, localKey](max, nil) // a key evicted for another is not charged
 	if err != nil {
 		panic(err) // max > 0: New sets it
 	}
@@ -151,8 +141,10 @@ func (ll *localLimiter) settle(c decider, timeout time.Duration) (keys, units in
 		ll.mu.Lock()
 		if k, ok := ll.tats.Peek(o.key); ok && k.tat == o.k.tat { // not decided here again meanwhile
 			ll.remove(o.key)
+		} else if ok && n > 0 { // decided here again meanwhile: what was charged (o.k.tat − now of its GCRA's time) is Redis's now
+			ll.tats.Add(o.key, localKey{tat: max(k.tat-(o.k.tat-now), now), limit: k.limit, q: k.q, w: k.w})
+			ll.owing.Store(true)
 		} else if ok {
-			ll.tats.Add(o.key, localKey{tat: max(k.tat-(o.k.tat-now), now), limit: k.limit, q: k.q, w: k.w}) // what was charged is Redis's now
 			ll.owing.Store(true)
 		}
 		ll.mu.Unlock()
