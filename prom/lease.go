@@ -12,7 +12,7 @@ var (
 	leaseGrants = prometheus.NewDesc("ratelimit_lease_grants_total",
 		"Grant calls the local tier sent (a Take with UpTo).", nil, nil)
 	leaseUnits = prometheus.NewDesc("ratelimit_lease_units_total",
-		"Units through the local tier, by event: granted (by the limiter), spent (on decisions made here), returned (given back unspent), stranded (could not be given back), charged (what the fallback admitted, charged when Redis answered again), uncharged (what the fallback admitted that could not be charged: a fixed window's once its window had ended).",
+		"Units through the local tier, by event: granted (by the limiter), spent (on decisions made here), returned (given back unspent), stranded (could not be given back), charged (what the fallback admitted, charged when Redis answered again), uncharged (what the fallback admitted that could not be charged: a fixed window's once its window had ended, and charges that failed at Close).",
 		[]string{"event"}, nil)
 	leaseDecisions = prometheus.NewDesc("ratelimit_lease_decisions_total",
 		"Decisions the local tier made other than spending a unit, by decision: refused (here, between paced grants), exact (sent to the limiter one by one), coalesced (on a cold key, sharing one call with others), fallback (made here while grants failed).",

@@ -201,7 +201,7 @@ func leaseMetrics(reg prometheus.Registerer, stats func() client.LeaseStats) {
 		{"units_returned", "Granted units given back unspent.", func(s client.LeaseStats) float64 { return float64(s.Returned) }},
 		{"units_stranded", "Granted units that could not be given back.", func(s client.LeaseStats) float64 { return float64(s.Stranded) }},
 		{"units_charged", "Hits the fallback admitted, charged to their limits when Redis answered again.", func(s client.LeaseStats) float64 { return float64(s.Charged) }},
-		{"units_uncharged", "Hits the fallback admitted that could not be charged (a fixed window's, once its window had ended).", func(s client.LeaseStats) float64 { return float64(s.Uncharged) }},
+		{"units_uncharged", "Hits the fallback admitted that could not be charged (a fixed window's, once its window had ended; charges that failed at Close).", func(s client.LeaseStats) float64 { return float64(s.Uncharged) }},
 		{"refused", "Descriptors refused here between paced grants.", func(s client.LeaseStats) float64 { return float64(s.Refused) }},
 		{"exact", "Lease-enabled descriptors sent to Redis one by one (cold, or the tier closed).", func(s client.LeaseStats) float64 { return float64(s.Exact) }},
 		{"coalesced", "Lease-enabled descriptors on cold keys that shared one Redis call with others.", func(s client.LeaseStats) float64 { return float64(s.Coalesced) }},
