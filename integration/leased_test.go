@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"cmp"
 	"context"
 	"net/http"
 	"net/http/httptest"
@@ -56,7 +57,6 @@ func TestLeased(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		slices.Sort(admitted)
 		withinWindows(t, k, admitted, 2000, tau)
 		allowance := 2000 + 2000*elapsed.Seconds()
 		d, c := run.decisions, calls.n.Load()
@@ -84,7 +84,7 @@ func leasedProcs(t *testing.T, s *server, n int, calls *sent) []*client.Leased {
 
 // leased is what leasedRun saw.
 type leased struct {
-	admitted          []int64 // the instants of admitted decisions, sorted
+	admitted          []span // when each admitted decision was asked for and answered, sorted by answer
 	decisions, errors int64
 	firstErr          error // the first error seen
 	slowest           time.Duration
@@ -101,14 +101,15 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 	for g := range n {
 		p := procs[g%len(procs)]
 		wg.Go(func() {
-			var mine []int64
+			var mine []span
 			var decisions, errs int64
 			var firstErr error
 			var slowest time.Duration
 			for time.Now().Before(stop) {
 				began := time.Now()
 				r, err := p.Take(ctx, k, l, 1)
-				slowest = max(slowest, time.Since(began))
+				done := time.Now()
+				slowest = max(slowest, done.Sub(began))
 				decisions++
 				switch {
 				case err != nil:
@@ -117,7 +118,7 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 						firstErr = err
 					}
 				case !r.Limited:
-					mine = append(mine, time.Now().UnixNano())
+					mine = append(mine, span{began.UnixNano(), done.UnixNano()})
 				}
 				time.Sleep(250 * time.Microsecond)
 			}
@@ -133,7 +134,7 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 		})
 	}
 	wg.Wait()
-	slices.Sort(out.admitted)
+	slices.SortFunc(out.admitted, func(a, b span) int { return cmp.Compare(a.done, b.done) })
 	return out
 }
 
@@ -316,17 +317,17 @@ func TestClusterLeased(t *testing.T) {
 		decisions, calls.n.Load(), len(runs[0].admitted), len(runs[1].admitted), len(runs[2].admitted))
 }
 
-// withinWindows fails t when the admitted instants (sorted) of key hold
-// more in a window of 100 ms or 1 s than a limit of burst and rate a
-// second (PerSecond(rate)) admits in it, τ more, and 10 ms more for the
-// clocks of client and server.
-func withinWindows(t *testing.T, key string, admitted []int64, rate int, tau time.Duration) {
+// withinWindows fails t when the admitted decisions of key (sorted by
+// answer, and placed at it) hold more in a window of 100 ms or 1 s than a
+// limit of burst and rate a second (PerSecond(rate)) admits in it, τ more,
+// and 10 ms more for the clocks of client and server.
+func withinWindows(t *testing.T, key string, admitted []span, rate int, tau time.Duration) {
 	t.Helper()
 	for _, w := range []time.Duration{100 * time.Millisecond, time.Second} {
 		most := rate + int(time.Duration(rate)*(w+tau+10*time.Millisecond)/time.Second)
 		j := 0
 		for i := range admitted {
-			for admitted[i]-admitted[j] >= int64(w) {
+			for admitted[i].done-admitted[j].done >= int64(w) {
 				j++
 			}
 			if n := i - j + 1; n > most {
