@@ -291,6 +291,24 @@ func (l Limit) String() string {
 	return fmt.Sprintf("%s(%s %d, %s %d, %s %v)", name, a.n, l.n, a.m, l.m, a.period, l.period)
 }
 
+// Family is the limiter l runs, as the command table names it: "GCRA",
+// "TB" (TokenBucket), "LB" (Shaper), "SW" (SlidingWindow), "FW"
+// (FixedWindow) or "SL" (SlidingLog); "" for the zero Limit.
+// PerSecond(10).Family() is "GCRA".
+func (l Limit) Family() string {
+	if f := algoTable[l.algo].family; f >= 0 {
+		return spec.Families[f].Name
+	}
+	return ""
+}
+
+// Params are the arguments l's command takes after the key: n is GCRA's
+// burst, a bucket's or a shaper's capacity, a window's limit; m is GCRA's
+// rate, a bucket's refill, a shaper's leak (0 for a window); period is
+// GCRA's, a bucket's or a shaper's period, a window's length.
+// PerSecond(10).Params() is 9, 10, 1 s.
+func (l Limit) Params() (n, m int64, period time.Duration) { return l.n, l.m, l.period }
+
 // Quota is what the limit admits and over how long, as the IETF RateLimit
 // fields state a policy (q and w): GCRA(9, 10, time.Minute) is 10 per 60 s;
 // a token bucket of 100 refilled 10 a second is 100 per 10 s (the time to

@@ -291,6 +291,34 @@ func TestQuota(t *testing.T) {
 	}
 }
 
+// A Limit says its family, its parameters, and whether it refunds and
+// leases, as the command table says of the family.
+func TestLimitFamily(t *testing.T) {
+	for _, c := range []struct {
+		l               Limit
+		family          string
+		n, m            int64
+		period          time.Duration
+		refunds, leases bool
+	}{
+		{PerSecond(10), "GCRA", 9, 10, time.Second, true, true},
+		{TokenBucket(100, 10, time.Minute), "TB", 100, 10, time.Minute, true, true},
+		{Shaper(4, 1, time.Second), "LB", 4, 1, time.Second, false, false},
+		{SlidingWindow(50, time.Minute), "SW", 50, 0, time.Minute, false, false},
+		{FixedWindow(1000, time.Hour), "FW", 1000, 0, time.Hour, false, true},
+		{SlidingLog(5, 15*time.Minute), "SL", 5, 0, 15 * time.Minute, false, false},
+		{Limit{}, "", 0, 0, 0, false, false},
+	} {
+		n, m, period := c.l.Params()
+		if f := c.l.Family(); f != c.family || n != c.n || m != c.m || period != c.period {
+			t.Errorf("%v: family %q, params %d %d %v; want %q, %d %d %v", c.l, f, n, m, period, c.family, c.n, c.m, c.period)
+		}
+		if c.l.Refundable() != c.refunds || c.l.Leasable() != c.leases {
+			t.Errorf("%v: refunds %v, leases %v; want %v, %v", c.l, c.l.Refundable(), c.l.Leasable(), c.refunds, c.leases)
+		}
+	}
+}
+
 func TestAllEach(t *testing.T) {
 	c, f := newFake(1, 10, 0, 6000, 60000, 0, 1, 10, 0, 6000, 60000, 0, 100, 40, -1, 3000)
 	each := make([]Result, 2)

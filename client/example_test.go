@@ -81,3 +81,13 @@ func ExampleNewLeased() {
 	}
 	fmt.Println("admitted:", !res.Limited)
 }
+
+// A Limit tells what it is: its family, as the command table names it, and
+// the arguments its command takes after the key.
+func ExampleLimit_Params() {
+	l := client.PerMinute(10)
+	n, m, period := l.Params()
+	q, w := l.Quota()
+	fmt.Println(l.Family(), n, m, period, q, w, l.Leasable())
+	// Output: GCRA 9 10 1m0s 10 1m0s true
+}

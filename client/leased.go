@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // Leased is a local tier over a Client: on a key that is hot on this
@@ -553,10 +554,14 @@ func rateOf(l Limit) float64 {
 }
 
 // Leasable reports whether a local tier (Leased) decides l from units
-// granted ahead: GCRA and the token bucket (their unspent units go back),
-// and the fixed window (its units are spent before their window ends, or
-// lost). Other limits go to the limiter one call a decision.
-func (l Limit) Leasable() bool { return l.Refundable() || l.algo == algoFW }
+// granted ahead, as the command table says of its family: GCRA and the
+// token bucket (their unspent units go back), and the fixed window (its
+// units are spent before their window ends, or lost). Other limits go to
+// the limiter one call a decision.
+func (l Limit) Leasable() bool {
+	f := algoTable[l.algo].family
+	return f >= 0 && spec.Families[f].Lease
+}
 
 // burst is what a GCRA or token-bucket limit admits at once.
 func burst(l Limit) int64 {

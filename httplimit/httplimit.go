@@ -374,7 +374,7 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 			return nil, fmt.Errorf("httplimit: policy %s has both a Limit and a Concurrency", p.Name)
 		case !isConc && q == 0:
 			return nil, fmt.Errorf("httplimit: policy %s has neither a Limit nor a Concurrency", p.Name)
-		case !isConc && strings.HasPrefix(p.Limit.String(), "LB"):
+		case !isConc && p.Limit.Family() == "LB":
 			return nil, fmt.Errorf("httplimit: policy %s: a Shaper delays rather than refuses; it is not a policy", p.Name)
 		case isConc:
 			items = append(items, client.ConcurrencyPolicyItem(p.Name, p.Concurrency.Limit))

@@ -385,8 +385,8 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 			return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", f.algorithm, statKey)
 		}
 	}
-	if f.lease && (r.algorithm != GCRA && r.algorithm != TokenBucket && r.algorithm != FixedWindow || f.debt) {
-		return nil, b.errAt(f.leaseLine, "lease: true for '%s' needs algorithm fixed_window, gcra or token_bucket (whose units are spent as they would be one by one) and no debt", statKey)
+	if f.lease && (!leases(r.algorithm) || f.debt) {
+		return nil, b.errAt(f.leaseLine, "lease: true for '%s' needs algorithm %s (whose units are spent as they would be one by one) and no debt", statKey, leasing)
 	}
 	if r.algorithm == SlidingLog && f.debt {
 		return nil, b.errAt(f.debtLine, "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)
@@ -614,6 +614,23 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 	}
 	return r
 }
+
+// leases reports whether a's limits are decided through a local tier when
+// lease: true, as the command table says of its family.
+func leases(a Algorithm) bool { return limitOf(a, 1, time.Second).Leasable() }
+
+// leasing names the algorithms that lease, for errors: "fixed_window, gcra
+// or token_bucket".
+var leasing = func() string {
+	var names []string
+	for _, a := range algorithms {
+		if leases(a) {
+			names = append(names, string(a))
+		}
+	}
+	last := len(names) - 1
+	return strings.Join(names[:last], ", ") + " or " + names[last]
+}()
 
 // limitOf is the module's limit for n requests per unit.
 func limitOf(a Algorithm, n int64, unit time.Duration) client.Limit {

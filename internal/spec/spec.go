@@ -104,6 +104,13 @@ type Family struct {
 	// limit (the limiter goes into debt).
 	Debt  bool
 	InAll bool // RL.ALL and RL.PEEK take it
+	// Lease: a local tier (client.Leased) may decide it from units granted
+	// ahead. Its units, taken in advance with UPTO and spent one by one
+	// elsewhere, admit what the key would have (GCRA and the token bucket
+	// by time, the fixed window by count within its window). The sliding
+	// window and log weigh a unit by when it was spent, and the shaper's
+	// answer is a delay, so a unit held ahead would not mean the same.
+	Lease bool
 	// State names what the family keeps in its key, in the error a key of
 	// other data gets.
 	State string
@@ -128,6 +135,12 @@ const (
 	RunLog                      // a sorted set of entries
 	RunConcurrency              // a sorted set of holders
 )
+
+// leased is f with Lease set.
+func (f Family) leased() Family {
+	f.Lease = true
+	return f
+}
 
 // Refundable reports a family that takes a negative cost: a refund.
 func (f *Family) Refundable() bool { return f.Cost.Min < 0 }
@@ -221,7 +234,7 @@ var Families = [NumFamilies]Family{
 		Cost:    Arg{Name: "quantity", Min: minInt64, Max: maxInt64, Summary: "the cost of this call"},
 		Def:     1,
 		Costs:   "0 reports, negative gives back",
-		Reserve: true, LimitPlus: 1, UpTo: true, Debt: true, InAll: true,
+		Reserve: true, LimitPlus: 1, UpTo: true, Debt: true, InAll: true, Lease: true,
 		State: "GCRA state (a Unix time in nanoseconds)",
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
@@ -235,7 +248,7 @@ var Families = [NumFamilies]Family{
 		Cost:    Arg{Name: "tokens", Min: minInt64, Max: maxInt64, Summary: "tokens to take"},
 		Def:     1,
 		Costs:   "0 reports, negative puts back",
-		Reserve: true, UpTo: true, Debt: true, InAll: true,
+		Reserve: true, UpTo: true, Debt: true, InAll: true, Lease: true,
 		State: "token bucket state (a Unix time in nanoseconds)",
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
@@ -253,7 +266,7 @@ var Families = [NumFamilies]Family{
 		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
 	},
 	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)", RunSlidingWindow, "window", "fast_sliding"),
-	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", RunFixedWindow, "window", "fast_fixed"),
+	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", RunFixedWindow, "window", "fast_fixed").leased(),
 	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)", RunLog, "log", "fast_log"),
 	CONC: {
 		Name: "CONC", Kind: "conc",

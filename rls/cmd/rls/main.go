@@ -155,7 +155,7 @@ func settings(f *flags) []setting {
 		{"grpc-handshakes", "GRPC_MAX_HANDSHAKES", strconv.Itoa(defaultHandshakes), "gRPC connections in handshake at once; past it new connections wait in the listen backlog until one finishes or is closed", &f.handshakes, false},
 		{"ietf-headers", "", "false", "add the IETF RateLimit and RateLimit-Policy fields to responses (response_headers_to_add)", &f.headers, false},
 		{"limit-headers", "LIMIT_RESPONSE_HEADERS_ENABLED", "false", "add the peer's RateLimit-Limit, RateLimit-Remaining and RateLimit-Reset fields (names from LIMIT_LIMIT_HEADER, LIMIT_REMAINING_HEADER, LIMIT_RESET_HEADER)", &f.limitHeaders, false},
-		{"lease", "", "false", "decide the limits whose rate_limit says lease: true (gcra or token_bucket) through a local tier: a descriptor hot on this rls spends units granted ahead, about one Redis call per 50 ms; limit_remaining is then what this rls holds", &f.lease, false},
+		{"lease", "", "false", "decide the limits whose rate_limit says lease: true (the config refuses it on an algorithm that cannot lease) through a local tier: a descriptor hot on this rls spends units granted ahead, about one Redis call per 50 ms; limit_remaining is then what this rls holds", &f.lease, false},
 		{"config-type", "CONFIG_TYPE", "FILE", "FILE (the -config directory) or GRPC_XDS_SOTW (RateLimitConfig resources from the xDS server at -xds)", &f.configType, false},
 		{"xds", "CONFIG_GRPC_XDS_SERVER_URL", "localhost:18000", "the xDS server's host:port", &f.xdsURL, false},
 		{"xds-node", "CONFIG_GRPC_XDS_NODE_ID", "default", "the node id rls gives the xDS server (Envoy Gateway's: envoy-ratelimit)", &f.xdsNode, false},
