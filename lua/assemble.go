@@ -100,13 +100,6 @@ var luaErrors = []struct {
 	{"WINDOW_OVERFLOW", window.ErrOverflow},
 }
 
-// luaStates name each family's state, in the error a key of other data
-// gets, as the scripts name them.
-var luaStates = [spec.NumFamilies]string{
-	spec.GCRA: "GCRA_STATE", spec.TB: "BUCKET_STATE", spec.LB: "SHAPER_STATE", spec.SW: "COUNTER_STATE",
-	spec.FW: "FIXED_STATE", spec.SL: "LOG_STATE", spec.CONC: "CONC_STATE",
-}
-
 // specLua is the part spec.lua: the bounds, each family's syntax, the
 // families RL.ALL names, what each keeps in its key and the algorithm
 // packages' error texts.
@@ -134,8 +127,8 @@ func specLua() string {
 	fmt.Fprintf(&b, "-- The families RL.ALL's limiters name (LB only to say it is not one).\nlocal FAMILIES = {%s}\n", strings.Join(names, ", "))
 	fmt.Fprintf(&b, "local LIMITERS = %s\n\n", luaString(spec.Limiters()))
 
-	for f, name := range luaStates {
-		fmt.Fprintf(&b, "local %s = %s\n", name, luaString(spec.Families[f].State))
+	for _, f := range spec.Families {
+		fmt.Fprintf(&b, "local %s = %s\n", f.StateName, luaString(f.State))
 	}
 	b.WriteString("\n-- The error texts both engines reply (internal/spec's Texts): text fills\n" +
 		"-- each {} with its arguments, in order, as .. writes them.\n")

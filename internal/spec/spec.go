@@ -112,8 +112,8 @@ type Family struct {
 	// answer is a delay, so a unit held ahead would not mean the same.
 	Lease bool
 	// State names what the family keeps in its key, in the error a key of
-	// other data gets.
-	State string
+	// other data gets; StateName is the Lua engine's name for that text.
+	State, StateName string
 	// Run is how the engines run a limit of the family; Part is the Lua
 	// engine's source that does (lua/src/<Part>.lua: <Part>_limit and
 	// <Part>_store for a family of one key's syntax, <Part>_command for
@@ -206,7 +206,7 @@ func period(name, what string) Arg {
 	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
 }
 
-func windowFamily(name, kind string, limit int64, state string, run Run, part, fast string) Family {
+func windowFamily(name, kind string, limit int64, state, stateName string, run Run, part, fast string) Family {
 	return Family{
 		Run: run, Part: part, Fast: fast,
 		Name: name, Kind: kind,
@@ -218,7 +218,7 @@ func windowFamily(name, kind string, limit int64, state string, run Run, part, f
 		Def:     1,
 		Costs:   "0 reports",
 		Reserve: true, UpTo: true, Debt: true, InAll: true,
-		State: state,
+		State: state, StateName: stateName,
 	}
 }
 
@@ -235,8 +235,8 @@ var Families = [NumFamilies]Family{
 		Def:     1,
 		Costs:   "0 reports, negative gives back",
 		Reserve: true, LimitPlus: 1, UpTo: true, Debt: true, InAll: true, Lease: true,
-		State: "GCRA state (a Unix time in nanoseconds)",
-		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
+		State: "GCRA state (a Unix time in nanoseconds)", StateName: "GCRA_STATE",
+		Run: RunInstant, Part: "instant", Fast: "fast_instant",
 	},
 	TB: {
 		Name: "TB", Kind: "tb",
@@ -249,8 +249,8 @@ var Families = [NumFamilies]Family{
 		Def:     1,
 		Costs:   "0 reports, negative puts back",
 		Reserve: true, UpTo: true, Debt: true, InAll: true, Lease: true,
-		State: "token bucket state (a Unix time in nanoseconds)",
-		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
+		State: "token bucket state (a Unix time in nanoseconds)", StateName: "BUCKET_STATE",
+		Run: RunInstant, Part: "instant", Fast: "fast_instant",
 	},
 	LB: {
 		Name: "LB", Kind: "lb",
@@ -262,12 +262,12 @@ var Families = [NumFamilies]Family{
 		Cost:  Arg{Name: "quantity", Min: 0, Max: maxInt64, Summary: "the cost of this request"},
 		Def:   1,
 		Costs: "0 reports",
-		State: "shaper state (a Unix time in nanoseconds)",
-		Run:   RunInstant, Part: "instant", Fast: "fast_instant",
+		State: "shaper state (a Unix time in nanoseconds)", StateName: "SHAPER_STATE",
+		Run: RunInstant, Part: "instant", Fast: "fast_instant",
 	},
-	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)", RunSlidingWindow, "window", "fast_sliding"),
-	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", RunFixedWindow, "window", "fast_fixed").leased(),
-	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)", RunLog, "log", "fast_log"),
+	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)", "COUNTER_STATE", RunSlidingWindow, "window", "fast_sliding"),
+	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", "FIXED_STATE", RunFixedWindow, "window", "fast_fixed").leased(),
+	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)", "LOG_STATE", RunLog, "log", "fast_log"),
 	CONC: {
 		Name: "CONC", Kind: "conc",
 		Args: []Arg{
@@ -276,8 +276,8 @@ var Families = [NumFamilies]Family{
 			{Name: "id", Min: 1, Max: MaxID, String: true, Summary: "the holder (a request id); acquiring again renews its lease"},
 		},
 		Reserve: true, UpTo: true,
-		State: "concurrency state (holder ids scored with their lease's end in Unix microseconds)",
-		Run:   RunConcurrency, Part: "conc", Needs: []string{"log.lua"},
+		State: "concurrency state (holder ids scored with their lease's end in Unix microseconds)", StateName: "CONC_STATE",
+		Run: RunConcurrency, Part: "conc", Needs: []string{"log.lua"},
 	},
 }
 
