@@ -85,6 +85,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -377,9 +378,9 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 		case !isConc && p.Limit.Family() == "LB":
 			return nil, fmt.Errorf("httplimit: policy %s: a Shaper delays rather than refuses; it is not a policy", p.Name)
 		case isConc:
-			items = append(items, client.ConcurrencyPolicyItem(p.Name, p.Concurrency.Limit))
+			items = append(items, ratelimit.ConcurrencyPolicyItem(p.Name, p.Concurrency.Limit))
 		default:
-			items = append(items, client.PolicyItem(p.Name, q, w))
+			items = append(items, ratelimit.PolicyItem(p.Name, q, w))
 		}
 	}
 	c := client.New(rdb)

@@ -17,6 +17,7 @@ import (
 	"strings"
 	"time"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -445,7 +446,7 @@ func field(a *applied) string {
 			t = a.Result.RetryAfter
 		}
 	}
-	return client.StateItem(a.p.Name, r, t)
+	return ratelimit.StateItem(a.p.Name, r, t)
 }
 
 // acquire takes a slot of every concurrency policy; on a refusal (or a
@@ -561,9 +562,9 @@ func shedRetry(p *Policy, earliest time.Duration) time.Duration {
 func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 	h := w.Header()
 	if d.RetryAfter >= 0 {
-		s := client.Seconds(d.RetryAfter)
+		s := ratelimit.FieldSeconds(d.RetryAfter)
 		spread := mrand.Int64N(max(1, s/10) + 1)
-		h.Set("Retry-After", strconv.FormatInt(client.Clamp(s+spread), 10))
+		h.Set("Retry-After", strconv.FormatInt(ratelimit.FieldInt(s+spread), 10))
 	}
 	if l.opt.Refused != nil {
 		w.WriteHeader(d.Status)

@@ -584,12 +584,12 @@ func headers(enforcing, shadow []*item) []*core.HeaderValue {
 			if it.r.perUnit > 0 {
 				q, w = it.r.limit.Quota()
 			}
-			policy = append(policy, client.PolicyItem(name, q, w))
+			policy = append(policy, ratelimit.PolicyItem(name, q, w))
 			r := it.Result.Remaining
 			if it.Result.Limited {
 				r = 0
 			}
-			state = append(state, client.StateItem(name, r, resetOf(it)))
+			state = append(state, ratelimit.StateItem(name, r, resetOf(it)))
 		}
 	}
 	if len(policy) == 0 {
