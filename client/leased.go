@@ -315,14 +315,37 @@ func (k *leaseKey) expire(now int64) int64 {
 	return gone
 }
 
+// The tier's tuning numbers, each with its reason.
+const (
+	// demandBuckets: a key's demand is counted per Target, each Target
+	// passed halving the past; after 8 the past weighs under 1/256 and
+	// the rest are skipped at once (a key idle for an hour costs 8 steps,
+	// not 72,000).
+	demandBuckets = 8
+	// spentTargets: what a key spends while Redis answers is averaged over
+	// about 16 Targets (800 ms by default), long enough to smooth one
+	// burst, short enough to follow a change of load within a second; a
+	// fallback spends at most at that rate (fallbackRate).
+	spentTargets = 16
+	// keepTargets: after a fallback, grants leave the other processes'
+	// shares of the window for 3 Targets, the time each takes to find
+	// Redis again (its next call, within a Target) and charge what it
+	// admitted, with a Target to spare.
+	keepTargets = 3
+	// windowEndMargin: a fixed window's ResetAfter is rounded up to the
+	// millisecond and measured from the server's receipt; 2 ms less from
+	// the send puts the window's end no later than the server's.
+	windowEndMargin = 2 * time.Millisecond
+)
+
 // observe counts a decision of cost at now in the demand buckets, and
 // makes the key hot when a bucket sees hot decisions.
 func (k *leaseKey) observe(now, target int64, cost, hot int64) {
 	if now >= k.bucket+target {
-		for i := 0; i < 8 && now >= k.bucket+target; i++ { // each bucket passed halves the past
+		for i := 0; i < demandBuckets && now >= k.bucket+target; i++ { // each bucket passed halves the past
 			k.rate = (k.rate + float64(k.asked)) / 2
-			if k.down == 0 { // what it spends while Redis answers, over about 16 Targets
-				k.spentRate += (float64(k.spent) - k.spentRate) / 16
+			if k.down == 0 { // what it spends while Redis answers
+				k.spentRate += (float64(k.spent) - k.spentRate) / spentTargets
 			}
 			k.asked, k.seen, k.spent = 0, 0, 0
 			k.bucket += target
@@ -946,10 +969,10 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 		// The others' fallback ends about now too, each charging what it
 		// admitted at its next call, within a Target or two: the grants
 		// leave their shares to them until then.
-		k.keepEnd = min(k.keepEnd, now+3*int64(t.o.Target))
+		k.keepEnd = min(k.keepEnd, now+keepTargets*int64(t.o.Target))
 	}
 	if k.limit.algo == algoFW {
-		end := sent + int64(r.ResetAfter) - int64(2*time.Millisecond) // its window ends (ResetAfter, rounded up to the ms, from the server's receipt: 2 ms less from the send)
+		end := sent + int64(r.ResetAfter) - int64(windowEndMargin) // its window ends, as seen from the send
 		k.fwOthers = max(k.procs-1, 0) * r.Granted
 		if half := int64(k.limit.period) / 2; end-k.winEnd < half && end-k.winEnd > -half { // the window the last grant saw (its end measured again, a latency apart): what the others took since
 			k.fwOthers = max(k.fwOthers, k.last.Remaining-r.Remaining-r.Granted)
@@ -1208,7 +1231,7 @@ func (t *Leased) settle(key string, k *leaseKey, now int64) {
 		if k.down != 0 { // Redis answers: the fallback is over (as after a grant)
 			t.stats.down.Add(now - k.down)
 			k.down, k.err = 0, nil
-			k.keepEnd = min(k.keepEnd, now+3*int64(t.o.Target))
+			k.keepEnd = min(k.keepEnd, now+keepTargets*int64(t.o.Target))
 		}
 	}) {
 		k.flight = ch
