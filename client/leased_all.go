@@ -25,10 +25,83 @@ import (
 // key holding the fewest units after (Remaining those units); refused,
 // the paced key with the longest wait. Policy is its position in limits.
 func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
-	if !t.leasesAll(limits, opts) {
+	if !t.leasesAll(limits, opts) || t.c.cluster() && !oneSlot(limits) {
 		t.stats.exact.Add(1)
 		return t.c.All(ctx, limits, opts...)
 	}
+	r, here, err := t.allHere(ctx, limits, nil)
+	if err != nil || here {
+		return r, err
+	}
+	t.stats.exact.Add(1)
+	return t.c.All(ctx, limits)
+}
+
+// Decide is Client.Decide through the tier (send as there): when every
+// want leases (a Limit that leases, a Cost from 1 to its burst, no Reserve
+// or Debt, no key twice, at most 16), they are decided as All decides
+// them here, all or nothing, and each want gets its own key's answer:
+// admitted, Remaining is what the tier holds of that key after it;
+// refused here (a paced key short of its cost), the refusing want alone is
+// Known, as a refused step leaves the later ones. Otherwise — a want that
+// does not lease, a key cold, or failing and short — Client.Decide decides
+// them, across slots as it does. A per-IP and a per-key limit on hot keys
+// are decided with no call, as one limit is.
+func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error {
+	var kb [16]Keyed
+	limits := kb[:0]
+	leases := len(wants) <= len(kb)
+	for _, w := range wants {
+		if !leases || w.Reserve != 0 || w.Debt {
+			leases = false
+			break
+		}
+		limits = append(limits, Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
+	}
+	if leases && t.leasesAll(limits, nil) {
+		var eb [16]Result
+		each := eb[:len(limits)]
+		r, here, err := t.allHere(ctx, limits, each)
+		if err != nil {
+			return err
+		}
+		if here {
+			for i, w := range wants {
+				switch {
+				case !r.Limited:
+					w.Result, w.Known, w.Taken = each[i], true, true
+				case i == r.Policy:
+					w.Result, w.Known, w.Taken = each[i], true, false
+				default:
+					w.Result, w.Known, w.Taken = Result{}, false, false
+				}
+			}
+			return nil
+		}
+	}
+	t.stats.exact.Add(1)
+	return t.c.Decide(ctx, wants, send)
+}
+
+// oneSlot reports whether limits' keys share a cluster slot, as RL.ALL
+// wants.
+func oneSlot(limits []Keyed) bool {
+	for _, kl := range limits[1:] {
+		if Slot(kl.Key) != Slot(limits[0].Key) {
+			return false
+		}
+	}
+	return true
+}
+
+// allHere decides limits (which lease: leasesAll) from the units the tier
+// holds, all or nothing, and reports whether it did (here): admitted,
+// every pool paid its cost, and r is the key holding the fewest units
+// after, Policy its position; refused, r is the paced key's with the
+// longest wait. each, when not nil, gets every key's own answer (the
+// refusing key's alone when refused). Not here: a key cold, failing and
+// short, or the tier closed; the caller asks the limiter.
+func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result) (r Result, here bool, err error) {
 	var kb [16]*leaseKey
 	var ob [16]int
 	ks, order := kb[:len(limits)], ob[:len(limits)]
@@ -100,19 +173,28 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 					fewest = i
 				}
 			}
-			k := ks[fewest]
-			r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}, Policy: fewest}
+			for i, k := range ks {
+				if each != nil {
+					each[i] = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+				}
+				if i == fewest {
+					r = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}, Policy: fewest}
+				}
+			}
 			for i, k := range ks {
 				t.refillAhead(limits[i].Key, k, now)
 			}
 			unlock()
-			return r, nil
+			return r, true, nil
 		case refuse >= 0:
-			r := ks[refuse].refusal(now, target)
+			r = ks[refuse].refusal(now, target)
+			if each != nil {
+				each[refuse] = r
+			}
 			r.Policy = refuse
 			unlock()
 			t.stats.refused.Add(1)
-			return r, nil
+			return r, true, nil
 		default: // the hot keys short of units ask for more (one grant in flight a key), and the decision waits for one
 			for i, k := range ks {
 				if k.down != 0 && k.flight == nil && now >= k.pace { // failing: try again in the background, not waited for
@@ -144,24 +226,21 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 		}
 		timedOut, err := t.await(ctx, wait, waitUntil) // no decision waits past Timeout
 		if err != nil {
-			return Result{}, err
+			return Result{}, false, err
 		}
 		late = late || timedOut
 	}
-	t.stats.exact.Add(1)
-	return t.c.All(ctx, limits)
+	return Result{}, false, nil
 }
 
-// leasesAll reports whether All may decide limits through the tier.
+// leasesAll reports whether limits may be decided through the tier (All
+// wants besides that they share a slot in a cluster, as RL.ALL does).
 func (t *Leased) leasesAll(limits []Keyed, opts []Option) bool {
 	if len(opts) > 0 || len(limits) == 0 || len(limits) > 16 || t.shut.Load() {
 		return false
 	}
 	for i, kl := range limits {
 		if kl.Cost <= 0 || !kl.Limit.Leasable() || kl.Cost > burst(kl.Limit) {
-			return false
-		}
-		if i > 0 && t.c.cluster() && Slot(kl.Key) != Slot(limits[0].Key) { // RL.ALL's CROSSSLOT, as the limiter would answer
 			return false
 		}
 		for _, o := range limits[:i] {

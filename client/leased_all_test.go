@@ -146,3 +146,71 @@ func TestLeasedAllRecovers(t *testing.T) {
 		t.Fatalf("after: %d calls for %d decisions, %d errors; %+v", c, d, e, p.Stats())
 	}
 }
+
+// Decide through the tier: four processes decide a per-IP PerSecond(1000)
+// and a per-key PerSecond(600), keys of two slots, at 4× the tighter one
+// for 3 s. As with All, each limit stays within its bound in every window,
+// the tighter one's allowance is used, and the calls stay under 0.02 a
+// decision; each admitted want gets its own key's answer, and a refusal
+// leaves the refusing want alone Known. A want that does not lease (a
+// sliding window) sends every decision to the limiter.
+func TestLeasedDecide(t *testing.T) {
+	o := LeaseOptions{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
+	tr := newTier(t, 4, o)
+	if Slot("ip:10.0.0.1") == Slot("key:abc") {
+		t.Fatal("the keys share a slot")
+	}
+	wants := func(key string, second Limit) []*Want {
+		return []*Want{{Key: "ip:10.0.0.1", Limit: PerSecond(1000), Cost: 1}, {Key: key, Limit: second, Cost: 1}}
+	}
+	start := tr.now()
+	var admitted []int64
+	decisions, refusals := 0, 0
+	for tr.now()-start < int64(3*time.Second) {
+		for _, p := range tr.procs {
+			ws := wants("key:abc", PerSecond(600))
+			if err := p.Decide(ctx, ws, nil); err != nil {
+				t.Fatal(err)
+			}
+			decisions++
+			switch a, b := ws[0], ws[1]; {
+			case a.Known && b.Known && !a.Result.Limited && !b.Result.Limited && a.Taken && b.Taken:
+				if a.Result.Limit != 1000 || b.Result.Limit != 600 || a.Result.Remaining < 0 || b.Result.Remaining < 0 {
+					t.Fatalf("admitted: %+v %+v", a.Result, b.Result)
+				}
+				admitted = append(admitted, tr.now())
+			case a.Known != b.Known && (a.Known && a.Result.Limited || b.Known && b.Result.Limited) && !a.Taken && !b.Taken:
+				refusals++
+			case a.Known && b.Known && !a.Taken && !b.Taken && (a.Result.Limited || b.Result.Limited):
+				refusals++ // decided by the limiter: a refusal answers every limit it asked
+			default:
+				t.Fatalf("neither admitted nor refused: %+v %+v", *a, *b)
+			}
+		}
+		tr.settle()
+		tr.advance(400 * time.Microsecond)
+	}
+	withinBound(t, admitted, 600, 600, o.Lifetime)
+	if n := len(admitted); n < int(0.97*(600+3*600)) || n > 600+3*600+120 || refusals == 0 {
+		t.Fatalf("%d admitted, %d refused over 3 s of PerSecond(600) at 4x demand", n, refusals)
+	}
+	if calls := tr.calls.Load(); float64(calls)/float64(decisions) > 0.02 {
+		t.Fatalf("%d calls for %d decisions", calls, decisions)
+	}
+	t.Logf("%d admitted, %d refused of %d decisions, %d calls", len(admitted), refusals, decisions, tr.calls.Load())
+
+	c0, n := tr.calls.Load(), 0
+	for range 50 {
+		ws := wants("key:sw", SlidingWindow(1_000_000, time.Second))
+		if err := tr.procs[0].Decide(ctx, ws, nil); err != nil {
+			t.Fatal(err)
+		}
+		if ws[0].Known && ws[1].Known && ws[0].Taken && ws[1].Taken {
+			n++
+		}
+		tr.advance(time.Millisecond)
+	}
+	if c := tr.calls.Load() - c0; c < 50 || n == 0 {
+		t.Fatalf("with a sliding window: %d calls for 50 decisions, %d admitted", c, n)
+	}
+}

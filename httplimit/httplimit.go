@@ -211,9 +211,10 @@ type Options struct {
 	// when nil.
 	Logger *slog.Logger
 	// Lease, when set, decides through a local tier (client.NewLeased with
-	// these options): a request under one enforcing GCRA, token-bucket or
-	// fixed-window policy (no Reserve) on a key hot on this process is decided from
-	// units granted ahead, with no Redis call, and a concurrency policy's
+	// these options): a request under enforcing GCRA, token-bucket or
+	// fixed-window policies (no Reserve) whose keys are hot on this process
+	// is decided from units granted ahead, with no Redis call (several
+	// policies all or nothing: client.Leased.Decide), and a concurrency policy's
 	// slot (no Reserve) is one of the slots this process holds at the key,
 	// acquired and released with no call (never more holders than the
 	// limit: see client.Leased.Acquire); every other request as without

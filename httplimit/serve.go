@@ -365,13 +365,18 @@ func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
 			enforcing = append(enforcing, &rate[i].Want)
 		}
 	}
-	if w := enforcing; len(w) == 1 && l.leased != nil && w[0].Limit.Leasable() && w[0].Cost > 0 && w[0].Reserve == 0 && !w[0].Debt {
-		r, err := l.leased.Take(ctx, w[0].Key, w[0].Limit, w[0].Cost)
+	switch w := enforcing; {
+	case len(w) == 1 && l.leased != nil && w[0].Limit.Leasable() && w[0].Cost > 0 && w[0].Reserve == 0 && !w[0].Debt:
+		r, err := l.leased.Take(ctx, w[0].Key, w[0].Limit, w[0].Cost) // with the tier's fallback while Redis fails
 		if err != nil {
 			return err
 		}
 		w[0].Result, w[0].Known, w[0].Taken = r, true, !r.Limited
-	} else if len(enforcing) > 0 {
+	case len(w) > 1 && l.leased != nil: // all or nothing through the tier when every one leases
+		if err := l.leased.Decide(ctx, enforcing, nil); err != nil {
+			return err
+		}
+	case len(w) > 0:
 		if err := l.c.Decide(ctx, enforcing, nil); err != nil {
 			return err
 		}

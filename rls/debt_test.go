@@ -293,6 +293,45 @@ func TestLease(t *testing.T) {
 	}
 }
 
+// TestLeaseTwoDescriptors: a request of two descriptors whose limits both
+// lease (a route's 100 a second, a user's 1,000) is decided through the
+// tier all or nothing, as one is: 300 requests at 1,000 a second admit
+// within the tighter limit's burst and rate and τ more, with about the
+// Redis calls one descriptor takes; each OK response states both limits.
+// One descriptor that does not lease sends every request to Redis.
+func TestLeaseTwoDescriptors(t *testing.T) {
+	const cfg = leaseConfig + `  - key: user
+    rate_limit: {unit: second, requests_per_unit: 1000, algorithm: gcra, lease: true}
+  - key: plain
+    rate_limit: {unit: second, requests_per_unit: 1000, algorithm: gcra}
+`
+	rdb, now, clock, calls := leaseFake(t)
+	s := onClient(t, rdb, cfg, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
+	admitted := 0
+	for i := range 300 {
+		r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all"), descriptor("user", "u1")})
+		if r.OverallCode == pb.RateLimitResponse_OK {
+			admitted++
+			if len(r.Statuses) != 2 || r.Statuses[0].CurrentLimit.GetRequestsPerUnit() != 100 || r.Statuses[1].CurrentLimit.GetRequestsPerUnit() != 1000 {
+				t.Fatalf("request %d: statuses %v", i, r.Statuses)
+			}
+		}
+		now.Add(int64(time.Millisecond))
+	}
+	if st := s.leased.Stats(); admitted < 120 || admitted > 150 || calls.Load() > 60 || st.Local == 0 {
+		t.Fatalf("%d admitted of 300, %d Redis calls; stats %+v", admitted, calls.Load(), st)
+	}
+	t.Logf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
+	c0 := calls.Load()
+	for range 50 {
+		ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("user", "u1"), descriptor("plain", "p")})
+		now.Add(int64(time.Millisecond))
+	}
+	if c := calls.Load() - c0; c < 50 {
+		t.Fatalf("with a descriptor that does not lease: %d Redis calls for 50 requests", c)
+	}
+}
+
 // TestLeaseFixedWindow: lease: true on the default algorithm, fixed_window
 // (the peer's): 2,000 requests at 1,000 a second on 100 a second are
 // admitted at most 100 in each second — the units a process holds are

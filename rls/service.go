@@ -64,10 +64,11 @@ type Options struct {
 	// Engine picks how commands run: client.Auto (the module where loaded,
 	// else the Lua library) or one forced.
 	Engine client.Engine
-	// Lease, when set, decides a request whose one enforcing limit says
+	// Lease, when set, decides a request whose enforcing limits all say
 	// lease: true (fixed_window, gcra or token_bucket) through a local tier
-	// (client.NewLeased with these options): on a descriptor hot on this
-	// service, from units granted ahead, with no Redis call. Its
+	// (client.NewLeased with these options): on descriptors hot on this
+	// service, from units granted ahead, with no Redis call (several all
+	// or nothing: client.Leased.Decide). Its
 	// limit_remaining is then what this service holds, a lower bound. Its
 	// counts are the ratelimit_service_lease_ metrics.
 	Lease *client.LeaseOptions
@@ -464,8 +465,13 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 		return nil
 	}
 	wants := make([]*client.Want, 0, len(remote)+len(charged))
+	leases := s.leased != nil && len(charged) == 0
 	for _, it := range append(remote, charged...) {
 		wants = append(wants, &it.Want)
+		leases = leases && it.r.lease
+	}
+	if leases { // several descriptors that lease: all or nothing through the tier
+		return s.leased.Decide(ctx, wants, s.send)
 	}
 	return s.c.Decide(ctx, wants, s.send)
 }
