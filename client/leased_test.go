@@ -1079,3 +1079,44 @@ func TestLeasedIdleDebtCharged(t *testing.T) {
 		t.Fatal("the key, idle and owing nothing, is kept")
 	}
 }
+
+// Decide on two hot keys with room allocates nothing either: two policies
+// cost what one does, but for the second key.
+func TestLeasedDecideAllocatesNothing(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{Hot: 1})
+	p := tr.procs[0]
+	l := GCRA(999_999, 1_000_000, time.Second)
+	a, b := &Want{Key: "ip:1", Limit: l, Cost: 1}, &Want{Key: "key:2", Limit: l, Cost: 1}
+	wants := []*Want{a, b}
+	for range 20_000 {
+		p.Decide(ctx, wants, nil)
+		tr.settle()
+	}
+	tr.advance(p.o.Target)
+	p.Decide(ctx, wants, nil)
+	tr.settle()
+	if n := testing.AllocsPerRun(1000, func() {
+		if err := p.Decide(ctx, wants, nil); err != nil || !a.Taken || !b.Taken {
+			t.Fatal(*a, *b, err)
+		}
+	}); n != 0 {
+		t.Fatalf("%v allocations per leased decision of two limits (%+v)", n, p.Stats())
+	}
+}
+
+// Decisions on two hot keys with room, from every CPU at once.
+func BenchmarkLeasedDecide(b *testing.B) {
+	f := fakeredis.New()
+	p := NewLeased(New(f.Client()), LeaseOptions{})
+	defer p.Close(context.Background())
+	l := GCRA(999_999_999, 1_000_000_000, time.Second)
+	b.RunParallel(func(pb *testing.PB) {
+		x, y := &Want{Key: "ip:1", Limit: l, Cost: 1}, &Want{Key: "key:2", Limit: l, Cost: 1}
+		wants := []*Want{x, y}
+		for pb.Next() {
+			if err := p.Decide(ctx, wants, nil); err != nil || !x.Known {
+				b.Fatal(err)
+			}
+		}
+	})
+}

@@ -6,6 +6,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"slices"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"testing"
@@ -217,56 +218,75 @@ func leasedOutage(t *testing.T, what string, stop func(*server) (resume func()))
 // per request.
 func TestHTTPLeased(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
-		var calls sent
-		rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr, ContextTimeoutEnabled: true})
-		rdb.AddHook(&calls)
-		t.Cleanup(func() { rdb.Close() })
-		lim, err := httplimit.New(rdb, httplimit.Options{Prefix: key(t, "http") + ":", OnError: httplimit.FailClosed, Lease: &client.LeaseOptions{}},
-			httplimit.Policy{Name: "api", Limit: client.PerSecond(500), Key: httplimit.Global()})
-		if err != nil {
-			t.Fatal(err)
-		}
-		srv := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
-		defer srv.Close()
-		start := time.Now()
-		stop := start.Add(1500 * time.Millisecond)
-		var ok, refused, requests atomic.Int64
-		var wg sync.WaitGroup
-		for range 8 {
-			wg.Go(func() {
-				for time.Now().Before(stop) {
-					resp := get(t, srv.URL+"/a")
-					requests.Add(1)
-					switch {
-					case resp.Header.Get("RateLimit") == "":
-						t.Errorf("no RateLimit field: %d %v", resp.StatusCode, resp.Header)
-						return
-					case resp.StatusCode == 200:
-						ok.Add(1)
-					case resp.StatusCode == 429:
-						refused.Add(1)
-					default:
-						t.Errorf("status %d", resp.StatusCode)
-						return
-					}
-				}
-			})
-		}
-		wg.Wait()
-		elapsed := time.Since(start)
-		if err := lim.Close(ctx); err != nil {
-			t.Fatal(err)
-		}
-		allowance := 500 + 500*elapsed.Seconds()
-		most := allowance + 500*0.2 + 5 // τ = 200 ms, and 10 ms for the clocks
-		n := float64(ok.Load())
-		if n > most || n < 0.9*allowance || float64(calls.n.Load()) > 0.1*float64(requests.Load()) {
-			t.Fatalf("%v admitted, %d refused (allowance %.0f, at most %.0f); %d Redis calls for %d requests; tier %+v",
-				n, refused.Load(), allowance, most, calls.n.Load(), requests.Load(), lim.Leased())
-		}
-		t.Logf("%v admitted, %d refused (allowance %.0f); %d Redis calls for %d requests; tier %+v",
-			n, refused.Load(), allowance, calls.n.Load(), requests.Load(), lim.Leased())
+		httpLeased(t, s, httplimit.Policy{Name: "api", Limit: client.PerSecond(500), Key: httplimit.Global()})
 	})
+}
+
+// The same with two policies, the route's PerSecond(500) and a per-IP
+// PerSecond(5000): decided together through the tier (Leased.Decide), with
+// the same bounds, and both policies in every RateLimit field.
+func TestHTTPLeasedTwoPolicies(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		httpLeased(t, s, httplimit.Policy{Name: "api", Limit: client.PerSecond(500), Key: httplimit.Global()},
+			httplimit.Policy{Name: "per-ip", Limit: client.PerSecond(5000), Key: httplimit.ClientIP(httplimit.IPOptions{})})
+	})
+}
+
+// httpLeased runs TestHTTPLeased's requests under policies, the tightest
+// PerSecond(500).
+func httpLeased(t *testing.T, s *server, policies ...httplimit.Policy) {
+	var calls sent
+	rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr, ContextTimeoutEnabled: true})
+	rdb.AddHook(&calls)
+	t.Cleanup(func() { rdb.Close() })
+	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: key(t, "http") + ":", OnError: httplimit.FailClosed, Lease: &client.LeaseOptions{}},
+		policies...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	srv := httptest.NewServer(lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {})))
+	defer srv.Close()
+	start := time.Now()
+	stop := start.Add(1500 * time.Millisecond)
+	var ok, refused, requests atomic.Int64
+	var wg sync.WaitGroup
+	for range 8 {
+		wg.Go(func() {
+			for time.Now().Before(stop) {
+				resp := get(t, srv.URL+"/a")
+				requests.Add(1)
+				switch {
+				case resp.Header.Get("RateLimit") == "":
+					t.Errorf("no RateLimit field: %d %v", resp.StatusCode, resp.Header)
+					return
+				case resp.StatusCode == 200 && strings.Count(resp.Header.Get("RateLimit"), ";r=") != len(policies):
+					t.Errorf("RateLimit %q: want every policy's item", resp.Header.Get("RateLimit"))
+					return
+				case resp.StatusCode == 200:
+					ok.Add(1)
+				case resp.StatusCode == 429:
+					refused.Add(1)
+				default:
+					t.Errorf("status %d", resp.StatusCode)
+					return
+				}
+			}
+		})
+	}
+	wg.Wait()
+	elapsed := time.Since(start)
+	if err := lim.Close(ctx); err != nil {
+		t.Fatal(err)
+	}
+	allowance := 500 + 500*elapsed.Seconds()
+	most := allowance + 500*0.2 + 5 // τ = 200 ms, and 10 ms for the clocks
+	n := float64(ok.Load())
+	if n > most || n < 0.9*allowance || float64(calls.n.Load()) > 0.1*float64(requests.Load()) {
+		t.Fatalf("%v admitted, %d refused (allowance %.0f, at most %.0f); %d Redis calls for %d requests; tier %+v",
+			n, refused.Load(), allowance, most, calls.n.Load(), requests.Load(), lim.Leased())
+	}
+	t.Logf("%v admitted, %d refused (allowance %.0f); %d Redis calls for %d requests; tier %+v",
+		n, refused.Load(), allowance, calls.n.Load(), requests.Load(), lim.Leased())
 }
 
 // The local tier on a real 3-primary cluster: four processes (each its own

@@ -38,6 +38,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
@@ -78,17 +79,20 @@ func main() {
 
 	var ref, tier, sat, spl []run
 	var fr []fairRun
+	var pair, pairSat []run
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
 		tier = append(tier, leased(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
+		pair = append(pair, leasedPair(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
 		sat = append(sat, leased(ctx, rdb, *dsat, r, client.PerSecond(satRate)))
+		pairSat = append(pairSat, leasedPair(ctx, rdb, *dsat, r, client.PerSecond(satRate)))
 		spl = append(spl, split(ctx, rdb, *dsat, r))
 		fr = append(fr, fair(ctx, fmt.Sprintf("127.0.0.1:%d", port), *dfair, r))
 		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance; eight processes: Jain %.4f, after a step %.1f%% off, %d over the exact limiter, %d over the bound",
 			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share, fr[r].jain, 100*fr[r].stepWorst, fr[r].overExact, fr[r].overBound)
 	}
 	cpu, cores := machine.CPU()
-	report(*out, version, cpu, cores, *rounds, *n, *d, *dsat, ref, tier, sat, spl)
+	report(*out, version, cpu, cores, *rounds, *n, *d, *dsat, ref, tier, sat, spl, pair, pairSat)
 	appendFair(*out, *dfair, fr)
 	log.Printf("leased: wrote %s", *out)
 }
@@ -107,6 +111,9 @@ type run struct {
 	p50, p99 time.Duration
 	refused  float64 // refused decisions per second
 	elapsed  time.Duration
+	// over and overExact: admissions the exact limiter refuses, with the
+	// tier's bound's burst and without (leasedPair's saturated runs).
+	over, overExact int
 }
 
 // serverStats reads the calls Redis served and its CPU seconds so far.
@@ -158,6 +165,52 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 	}, func() { tier.Close(ctx) })
 	if q, w := l.Quota(); w > 0 {
 		out.share = out.admitted / (float64(q)/out.elapsed.Seconds() + float64(q)/w.Seconds())
+	}
+	return out
+}
+
+// leasedPair decides two limits together, as httplimit's per-IP and
+// per-key pair (keys of two slots), with a fresh Leased's Decide from 16
+// goroutines for d: l on the per-IP key, a limit 5 times looser on the
+// other (l itself when l is never reached). Every admission's instant is replayed through the exact GCRA of
+// l (a PerSecond limit): over counts those it refuses with rate × τ more
+// burst, the tier's bound.
+func leasedPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
+	ip, key := fmt.Sprintf("b:pair:ip:%s:%d", l, round), fmt.Sprintf("b:pair:key:%s:%d", l, round)
+	q, _ := l.Quota()
+	looser := l // a limit never reached: the same on both keys
+	if q < 1_000_000 {
+		looser = client.GCRA(5*q-1, 5*q, time.Second)
+	}
+	tier := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	start := time.Now()
+	var mu sync.Mutex
+	var all []time.Duration
+	out := drive(ctx, rdb, d, 16, func(int) func() (client.Result, error) {
+		var mine []time.Duration
+		n := 0
+		return func() (client.Result, error) {
+			ws := []*client.Want{{Key: ip, Limit: l, Cost: 1}, {Key: key, Limit: looser, Cost: 1}}
+			err := tier.Decide(ctx, ws, nil)
+			admitted := ws[0].Taken && ws[1].Taken
+			if admitted {
+				mine = append(mine, time.Since(start))
+			}
+			if n++; n%4096 == 0 || !time.Now().Before(start.Add(d)) {
+				mu.Lock()
+				all = append(all, mine...)
+				mu.Unlock()
+				mine = mine[:0]
+			}
+			return client.Result{Verdict: ratelimit.Verdict{Limited: !admitted}}, err
+		}
+	}, func() { tier.Close(ctx) })
+	if q, w := l.Quota(); w > 0 && q < 1_000_000 {
+		out.share = out.admitted / (float64(q)/out.elapsed.Seconds() + float64(q)/w.Seconds())
+		slices.Sort(all)
+		tau := 4 * 50 * time.Millisecond // the default Lifetime
+		out.over = replay(all, q, int64(float64(q)*tau.Seconds()))
+		out.overExact = replay(all, q, 0)
 	}
 	return out
 }
@@ -256,7 +309,7 @@ func median(rs []run, f func(run) float64) float64 {
 	return xs[len(xs)/2]
 }
 
-func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duration, ref, tier, sat, spl []run) {
+func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duration, ref, tier, sat, spl, pair, pairSat []run) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The local tier: one hot key\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench/leased`): one server (Debian's %s) with the module on loopback,\n", version)
@@ -281,6 +334,16 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 		median(sat, func(r run) float64 { return r.refused }), median(sat, func(r run) float64 { return r.calls }),
 		median(sat, func(r run) float64 { return r.cpuUs }),
 		time.Duration(median(sat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(sat, func(r run) float64 { return float64(r.p99) })))
+	pa := median(pair, func(r run) float64 { return r.admitted })
+	fmt.Fprintf(&b, "| client.Leased.Decide, two limits (keys of two slots), never reached | %.0f | %.1f× | %.2g | %.2g | %v / %v |\n", pa, pa/ra,
+		median(pair, func(r run) float64 { return r.calls }), median(pair, func(r run) float64 { return r.cpuUs }),
+		time.Duration(median(pair, func(r run) float64 { return float64(r.p50) })), time.Duration(median(pair, func(r run) float64 { return float64(r.p99) })))
+	fmt.Fprintf(&b, "| client.Leased.Decide, PerSecond(%d) and PerSecond(%d) saturated | %.0f (%.1f%% of the allowance; %.0f refused/s; over the exact limiter %d, over the bound %d) | | %.2g | %.2g | %v / %v |\n", satRate, 5*satRate,
+		median(pairSat, func(r run) float64 { return r.admitted }), 100*median(pairSat, func(r run) float64 { return r.share }),
+		median(pairSat, func(r run) float64 { return r.refused }),
+		int(median(pairSat, func(r run) float64 { return float64(r.overExact) })), int(slices.MaxFunc(pairSat, func(a, b run) int { return a.over - b.over }).over),
+		median(pairSat, func(r run) float64 { return r.calls }), median(pairSat, func(r run) float64 { return r.cpuUs }),
+		time.Duration(median(pairSat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(pairSat, func(r run) float64 { return float64(r.p99) })))
 	fmt.Fprintf(&b, "| the alternative: 8 sub-keys `{b0..b7}` of PerSecond(%d) each, skewed demand, every decision a `Take` | %.0f (%.1f%% of the allowance; %.0f refused/s) | | %.2g | %.2g | %v / %v |\n", satRate/8,
 		median(spl, func(r run) float64 { return r.admitted }), 100*median(spl, func(r run) float64 { return r.share }),
 		median(spl, func(r run) float64 { return r.refused }),
@@ -290,6 +353,10 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 	fmt.Fprintf(&b, "proportional to 1/(j+1), so the busiest sub-keys refuse while the quiet ones leave their share unused. Each of its\n")
 	fmt.Fprintf(&b, "decisions waits for a call, so it runs from 64 goroutines; where admitted and refused together stay under the\n")
 	fmt.Fprintf(&b, "limit's rate, the server (sharing the cores) could not serve more, and the share is a ceiling of the machine.\n")
+	fmt.Fprintf(&b, "\nThe two-limit rows decide a per-IP key and a per-key key together (`Leased.Decide`, as httplimit does for two\n")
+	fmt.Fprintf(&b, "policies and rls for two descriptors), the second limit 5 times looser; the saturated run's admissions are\n")
+	fmt.Fprintf(&b, "replayed through the exact GCRA (the `gcra` package) of the tighter limit, as the limit is (its median count of\n")
+	fmt.Fprintf(&b, "refusals) and with rate × τ more burst, the tier's bound (the most over any round: it must be 0).\n")
 	fmt.Fprintf(&b, "\nLatency is sampled every 64th decision, `time.Now` around `Take` (a sample of %d per goroutine at most).\n", 1<<16)
 	if err := os.WriteFile(out, []byte(b.String()), 0o644); err != nil {
 		log.Fatal(err)
