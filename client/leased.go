@@ -462,32 +462,46 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 // Redis confirms it. What it admits is owed to the limiter (debt), and
 // charged when Redis answers again (see owed).
 func (k *leaseKey) fallback(now, target, cost int64) Result {
+	if r, refused := k.fallbackRefusal(now, target, cost); refused {
+		return r
+	}
+	return k.fallbackSpend(cost)
+}
+
+// fallbackRefusal refills the fallback's bucket to now and reports whether
+// it refuses cost, with the refusal; it spends nothing.
+func (k *leaseKey) fallbackRefusal(now, target, cost int64) (r Result, refused bool) {
 	per := k.fallbackRate(target) // units per ns
 	rate := per * float64(target) // per Target
 	k.fb = min(k.fb+per*float64(now-k.fbAt), max(rate, float64(cost)))
 	k.fbAt = now
-	r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
-	fw := k.limit.algo == algoFW
-	if fw && (now >= k.winEnd || k.fwLeft < cost) { // the window's share is spent, or the window is over
-		r.Limited, r.RetryAfter = true, time.Duration(target)
+	r = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Limited: true, ResetAfter: k.last.ResetAfter}}
+	switch {
+	case k.limit.algo == algoFW && (now >= k.winEnd || k.fwLeft < cost): // the window's share is spent, or the window is over
+		r.RetryAfter = time.Duration(target)
 		if now < k.winEnd {
 			r.RetryAfter = time.Duration(k.winEnd - now)
 		}
-		return r
+		return r, true
+	case k.fb < float64(cost):
+		r.RetryAfter = time.Duration(math.Ceil((float64(cost) - k.fb) / per))
+		return r, true
 	}
-	if k.fb >= float64(cost) {
-		k.fb -= float64(cost)
-		k.spent += cost
-		k.debt += cost
-		r.Remaining = int64(k.fb)
-		if fw {
-			k.fwLeft -= cost
-			r.Remaining = min(r.Remaining, k.fwLeft)
-		}
-		return r
+	return Result{}, false
+}
+
+// fallbackSpend spends cost of the fallback's bucket, refilled and found
+// to hold it by fallbackRefusal, and owes it to the limiter.
+func (k *leaseKey) fallbackSpend(cost int64) Result {
+	r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+	k.fb -= float64(cost)
+	k.spent += cost
+	k.debt += cost
+	r.Remaining = int64(k.fb)
+	if k.limit.algo == algoFW {
+		k.fwLeft -= cost
+		r.Remaining = min(r.Remaining, k.fwLeft)
 	}
-	r.Limited = true
-	r.RetryAfter = time.Duration(math.Ceil((float64(cost) - k.fb) / per))
 	return r
 }
 

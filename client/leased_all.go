@@ -29,7 +29,7 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 		t.stats.exact.Add(1)
 		return t.c.All(ctx, limits, opts...)
 	}
-	r, here, err := t.allHere(ctx, limits, nil)
+	r, here, err := t.allHere(ctx, limits, nil, false)
 	if err != nil || here {
 		return r, err
 	}
@@ -43,8 +43,11 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 // them here, all or nothing, and each want gets its own key's answer:
 // admitted, Remaining is what the tier holds of that key after it;
 // refused here (a paced key short of its cost), the refusing want alone is
-// Known, as a refused step leaves the later ones. Otherwise — a want that
-// does not lease, a key cold, or failing and short — Client.Decide decides
+// Known, as a refused step leaves the later ones. While the keys short of
+// their costs fail (within Fallback), they decide in fallback as Take
+// does, all or nothing (the others spending their units), and what they
+// admit is charged when Redis answers again. Otherwise — a want that does
+// not lease, a key cold, or failing past Fallback — Client.Decide decides
 // them, across slots as it does. A per-IP and a per-key limit on hot keys
 // are decided with no call, as one limit is.
 func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error {
@@ -61,7 +64,7 @@ func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 	if leases && t.leasesAll(limits, nil) {
 		var eb [16]Result
 		each := eb[:len(limits)]
-		r, here, err := t.allHere(ctx, limits, each)
+		r, here, err := t.allHere(ctx, limits, each, true)
 		if err != nil {
 			return err
 		}
@@ -99,9 +102,13 @@ func oneSlot(limits []Keyed) bool {
 // every pool paid its cost, and r is the key holding the fewest units
 // after, Policy its position; refused, r is the paced key's with the
 // longest wait. each, when not nil, gets every key's own answer (the
-// refusing key's alone when refused). Not here: a key cold, failing and
-// short, or the tier closed; the caller asks the limiter.
-func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result) (r Result, here bool, err error) {
+// refusing key's alone when refused). With fallback, when every key short
+// of its cost is failing (within LeaseOptions.Fallback of its first
+// failure), the keys decide as Take's fallback does, all or nothing: the
+// others spend their units, the failing ones their fallback's. Not here: a
+// key cold, failing and short (without fallback, or past it), or the tier
+// closed; the caller asks the limiter.
+func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fallback bool) (r Result, here bool, err error) {
 	var kb [16]*leaseKey
 	var ob [16]int
 	ks, order := kb[:len(limits)], ob[:len(limits)]
@@ -162,9 +169,20 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result) (r 
 			k.observe(now, target, cost, t.o.Hot)
 		}
 		counted = true
+		falls := fallback && !covered && refuse < 0
+		for i, k := range ks {
+			if falls && k.units() < limits[i].Cost && (k.down == 0 || now-k.down >= int64(t.o.Fallback) || k.spentRate == 0) {
+				falls = false
+			}
+		}
 		var wait chan struct{}
 		switch {
 		case t.shut.Load(): // closed meanwhile
+		case falls:
+			r, here = t.fallAll(limits, ks, each, now)
+			unlock()
+			t.stats.fallback.Add(1)
+			return r, here, nil
 		case covered:
 			fewest := 0
 			for i, k := range ks {
@@ -231,6 +249,53 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result) (r 
 		late = late || timedOut
 	}
 	return Result{}, false, nil
+}
+
+// fallAll decides limits, their keys locked, at now while the keys short
+// of their costs fail (allHere's fallback): each failing key first tries a
+// grant again in the background; then, if a failing key's fallback refuses
+// its cost, r is the refusal with the longest wait and nothing is spent;
+// else every key pays its cost, from its units or its fallback, and r is
+// the answer with the fewest Remaining.
+func (t *Leased) fallAll(limits []Keyed, ks []*leaseKey, each []Result, now int64) (r Result, here bool) {
+	target := int64(t.o.Target)
+	refusedBy := -1
+	for i, k := range ks {
+		cost := limits[i].Cost
+		if k.units() >= cost {
+			continue
+		}
+		if k.flight == nil && now >= k.pace { // try again, in the background
+			t.refill(limits[i].Key, k, k.size(now, target, cost))
+		}
+		if no, refused := k.fallbackRefusal(now, target, cost); refused && (refusedBy < 0 || no.RetryAfter > r.RetryAfter) {
+			refusedBy, r = i, no
+		}
+	}
+	if refusedBy >= 0 {
+		if each != nil {
+			each[refusedBy] = r
+		}
+		r.Policy = refusedBy
+		return r, true
+	}
+	for i, k := range ks {
+		var ri Result
+		if cost := limits[i].Cost; k.units() >= cost {
+			t.take(k, cost)
+			ri = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+			t.refillAhead(limits[i].Key, k, now)
+		} else {
+			ri = k.fallbackSpend(cost)
+		}
+		if each != nil {
+			each[i] = ri
+		}
+		if i == 0 || ri.Remaining < r.Remaining {
+			r, r.Policy = ri, i
+		}
+	}
+	return r, true
 }
 
 // leasesAll reports whether limits may be decided through the tier (All

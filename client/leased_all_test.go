@@ -214,3 +214,58 @@ func TestLeasedDecide(t *testing.T) {
 		t.Fatalf("with a sliding window: %d calls for 50 decisions, %d admitted", c, n)
 	}
 }
+
+// Decide falls back as Take does: one process decides a per-IP
+// PerSecond(100) and a per-key PerSecond(1000), keys of two slots, at 10×
+// the tighter one for 1 s; Redis then refuses connections for 3 s (less
+// than the Fallback of 10 s) and answers again for 2 s. No decision errs;
+// the outage admits about the tighter limit's rate (its 300, the units
+// held, and a Target more), all or nothing, each want its own answer; once
+// Redis answers, what the fallback admitted is charged and the calls are
+// paced again. All, which has no fallback, errs in the same outage
+// (TestLeasedAllRecovers).
+func TestLeasedDecideFallback(t *testing.T) {
+	tr := newTier(t, 1, LeaseOptions{})
+	var failing atomic.Bool
+	tr.downWhile(&failing)
+	p := tr.procs[0]
+	run := func(d time.Duration) (admitted, errs, decisions int, calls int64) {
+		c0 := tr.calls.Load()
+		for end := tr.now() + int64(d); tr.now() < end; {
+			ws := []*Want{{Key: "ip:10.0.0.1", Limit: PerSecond(100), Cost: 1}, {Key: "key:abc", Limit: PerSecond(1000), Cost: 1}}
+			err := p.Decide(ctx, ws, nil)
+			decisions++
+			switch a, b := ws[0], ws[1]; {
+			case err != nil:
+				errs++
+			case a.Taken != b.Taken:
+				t.Fatalf("not all or nothing: %+v %+v", *a, *b)
+			case a.Taken:
+				if a.Result.Limited || b.Result.Limited || !a.Known || !b.Known {
+					t.Fatalf("admitted: %+v %+v", *a, *b)
+				}
+				admitted++
+			}
+			tr.settle()
+			tr.advance(time.Millisecond)
+		}
+		return admitted, errs, decisions, tr.calls.Load() - c0
+	}
+	if a, e, d, c := run(time.Second); e != 0 || a < 180 || float64(c)/float64(d) > 0.1 {
+		t.Fatalf("before: %d admitted, %d errors, %d calls for %d decisions", a, e, c, d)
+	}
+	s := p.Stats()
+	held := s.Granted - s.Local
+	failing.Store(true)
+	a, e, _, _ := run(3 * time.Second)
+	if most := 300 + held + 5 + 2; e != 0 || int64(a) > most || a < 250 || p.Stats().Fallback == 0 {
+		t.Fatalf("a 3 s outage: %d admitted (at most %d), %d errors; %+v", a, most, e, p.Stats())
+	}
+	t.Logf("the outage: %d admitted, %d held before it; %+v", a, held, p.Stats())
+	failing.Store(false)
+	run(time.Second)
+	a, e, d, c := run(time.Second)
+	if e != 0 || a < 90 || a > 130 || float64(c)/float64(d) > 0.1 || p.Stats().Charged == 0 {
+		t.Fatalf("after: %d admitted in 1 s, %d errors, %d calls for %d decisions; %+v", a, e, c, d, p.Stats())
+	}
+}
