@@ -135,67 +135,6 @@ func TestMetricKeysOption(t *testing.T) {
 	}
 }
 
-// TestRefusalBytes: 20,000 refused keys of 16 KiB stay within the bytes
-// bound (16 MiB by default), the least recently used leaving first; and
-// an entry costs no more than the entryBytes it is counted for.
-func TestRefusalBytes(t *testing.T) {
-	until := time.Unix(2000, 0)
-	before := heap()
-	r := newRefusals(1 << 20)
-	big := strings.Repeat("k", 16<<10)
-	for i := range 20000 {
-		r.add(fmt.Sprintf("%08d%s", i, big), 1, until)
-	}
-	grown := heap() - before
-	entries, bytes := r.size()
-	t.Logf("20,000 keys of 16 KiB: %d kept, %d bytes counted, heap and stacks +%.1f MiB after GC", entries, bytes, float64(grown)/mib)
-	if bytes > defaultRefusalBytes || grown > defaultRefusalBytes+4*mib {
-		t.Fatalf("%d bytes counted, heap +%d MiB: past the %d MiB bound", bytes, grown/mib, defaultRefusalBytes/mib)
-	}
-	var at time.Time
-	if r.refuses(fmt.Sprintf("%08d%s", 0, big), 1, time.Unix(1000, 0), &at) || !r.refuses(fmt.Sprintf("%08d%s", 19999, big), 1, time.Unix(1000, 0), &at) {
-		t.Fatal("not the least recently used that left")
-	}
-	if entries != int(defaultRefusalBytes/entryCost(fmt.Sprintf("%08d%s", 0, big))) {
-		t.Fatalf("%d entries kept", entries)
-	}
-	r.purge()
-	if entries, bytes := r.size(); entries != 0 || bytes != 0 {
-		t.Fatalf("purged: %d entries, %d bytes", entries, bytes)
-	}
-
-	// A key larger than the whole bound is not kept; an expired one
-	// leaves and gives its bytes back.
-	small := newRefusalsBounded(100, 1000)
-	small.add(strings.Repeat("x", 1000), 1, until)
-	small.add("a", 1, until)
-	if n, b := small.size(); n != 1 || b != entryCost("a") {
-		t.Fatalf("%d entries, %d bytes", n, b)
-	}
-	small.refuses("a", 1, until, &at)
-	if n, b := small.size(); n != 0 || b != 0 {
-		t.Fatalf("expired: %d entries, %d bytes", n, b)
-	}
-
-	// What an entry of a short key really costs.
-	const n = 100000
-	keys := make([]string, n)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("rl:%012d", i) // 15 bytes, a 16-byte allocation
-	}
-	before = heap()
-	m := newRefusalsBounded(n, 1<<40)
-	for _, k := range keys {
-		m.add(k, 1, until)
-	}
-	per := float64(heap()-before) / n
-	runtime.KeepAlive(m)
-	t.Logf("an entry costs %.0f bytes beside its key", per)
-	if per > entryBytes {
-		t.Fatalf("an entry costs %.0f bytes, counted as %d", per, entryBytes)
-	}
-}
-
 // blocking answers no request until release is closed.
 type blocking struct {
 	pb.UnimplementedRateLimitServiceServer

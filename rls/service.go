@@ -21,6 +21,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
 )
 
 // Options tunes a Service. The zero value is the peer's behaviour with
@@ -109,7 +110,7 @@ type Service struct {
 	opts    Options
 	m       *metrics
 	pipe    *pipeline
-	cache   *refusals
+	cache   *refusals.Cache
 	log     *slog.Logger
 	now     func() time.Time
 	loadDir func(string) (*Config, error) // LoadDir; tests change it
@@ -149,10 +150,7 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		s.log = slog.Default()
 	}
 	if o.RefusalCache > 0 {
-		if o.RefusalCacheBytes <= 0 {
-			o.RefusalCacheBytes = defaultRefusalBytes
-		}
-		s.cache = newRefusalsBounded(o.RefusalCache, o.RefusalCacheBytes)
+		s.cache = refusals.New(o.RefusalCache, o.RefusalCacheBytes)
 	}
 	if cfg != nil {
 		s.SetConfig(cfg)
@@ -165,7 +163,7 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 func (s *Service) SetConfig(c *Config) {
 	s.cfg.Store(c)
 	if s.cache != nil {
-		s.cache.purge()
+		s.cache.Purge()
 	}
 }
 
@@ -291,7 +289,7 @@ func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item)
 			resp.Statuses[it.i] = statusOf(it)
 			s.m.decided(it, s.opts.NearLimitRatio)
 			if s.cache != nil && !it.r.shadow && !it.Debt && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
-				s.cache.add(it.Key, it.Cost, it.started.Add(it.Result.RetryAfter))
+				s.cache.Add(it.Key, it.Cost, it.started.Add(it.Result.RetryAfter))
 			}
 		}
 	}
@@ -441,7 +439,7 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 			refused = refused || it.Cost > 0
 		case it.Debt: // counted whatever the others decide, never from the refusal cache
 			charged = append(charged, it)
-		case s.cache != nil && s.cache.refuses(it.Key, it.Cost, now, &until):
+		case s.cache != nil && s.cache.Refuses(it.Key, it.Cost, now, &until):
 			it.Known, it.cached = true, true
 			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}}
 			refused = true

@@ -2,7 +2,6 @@ package rls
 
 import (
 	"testing"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus/testutil"
 
@@ -47,39 +46,5 @@ func TestMetricsSplit(t *testing.T) {
 				t.Errorf("%s: %s %v, want %v", tc.name, what, c.got, c.want)
 			}
 		}
-	}
-}
-
-// TestRefusals: a remembered refusal answers requests of at least its
-// cost until it ends, and nothing after; a smaller request goes to Redis.
-func TestRefusals(t *testing.T) {
-	r := newRefusals(2)
-	t0 := time.Unix(1000, 0)
-	r.add("k", 3, t0.Add(time.Second))
-	var until time.Time
-	for _, tc := range []struct {
-		cost int64
-		at   time.Duration
-		want bool
-	}{
-		{3, 0, true},
-		{5, 999 * time.Millisecond, true},
-		{2, 0, false}, // a smaller request may pass sooner
-		{3, time.Second, false},
-		{3, 0, false}, // forgotten once it ended
-	} {
-		if got := r.refuses("k", tc.cost, t0.Add(tc.at), &until); got != tc.want {
-			t.Errorf("cost %d at +%v: %v, want %v", tc.cost, tc.at, got, tc.want)
-		}
-	}
-	r.add("a", 1, t0.Add(time.Hour))
-	r.add("b", 1, t0.Add(time.Hour))
-	r.add("c", 1, t0.Add(time.Hour)) // the oldest, a, goes
-	if r.refuses("a", 1, t0, &until) || !r.refuses("c", 1, t0, &until) || !until.Equal(t0.Add(time.Hour)) {
-		t.Fatal("the LRU bound")
-	}
-	r.purge()
-	if r.refuses("c", 1, t0, &until) {
-		t.Fatal("purged, yet remembered")
 	}
 }

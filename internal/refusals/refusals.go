@@ -1,4 +1,7 @@
-package rls
+// Package refusals remembers refused keys until their RetryAfter, so that
+// a front-end answers a request that would be refused without a call:
+// rls (-refusal-cache) and httplimit (Options.RefusalCache) share it.
+package refusals
 
 import (
 	"sync"
@@ -7,7 +10,7 @@ import (
 	"github.com/hashicorp/golang-lru/v2/simplelru"
 )
 
-// refusals remembers refused keys until their retry_after: a request of at
+// Cache remembers refused keys until their RetryAfter: a request of at
 // least the refused cost against such a key before then would be refused
 // by Redis too (no limit admits sooner because of more traffic), so it is
 // refused here without a call. The time is taken when the call was sent,
@@ -18,41 +21,43 @@ import (
 // let 20,000 refused keys of 16 KiB take 626 MiB; in bytes, the default
 // 16 MiB holds 1,000 such keys, or about 80,000 keys of 60 bytes, the
 // least recently used leaving first.
-type refusals struct {
+type Cache struct {
 	mu              sync.Mutex
 	lru             *simplelru.LRU[string, refusal]
 	bytes, maxBytes int64
 }
 
-// defaultRefusalBytes bounds the cache when no bound is given.
-const defaultRefusalBytes = 16 << 20
+// DefaultBytes bounds a cache when no bound is given: 16 MiB.
+const DefaultBytes = 16 << 20
 
-// entryBytes is what an entry costs beside its key's bytes: the LRU's list
+// EntryBytes is what an entry costs beside its key's bytes: the LRU's list
 // element and map slot, and the refusal (TestRefusalBytes measures 131
 // bytes an entry on amd64, and fails past 160).
-const entryBytes = 160
+const EntryBytes = 160
 
 type refusal struct {
 	until time.Time
 	cost  int64
 }
 
-func newRefusals(size int) *refusals { return newRefusalsBounded(size, defaultRefusalBytes) }
-
-// newRefusalsBounded is a cache of at most size keys and maxBytes bytes
-// (counted as entryCost counts them).
-func newRefusalsBounded(size int, maxBytes int64) *refusals {
-	r := &refusals{maxBytes: maxBytes}
-	r.lru, _ = simplelru.NewLRU[string, refusal](size, func(key string, _ refusal) { r.bytes -= entryCost(key) })
+// New is a cache of at most size keys (at least 1) and maxBytes bytes
+// (DefaultBytes when maxBytes ≤ 0), each entry counted as Cost counts it.
+func New(size int, maxBytes int64) *Cache {
+	if maxBytes <= 0 {
+		maxBytes = DefaultBytes
+	}
+	r := &Cache{maxBytes: maxBytes}
+	r.lru, _ = simplelru.NewLRU[string, refusal](max(size, 1), func(key string, _ refusal) { r.bytes -= Cost(key) })
 	return r
 }
 
-// entryCost is what an entry for key counts against maxBytes.
-func entryCost(key string) int64 { return int64(len(key)) + entryBytes }
+// Cost is what an entry for key counts against the bound in bytes: its
+// length and EntryBytes.
+func Cost(key string) int64 { return int64(len(key)) + EntryBytes }
 
-// refuses reports whether key refuses cost at now, and sets *until to when
+// Refuses reports whether key refuses cost at now, and sets *until to when
 // it stops.
-func (r *refusals) refuses(key string, cost int64, now time.Time, until *time.Time) bool {
+func (r *Cache) Refuses(key string, cost int64, now time.Time, until *time.Time) bool {
 	if key == "" {
 		return false
 	}
@@ -73,8 +78,8 @@ func (r *refusals) refuses(key string, cost int64, now time.Time, until *time.Ti
 	return true
 }
 
-// add remembers that key refuses units until then.
-func (r *refusals) add(key string, units int64, until time.Time) {
+// Add remembers that key refuses units (and more) until then.
+func (r *Cache) Add(key string, units int64, until time.Time) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	e, ok := r.lru.Peek(key)
@@ -82,7 +87,7 @@ func (r *refusals) add(key string, units int64, until time.Time) {
 		return
 	}
 	if !ok {
-		c := entryCost(key)
+		c := Cost(key)
 		if c > r.maxBytes {
 			return // larger than the whole cache
 		}
@@ -94,14 +99,15 @@ func (r *refusals) add(key string, units int64, until time.Time) {
 	r.lru.Add(key, refusal{until: until, cost: units})
 }
 
-// size is the entries held and the bytes they count.
-func (r *refusals) size() (entries int, bytes int64) {
+// Size is the entries held and the bytes they count.
+func (r *Cache) Size() (entries int, bytes int64) {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	return r.lru.Len(), r.bytes
 }
 
-func (r *refusals) purge() {
+// Purge forgets every refusal (a limit may have been raised).
+func (r *Cache) Purge() {
 	r.mu.Lock()
 	r.lru.Purge()
 	r.mu.Unlock()
