@@ -158,6 +158,53 @@ func TestLeasedOnFake(t *testing.T) {
 	t.Logf("%d admitted of 300, %d Redis calls; tier %+v", admitted, calls.Load(), s)
 }
 
+// Options.RefusalCache: once Redis refuses a client's key, its requests
+// are refused from the remembered refusal until its RetryAfter, with no
+// Redis call: PerMinute(2) per IP, 2 admitted, the third refused by Redis
+// (Retry-After 30), the next 50 refused with no call (Remembered, the
+// same Retry-After, RateLimit naming the policy); another client is
+// still decided by Redis.
+func TestRefusalCacheOnFake(t *testing.T) {
+	f := fakeredis.New()
+	var calls atomic.Int64
+	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
+	var remembered atomic.Int64
+	lim, err := New(f.Client(), Options{OnError: FailClosed, RefusalCache: 100, Event: func(e Event) {
+		if e.Kind == Remembered {
+			remembered.Add(1)
+		}
+	}}, Policy{Name: "login", Limit: client.PerMinute(2), Key: ClientIP(IPOptions{})})
+	if err != nil {
+		t.Fatal(err)
+	}
+	h := lim.Handler(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {}))
+	get := func(ip string) *httptest.ResponseRecorder {
+		req := httptest.NewRequest("POST", "/login", nil)
+		req.RemoteAddr = ip + ":40000"
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		return w
+	}
+	for i, want := range []int{200, 200, 429} {
+		if w := get("10.0.0.1"); w.Code != want {
+			t.Fatalf("request %d: %d, want %d", i, w.Code, want)
+		}
+	}
+	c0 := calls.Load()
+	for i := range 50 {
+		w := get("10.0.0.1")
+		if ra := w.Header().Get("Retry-After"); w.Code != 429 || ra == "" || ra == "0" || !strings.HasPrefix(w.Header().Get("RateLimit"), `"login";r=0;t=`) {
+			t.Fatalf("remembered request %d: %d, Retry-After %q, RateLimit %q", i, w.Code, ra, w.Header().Get("RateLimit"))
+		}
+	}
+	if c := calls.Load() - c0; c != 0 || remembered.Load() != 50 {
+		t.Fatalf("50 remembered refusals: %d Redis calls, %d Remembered events", c, remembered.Load())
+	}
+	if w := get("10.0.0.2"); w.Code != 200 || calls.Load() == c0 {
+		t.Fatalf("another client: %d, %d calls", w.Code, calls.Load()-c0)
+	}
+}
+
 // Two policies through the local tier (Options.Lease): a per-IP
 // PerSecond(100) and a route's PerSecond(1000), 300 requests at 1000 a
 // second. They are decided together from units granted ahead, as one

@@ -87,6 +87,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
 )
 
 // Policy is one limit a request must pass.
@@ -223,6 +224,14 @@ type Options struct {
 	// (r) and the limit's reset as of its last grant (t): a lower bound of
 	// what the key admits, not the shared count.
 	Lease *client.LeaseOptions
+	// RefusalCache, when above 0, remembers that many refused keys (at
+	// most 16 MiB of them, the least recently used leaving first) until
+	// their RetryAfter: a request of at least the refused cost on such a
+	// key is refused (Remembered) with no Redis call, as rls's
+	// -refusal-cache does. A client hammering a refused login form or key
+	// then costs Redis one call per refusal's wait, not one per request.
+	// The RateLimit field then states the refusing policy alone.
+	RefusalCache int
 }
 
 // Decision is why a request was refused, for Options.Refused.
@@ -273,11 +282,14 @@ const (
 	// they took and Outcome "ok", "error" or "timeout". A call the
 	// request's client abandoned is not reported.
 	RedisCall
+	// Remembered: the policy refused the request (429) from a refusal it
+	// remembered (Options.RefusalCache), Redis not asked.
+	Remembered
 )
 
 var eventNames = [...]string{"failure", "breaker-open", "breaker-half-open", "breaker-closed", "shadow-refused", "shed",
 	"admitted", "refused", "failed-open", "failed-closed", "local-admitted", "local-refused", "bad-request",
-	"config-error", "redis-call"}
+	"config-error", "redis-call", "remembered"}
 
 func (k EventKind) String() string {
 	if k < 0 || int(k) >= len(eventNames) {
@@ -323,7 +335,8 @@ type Limiter struct {
 	header   string // RateLimit-Policy, the same for every response
 	breakers breakers
 	local    *localLimiter
-	leased   *client.Leased // Options.Lease's tier, or nil
+	leased   *client.Leased  // Options.Lease's tier, or nil
+	refusals *refusals.Cache // Options.RefusalCache's, or nil
 	inFlight atomic.Int64
 	log      *slog.Logger
 	logged   [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns
@@ -388,6 +401,9 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 	l := &Limiter{c: c, opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
 	if opt.Lease != nil {
 		l.leased = client.NewLeased(c, *opt.Lease)
+	}
+	if opt.RefusalCache > 0 {
+		l.refusals = refusals.New(opt.RefusalCache, 0)
 	}
 	if l.log == nil {
 		l.log = slog.Default()

@@ -31,11 +31,12 @@ const noOutcome EventKind = -1
 // a later refusal gives it back).
 type applied struct {
 	client.Want
-	p       *Policy
-	local   bool // decided in this process (FailLocal)
-	id      string
-	server  string    // the Redis server holding the key, for a concurrency policy
-	outcome EventKind // what is reported for this policy, or noOutcome
+	p        *Policy
+	local    bool // decided in this process (FailLocal)
+	recalled bool // refused by a remembered refusal (Options.RefusalCache)
+	id       string
+	server   string    // the Redis server holding the key, for a concurrency policy
+	outcome  EventKind // what is reported for this policy, or noOutcome
 }
 
 // redisKey is Prefix + "{" + the request's key + "}:" + the policy name; a
@@ -143,11 +144,12 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 // answers a request they refuse: false when the request is answered (or
 // its client gone).
 func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []applied, servers []string) bool {
-	if len(rate) > 0 {
+	if now := time.Now(); len(rate) > 0 && !l.recall(rate, now) {
 		switch l.remote(r, servers, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
 		case gone:
 			return false
 		case decided:
+			l.remember(rate, now)
 		default:
 			switch l.opt.OnError {
 			case FailClosed:
@@ -347,6 +349,48 @@ func (l *Limiter) settle(parent context.Context, bs []*breaker, err error, took 
 	}
 }
 
+// recall answers the rate policies from the remembered refusals
+// (Options.RefusalCache) at now: true when an enforcing policy's key is
+// refused until later for the request's cost, the request then refused
+// by it alone, with no call (its other policies not asked, as after a
+// refusal in Redis; its shadow policies not counted).
+func (l *Limiter) recall(rate []applied, now time.Time) bool {
+	if l.refusals == nil {
+		return false
+	}
+	var until time.Time
+	for i := range rate {
+		a := &rate[i]
+		if a.p.Shadow || a.Reserve != 0 || a.Cost <= 0 || !l.refusals.Refuses(a.Key, a.Cost, now, &until) {
+			continue
+		}
+		for j := range rate {
+			rate[j].Known, rate[j].Taken = false, false
+		}
+		q, _ := a.p.Limit.Quota()
+		wait := until.Sub(now)
+		a.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: q, RetryAfter: wait, ResetAfter: wait}}
+		a.Known, a.recalled = true, true
+		return true
+	}
+	return false
+}
+
+// remember keeps what Redis (or the local tier) refused, asked at
+// started, until the refusal's RetryAfter: a request of at least that
+// cost would be refused until then (no limit admits sooner because of more
+// traffic). Shadow policies and reserves are not remembered.
+func (l *Limiter) remember(rate []applied, started time.Time) {
+	if l.refusals == nil {
+		return
+	}
+	for i := range rate {
+		if a := &rate[i]; !a.p.Shadow && a.Reserve == 0 && a.Cost > 0 && !a.local && a.Known && a.Result.Limited && a.Result.RetryAfter > 0 {
+			l.refusals.Add(a.Key, a.Cost, started.Add(a.Result.RetryAfter))
+		}
+	}
+}
+
 // isTimeout reports a call that ran out of time.
 func isTimeout(err error) bool {
 	var ne net.Error
@@ -424,9 +468,12 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 		default:
 			a.outcome = Admitted
 		}
-		if a.local && a.Result.Limited {
+		switch {
+		case a.recalled:
+			a.outcome = Remembered
+		case a.local && a.Result.Limited:
 			a.outcome = LocalRefused
-		} else if a.local {
+		case a.local:
 			a.outcome = LocalAdmitted
 		}
 		items = append(items, field(a))

@@ -18,8 +18,8 @@
 //	ratelimit_lease_*                                               counters: see LeaseCollector
 //
 // A decision is one of admitted, refused, shed, shadow_refused,
-// failed_open, failed_closed, local_admitted, local_refused and
-// bad_request, counted once per policy that applied to a request (a policy
+// failed_open, failed_closed, local_admitted, local_refused, bad_request
+// and remembered (refused by Options.RefusalCache, no call), counted once per policy that applied to a request (a policy
 // that admitted a request another refused counts nothing; the in-flight
 // shedder's sheds have policy ""). A Redis call's outcome is ok, error or
 // timeout: the time one decision spent in Redis, refunds included.
@@ -50,6 +50,7 @@ var decisionNames = map[httplimit.EventKind]string{
 	httplimit.LocalAdmitted: "local_admitted",
 	httplimit.LocalRefused:  "local_refused",
 	httplimit.BadRequest:    "bad_request",
+	httplimit.Remembered:    "remembered",
 }
 
 // Buckets are the Redis call histogram's upper bounds, in seconds: from
@@ -73,7 +74,7 @@ func New(reg prometheus.Registerer) (*Metrics, error) {
 	m := &Metrics{
 		decisions: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_decisions_total",
-			Help: "Requests decided, per policy and decision: admitted, refused, shed, shadow_refused, failed_open, failed_closed, local_admitted, local_refused, bad_request.",
+			Help: "Requests decided, per policy and decision: admitted, refused, shed, shadow_refused, failed_open, failed_closed, local_admitted, local_refused, bad_request, remembered.",
 		}, []string{"policy", "decision"}),
 		calls: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimit_redis_call_seconds",

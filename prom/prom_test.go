@@ -56,6 +56,7 @@ func TestMetrics(t *testing.T) {
 		`ratelimit_decisions_total{decision="admitted",policy="per-ip"} 3`,
 		`ratelimit_decisions_total{decision="refused",policy="per-ip"} 1`,
 		`ratelimit_decisions_total{decision="bad_request",policy="per-ip"} 0`,
+		`ratelimit_decisions_total{decision="remembered",policy="per-ip"} 0`,
 		`ratelimit_decisions_total{decision="shed",policy=""} 1`,
 		`ratelimit_redis_call_seconds_bucket{outcome="ok",le="0.0005"} 1`,
 		`ratelimit_redis_call_seconds_bucket{outcome="ok",le="0.00025"} 0`,
@@ -66,8 +67,8 @@ func TestMetrics(t *testing.T) {
 			t.Errorf("no %q in\n%s", line, text)
 		}
 	}
-	if strings.Count(text, "ratelimit_decisions_total{") != 10 {
-		t.Errorf("want 9 decisions of per-ip and the shedder's, got\n%s", text)
+	if strings.Count(text, "ratelimit_decisions_total{") != 11 {
+		t.Errorf("want 10 decisions of per-ip and the shedder's, got\n%s", text)
 	}
 }
 
