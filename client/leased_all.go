@@ -105,9 +105,11 @@ func oneSlot(limits []Keyed) bool {
 // refusing key's alone when refused). With fallback, when every key short
 // of its cost is failing (within LeaseOptions.Fallback of its first
 // failure), the keys decide as Take's fallback does, all or nothing: the
-// others spend their units, the failing ones their fallback's. Not here: a
-// key cold, failing and short (without fallback, or past it), or the tier
-// closed; the caller asks the limiter.
+// others spend their units, the failing ones their fallback's; a failing
+// key then waits (Timeout at most) for the others' grants rather than send
+// the decision to the limiter. Not here: a key cold, failing and short
+// (without fallback, or past it), or the tier closed; the caller asks the
+// limiter.
 func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fallback bool) (r Result, here bool, err error) {
 	var kb [16]*leaseKey
 	var ob [16]int
@@ -171,7 +173,7 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fal
 		counted = true
 		falls := fallback && !covered && refuse < 0
 		for i, k := range ks {
-			if falls && k.units() < limits[i].Cost && (k.down == 0 || now-k.down >= int64(t.o.Fallback) || k.spentRate == 0) {
+			if falls && k.units() < limits[i].Cost && (k.down == 0 || !t.fallsBack(k, now)) {
 				falls = false
 			}
 		}
@@ -229,7 +231,7 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fal
 				}
 			}
 			for _, k := range ks { // a cold or failing key sends the decision to the limiter: no wait first
-				if !k.hot || k.down != 0 {
+				if !k.hot || k.down != 0 && !(fallback && t.fallsBack(k, now)) {
 					wait = nil
 				}
 			}
@@ -249,6 +251,13 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fal
 		late = late || timedOut
 	}
 	return Result{}, false, nil
+}
+
+// fallsBack reports whether k, failing, still decides in fallback at now:
+// within Fallback of its first failure, having spent while Redis answered
+// (as Take's fallback).
+func (t *Leased) fallsBack(k *leaseKey, now int64) bool {
+	return now-k.down < int64(t.o.Fallback) && k.spentRate != 0
 }
 
 // fallAll decides limits, their keys locked, at now while the keys short

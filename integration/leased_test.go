@@ -3,6 +3,7 @@ package integration
 import (
 	"cmp"
 	"context"
+	"fmt"
 	"net/http"
 	"net/http/httptest"
 	"slices"
@@ -14,6 +15,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
 )
@@ -95,6 +97,11 @@ type leased struct {
 // asking every 250 µs, for d.
 func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n int, d time.Duration) leased {
 	t.Helper()
+	return leasedRunFunc(procs, n, d, func(p *client.Leased) (client.Result, error) { return p.Take(ctx, k, l, 1) })
+}
+
+// leasedRunFunc is leasedRun deciding with decide.
+func leasedRunFunc(procs []*client.Leased, n int, d time.Duration, decide func(p *client.Leased) (client.Result, error)) leased {
 	stop := time.Now().Add(d)
 	var mu sync.Mutex
 	var out leased
@@ -108,7 +115,7 @@ func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n
 			var slowest time.Duration
 			for time.Now().Before(stop) {
 				began := time.Now()
-				r, err := p.Take(ctx, k, l, 1)
+				r, err := decide(p)
 				done := time.Now()
 				slowest = max(slowest, done.Sub(began))
 				decisions++
@@ -152,6 +159,55 @@ func TestLeasedRedisHung(t *testing.T) {
 // started again, empty.
 func TestLeasedRedisKilled(t *testing.T) {
 	leasedOutage(t, "killed", func(s *server) func() { return s.kill(t) })
+}
+
+// Two limits decided together through the tier (Leased.Decide, as
+// httplimit's two policies and rls's two descriptors are), keys of two
+// slots, through TestLeasedRedisHung's 5 s hang: no decision errs or waits
+// past 400 ms, the hang admits about the tighter limit's allowance
+// (PerSecond(2000): at most 5 % more and the units held), all or nothing,
+// in fallback; Redis answers again and the keys lease again.
+func TestLeasedDecideRedisHung(t *testing.T) {
+	s := startFor(t, flavors[1], opts{module: true})
+	ip, k := key(t, "ip"), key(t, "apikey")
+	var procs []*client.Leased
+	for range 4 {
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
+		t.Cleanup(func() { rdb.Close() })
+		p := client.NewLeased(client.New(rdb), client.LeaseOptions{Timeout: 100 * time.Millisecond})
+		t.Cleanup(func() { p.Close(context.Background()) })
+		procs = append(procs, p)
+	}
+	decide := func(p *client.Leased) (client.Result, error) {
+		ws := []*client.Want{{Key: ip, Limit: client.PerSecond(2000), Cost: 1}, {Key: k, Limit: client.PerSecond(20000), Cost: 1}}
+		if err := p.Decide(ctx, ws, nil); err != nil {
+			return client.Result{}, err
+		}
+		if ws[0].Taken != ws[1].Taken {
+			return client.Result{}, fmt.Errorf("not all or nothing: %+v %+v", *ws[0], *ws[1])
+		}
+		return client.Result{Verdict: ratelimit.Verdict{Limited: !ws[0].Taken}}, nil
+	}
+	if r := leasedRunFunc(procs, 32, time.Second, decide); r.errors != 0 {
+		t.Fatalf("Redis up: %d errors (the first: %v)", r.errors, r.firstErr)
+	}
+	resume := s.hang(t)
+	out := leasedRunFunc(procs, 32, 5*time.Second, decide)
+	resume()
+	var fallback int64
+	for _, p := range procs {
+		fallback += p.Stats().Fallback
+	}
+	if out.errors != 0 || out.slowest > 400*time.Millisecond || len(out.admitted) > int(1.05*10000)+200 || fallback == 0 {
+		t.Fatalf("Redis hung for 5 s: %d admitted (the allowance is 10000), %d errors (the first: %v), the slowest decision %v, %d decided in fallback",
+			len(out.admitted), out.errors, out.firstErr, out.slowest, fallback)
+	}
+	after := leasedRunFunc(procs, 32, time.Second, decide)
+	if after.errors != 0 || procs[0].Stats().Down == 0 {
+		t.Fatalf("after the outage: %d errors (the first: %v), %+v", after.errors, after.firstErr, procs[0].Stats())
+	}
+	t.Logf("Redis hung for 5 s: %d admitted (allowance 10000), slowest decision %v; the first process: %+v",
+		len(out.admitted), out.slowest, procs[0].Stats())
 }
 
 // kill stops s's process with SIGKILL (its connections refused); resume
