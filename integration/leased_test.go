@@ -170,14 +170,7 @@ func TestLeasedRedisKilled(t *testing.T) {
 func TestLeasedDecideRedisHung(t *testing.T) {
 	s := startFor(t, flavors[1], opts{module: true})
 	ip, k := key(t, "ip"), key(t, "apikey")
-	var procs []*client.Leased
-	for range 4 {
-		rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
-		t.Cleanup(func() { rdb.Close() })
-		p := client.NewLeased(client.New(rdb), client.LeaseOptions{Timeout: 100 * time.Millisecond})
-		t.Cleanup(func() { p.Close(context.Background()) })
-		procs = append(procs, p)
-	}
+	procs := outageProcs(t, s)
 	decide := func(p *client.Leased) (client.Result, error) {
 		ws := []*client.Want{{Key: ip, Limit: client.PerSecond(2000), Cost: 1}, {Key: k, Limit: client.PerSecond(20000), Cost: 1}}
 		if err := p.Decide(ctx, ws, nil); err != nil {
