@@ -87,6 +87,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
 	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
 )
 
@@ -333,7 +334,7 @@ type Limiter struct {
 	opt      Options
 	policies []Policy
 	header   string // RateLimit-Policy, the same for every response
-	breakers breakers
+	breakers breaker.Set
 	local    *localLimiter
 	leased   *client.Leased  // Options.Lease's tier, or nil
 	refusals *refusals.Cache // Options.RefusalCache's, or nil
@@ -408,7 +409,7 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.breakers.failures, l.breakers.cooldown, l.breakers.event = opt.BreakerFailures, opt.BreakerCooldown, l.breakerEvent
+	l.breakers.Failures, l.breakers.Cooldown, l.breakers.Event = opt.BreakerFailures, opt.BreakerCooldown, l.breakerEvent
 	if opt.OnError == FailLocal {
 		l.local = newLocal(opt.LocalKeys)
 	}
@@ -433,8 +434,12 @@ func (l *Limiter) event(e Event) {
 	}
 }
 
-// breakerEvent reports and logs a change of the breaker's state.
-func (l *Limiter) breakerEvent(e Event) {
+// breakerKinds are the breakers' events as the limiter's.
+var breakerKinds = [...]EventKind{breaker.Failure: Failure, breaker.Open: BreakerOpen, breaker.HalfOpen: BreakerHalfOpen, breaker.Closed: BreakerClosed}
+
+// breakerEvent reports and logs a change of a server's breaker.
+func (l *Limiter) breakerEvent(be breaker.Event) {
+	e := Event{Kind: breakerKinds[be.Kind], Server: be.Server, Err: be.Err}
 	switch e.Kind {
 	case BreakerOpen:
 		l.log.Warn("ratelimit: a Redis server is failing; its circuit breaker is open: requests on its keys are decided by the failure policy",
@@ -479,7 +484,7 @@ func (l *Limiter) Leases() bool { return l.leased != nil }
 
 // BreakerOpen reports whether a circuit breaker keeps requests from a
 // Redis server now (open, or half-open with its one probe in flight).
-func (l *Limiter) BreakerOpen() bool { return l.breakers.anyOpen() }
+func (l *Limiter) BreakerOpen() bool { return l.breakers.AnyOpen() }
 
 // Engines reports the engine each Redis server met so far runs (the
 // module or its Lua scripts), by address: see client.Client.Engines.

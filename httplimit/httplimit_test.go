@@ -1,7 +1,6 @@
 package httplimit
 
 import (
-	"errors"
 	"fmt"
 	"net/http"
 	"net/http/httptest"
@@ -40,44 +39,6 @@ func TestNewValidates(t *testing.T) {
 		Policy{Name: "exports", Concurrency: client.Concurrency{Limit: 4, Lease: time.Minute}, Key: Route()})
 	if err != nil || l.header != `"per-ip";q=10;w=60, "exports";q=4;qu="concurrent-requests"` {
 		t.Fatalf("%v: RateLimit-Policy %q", err, l.header)
-	}
-}
-
-func TestBreaker(t *testing.T) {
-	var kinds []string
-	b := breaker{failures: 3, cooldown: 50 * time.Millisecond, event: func(e Event) { kinds = append(kinds, e.Kind.String()) }}
-	fail := errors.New("down")
-	for range 2 {
-		if !b.allow() {
-			t.Fatal("closed, refused a call")
-		}
-		b.failure(fail)
-	}
-	b.success() // a success resets the count
-	for range 3 {
-		b.allow()
-		b.failure(fail)
-	}
-	if b.allow() {
-		t.Fatal("open, allowed a call")
-	}
-	time.Sleep(60 * time.Millisecond)
-	if probe, another := b.allow(), b.allow(); !probe || another {
-		t.Fatal("half-open: want exactly one probe")
-	}
-	b.failure(fail) // the probe fails: open again
-	if b.allow() {
-		t.Fatal("reopened, allowed a call")
-	}
-	time.Sleep(60 * time.Millisecond)
-	b.allow()
-	b.success()
-	if first, second := b.allow(), b.allow(); !first || !second {
-		t.Fatal("closed again, refused")
-	}
-	want := "failure failure failure failure failure breaker-open breaker-half-open failure breaker-open breaker-half-open breaker-closed"
-	if got := strings.Join(kinds, " "); got != want {
-		t.Fatalf("events:\n got %s\nwant %s", got, want)
 	}
 }
 

@@ -19,6 +19,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
 )
 
 // noOutcome marks a policy that reports no decision for a request (it
@@ -154,7 +155,7 @@ func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []app
 			switch l.opt.OnError {
 			case FailClosed:
 				mark(rate, FailedClosed)
-				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.retryAfter(servers)})
+				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.RetryAfter(servers)})
 				return false
 			case FailLocal:
 				l.local.decide(rate, time.Now().UnixNano())
@@ -281,7 +282,7 @@ func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx contex
 	if r.Context().Err() != nil {
 		return gone
 	}
-	bs, ok := l.breakers.allow(servers)
+	bs, ok := l.breakers.Allow(servers)
 	if !ok {
 		return unavailable
 	}
@@ -298,18 +299,18 @@ func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx contex
 // them when the error does not say which); a call whose slot was moving
 // until its deadline counts toward none (client.Moving: the server is
 // well, its other slots served).
-func (l *Limiter) settle(parent context.Context, bs []*breaker, err error, took time.Duration) callResult {
+func (l *Limiter) settle(parent context.Context, bs []*breaker.Breaker, err error, took time.Duration) callResult {
 	switch {
 	case err == nil:
 		for _, b := range bs {
-			b.success()
+			b.Success()
 		}
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "ok"})
 		l.chargeLocal()
 		return decided
 	case parent.Err() != nil: // the client hung up: not Redis's failure
 		for _, b := range bs {
-			b.abandon()
+			b.Abandon()
 		}
 		return gone
 	case client.Unavailable(err):
@@ -320,27 +321,27 @@ func (l *Limiter) settle(parent context.Context, bs []*breaker, err error, took 
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: outcome, Err: err})
 		if client.Moving(err) {
 			for _, b := range bs {
-				b.answered()
+				b.Answered()
 			}
 			return unavailable
 		}
-		failed := l.breakers.of(client.ServerOf(err))
+		failed := l.breakers.Of(client.ServerOf(err))
 		if !slices.Contains(bs, failed) {
 			failed = nil // the error names no server of the call's: each is to blame
 		}
 		for _, b := range bs {
 			switch {
 			case failed == nil || b == failed:
-				b.failure(err)
+				b.Failure(err)
 			default:
-				b.abandon()
+				b.Abandon()
 			}
 		}
 		return unavailable
 	default:
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "error", Err: err})
 		for _, b := range bs {
-			b.answered()
+			b.Answered()
 		}
 		l.event(Event{Kind: ConfigError, Err: err})
 		l.logOnce(ConfigError, slog.LevelError, "ratelimit: Redis refused a policy's arguments; "+
@@ -534,7 +535,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		for _, a := range held {
 			servers = append(servers, a.server)
 		}
-		bs, ok := l.breakers.allow(servers)
+		bs, ok := l.breakers.Allow(servers)
 		if !ok {
 			return
 		}
@@ -581,7 +582,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		switch l.opt.OnError {
 		case FailClosed:
 			a.outcome = FailedClosed
-			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.retryAfter([]string{a.server})}, false
+			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.RetryAfter([]string{a.server})}, false
 		case FailLocal:
 			if l.local.acquire(a.Key, a.p.Concurrency.Limit) {
 				localHeld = append(localHeld, a)
