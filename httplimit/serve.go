@@ -302,16 +302,12 @@ func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx contex
 func (l *Limiter) settle(parent context.Context, bs []*breaker.Breaker, err error, took time.Duration) callResult {
 	switch {
 	case err == nil:
-		for _, b := range bs {
-			b.Success()
-		}
+		l.breakers.Settle(bs, breaker.Succeeded, "", nil)
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "ok"})
 		l.chargeLocal()
 		return decided
 	case parent.Err() != nil: // the client hung up: not Redis's failure
-		for _, b := range bs {
-			b.Abandon()
-		}
+		l.breakers.Settle(bs, breaker.Gone, "", err)
 		return gone
 	case client.Unavailable(err):
 		outcome := "error"
@@ -320,29 +316,14 @@ func (l *Limiter) settle(parent context.Context, bs []*breaker.Breaker, err erro
 		}
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: outcome, Err: err})
 		if client.Moving(err) {
-			for _, b := range bs {
-				b.Answered()
-			}
+			l.breakers.Settle(bs, breaker.Moving, "", err)
 			return unavailable
 		}
-		failed := l.breakers.Of(client.ServerOf(err))
-		if !slices.Contains(bs, failed) {
-			failed = nil // the error names no server of the call's: each is to blame
-		}
-		for _, b := range bs {
-			switch {
-			case failed == nil || b == failed:
-				b.Failure(err)
-			default:
-				b.Abandon()
-			}
-		}
+		l.breakers.Settle(bs, breaker.Failed, client.ServerOf(err), err)
 		return unavailable
 	default:
 		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "error", Err: err})
-		for _, b := range bs {
-			b.Answered()
-		}
+		l.breakers.Settle(bs, breaker.Rejected, "", err)
 		l.event(Event{Kind: ConfigError, Err: err})
 		l.logOnce(ConfigError, slog.LevelError, "ratelimit: Redis refused a policy's arguments; "+
 			"requests are decided by the failure policy until the policies are fixed", "on_error", l.opt.OnError.String(), "err", err)

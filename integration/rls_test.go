@@ -788,6 +788,51 @@ func TestRLSRedisDown(t *testing.T) {
 	}
 }
 
+// TestRLSBreaker: the rls binary with -breaker-failures 3 over a Redis
+// hung with SIGSTOP: three requests wait out -redis-timeout, each a
+// failure, and open the breaker; the next 20 are answered UNAVAILABLE
+// without a call (no failure more is counted, the breaker opened once);
+// once Redis is resumed and the cooldown over, a probe closes the breaker
+// and requests are decided again.
+func TestRLSBreaker(t *testing.T) {
+	s := startFor(t, flavors[1], opts{module: true})
+	p := startRLS(t, s.addr(), map[string]string{"d.yaml": "domain: d\ndescriptors:\n  - key: k\n    rate_limit: {unit: day, requests_per_unit: 1000}\n"},
+		"-redis-timeout", "100ms", "-breaker-failures", "3", "-breaker-cooldown", "3s")
+	k := desc("k", "v")
+	expectBrief(t, "up", p.ask(t, "d", k), "OK [OK r=999 1000/DAY]")
+	code := func() codes.Code {
+		ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+		defer cancel()
+		_, err := p.rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{k}})
+		return status.Code(err)
+	}
+	events := func(event string) string {
+		return p.metric(t, `ratelimit_service_breaker_events{event="`+event+`"}`)
+	}
+	resume := s.hang(t)
+	for i := range 3 {
+		if c := code(); c != codes.Unavailable {
+			t.Fatalf("hung, request %d: %v", i, c)
+		}
+	}
+	if f, o := events("failure"), events("breaker-open"); f != "3" || o != "1" {
+		t.Fatalf("after 3 timeouts: failures %q, breaker-open %q", f, o)
+	}
+	for i := range 20 {
+		if c := code(); c != codes.Unavailable {
+			t.Fatalf("breaker open, request %d: %v", i, c)
+		}
+	}
+	if f, o := events("failure"), events("breaker-open"); f != "3" || o != "1" {
+		t.Fatalf("20 requests with the breaker open: failures %q (were 3: a call was sent), breaker-open %q", f, o)
+	}
+	resume()
+	waitFor(t, 10*time.Second, "the breaker to close", func() bool { return code() == codes.OK })
+	if got := events("breaker-closed"); got != "1" {
+		t.Fatalf("breaker-closed %q", got)
+	}
+}
+
 // TestRLSProcess: the binary as an operator runs it: a bad config at start
 // exits 1 naming the file and key; /metrics and the IETF fields; SIGTERM
 // stops it cleanly.

@@ -4,12 +4,15 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"net/http"
 	"net/http/httptest"
 	"os"
 	"path/filepath"
 	"slices"
 	"strings"
+	"sync/atomic"
+	"syscall"
 	"testing"
 	"time"
 
@@ -407,5 +410,70 @@ func TestReloadAndHealth(t *testing.T) {
 	h.Stop()
 	if code, _ := get("/healthcheck"); code != 500 {
 		t.Errorf("healthcheck after Stop: %d, want 500", code)
+	}
+}
+
+// TestBreakerOnFake: with Options.BreakerFailures, Redis refusing
+// connections opens the breaker after 3 failures; the next 50 requests
+// are answered UNAVAILABLE with no call; after the cooldown one request
+// probes Redis, and once Redis answers the breaker closes and requests
+// are decided again. Without the option every request calls.
+func TestBreakerOnFake(t *testing.T) {
+	const cfg = "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra}\n"
+	for _, on := range []bool{true, false} {
+		o := Options{Timeout: time.Second}
+		if on {
+			o.BreakerFailures, o.BreakerCooldown = 3, 2*time.Second // longer than 50 refusals take on a busy machine
+		}
+		s, f := onFake(t, cfg, o)
+		var calls atomic.Int64
+		var failing atomic.Bool
+		f.Before = func(redis.Cmder) error {
+			calls.Add(1)
+			if failing.Load() {
+				return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			}
+			return nil
+		}
+		req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{descriptor("api", "all")}}
+		askCode := func() codes.Code {
+			_, err := s.ShouldRateLimit(context.Background(), req)
+			return status.Code(err)
+		}
+		if c := askCode(); c != codes.OK {
+			t.Fatalf("Redis up: %v", c)
+		}
+		failing.Store(true)
+		for i := range 3 {
+			if c := askCode(); c != codes.Unavailable {
+				t.Fatalf("failure %d: %v", i, c)
+			}
+		}
+		c0 := calls.Load()
+		for i := range 50 {
+			if c := askCode(); c != codes.Unavailable {
+				t.Fatalf("request %d after the failures: %v", i, c)
+			}
+		}
+		if n := calls.Load() - c0; on && n != 0 || !on && n < 50 {
+			t.Fatalf("breaker %v: 50 requests after 3 failures made %d Redis calls", on, n)
+		}
+		if !on {
+			continue
+		}
+		time.Sleep(2100 * time.Millisecond)
+		failing.Store(false)
+		c0 = calls.Load()
+		if c := askCode(); c != codes.OK || calls.Load() == c0 {
+			t.Fatalf("the probe after the cooldown: %v, %d calls", c, calls.Load()-c0)
+		}
+		if c := askCode(); c != codes.OK {
+			t.Fatalf("closed again: %v", c)
+		}
+		for event, want := range map[string]float64{"failure": 3, "breaker-open": 1, "breaker-half-open": 1, "breaker-closed": 1} {
+			if got := testutil.ToFloat64(s.m.breakers.WithLabelValues(event)); got != want {
+				t.Errorf("ratelimit_service_breaker_events{event=%q} %v, want %v", event, got, want)
+			}
+		}
 	}
 }

@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
 )
 
 // metrics are the service's counters, named as envoyproxy/ratelimit's
@@ -22,6 +23,7 @@ type metrics struct {
 	cacheHits     prometheus.Counter
 	globalShadowN prometheus.Counter
 	configLoads   *prometheus.CounterVec
+	breakers      *prometheus.CounterVec
 
 	byKey sync.Map // labels -> *keyCounters
 
@@ -74,11 +76,14 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		configLoads: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_config_load", Help: "Config loads, by result (success, error).",
 		}, []string{"result"}),
+		breakers: prometheus.NewCounterVec(prometheus.CounterOpts{
+			Name: "ratelimit_service_breaker_events", Help: "What happened to the circuit breakers of the Redis servers (Options.BreakerFailures), by event: failure, breaker-open, breaker-half-open, breaker-closed.",
+		}, []string{"event"}),
 		maxPerValue: defaultMetricKeys,
 	}
 	if reg != nil {
 		reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-			m.redisSeconds, m.errors, m.cacheHits, m.globalShadowN, m.configLoads)
+			m.redisSeconds, m.errors, m.cacheHits, m.globalShadowN, m.configLoads, m.breakers)
 	}
 	return m
 }
@@ -176,10 +181,11 @@ func (m *metrics) redisCall(d time.Duration, err error) {
 	m.redisSeconds.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
-func (m *metrics) redisError()   { m.errors.WithLabelValues("redis").Inc() }
-func (m *metrics) serviceError() { m.errors.WithLabelValues("service").Inc() }
-func (m *metrics) cacheHit()     { m.cacheHits.Inc() }
-func (m *metrics) globalShadow() { m.globalShadowN.Inc() }
+func (m *metrics) redisError()            { m.errors.WithLabelValues("redis").Inc() }
+func (m *metrics) serviceError()          { m.errors.WithLabelValues("service").Inc() }
+func (m *metrics) cacheHit()              { m.cacheHits.Inc() }
+func (m *metrics) globalShadow()          { m.globalShadowN.Inc() }
+func (m *metrics) breaker(k breaker.Kind) { m.breakers.WithLabelValues(k.String()).Inc() }
 func (m *metrics) configLoad(ok bool) {
 	if ok {
 		m.configLoads.WithLabelValues("success").Inc()

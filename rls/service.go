@@ -5,6 +5,7 @@ import (
 	"errors"
 	"log/slog"
 	"math"
+	"slices"
 	"strconv"
 	"strings"
 	"sync/atomic"
@@ -21,6 +22,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
 	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
 )
 
@@ -44,6 +46,15 @@ type Options struct {
 	// retry_after, so that a flood against a key that is over its limit is
 	// answered here without Redis (0, the default, turns it off).
 	RefusalCache int
+	// BreakerFailures, when above 0, puts a circuit breaker per Redis
+	// server in front of the calls: that many failures in a row (Redis
+	// down, hung past Timeout, refusing connections) open the server's
+	// breaker, and for BreakerCooldown (5 s when 0) requests whose keys it
+	// holds are answered UNAVAILABLE at once, with no call; then one
+	// request probes it. As httplimit's breaker; 0, the default, turns it
+	// off (each request then waits out Timeout while Redis hangs).
+	BreakerFailures int
+	BreakerCooldown time.Duration
 	// RefusalCacheBytes bounds the refusal cache in bytes: each entry counts
 	// its key's length and 160 bytes (0: 16 MiB, which holds 1,000 keys of
 	// 16 KiB or about 80,000 of 60 bytes). The least recently used go first.
@@ -111,6 +122,7 @@ type Service struct {
 	m       *metrics
 	pipe    *pipeline
 	cache   *refusals.Cache
+	breaker *breaker.Set // Options.BreakerFailures's, or nil
 	log     *slog.Logger
 	now     func() time.Time
 	loadDir func(string) (*Config, error) // LoadDir; tests change it
@@ -140,6 +152,12 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		s.m.maxPerValue = int64(o.MetricKeys)
 	}
 	s.pipe = newPipeline(s.c, o.Timeout, s.m)
+	if o.BreakerFailures > 0 {
+		if o.BreakerCooldown <= 0 {
+			o.BreakerCooldown = 5 * time.Second
+		}
+		s.breaker = &breaker.Set{Failures: o.BreakerFailures, Cooldown: o.BreakerCooldown, Event: s.breakerEvent}
+	}
 	if o.Lease != nil {
 		s.leased = client.NewLeased(s.c, *o.Lease)
 		if o.Registerer != nil {
@@ -476,17 +494,63 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 
 // send sends one step of a decision within -redis-timeout: in the next
 // pipelined round trip, or, a transaction (client.Step's Watched), on its
-// own.
-func (s *Service) send(ctx context.Context, st client.Step) error {
-	ctx, cancel := context.WithTimeout(ctx, s.opts.Timeout)
+// own. With Options.BreakerFailures, a step whose keys' server has an open
+// breaker fails at once (errBreakerOpen), and how each call went moves the
+// breakers of its servers.
+func (s *Service) send(parent context.Context, st client.Step) error {
+	ctx, cancel := context.WithTimeout(parent, s.opts.Timeout)
 	defer cancel()
+	var bs []*breaker.Breaker
+	if s.breaker != nil {
+		servers := make([]string, 0, 1)
+		for _, w := range st.Wants {
+			if sv := s.c.ServerFor(ctx, w.Key); !slices.Contains(servers, sv) {
+				servers = append(servers, sv)
+			}
+		}
+		var ok bool
+		if bs, ok = s.breaker.Allow(servers); !ok {
+			return errBreakerOpen
+		}
+	}
+	var err error
 	if st.Watched {
 		start := time.Now()
-		err := s.c.Send(ctx, st)
+		err = s.c.Send(ctx, st)
 		s.m.redisCall(time.Since(start), err)
-		return err
+	} else {
+		err = s.pipe.do(ctx, st)
 	}
-	return s.pipe.do(ctx, st)
+	if s.breaker != nil {
+		switch {
+		case err == nil:
+			s.breaker.Settle(bs, breaker.Succeeded, "", nil)
+		case parent.Err() != nil: // the request went away: not Redis's failure
+			s.breaker.Settle(bs, breaker.Gone, "", err)
+		case client.Moving(err):
+			s.breaker.Settle(bs, breaker.Moving, "", err)
+		case client.Unavailable(err) || errors.Is(err, context.DeadlineExceeded):
+			s.breaker.Settle(bs, breaker.Failed, client.ServerOf(err), err)
+		default:
+			s.breaker.Settle(bs, breaker.Rejected, "", err)
+		}
+	}
+	return err
+}
+
+// errBreakerOpen is a step not sent: its server's breaker is open.
+var errBreakerOpen = errors.New("circuit breaker open: the server's calls failed; not asked until its cooldown ends")
+
+// breakerEvent logs a change of a server's breaker and counts it.
+func (s *Service) breakerEvent(e breaker.Event) {
+	switch e.Kind {
+	case breaker.Open:
+		s.log.Warn("rls: a Redis server is failing; its circuit breaker is open: requests on its keys are answered UNAVAILABLE until the cooldown ends",
+			"server", e.Server, "cooldown", s.opts.BreakerCooldown, "err", e.Err)
+	case breaker.Closed:
+		s.log.Info("rls: a Redis server answers again; its circuit breaker is closed", "server", e.Server)
+	}
+	s.m.breaker(e.Kind)
 }
 
 // decideEach decides shadow items one by one: each is counted when its own
@@ -512,8 +576,10 @@ func (s *Service) decideEach(ctx context.Context, items []*item) error {
 // fail turns a Redis failure into the gRPC error the gateway sees.
 func (s *Service) fail(err error) error {
 	s.m.redisError()
-	s.log.Warn("rls: redis", "err", err)
-	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, client.ErrContended) {
+	if !errors.Is(err, errBreakerOpen) { // the breaker's opening was logged once
+		s.log.Warn("rls: redis", "err", err)
+	}
+	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, client.ErrContended) || errors.Is(err, errBreakerOpen) {
 		return status.Error(codes.Unavailable, "redis: "+err.Error())
 	}
 	return status.Error(codes.Internal, "redis: "+err.Error())

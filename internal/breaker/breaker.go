@@ -5,6 +5,7 @@
 package breaker
 
 import (
+	"slices"
 	"strconv"
 	"sync"
 	"time"
@@ -235,4 +236,44 @@ func (bs *Set) RetryAfter(servers []string) time.Duration {
 		d = max(d, bs.Of(s).RetryAfter())
 	}
 	return d
+}
+
+// Outcome is how a call went, for Settle.
+type Outcome int
+
+const (
+	Succeeded Outcome = iota // Redis answered it
+	Rejected                 // Redis answered with an error of the call's own (its arguments): Redis is up
+	Gone                     // its caller went away first: not Redis's failure
+	Moving                   // its slot was moving until its deadline: the server is well, its other slots served
+	Failed                   // Redis could not decide it (down, hung, refused the connection)
+)
+
+// Settle tells the breakers of a call's servers (those Allow gave it) how
+// it went: a failure counts toward the breaker of the server that failed
+// (failed, from the error) when it is one of them, else toward each; a
+// call that succeeded closes them; one rejected closes a half-open one; one
+// whose caller went, or that failed on another server, hands its probes on.
+func (bs *Set) Settle(called []*Breaker, o Outcome, failed string, err error) {
+	var culprit *Breaker
+	if o == Failed {
+		culprit = bs.Of(failed)
+		if !slices.Contains(called, culprit) {
+			culprit = nil // the error names no server of the call's: each is to blame
+		}
+	}
+	for _, b := range called {
+		switch {
+		case o == Succeeded:
+			b.Success()
+		case o == Rejected || o == Moving:
+			b.Answered()
+		case o == Gone:
+			b.Abandon()
+		case culprit == nil || b == culprit:
+			b.Failure(err)
+		default:
+			b.Abandon()
+		}
+	}
 }

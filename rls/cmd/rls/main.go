@@ -82,6 +82,8 @@ type flags struct {
 	lease                                            bool
 	limitHeaders                                     bool
 	poolSize, refusalCache, metricKeys               int
+	breakerFailures                                  int
+	breakerCooldown                                  time.Duration
 	refusalCacheBytes                                int64
 	connStreams, streams, handshakes                 int
 	timeout, drain, handshakeTimeout                 time.Duration
@@ -143,6 +145,8 @@ func settings(f *flags) []setting {
 		{"redis-tls-key", "REDIS_TLS_CLIENT_KEY", "", "PEM file of that certificate's key", &f.redisKey, false},
 		{"redis-pool-size", "REDIS_POOL_SIZE", "0", "connections per Redis node (0: go-redis's default, 10 per CPU)", &f.poolSize, false},
 		{"redis-timeout", "", "100ms", "bound on each Redis call; past it the request fails with UNAVAILABLE", &f.timeout, false},
+		{"breaker-failures", "", "0", "failures in a row that open a Redis server's circuit breaker: its keys' requests are then answered UNAVAILABLE at once, with no call, for -breaker-cooldown, then one probes it (0: off)", &f.breakerFailures, false},
+		{"breaker-cooldown", "", "5s", "how long an open circuit breaker keeps requests from its Redis server", &f.breakerCooldown, false},
 		{"prefix", "CACHE_KEY_PREFIX", "", "prefix of every Redis key", &f.prefix, false},
 		{"near-limit-ratio", "NEAR_LIMIT_RATIO", "0.8", "share of a limit past which hits count as near it", &f.nearLimit, false},
 		{"shadow", "SHADOW_MODE", "false", "answer OK whatever the limits decide; statuses and metrics still tell", &f.shadow, false},
@@ -539,6 +543,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	o := rls.Options{
 		Prefix: f.prefix, Timeout: f.timeout, NearLimitRatio: f.nearLimit, ShadowMode: f.shadow,
 		RefusalCache: f.refusalCache, RefusalCacheBytes: f.refusalCacheBytes, MetricKeys: f.metricKeys,
+		BreakerFailures: f.breakerFailures, BreakerCooldown: f.breakerCooldown,
 		Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
 	}
 	if f.debtCharges == "auto" {
