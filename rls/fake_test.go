@@ -413,6 +413,43 @@ func TestReloadAndHealth(t *testing.T) {
 	}
 }
 
+// A Redis slower than the gateway's deadline opens the breaker too: with
+// Envoy's 20 ms and a Redis answering in 200 ms, 3 requests past their
+// deadline open it (the gateway's deadline, not -redis-timeout, bounds
+// each call), and the next request is not sent.
+func TestBreakerGatewayDeadline(t *testing.T) {
+	const cfg = "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra}\n"
+	s, f := onFake(t, cfg, Options{Timeout: time.Second, BreakerFailures: 3, BreakerCooldown: time.Minute})
+	var slow atomic.Bool
+	f.Before = func(redis.Cmder) error {
+		if slow.Load() {
+			time.Sleep(200 * time.Millisecond)
+		}
+		return nil
+	}
+	req := &pb.RateLimitRequest{Domain: "d", Descriptors: []*rlv3.RateLimitDescriptor{descriptor("api", "all")}}
+	askWithin := func(d time.Duration) codes.Code {
+		ctx, cancel := context.WithTimeout(context.Background(), d)
+		defer cancel()
+		_, err := s.ShouldRateLimit(ctx, req)
+		return status.Code(err)
+	}
+	if c := askWithin(5 * time.Second); c != codes.OK {
+		t.Fatalf("Redis quick: %v", c)
+	}
+	slow.Store(true)
+	for i := range 3 {
+		if c := askWithin(20 * time.Millisecond); c == codes.OK {
+			t.Fatalf("request %d past its deadline: OK", i)
+		}
+	}
+	// Sent, this request would be answered OK in 200 ms; the open breaker
+	// answers it at once.
+	if c, open := askWithin(5*time.Second), testutil.ToFloat64(s.m.breakers.WithLabelValues("breaker-open")); c != codes.Unavailable || open != 1 {
+		t.Fatalf("after 3 deadlines passed: %v; breaker-open %v", c, open)
+	}
+}
+
 // TestBreakerOnFake: with Options.BreakerFailures, Redis refusing
 // connections opens the breaker after 3 failures; the next 50 requests
 // are answered UNAVAILABLE with no call; after the cooldown one request

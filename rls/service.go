@@ -496,7 +496,10 @@ func (s *Service) decide(ctx context.Context, items []*item) error {
 // pipelined round trip, or, a transaction (client.Step's Watched), on its
 // own. With Options.BreakerFailures, a step whose keys' server has an open
 // breaker fails at once (errBreakerOpen), and how each call went moves the
-// breakers of its servers.
+// breakers of its servers: a call that outlived the gateway's deadline
+// (Envoy's 20 ms by default, usually shorter than -redis-timeout) is a
+// failure, as one past -redis-timeout is; one the gateway cancelled is
+// not.
 func (s *Service) send(parent context.Context, st client.Step) error {
 	ctx, cancel := context.WithTimeout(parent, s.opts.Timeout)
 	defer cancel()
@@ -525,7 +528,7 @@ func (s *Service) send(parent context.Context, st client.Step) error {
 		switch {
 		case err == nil:
 			s.breaker.Settle(bs, breaker.Succeeded, "", nil)
-		case parent.Err() != nil: // the request went away: not Redis's failure
+		case errors.Is(parent.Err(), context.Canceled): // the gateway hung up: not Redis's failure
 			s.breaker.Settle(bs, breaker.Gone, "", err)
 		case client.Moving(err):
 			s.breaker.Settle(bs, breaker.Moving, "", err)
