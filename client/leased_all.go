@@ -194,11 +194,12 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fal
 				}
 			}
 			for i, k := range ks {
+				ri := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 				if each != nil {
-					each[i] = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+					each[i] = ri
 				}
 				if i == fewest {
-					r = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}, Policy: fewest}
+					r, r.Policy = ri, fewest
 				}
 			}
 			for i, k := range ks {

@@ -145,7 +145,11 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 // answers a request they refuse: false when the request is answered (or
 // its client gone).
 func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []applied, servers []string) bool {
-	if now := time.Now(); len(rate) > 0 && !l.recall(rate, now) {
+	var now time.Time // for the remembered refusals only: no clock read per request without them
+	if l.refusals != nil {
+		now = time.Now()
+	}
+	if len(rate) > 0 && !l.recall(rate, now) {
 		switch l.remote(r, servers, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
 		case gone:
 			return false

@@ -181,26 +181,7 @@ func TestLeasedDecideRedisHung(t *testing.T) {
 		}
 		return client.Result{Verdict: ratelimit.Verdict{Limited: !ws[0].Taken}}, nil
 	}
-	if r := leasedRunFunc(procs, 32, time.Second, decide); r.errors != 0 {
-		t.Fatalf("Redis up: %d errors (the first: %v)", r.errors, r.firstErr)
-	}
-	resume := s.hang(t)
-	out := leasedRunFunc(procs, 32, 5*time.Second, decide)
-	resume()
-	var fallback int64
-	for _, p := range procs {
-		fallback += p.Stats().Fallback
-	}
-	if out.errors != 0 || out.slowest > 400*time.Millisecond || len(out.admitted) > int(1.05*10000)+200 || fallback == 0 {
-		t.Fatalf("Redis hung for 5 s: %d admitted (the allowance is 10000), %d errors (the first: %v), the slowest decision %v, %d decided in fallback",
-			len(out.admitted), out.errors, out.firstErr, out.slowest, fallback)
-	}
-	after := leasedRunFunc(procs, 32, time.Second, decide)
-	if after.errors != 0 || procs[0].Stats().Down == 0 {
-		t.Fatalf("after the outage: %d errors (the first: %v), %+v", after.errors, after.firstErr, procs[0].Stats())
-	}
-	t.Logf("Redis hung for 5 s: %d admitted (allowance 10000), slowest decision %v; the first process: %+v",
-		len(out.admitted), out.slowest, procs[0].Stats())
+	outageThrough(t, "hung (SIGSTOP)", procs, decide, func() func() { return s.hang(t) })
 }
 
 // kill stops s's process with SIGKILL (its connections refused); resume
@@ -229,29 +210,31 @@ func leasedOutage(t *testing.T, what string, stop func(*server) (resume func()))
 	s := startFor(t, flavors[1], opts{module: true})
 	k := key(t, "hot")
 	l := client.PerSecond(2000)
-	var procs []*client.Leased
-	for range 4 {
-		rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
-		t.Cleanup(func() { rdb.Close() })
-		p := client.NewLeased(client.New(rdb), client.LeaseOptions{Timeout: 100 * time.Millisecond})
-		t.Cleanup(func() { p.Close(context.Background()) })
-		procs = append(procs, p)
+	outageThrough(t, what, outageProcs(t, s), func(p *client.Leased) (client.Result, error) { return p.Take(ctx, k, l, 1) },
+		func() func() { return stop(s) })
+}
+
+// outageThrough runs 32 goroutines over procs deciding with decide (a
+// tightest limit of PerSecond(2000)) for 1 s, then through a 5 s outage
+// that stop begins and its result ends, then for 1 s more, and checks what
+// TestLeasedRedisHung says.
+func outageThrough(t *testing.T, what string, procs []*client.Leased, decide func(*client.Leased) (client.Result, error), stop func() (resume func())) {
+	t.Helper()
+	if r := leasedRunFunc(procs, 32, time.Second, decide); r.errors != 0 {
+		t.Fatalf("Redis up: %d errors (the first: %v)", r.errors, r.firstErr)
 	}
-	if r := leasedRun(t, procs, k, l, 32, time.Second); r.errors != 0 {
-		t.Fatalf("Redis up: %d errors", r.errors)
-	}
-	resume := stop(s)
-	out := leasedRun(t, procs, k, l, 32, 5*time.Second)
+	resume := stop()
+	out := leasedRunFunc(procs, 32, 5*time.Second, decide)
 	resume()
 	var fallback int64
 	for _, p := range procs {
 		fallback += p.Stats().Fallback
 	}
 	if out.errors != 0 || out.slowest > 400*time.Millisecond || len(out.admitted) > int(1.05*10000)+200 || fallback == 0 {
-		t.Fatalf("Redis %s for 5 s: %d admitted (the allowance is 10000), %d errors, the slowest decision %v, %d decided in fallback",
-			what, len(out.admitted), out.errors, out.slowest, fallback)
+		t.Fatalf("Redis %s for 5 s: %d admitted (the allowance is 10000), %d errors (the first: %v), the slowest decision %v, %d decided in fallback",
+			what, len(out.admitted), out.errors, out.firstErr, out.slowest, fallback)
 	}
-	after := leasedRun(t, procs, k, l, 32, time.Second)
+	after := leasedRunFunc(procs, 32, time.Second, decide)
 	if after.errors != 0 || procs[0].Stats().Down == 0 {
 		t.Fatalf("after the outage: %d errors (the first: %v), %+v", after.errors, after.firstErr, procs[0].Stats())
 	}
