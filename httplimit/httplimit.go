@@ -87,8 +87,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
-	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
-	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
+	"github.com/seed-6b3823f5/ratelimit/admit"
 )
 
 // Policy is one limit a request must pass.
@@ -333,11 +332,9 @@ type Limiter struct {
 	c        decider
 	opt      Options
 	policies []Policy
-	header   string // RateLimit-Policy, the same for every response
-	breakers breaker.Set
-	local    *localLimiter
-	leased   *client.Leased  // Options.Lease's tier, or nil
-	refusals *refusals.Cache // Options.RefusalCache's, or nil
+	header   string      // RateLimit-Policy, the same for every response
+	gate     *admit.Gate // decides the rate policies; its breakers see every call
+	slots    localSlots  // FailLocal's concurrency slots
 	inFlight atomic.Int64
 	log      *slog.Logger
 	logged   [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns
@@ -400,20 +397,28 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 	}
 	c := client.New(rdb)
 	l := &Limiter{c: c, opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
-	if opt.Lease != nil {
-		l.leased = client.NewLeased(c, *opt.Lease)
-	}
-	if opt.RefusalCache > 0 {
-		l.refusals = refusals.New(opt.RefusalCache, 0)
-	}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
-	l.breakers.Failures, l.breakers.Cooldown, l.breakers.Event = opt.BreakerFailures, opt.BreakerCooldown, l.breakerEvent
-	if opt.OnError == FailLocal {
-		l.local = newLocal(opt.LocalKeys)
-	}
+	l.gate = l.newGate()
 	return l, nil
+}
+
+// onError is each OnError as the gate's failure policy.
+var onError = [...]admit.Failure{FailOpen: admit.Open, FailClosed: admit.Closed, FailLocal: admit.Local}
+
+// newGate is the gate deciding through l.c as l.opt says.
+func (l *Limiter) newGate() *admit.Gate {
+	return admit.New(l.c, admit.Options{
+		Timeout:         l.opt.Timeout,
+		OnError:         onError[l.opt.OnError],
+		LocalKeys:       l.opt.LocalKeys,
+		BreakerFailures: l.opt.BreakerFailures,
+		BreakerCooldown: l.opt.BreakerCooldown,
+		RefusalCache:    l.opt.RefusalCache,
+		Lease:           l.opt.Lease,
+		Event:           l.gateEvent,
+	})
 }
 
 func validName(s string) bool {
@@ -434,20 +439,46 @@ func (l *Limiter) event(e Event) {
 	}
 }
 
-// breakerKinds are the breakers' events as the limiter's.
-var breakerKinds = [...]EventKind{breaker.Failure: Failure, breaker.Open: BreakerOpen, breaker.HalfOpen: BreakerHalfOpen, breaker.Closed: BreakerClosed}
+// gateKinds are the gate's breaker events as the limiter's.
+var gateKinds = map[admit.EventKind]EventKind{admit.ServerFailed: Failure, admit.BreakerOpen: BreakerOpen,
+	admit.BreakerHalfOpen: BreakerHalfOpen, admit.BreakerClosed: BreakerClosed}
 
-// breakerEvent reports and logs a change of a server's breaker.
-func (l *Limiter) breakerEvent(be breaker.Event) {
-	e := Event{Kind: breakerKinds[be.Kind], Server: be.Server, Err: be.Err}
-	switch e.Kind {
-	case BreakerOpen:
-		l.log.Warn("ratelimit: a Redis server is failing; its circuit breaker is open: requests on its keys are decided by the failure policy",
-			"server", e.Server, "on_error", l.opt.OnError.String(), "cooldown", l.opt.BreakerCooldown, "err", e.Err)
-	case BreakerClosed:
-		l.log.Info("ratelimit: a Redis server answers again; its circuit breaker is closed", "server", e.Server)
+// gateEvent reports and logs what the gate saw.
+func (l *Limiter) gateEvent(ge admit.Event) {
+	switch ge.Kind {
+	case admit.Call:
+		outcome := "ok"
+		switch {
+		case ge.Timeout:
+			outcome = "timeout"
+		case ge.Err != nil:
+			outcome = "error"
+		}
+		l.event(Event{Kind: RedisCall, Duration: ge.Duration, Outcome: outcome, Err: ge.Err})
+	case admit.Rejected:
+		l.event(Event{Kind: ConfigError, Err: ge.Err})
+		l.logOnce(ConfigError, slog.LevelError, "ratelimit: Redis refused a policy's arguments; "+
+			"requests are decided by the failure policy until the policies are fixed", "on_error", l.opt.OnError.String(), "err", ge.Err)
+	case admit.Charged:
+		if ge.Units > 0 {
+			l.log.Info("ratelimit: Redis answers again: charged it what was decided here while it was away",
+				"keys", ge.Keys, "units", ge.Units)
+		}
+		if ge.Err != nil {
+			l.log.Warn("ratelimit: a charge of what was decided here while Redis was away failed; it is tried again after the next call Redis answers",
+				"err", ge.Err)
+		}
+	case admit.ServerFailed, admit.BreakerOpen, admit.BreakerHalfOpen, admit.BreakerClosed:
+		e := Event{Kind: gateKinds[ge.Kind], Server: ge.Server, Err: ge.Err}
+		switch e.Kind {
+		case BreakerOpen:
+			l.log.Warn("ratelimit: a Redis server is failing; its circuit breaker is open: requests on its keys are decided by the failure policy",
+				"server", e.Server, "on_error", l.opt.OnError.String(), "cooldown", l.opt.BreakerCooldown, "err", e.Err)
+		case BreakerClosed:
+			l.log.Info("ratelimit: a Redis server answers again; its circuit breaker is closed", "server", e.Server)
+		}
+		l.event(e)
 	}
-	l.event(e)
 }
 
 // logOnce logs at most one line a second of each kind of event.
@@ -463,28 +494,18 @@ func (l *Limiter) logOnce(kind EventKind, level slog.Level, msg string, args ...
 // Close gives back the units the local tier holds (Options.Lease) and
 // stops it; later requests are decided as without it. Without Lease it
 // does nothing.
-func (l *Limiter) Close(ctx context.Context) error {
-	if l.leased == nil {
-		return nil
-	}
-	return l.leased.Close(ctx)
-}
+func (l *Limiter) Close(ctx context.Context) error { return l.gate.Close(ctx) }
 
 // Leased is the local tier's counts (Options.Lease): grants, units
 // granted and given back, decisions made here; zero without Lease.
-func (l *Limiter) Leased() client.LeaseStats {
-	if l.leased == nil {
-		return client.LeaseStats{}
-	}
-	return l.leased.Stats()
-}
+func (l *Limiter) Leased() client.LeaseStats { return l.gate.Stats().Lease }
 
 // Leases reports whether l decides through a local tier (Options.Lease).
-func (l *Limiter) Leases() bool { return l.leased != nil }
+func (l *Limiter) Leases() bool { return l.gate.Leased() != nil }
 
 // BreakerOpen reports whether a circuit breaker keeps requests from a
 // Redis server now (open, or half-open with its one probe in flight).
-func (l *Limiter) BreakerOpen() bool { return l.breakers.AnyOpen() }
+func (l *Limiter) BreakerOpen() bool { return l.gate.BreakerOpen() }
 
 // Engines reports the engine each Redis server met so far runs (the
 // module or its Lua scripts), by address: see client.Client.Engines.

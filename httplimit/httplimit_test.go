@@ -1,10 +1,8 @@
 package httplimit
 
 import (
-	"fmt"
 	"net/http"
 	"net/http/httptest"
-	"runtime"
 	"strconv"
 	"strings"
 	"testing"
@@ -42,72 +40,16 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-func TestLocalLimiter(t *testing.T) {
-	ll := newLocal(2)
-	p := &Policy{Name: "p", Limit: client.FixedWindow(3, time.Minute)}
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
-	var codes []bool
-	for range 5 {
-		rate := []applied{{Want: client.Want{Key: "a", Cost: 1}, p: p}}
-		ll.decide(rate, now)
-		codes = append(codes, rate[0].Result.Limited)
-	}
-	if fmt.Sprint(codes) != "[false false false true true]" {
-		t.Fatalf("3 per minute locally: limited %v", codes)
-	}
-	// The bound, 2 keys, evicts the key used longest ago: "a", used on
-	// every request, stays through a stream of new keys, its count intact.
-	for _, k := range []string{"b", "c", "d"} {
-		ll.decide([]applied{{Want: client.Want{Key: "a", Cost: 0}, p: p}}, now)
-		ll.decide([]applied{{Want: client.Want{Key: k, Cost: 1}, p: p}}, now)
-	}
-	if ll.keys() != 2 {
-		t.Fatalf("%d keys kept, bound 2", ll.keys())
-	}
-	rate := []applied{{Want: client.Want{Key: "a", Cost: 1}, p: p}}
-	if ll.decide(rate, now); !rate[0].Result.Limited {
-		t.Fatalf("the heavy user's key was evicted: admitted again %+v", rate[0].Result)
-	}
-	if !ll.acquire("x", 1) || ll.acquire("x", 1) {
+// FailLocal's concurrency slots: one per key held, given back by release.
+func TestLocalSlots(t *testing.T) {
+	var ls localSlots
+	if !ls.acquire("x", 1) || ls.acquire("x", 1) {
 		t.Fatal("one slot")
 	}
-	ll.release("x")
-	if !ll.acquire("x", 1) {
+	ls.release("x")
+	if !ls.acquire("x", 1) {
 		t.Fatal("a released slot")
 	}
-}
-
-// BenchmarkLocalFlood is FailLocal under a flood of distinct keys (one
-// per request, as from spoofed addresses) into a full table of the default
-// 10000 keys: each new key evicts the least recently used in constant
-// time. It reports the table's keys and the heap it holds after 1,000,000.
-func BenchmarkLocalFlood(b *testing.B) {
-	p := &Policy{Name: "p", Limit: client.FixedWindow(10, time.Minute)}
-	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
-	keys := make([]string, 1_000_000)
-	for i := range keys {
-		keys[i] = fmt.Sprintf("rl:http:{198.%d.%d.%d}:p", i>>16, i>>8&255, i&255)
-	}
-	b.ReportAllocs()
-	var ll *localLimiter
-	var before runtime.MemStats
-	for b.Loop() {
-		ll = nil
-		runtime.GC()
-		runtime.ReadMemStats(&before)
-		ll = newLocal(10000)
-		for _, k := range keys {
-			ll.decide([]applied{{Want: client.Want{Key: k, Cost: 1}, p: p}}, now)
-		}
-	}
-	var after runtime.MemStats
-	runtime.GC()
-	runtime.ReadMemStats(&after)
-	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(keys)), "ns/key")
-	b.ReportMetric(float64(ll.keys()), "keys-kept")
-	b.ReportMetric(float64(int64(after.HeapAlloc)-int64(before.HeapAlloc))/(1<<20), "MiB-held")
-	runtime.KeepAlive(ll)
-	runtime.KeepAlive(keys)
 }
 
 // Retry-After is the wait rounded up plus up to a tenth of it (at least a

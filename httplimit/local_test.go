@@ -2,7 +2,6 @@ package httplimit
 
 import (
 	"context"
-	"fmt"
 	"net"
 	"net/http"
 	"net/http/httptest"
@@ -60,13 +59,13 @@ func TestFailLocalCharged(t *testing.T) {
 		t.Fatalf("Redis back, the first request: %d", code)
 	}
 	deadline := time.Now().Add(5 * time.Second)
-	for lim.local.charged.Load() == 0 || lim.local.settling.Load() {
+	for st := lim.gate.Stats(); st.Charged == 0 || st.Charging; st = lim.gate.Stats() {
 		if time.Now().After(deadline) {
 			t.Fatal("nothing charged 5 s after Redis answered")
 		}
 		time.Sleep(time.Millisecond)
 	}
-	if n := lim.local.charged.Load(); n != 10 {
+	if n := lim.gate.Stats().Charged; n != 10 {
 		t.Fatalf("charged %d units, want the 10 decided here", n)
 	}
 	if code := serve(); code != http.StatusTooManyRequests {
@@ -76,48 +75,8 @@ func TestFailLocalCharged(t *testing.T) {
 	if err != nil || !r.Limited || r.RetryAfter < 5*time.Second {
 		t.Fatalf("the limiter after the charge: %+v %v, want 11 taken of 10 (in debt by one: about 6 s to wait)", r, err)
 	}
-	if lim.local.keys() != 0 || lim.local.owing.Load() {
-		t.Fatalf("after the charge: %d keys kept here, owing %v", lim.local.keys(), lim.local.owing.Load())
+	if st := lim.gate.Stats(); st.LocalKeys != 0 || st.Owing {
+		t.Fatalf("after the charge: %d keys kept here, owing %v", st.LocalKeys, st.Owing)
 	}
 }
 
-// takeOnly is a decider whose Take is take (the rest unused).
-type takeOnly struct {
-	decider
-	take func(key string, cost int64) error
-}
-
-func (d takeOnly) Take(_ context.Context, key string, _ client.Limit, cost int64, _ ...client.Option) (client.Result, error) {
-	return client.Result{}, d.take(key, cost)
-}
-
-// A key decided here long ago owes nothing; decided here again while the
-// settle charges another key, it keeps its local GCRA as that decision
-// left it: the settle takes off only what it charged (it moved the key an
-// hour ahead, a whole quota owed, refused here at the next outage).
-func TestFailLocalSettleKeepsLaterDecisions(t *testing.T) {
-	ll := newLocal(10)
-	p := &Policy{Name: "p", Limit: client.PerMinute(10)}
-	now := time.Now().UnixNano()
-	w := int64(time.Minute)
-	ll.tats.Add("b", localKey{tat: now + w/10, limit: p.Limit, q: 10, w: w})             // owes 1
-	ll.tats.Add("a", localKey{tat: now - int64(time.Hour), limit: p.Limit, q: 10, w: w}) // owes nothing
-	var charged []string
-	d := takeOnly{take: func(key string, cost int64) error {
-		charged = append(charged, fmt.Sprint(key, ":", cost))
-		if key == "b" { // "a" is decided here meanwhile
-			ll.decide([]applied{{Want: client.Want{Key: "a", Cost: 1}, p: p}}, time.Now().UnixNano())
-		}
-		return nil
-	}}
-	if _, _, err := ll.settle(d, time.Second); err != nil {
-		t.Fatal(err)
-	}
-	k, ok := ll.tats.Peek("a")
-	if !ok || k.tat > time.Now().UnixNano()+w/10+int64(time.Second) {
-		t.Fatalf("after the settle: %q's local GCRA %v ahead, want one unit's 6 s at most (charged %v)", "a", time.Duration(k.tat-time.Now().UnixNano()), charged)
-	}
-	if fmt.Sprint(charged) != "[b:1]" {
-		t.Fatalf("charged %v, want b's one unit", charged)
-	}
-}

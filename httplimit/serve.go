@@ -6,20 +6,18 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
-	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
-	"net"
 	"net/http"
-	"slices"
 	"strconv"
 	"strings"
+	"sync"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
-	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
+	"github.com/seed-6b3823f5/ratelimit/admit"
 )
 
 // noOutcome marks a policy that reports no decision for a request (it
@@ -29,15 +27,13 @@ const noOutcome EventKind = -1
 // applied is one policy applying to one request: its Want (its Redis key,
 // limit, cost and reserve, and once decided its answer; Known when Result
 // holds this policy's own figures, Taken when it was admitted in Redis and
-// a later refusal gives it back).
+// a later refusal gives it back; Local when FailLocal decided it here,
+// Remembered when a remembered refusal did).
 type applied struct {
-	client.Want
-	p        *Policy
-	local    bool // decided in this process (FailLocal)
-	recalled bool // refused by a remembered refusal (Options.RefusalCache)
-	id       string
-	server   string    // the Redis server holding the key, for a concurrency policy
-	outcome  EventKind // what is reported for this policy, or noOutcome
+	admit.Want
+	p       *Policy
+	id      string
+	outcome EventKind // what is reported for this policy, or noOutcome
 }
 
 // redisKey is Prefix + "{" + the request's key + "}:" + the policy name; a
@@ -94,12 +90,11 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		l.report(conc)
 	}()
 	w.Header().Set("RateLimit-Policy", l.header)
-	servers := l.serversOf(r, rate)
-	if !l.decideRates(w, r, rate, servers) {
+	if !l.decideRates(w, r, rate) {
 		return
 	}
 	if len(conc) > 0 {
-		release, ok := l.acquireSlots(w, r, rate, conc, servers)
+		release, ok := l.acquireSlots(w, r, rate, conc)
 		defer release()
 		if !ok {
 			return
@@ -122,7 +117,7 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 		if k == "" {
 			continue
 		}
-		a := applied{Want: client.Want{Cost: 1, Reserve: p.Reserve[prio]}, p: p, outcome: noOutcome}
+		a := applied{Want: admit.Want{Want: client.Want{Cost: 1, Reserve: p.Reserve[prio]}, Shadow: p.Shadow, Lease: true}, p: p, outcome: noOutcome}
 		a.Key, _ = l.redisKey(k, p.Name)
 		a.Limit = p.Limit
 		if p.Concurrency.Limit > 0 {
@@ -141,34 +136,26 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 	return rate, conc, true
 }
 
-// decideRates decides the rate policies, in Redis or as OnError says, and
-// answers a request they refuse: false when the request is answered (or
-// its client gone).
-func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []applied, servers []string) bool {
-	var now time.Time // for the remembered refusals only: no clock read per request without them
-	if l.refusals != nil {
-		now = time.Now()
-	}
-	if len(rate) > 0 && !l.recall(rate, now) {
-		switch l.remote(r, servers, func(ctx context.Context) error { return l.decideRemote(ctx, rate) }) {
-		case gone:
+// decideRates decides the rate policies through the gate (in Redis, the
+// local tier, a remembered refusal, or as OnError says), and answers a
+// request they refuse: false when the request is answered (or its client
+// gone).
+func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []applied) bool {
+	if len(rate) > 0 {
+		var buf [8]*admit.Want
+		wants := buf[:0]
+		for i := range rate {
+			wants = append(wants, &rate[i].Want)
+		}
+		switch out, _ := l.gate.Decide(r.Context(), wants); out {
+		case admit.Gone:
 			return false
-		case decided:
-			l.remember(rate, now)
-		default:
-			switch l.opt.OnError {
-			case FailClosed:
-				mark(rate, FailedClosed)
-				l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.RetryAfter(servers)})
-				return false
-			case FailLocal:
-				l.local.decide(rate, time.Now().UnixNano())
-			default: // FailOpen: no decision, no RateLimit field
-				for i := range rate {
-					rate[i].Known, rate[i].Taken = false, false
-				}
-				mark(rate, FailedOpen)
-			}
+		case admit.FailedClosed:
+			mark(rate, FailedClosed)
+			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.gate.RetryAfter(r.Context(), keysOf(rate))})
+			return false
+		case admit.FailedOpen: // no decision, no RateLimit field
+			mark(rate, FailedOpen)
 		}
 	}
 	refused := l.verdict(w, rate)
@@ -187,7 +174,7 @@ func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []app
 // acquireSlots takes a slot of each concurrency policy, released after
 // the handler (release); when one sheds the request, it gives back the
 // rate units the request took and answers it: false.
-func (l *Limiter) acquireSlots(w http.ResponseWriter, r *http.Request, rate, conc []applied, servers []string) (release func(), ok bool) {
+func (l *Limiter) acquireSlots(w http.ResponseWriter, r *http.Request, rate, conc []applied) (release func(), ok bool) {
 	release, d, ok := l.acquire(r, conc)
 	if ok {
 		return release, true
@@ -200,7 +187,7 @@ func (l *Limiter) acquireSlots(w http.ResponseWriter, r *http.Request, rate, con
 		return release, false // the client is gone
 	}
 	// The request is not served: give back the rate units it took.
-	l.remote(r, servers, func(ctx context.Context) error {
+	l.gate.Call(r.Context(), keysOf(rate), func(ctx context.Context) error {
 		l.refund(ctx, rate)
 		return nil
 	})
@@ -249,185 +236,12 @@ func (l *Limiter) badRequest(w http.ResponseWriter, r *http.Request, p *Policy, 
 	problem(w, http.StatusBadRequest, fmt.Sprintf("policy %q: %v", p.Name, err))
 }
 
-// callResult is how a call to Redis ended, as the limiter sees it.
-type callResult int
-
-const (
-	decided     callResult = iota // Redis answered
-	unavailable                   // Redis could not decide, or the breaker is open
-	rejected                      // Redis refused the arguments: a configuration bug
-	gone                          // the request's client went away
-)
-
-// serversOf lists the servers that hold the keys of as (see
-// client.Client.ServerFor), each once: whose breakers a call on them
-// passes.
-func (l *Limiter) serversOf(r *http.Request, as []applied) []string {
-	if len(as) == 0 {
-		return nil
-	}
-	ctx, cancel := client.WithTimeout(r.Context(), l.opt.Timeout) // a Cluster's map may have to be fetched first
-	defer cancel()
-	servers := make([]string, 0, 1)
-	for i := range as {
-		if s := l.c.ServerFor(ctx, as[i].Key); !slices.Contains(servers, s) {
-			servers = append(servers, s)
-		}
-	}
-	return servers
-}
-
-// remote runs call against Redis within the call timeout, unless the
-// request's client is already gone (Redis is not asked) or the breaker of
-// one of servers, those holding the call's keys, is open. The timeout is
-// the call's own: what it waits for the client's start-up work (the
-// engine probe, the library load) does not count (client.WithTimeout).
-func (l *Limiter) remote(r *http.Request, servers []string, call func(ctx context.Context) error) callResult {
-	if r.Context().Err() != nil {
-		return gone
-	}
-	bs, ok := l.breakers.Allow(servers)
-	if !ok {
-		return unavailable
-	}
-	ctx, cancel := client.WithTimeout(r.Context(), l.opt.Timeout)
-	start := time.Now()
-	err := call(ctx)
-	cancel()
-	return l.settle(r.Context(), bs, err, time.Since(start))
-}
-
-// settle tells the breakers of the call's servers and the hooks how a call
-// went: parent is the context the call's own timeout was derived from. A
-// failure counts toward the breaker of the server that failed (all of
-// them when the error does not say which); a call whose slot was moving
-// until its deadline counts toward none (client.Moving: the server is
-// well, its other slots served).
-func (l *Limiter) settle(parent context.Context, bs []*breaker.Breaker, err error, took time.Duration) callResult {
-	switch {
-	case err == nil:
-		l.breakers.Settle(bs, breaker.Succeeded, "", nil)
-		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "ok"})
-		l.chargeLocal()
-		return decided
-	case parent.Err() != nil: // the client hung up: not Redis's failure
-		l.breakers.Settle(bs, breaker.Gone, "", err)
-		return gone
-	case client.Unavailable(err):
-		outcome := "error"
-		if isTimeout(err) {
-			outcome = "timeout"
-		}
-		l.event(Event{Kind: RedisCall, Duration: took, Outcome: outcome, Err: err})
-		if client.Moving(err) {
-			l.breakers.Settle(bs, breaker.Moving, "", err)
-			return unavailable
-		}
-		l.breakers.Settle(bs, breaker.Failed, client.ServerOf(err), err)
-		return unavailable
-	default:
-		l.event(Event{Kind: RedisCall, Duration: took, Outcome: "error", Err: err})
-		l.breakers.Settle(bs, breaker.Rejected, "", err)
-		l.event(Event{Kind: ConfigError, Err: err})
-		l.logOnce(ConfigError, slog.LevelError, "ratelimit: Redis refused a policy's arguments; "+
-			"requests are decided by the failure policy until the policies are fixed", "on_error", l.opt.OnError.String(), "err", err)
-		return rejected
-	}
-}
-
-// recall answers the rate policies from the remembered refusals
-// (Options.RefusalCache) at now: true when an enforcing policy's key is
-// refused until later for the request's cost, the request then refused
-// by it alone, with no call (its other policies not asked, as after a
-// refusal in Redis; its shadow policies not counted).
-func (l *Limiter) recall(rate []applied, now time.Time) bool {
-	if l.refusals == nil {
-		return false
-	}
-	var until time.Time
-	for i := range rate {
-		a := &rate[i]
-		if a.p.Shadow || a.Reserve != 0 || a.Cost <= 0 || !l.refusals.Refuses(a.Key, a.Cost, now, &until) {
-			continue
-		}
-		for j := range rate {
-			rate[j].Known, rate[j].Taken = false, false
-		}
-		q, _ := a.p.Limit.Quota()
-		wait := until.Sub(now)
-		a.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: q, RetryAfter: wait, ResetAfter: wait}}
-		a.Known, a.recalled = true, true
-		return true
-	}
-	return false
-}
-
-// remember keeps what Redis (or the local tier) refused, asked at
-// started, until the refusal's RetryAfter: a request of at least that
-// cost would be refused until then (no limit admits sooner because of more
-// traffic). Shadow policies and reserves are not remembered.
-func (l *Limiter) remember(rate []applied, started time.Time) {
-	if l.refusals == nil {
-		return
-	}
-	for i := range rate {
-		if a := &rate[i]; !a.p.Shadow && a.Reserve == 0 && a.Cost > 0 && !a.local && a.Known && a.Result.Limited && a.Result.RetryAfter > 0 {
-			l.refusals.Add(a.Key, a.Cost, started.Add(a.Result.RetryAfter))
-		}
-	}
-}
-
-// isTimeout reports a call that ran out of time.
-func isTimeout(err error) bool {
-	var ne net.Error
-	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
-}
-
-// decideRemote decides the rate policies in Redis: the enforcing ones all
-// or nothing (client.Client.Decide: one RL.ALL per slot and reserve, those
-// that can give back first, refunds when a later one refuses), the shadow
-// ones each on its own (never given back).
-func (l *Limiter) decideRemote(ctx context.Context, rate []applied) error {
-	var buf [8]*client.Want
-	enforcing := buf[:0]
-	for i := range rate {
-		if !rate[i].p.Shadow {
-			enforcing = append(enforcing, &rate[i].Want)
-		}
-	}
-	switch w := enforcing; {
-	case len(w) == 1 && l.leased != nil && w[0].Limit.Leasable() && w[0].Cost > 0 && w[0].Reserve == 0 && !w[0].Debt:
-		r, err := l.leased.Take(ctx, w[0].Key, w[0].Limit, w[0].Cost) // with the tier's fallback while Redis fails
-		if err != nil {
-			return err
-		}
-		w[0].Result, w[0].Known, w[0].Taken = r, true, !r.Limited
-	case len(w) > 1 && l.leased != nil: // all or nothing through the tier when every one leases
-		if err := l.leased.Decide(ctx, enforcing, nil); err != nil {
-			return err
-		}
-	case len(w) > 0:
-		if err := l.c.Decide(ctx, enforcing, nil); err != nil {
-			return err
-		}
-	}
-	for i := range rate {
-		if a := &rate[i]; a.p.Shadow {
-			if err := l.c.Decide(ctx, []*client.Want{&a.Want}, nil); err != nil {
-				return err
-			}
-			a.Taken = false
-		}
-	}
-	return nil
-}
-
 // refund gives back what the policies took, where the limit allows it
 // (client.Client.Refund).
 func (l *Limiter) refund(ctx context.Context, rate []applied) {
 	wants := make([]*client.Want, len(rate))
 	for i := range rate {
-		wants[i] = &rate[i].Want
+		wants[i] = &rate[i].Want.Want
 	}
 	l.c.Refund(ctx, wants, nil)
 }
@@ -455,11 +269,11 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 			a.outcome = Admitted
 		}
 		switch {
-		case a.recalled:
+		case a.Remembered:
 			a.outcome = Remembered
-		case a.local && a.Result.Limited:
+		case a.Local && a.Result.Limited:
 			a.outcome = LocalRefused
-		case a.local:
+		case a.Local:
 			a.outcome = LocalAdmitted
 		}
 		items = append(items, field(a))
@@ -498,15 +312,16 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 	rand.Read(buf[:])
 	id := hex.EncodeToString(buf[:])
 	var held, localHeld []*applied
+	leased := l.gate.Leased()
 	release = func() {
 		for _, a := range localHeld {
-			l.local.release(a.Key)
+			l.slots.release(a.Key)
 		}
-		if l.leased != nil { // the slots the local tier handed out go back to it, with no call, whatever the breaker says
+		if leased != nil { // the slots the local tier handed out go back to it, with no call, whatever the breaker says
 			remote := held[:0:0]
 			for _, a := range held {
 				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.opt.Timeout) // a call only once the tier closed
-				if here, _, _ := l.leased.ReleaseHeld(ctx, a.Key, a.id); !here {
+				if here, _, _ := leased.ReleaseHeld(ctx, a.Key, a.id); !here {
 					remote = append(remote, a)
 				}
 				cancel()
@@ -516,42 +331,34 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		if len(held) == 0 {
 			return
 		}
-		var servers []string
-		for _, a := range held {
-			servers = append(servers, a.server)
+		keys := make([]string, len(held))
+		for i, a := range held {
+			keys[i] = a.Key
 		}
-		bs, ok := l.breakers.Allow(servers)
-		if !ok {
-			return
-		}
-		parent := context.WithoutCancel(r.Context())
-		ctx, cancel := client.WithTimeout(parent, l.opt.Timeout)
-		defer cancel()
-		start := time.Now()
-		var err error
-		for _, a := range held {
-			if _, e := l.c.Release(ctx, a.Key, a.id); e != nil && err == nil {
-				err = e
+		l.gate.Call(context.WithoutCancel(r.Context()), keys, func(ctx context.Context) error {
+			var err error
+			for _, a := range held {
+				if _, e := l.c.Release(ctx, a.Key, a.id); e != nil && err == nil {
+					err = e
+				}
 			}
-		}
-		l.settle(parent, bs, err, time.Since(start))
+			return err
+		})
 	}
 	for i := range conc {
 		a := &conc[i]
 		a.id = id
-		a.server = l.serversOf(r, conc[i:i+1])[0]
 		var res client.Result
-		switch l.remote(r, []string{a.server}, func(ctx context.Context) (err error) {
-			if l.leased != nil && a.Reserve == 0 { // through the local tier, on a key hot on this process
-				res, err = l.leased.Acquire(ctx, a.Key, a.p.Concurrency, id)
+		err := l.gate.Call(r.Context(), []string{a.Key}, func(ctx context.Context) (err error) {
+			if leased != nil && a.Reserve == 0 { // through the local tier, on a key hot on this process
+				res, err = leased.Acquire(ctx, a.Key, a.p.Concurrency, id)
 				return err
 			}
 			res, err = l.c.Acquire(ctx, a.Key, a.p.Concurrency, id, client.Reserve(a.Reserve))
 			return err
-		}) {
-		case gone:
-			return release, Decision{}, false
-		case decided:
+		})
+		switch {
+		case err == nil:
 			switch {
 			case !res.Limited:
 				held = append(held, a)
@@ -563,13 +370,15 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 			}
 			a.outcome = Shed
 			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, res.RetryAfter)}, false
+		case r.Context().Err() != nil: // the client is gone
+			return release, Decision{}, false
 		}
 		switch l.opt.OnError {
 		case FailClosed:
 			a.outcome = FailedClosed
-			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.breakers.RetryAfter([]string{a.server})}, false
+			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.gate.RetryAfter(r.Context(), []string{a.Key})}, false
 		case FailLocal:
-			if l.local.acquire(a.Key, a.p.Concurrency.Limit) {
+			if l.slots.acquire(a.Key, a.p.Concurrency.Limit) {
 				localHeld = append(localHeld, a)
 				a.outcome = LocalAdmitted
 			} else if a.outcome = LocalRefused; !a.p.Shadow {
@@ -580,6 +389,43 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 		}
 	}
 	return release, Decision{}, true
+}
+
+// keysOf lists the policies' Redis keys.
+func keysOf(as []applied) []string {
+	keys := make([]string, len(as))
+	for i := range as {
+		keys[i] = as[i].Key
+	}
+	return keys
+}
+
+// localSlots counts FailLocal's concurrency slots per key, in this
+// process: at most one per request in flight.
+type localSlots struct {
+	mu   sync.Mutex
+	held map[string]int64
+}
+
+func (ls *localSlots) acquire(key string, limit int64) bool {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.held[key] >= limit {
+		return false
+	}
+	if ls.held == nil {
+		ls.held = map[string]int64{}
+	}
+	ls.held[key]++
+	return true
+}
+
+func (ls *localSlots) release(key string) {
+	ls.mu.Lock()
+	defer ls.mu.Unlock()
+	if ls.held[key]--; ls.held[key] <= 0 {
+		delete(ls.held, key)
+	}
 }
 
 // shedRetry is the Retry-After of a request p sheds: until the earliest

@@ -117,6 +117,7 @@ func limiterOn(t *testing.T, f *fakeDecider, opt Options, policies ...Policy) *L
 		t.Fatal(err)
 	}
 	l.c = f
+	l.gate = l.newGate()
 	return l
 }
 

@@ -1,4 +1,4 @@
-package httplimit
+package admit
 
 import (
 	"context"
@@ -14,9 +14,8 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/gcra"
 )
 
-// localLimiter limits in this process while Redis cannot: each rate
-// policy's quota (q per w) as a GCRA of q at once and q per w, per key, and
-// a count of slots per concurrency key. It keeps at most max keys in a
+// localLimiter limits in this process while Redis cannot (Local): each
+// want's quota (q per w) as a GCRA of q at once and q per w, per key. It keeps at most max keys in a
 // least-recently-used list: when full, a new key evicts the key used
 // longest ago (a key whose limiter is full again is dropped at once), in
 // constant time; a heavy user's key, used on every request, stays. Each
@@ -31,7 +30,6 @@ import (
 type localLimiter struct {
 	mu   sync.Mutex
 	tats *simplelru.LRU[string, localKey] // per key, Unix ns
-	held map[string]int64                 // concurrency slots held per key: at most one per request in flight
 
 	owing    atomic.Bool // keys decided here since the last settle
 	settling atomic.Bool // a settle is running
@@ -58,7 +56,7 @@ func (k localKey) owed(now int64) int64 {
 }
 
 func newLocal(max int) *localLimiter {
-	ll := &localLimiter{held: map[string]int64{}}
+	ll := &localLimiter{}
 	tats, err := simplelru.NewLRU[string, localKey](max, nil) // a key evicted for another is not charged
 	if err != nil {
 		panic(err) // max > 0: New sets it
@@ -67,13 +65,13 @@ func newLocal(max int) *localLimiter {
 	return ll
 }
 
-// decide decides every rate policy locally at now.
-func (ll *localLimiter) decide(rate []applied, now int64) {
+// decide decides the wants locally at now, in order: a refusal by an
+// enforcing want leaves the later ones undecided.
+func (ll *localLimiter) decide(wants []*Want, now int64) {
 	ll.mu.Lock()
 	defer ll.mu.Unlock()
-	for i := range rate {
-		a := &rate[i]
-		q, w := a.p.Limit.Quota()
+	for _, a := range wants {
+		q, w := a.Limit.Quota()
 		g, err := gcra.New(q-1, q, max(int64(w/time.Second), 1))
 		if err != nil {
 			continue // no local verdict: the policy is not applied
@@ -87,7 +85,7 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 			if d.TAT <= now {
 				ll.remove(a.Key)
 			} else {
-				ll.tats.Add(a.Key, localKey{tat: d.TAT, limit: a.p.Limit, q: q, w: int64(max(w, time.Second).Truncate(time.Second))})
+				ll.tats.Add(a.Key, localKey{tat: d.TAT, limit: a.Limit, q: q, w: int64(max(w, time.Second).Truncate(time.Second))})
 				ll.owing.Store(true)
 			}
 		} else {
@@ -95,8 +93,8 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 		}
 		a.Result = client.Result{Verdict: ratelimit.Verdict{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
 			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}}
-		a.Known, a.local = true, true
-		if d.Limited && !a.p.Shadow {
+		a.Known, a.Local = true, true
+		if d.Limited && !a.Shadow {
 			return // a later policy is not charged
 		}
 	}
@@ -107,7 +105,7 @@ func (ll *localLimiter) decide(rate []applied, now int64) {
 // the keys charged; a key whose charge fails stays, to be charged at the
 // next settle. It reports what it charged, in keys and units; the first
 // error it met.
-func (ll *localLimiter) settle(c decider, timeout time.Duration) (keys, units int64, err error) {
+func (ll *localLimiter) settle(c Redis, timeout time.Duration) (keys, units int64, err error) {
 	type owed struct {
 		key string
 		k   localKey
@@ -159,42 +157,23 @@ func (ll *localLimiter) keys() int {
 	return ll.tats.Len()
 }
 
-func (ll *localLimiter) acquire(key string, limit int64) bool {
-	ll.mu.Lock()
-	defer ll.mu.Unlock()
-	if ll.held[key] >= limit {
-		return false
-	}
-	ll.held[key]++
-	return true
-}
-
-func (ll *localLimiter) release(key string) {
-	ll.mu.Lock()
-	defer ll.mu.Unlock()
-	if ll.held[key]--; ll.held[key] <= 0 {
-		delete(ll.held, key)
-	}
-}
-
-// chargeLocal charges Redis, in the background, what FailLocal decided
-// while it was away (localLimiter.settle), once a call is answered again;
-// one charge at a time.
-func (l *Limiter) chargeLocal() {
-	ll := l.local
+// chargeLocal charges Redis, in the background, what Local decided while
+// it was away (localLimiter.settle), once a call is answered again; one
+// charge at a time.
+func (g *Gate) chargeLocal() {
+	ll := g.local
 	if ll == nil || !ll.owing.Load() || !ll.settling.CompareAndSwap(false, true) {
 		return
 	}
 	go func() {
 		defer ll.settling.Store(false)
-		keys, units, err := ll.settle(l.c, l.opt.Timeout)
-		if units > 0 {
-			l.log.Info("ratelimit: Redis answers again: charged it what was decided here while it was away",
-				"keys", keys, "units", units)
+		timeout := g.o.Timeout
+		if timeout <= 0 {
+			timeout = time.Second
 		}
-		if err != nil {
-			l.log.Warn("ratelimit: a charge of what was decided here while Redis was away failed; it is tried again after the next call Redis answers",
-				"err", err)
+		keys, units, err := ll.settle(g.c, timeout)
+		if units > 0 || err != nil {
+			g.event(Event{Kind: Charged, Keys: keys, Units: units, Err: err})
 		}
 	}()
 }

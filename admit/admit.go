@@ -1,0 +1,512 @@
+// Package admit decides a request against its limits in one place, for
+// every front-end (the net/http middleware, the Envoy rate limit service,
+// a gRPC interceptor of your own): the front-end turns its policies or
+// descriptors into Wants, and a Gate decides them.
+//
+// One Decide call runs, in order:
+//
+//   - remembered refusals (Options.RefusalCache): a key Redis refused until
+//     later is refused again with no call, for a request of at least the
+//     refused cost;
+//   - the circuit breaker per Redis server (Options.BreakerFailures):
+//     BreakerFailures failures in a row open a server's breaker, and for
+//     BreakerCooldown requests on its keys are not sent;
+//   - the local tier (Options.Lease): when every enforcing want leases,
+//     one or several (a per-IP and a per-key limit), all or nothing, from
+//     units granted ahead, with no call on hot keys (client.Leased);
+//   - else the plan per slot (client.Client.Decide): one RL.ALL per slot,
+//     those that give back first, refunds when a later slot refuses, a
+//     transaction past 16 windows, each step sent by Options.Send (a
+//     pipelined sender) or on its own;
+//   - the failure policy (Options.OnError) when Redis cannot decide:
+//     return the error, admit, refuse, or decide in this process and
+//     charge Redis what was admitted once it answers.
+//
+// Shadow wants are counted each on its own, never refuse, and are never
+// given back.
+package admit
+
+import (
+	"context"
+	"errors"
+	"net"
+	"slices"
+	"strconv"
+	"time"
+
+	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
+	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
+)
+
+// Failure is what a Gate does when Redis cannot decide (down, hung past
+// the timeout, a breaker open, or refusing the call's arguments).
+type Failure int
+
+const (
+	// Fail returns the error: the front-end answers it (rls: UNAVAILABLE,
+	// and the gateway's own failure mode decides).
+	Fail Failure = iota
+	// Open admits the request, with no figures.
+	Open
+	// Closed refuses the request.
+	Closed
+	// Local decides the rate wants in this process, each quota q per w as
+	// a GCRA of q at once and q per w per key (N processes admit up to N
+	// times a limit: a floor, not the limit), and once Redis answers again
+	// charges it what was admitted here, with DEBT.
+	Local
+)
+
+func (f Failure) String() string {
+	switch f {
+	case Fail:
+		return "fail"
+	case Open:
+		return "open"
+	case Closed:
+		return "closed"
+	case Local:
+		return "local"
+	}
+	return "Failure(" + strconv.Itoa(int(f)) + ")"
+}
+
+// Options tunes a Gate. The zero value asks Redis for every request, with
+// no timeout of its own, and returns Redis's failures.
+type Options struct {
+	// Timeout bounds a decision's calls together, not counting the
+	// client's start-up work (client.WithTimeout); 0: none of the Gate's
+	// own (the context's, and Send's).
+	Timeout time.Duration
+	// OnError is what the Gate does when Redis cannot decide.
+	OnError Failure
+	// LocalKeys is how many keys Local keeps (default 10,000), least
+	// recently used first out.
+	LocalKeys int
+	// BreakerFailures, above 0, opens a Redis server's breaker after that
+	// many failed calls in a row: for BreakerCooldown (default 5 s) calls
+	// on its keys are not sent and OnError decides; then one call probes.
+	// A call whose caller went away first, or whose slot was moving, is no
+	// failure; one past the caller's deadline is.
+	BreakerFailures int
+	BreakerCooldown time.Duration
+	// RefusalCache is how many refused keys are remembered, each until its
+	// RetryAfter (0: none); RefusalCacheBytes bounds them in bytes (0:
+	// 16 MiB).
+	RefusalCache      int
+	RefusalCacheBytes int64
+	// Lease, when set, decides through a local tier (client.NewLeased)
+	// every group of wants that all lease (Want.Lease), all or nothing.
+	Lease *client.LeaseOptions
+	// Send sends each step of a decision not taken by the tier (nil: each
+	// on its own, by the client): a pipelined sender, with its own
+	// timeout per step.
+	Send client.StepFunc
+	// Event receives what happens to calls, breakers and Local's charges
+	// (nil: nothing).
+	Event func(Event)
+	// Now is the clock remembered refusals are read at (nil: time.Now).
+	Now func() time.Time
+}
+
+// EventKind is what an Event reports.
+type EventKind int
+
+const (
+	// Call: a decision's calls to Redis ended (Duration, and Err when
+	// Redis did not decide).
+	Call EventKind = iota
+	// Failure: a call failed because Redis could not decide (Server, Err).
+	ServerFailed
+	// BreakerOpen, BreakerHalfOpen, BreakerClosed: a server's breaker
+	// opened (calls are no longer sent until its cooldown ends), lets one
+	// probe through, closed again.
+	BreakerOpen
+	BreakerHalfOpen
+	BreakerClosed
+	// Rejected: Redis refused a call's arguments (a configuration bug);
+	// Redis is up, and OnError decides.
+	Rejected
+	// Charged: what Local admitted was charged to Redis (Keys, Units; Err
+	// when a charge failed, to be tried again after the next call).
+	Charged
+	// Remembered: a remembered refusal answered a request, with no call.
+	Remembered
+)
+
+// Event is one thing a Gate saw.
+type Event struct {
+	Kind     EventKind
+	Server   string        // the Redis server, for a breaker's events
+	Err      error         // why, where it failed
+	Duration time.Duration // for Call
+	Timeout  bool          // for Call: it ran out of time
+	Keys     int64         // for Charged
+	Units    int64         // for Charged
+}
+
+// Want is one limit a request is counted against: client.Want's key,
+// limit, cost, reserve and debt, and once decided its answer (Known,
+// Result, Taken).
+type Want struct {
+	client.Want
+	// Shadow counts the want on its own: it never refuses the request and
+	// is never given back.
+	Shadow bool
+	// Lease lets the local tier decide it (Options.Lease).
+	Lease bool
+	// Remembered: set by Decide when a remembered refusal answered it.
+	Remembered bool
+	// Local: set by Decide when Local decided it in this process.
+	Local bool
+}
+
+// Outcome is how a decision ended.
+type Outcome int
+
+const (
+	// Decided: by Redis, the tier, a remembered refusal or Local; each
+	// Want's Known, Result and flags say how.
+	Decided Outcome = iota
+	// Gone: the caller's context ended first; nothing more was asked.
+	Gone
+	// FailedOpen, FailedClosed, Failed: Redis could not decide, and
+	// OnError admits (no want Known), refuses, or returns the error.
+	FailedOpen
+	FailedClosed
+	Failed
+)
+
+// A Gate decides requests against Redis. It is safe for concurrent use.
+type Gate struct {
+	c        Redis
+	o        Options
+	leased   *client.Leased
+	refusals *refusals.Cache
+	breakers *breaker.Set
+	local    *localLimiter
+}
+
+// Redis is what a Gate asks: a *client.Client (or a fake in tests; the
+// local tier needs a *client.Client).
+type Redis interface {
+	Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error
+	Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error)
+	ServerFor(ctx context.Context, key string) string
+}
+
+// New returns a Gate deciding through c.
+func New(c Redis, o Options) *Gate {
+	if o.LocalKeys <= 0 {
+		o.LocalKeys = 10000
+	}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = 5 * time.Second
+	}
+	if o.Now == nil {
+		o.Now = time.Now
+	}
+	g := &Gate{c: c, o: o}
+	if cc, ok := c.(*client.Client); ok && o.Lease != nil {
+		g.leased = client.NewLeased(cc, *o.Lease)
+	}
+	if o.RefusalCache > 0 {
+		g.refusals = refusals.New(o.RefusalCache, o.RefusalCacheBytes)
+	}
+	if o.BreakerFailures > 0 {
+		g.breakers = &breaker.Set{Failures: o.BreakerFailures, Cooldown: o.BreakerCooldown, Event: g.breakerEvent}
+	}
+	if o.OnError == Local {
+		g.local = newLocal(o.LocalKeys)
+	}
+	return g
+}
+
+// breakerKinds are the breakers' events as the Gate's.
+var breakerKinds = [...]EventKind{breaker.Failure: ServerFailed, breaker.Open: BreakerOpen, breaker.HalfOpen: BreakerHalfOpen, breaker.Closed: BreakerClosed}
+
+func (g *Gate) breakerEvent(be breaker.Event) {
+	g.event(Event{Kind: breakerKinds[be.Kind], Server: be.Server, Err: be.Err})
+}
+
+func (g *Gate) event(e Event) {
+	if g.o.Event != nil {
+		g.o.Event(e)
+	}
+}
+
+// Decide decides wants for one request: the enforcing ones all or nothing
+// (when one refuses, none is counted: Taken false; a refused one Known
+// with its own figures, one not asked not Known), the shadow ones each on
+// its own. See the package comment for the order; the Outcome says how it
+// ended, and for FailedClosed and Failed the error says why Redis did not
+// decide.
+func (g *Gate) Decide(ctx context.Context, wants []*Want) (Outcome, error) {
+	var now time.Time // for the remembered refusals only: no clock read per request without them
+	if g.refusals != nil {
+		now = g.o.Now()
+	}
+	if g.recall(wants, now) {
+		g.event(Event{Kind: Remembered})
+		return Decided, nil
+	}
+	if len(wants) == 0 {
+		return Decided, nil
+	}
+	err := g.Call(ctx, keysOf(wants), func(ctx context.Context) error { return g.decide(ctx, wants) })
+	switch {
+	case err == nil:
+		g.remember(wants, now)
+		return Decided, nil
+	case ctx.Err() != nil:
+		return Gone, ctx.Err()
+	}
+	switch g.o.OnError {
+	case Open:
+		for _, w := range wants {
+			w.Known, w.Taken = false, false
+		}
+		return FailedOpen, err
+	case Closed:
+		return FailedClosed, err
+	case Local:
+		g.local.decide(wants, time.Now().UnixNano())
+		return Decided, nil
+	}
+	return Failed, err
+}
+
+// keysOf lists the wants' keys.
+func keysOf(wants []*Want) []string {
+	keys := make([]string, len(wants))
+	for i, w := range wants {
+		keys[i] = w.Key
+	}
+	return keys
+}
+
+// decide asks Redis (or the tier) for the enforcing wants, all or
+// nothing, then for the shadow ones each on its own.
+func (g *Gate) decide(ctx context.Context, wants []*Want) error {
+	var buf [8]*client.Want
+	enforcing := buf[:0]
+	leases := g.leased != nil
+	var one *Want
+	for _, w := range wants {
+		if !w.Shadow {
+			enforcing = append(enforcing, &w.Want)
+			leases = leases && w.Lease
+			one = w
+		}
+	}
+	switch {
+	case len(enforcing) == 1 && leases && one.Limit.Leasable() && one.Cost > 0 && one.Reserve == 0 && !one.Debt:
+		r, err := g.leased.Take(ctx, one.Key, one.Limit, one.Cost) // with the tier's fallback while Redis fails
+		if err != nil {
+			return err
+		}
+		one.Result, one.Known, one.Taken = r, true, !r.Limited
+	case len(enforcing) > 1 && leases: // all or nothing through the tier
+		if err := g.leased.Decide(ctx, enforcing, g.o.Send); err != nil {
+			return err
+		}
+	case len(enforcing) > 0:
+		if err := g.c.Decide(ctx, enforcing, g.o.Send); err != nil {
+			return err
+		}
+	}
+	for _, w := range wants {
+		if w.Shadow {
+			if err := g.c.Decide(ctx, []*client.Want{&w.Want}, g.o.Send); err != nil {
+				return err
+			}
+			w.Taken = false
+		}
+	}
+	return nil
+}
+
+// ErrBreakerOpen is a call not sent: the breaker of a server holding one
+// of its keys is open.
+var ErrBreakerOpen = errors.New("circuit breaker open: the server's calls failed; not asked until its cooldown ends")
+
+// Call runs call against Redis as Decide runs its calls: within Timeout,
+// unless ctx already ended (its error) or the breaker of a
+// server holding one of keys is open (ErrBreakerOpen); how it went moves
+// those breakers and is reported (Call, Rejected). It is for what a
+// front-end still asks on its own (a concurrency slot): the same
+// breakers see it.
+func (g *Gate) Call(ctx context.Context, keys []string, call func(ctx context.Context) error) error {
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	var bs []*breaker.Breaker
+	if g.breakers != nil {
+		var ok bool
+		if bs, ok = g.breakers.Allow(g.servers(ctx, keys)); !ok {
+			return ErrBreakerOpen
+		}
+	}
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if g.o.Timeout > 0 {
+		cctx, cancel = client.WithTimeout(ctx, g.o.Timeout)
+	}
+	start := time.Now()
+	err := call(cctx)
+	cancel()
+	g.settle(ctx, bs, err, time.Since(start))
+	return err
+}
+
+// servers lists the servers holding keys, each once (client.Client.ServerFor).
+func (g *Gate) servers(ctx context.Context, keys []string) []string {
+	if g.o.Timeout > 0 { // a Cluster's map may have to be fetched first
+		var cancel context.CancelFunc
+		ctx, cancel = client.WithTimeout(ctx, g.o.Timeout)
+		defer cancel()
+	}
+	servers := make([]string, 0, 1)
+	for _, k := range keys {
+		if s := g.c.ServerFor(ctx, k); !slices.Contains(servers, s) {
+			servers = append(servers, s)
+		}
+	}
+	return servers
+}
+
+// RetryAfter is how long until a call on keys is sent again: until the
+// latest open breaker of their servers lets one through, at least a
+// second (a second without breakers).
+func (g *Gate) RetryAfter(ctx context.Context, keys []string) time.Duration {
+	if g.breakers == nil {
+		return time.Second
+	}
+	return g.breakers.RetryAfter(g.servers(ctx, keys))
+}
+
+// settle tells the breakers of the call's servers and the hook how a call
+// went; parent is the context the call's timeout was derived from. A
+// failure counts toward the breaker of the server that failed (all of
+// them when the error does not say which); a call whose caller hung up,
+// or whose slot was moving until its deadline, counts toward none.
+func (g *Gate) settle(parent context.Context, bs []*breaker.Breaker, err error, took time.Duration) {
+	settle := func(o breaker.Outcome, server string) {
+		if g.breakers != nil {
+			g.breakers.Settle(bs, o, server, err)
+		}
+	}
+	switch {
+	case err == nil:
+		settle(breaker.Succeeded, "")
+		g.event(Event{Kind: Call, Duration: took})
+		g.chargeLocal()
+	case errors.Is(parent.Err(), context.Canceled): // the caller hung up: not Redis's failure
+		settle(breaker.Gone, "")
+	case client.Unavailable(err) || errors.Is(err, context.DeadlineExceeded):
+		g.event(Event{Kind: Call, Duration: took, Err: err, Timeout: isTimeout(err)})
+		if client.Moving(err) {
+			settle(breaker.Moving, "")
+			return
+		}
+		settle(breaker.Failed, client.ServerOf(err))
+	default:
+		g.event(Event{Kind: Call, Duration: took, Err: err})
+		settle(breaker.Rejected, "")
+		g.event(Event{Kind: Rejected, Err: err})
+	}
+}
+
+// isTimeout reports a call that ran out of time.
+func isTimeout(err error) bool {
+	var ne net.Error
+	return errors.Is(err, context.DeadlineExceeded) || (errors.As(err, &ne) && ne.Timeout())
+}
+
+// recall answers the wants from the remembered refusals at now: true when
+// an enforcing want's key is refused until later for its cost (not a
+// debt, a reserve or a cost of 0), the request then refused by it alone,
+// with no call (the others not asked, as after a refusal in Redis; the
+// shadow ones not counted).
+func (g *Gate) recall(wants []*Want, now time.Time) bool {
+	if g.refusals == nil {
+		return false
+	}
+	var until time.Time
+	for _, w := range wants {
+		if w.Shadow || w.Debt || w.Reserve != 0 || w.Cost <= 0 || !g.refusals.Refuses(w.Key, w.Cost, now, &until) {
+			continue
+		}
+		for _, o := range wants {
+			o.Known, o.Taken = false, false
+		}
+		q, _ := w.Limit.Quota()
+		wait := until.Sub(now)
+		w.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: q, RetryAfter: wait, ResetAfter: wait}}
+		w.Known, w.Remembered = true, true
+		return true
+	}
+	return false
+}
+
+// remember keeps what Redis (or the tier) refused, asked at started, until
+// the refusal's RetryAfter: a request of at least that cost would be
+// refused until then (no limit admits sooner because of more traffic).
+// Shadow wants, debts and reserves are not remembered.
+func (g *Gate) remember(wants []*Want, started time.Time) {
+	if g.refusals == nil {
+		return
+	}
+	for _, w := range wants {
+		if !w.Shadow && !w.Debt && w.Reserve == 0 && w.Cost > 0 && w.Known && w.Result.Limited && w.Result.RetryAfter > 0 {
+			g.refusals.Add(w.Key, w.Cost, started.Add(w.Result.RetryAfter))
+		}
+	}
+}
+
+// Forget drops every remembered refusal (a limit may have been raised).
+func (g *Gate) Forget() {
+	if g.refusals != nil {
+		g.refusals.Purge()
+	}
+}
+
+// Leased is the local tier (Options.Lease), or nil: for what a front-end
+// still asks it on its own (a concurrency slot).
+func (g *Gate) Leased() *client.Leased { return g.leased }
+
+// BreakerOpen reports whether a breaker keeps calls from a Redis server
+// now (open, or half-open with its one probe in flight).
+func (g *Gate) BreakerOpen() bool { return g.breakers != nil && g.breakers.AnyOpen() }
+
+// Close gives back what the local tier holds and stops it; later requests
+// are decided as without it. Without Lease it does nothing.
+func (g *Gate) Close(ctx context.Context) error {
+	if g.leased == nil {
+		return nil
+	}
+	return g.leased.Close(ctx)
+}
+
+// Stats are a Gate's counts.
+type Stats struct {
+	Lease     client.LeaseStats // the local tier's (zero without Lease)
+	LocalKeys int               // keys Local decided and has not yet charged
+	Charged   int64             // units Local admitted and charged to Redis since New
+	Owing     bool              // Local decided keys since the last charge
+	Charging  bool              // a charge is running
+}
+
+// Stats reports the Gate's counts.
+func (g *Gate) Stats() Stats {
+	var s Stats
+	if g.leased != nil {
+		s.Lease = g.leased.Stats()
+	}
+	if g.local != nil {
+		s.LocalKeys, s.Charged = g.local.keys(), g.local.charged.Load()
+		s.Owing, s.Charging = g.local.owing.Load(), g.local.settling.Load()
+	}
+	return s
+}
