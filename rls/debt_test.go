@@ -280,7 +280,7 @@ func TestLease(t *testing.T) {
 		t.Fatalf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
 	}
 	t.Logf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
-	st := s.leased.Stats()
+	st := s.gate.Stats().Lease
 	want := fmt.Sprintf("# HELP ratelimit_service_lease_grants Grant calls the local tier sent.\n# TYPE ratelimit_service_lease_grants counter\nratelimit_service_lease_grants %d\n", st.Grants)
 	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_lease_grants"); err != nil || st.Grants == 0 {
 		t.Errorf("lease metrics: %v; stats %+v", err, st)
@@ -318,7 +318,7 @@ func TestLeaseTwoDescriptors(t *testing.T) {
 		}
 		now.Add(int64(time.Millisecond))
 	}
-	if st := s.leased.Stats(); admitted < 120 || admitted > 150 || calls.Load() > 60 || st.Local == 0 {
+	if st := s.gate.Stats().Lease; admitted < 120 || admitted > 150 || calls.Load() > 60 || st.Local == 0 {
 		t.Fatalf("%d admitted of 300, %d Redis calls; stats %+v", admitted, calls.Load(), st)
 	}
 	t.Logf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
@@ -353,7 +353,7 @@ func TestLeaseFixedWindow(t *testing.T) {
 			t.Fatalf("second %d admitted %d of 100; all: %v", sec, n, perSecond)
 		}
 	}
-	if st := s.leased.Stats(); calls.Load() > 200 || st.Local == 0 {
+	if st := s.gate.Stats().Lease; calls.Load() > 200 || st.Local == 0 {
 		t.Fatalf("%d Redis calls for 2000 requests; stats %+v", calls.Load(), st)
 	}
 	t.Logf("admitted per second %v, %d Redis calls", perSecond, calls.Load())

@@ -420,6 +420,11 @@ func TestReloadAndHealth(t *testing.T) {
 func TestBreakerGatewayDeadline(t *testing.T) {
 	const cfg = "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 100, algorithm: gcra}\n"
 	s, f := onFake(t, cfg, Options{Timeout: time.Second, BreakerFailures: 3, BreakerCooldown: time.Minute})
+	// The service's clock is not the fake's: reading the fake's waits on
+	// its lock, held while it sleeps through the previous request's call,
+	// so a request would start past its 20 ms, not asking Redis at all (a
+	// request gone before its call counts toward no breaker).
+	s.now = time.Now
 	var slow atomic.Bool
 	f.Before = func(redis.Cmder) error {
 		if slow.Load() {
@@ -511,6 +516,58 @@ func TestBreakerOnFake(t *testing.T) {
 			if got := testutil.ToFloat64(s.m.breakers.WithLabelValues(event)); got != want {
 				t.Errorf("ratelimit_service_breaker_events{event=%q} %v, want %v", event, got, want)
 			}
+		}
+	}
+}
+
+// TestFailLocal: with Options.FailLocal, Redis refusing connections, the
+// service decides here (fixed window of 2 a minute: OK, OK, OVER_LIMIT)
+// instead of answering UNAVAILABLE; once Redis answers, the 2 admitted
+// here are charged to the key with DEBT, so Redis refuses the request
+// after, as it would have had it seen the 2. Without the option the same
+// requests fail UNAVAILABLE.
+func TestFailLocal(t *testing.T) {
+	for _, on := range []bool{true, false} {
+		reg := prometheus.NewRegistry()
+		s, f := onFake(t, stepsConfig, Options{FailLocal: on, Registerer: reg, Timeout: time.Second})
+		var down atomic.Bool
+		f.Before = func(redis.Cmder) error {
+			if down.Load() {
+				return &net.OpError{Op: "dial", Net: "tcp", Err: syscall.ECONNREFUSED}
+			}
+			return nil
+		}
+		ds := []*rlv3.RateLimitDescriptor{descriptor("fw", "a")}
+		req := &pb.RateLimitRequest{Domain: "d", Descriptors: ds}
+		down.Store(true)
+		for i, want := range []pb.RateLimitResponse_Code{pb.RateLimitResponse_OK, pb.RateLimitResponse_OK, pb.RateLimitResponse_OVER_LIMIT} {
+			r, err := s.ShouldRateLimit(context.Background(), req)
+			switch {
+			case !on && status.Code(err) != codes.Unavailable:
+				t.Fatalf("without FailLocal, request %d: %v, want UNAVAILABLE", i+1, err)
+			case on && (err != nil || r.OverallCode != want):
+				t.Fatalf("Redis down, request %d: %v %v, want %v", i+1, brief(r), err, want)
+			}
+		}
+		if !on {
+			continue
+		}
+		down.Store(false)
+		if r := ask(t, s, ds); r.OverallCode != pb.RateLimitResponse_OK {
+			t.Fatalf("Redis back, the first request: %s (Redis never saw the 2)", brief(r))
+		}
+		deadline := time.Now().Add(5 * time.Second)
+		for st := s.gate.Stats(); st.Charged == 0 || st.Charging; st = s.gate.Stats() {
+			if time.Now().After(deadline) {
+				t.Fatal("nothing charged 5 s after Redis answered")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		if r := ask(t, s, ds); r.OverallCode != pb.RateLimitResponse_OVER_LIMIT {
+			t.Fatalf("after the charge: %s, want OVER_LIMIT (3 taken of 2)", brief(r))
+		}
+		if n, c := testutil.ToFloat64(s.m.localDecided), testutil.ToFloat64(s.m.localUnits); n != 3 || c != 2 {
+			t.Errorf("%v requests decided here, %v units charged; want 3 and 2", n, c)
 		}
 	}
 }

@@ -8,7 +8,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
-	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
 )
 
 // metrics are the service's counters, named as envoyproxy/ratelimit's
@@ -24,6 +23,8 @@ type metrics struct {
 	globalShadowN prometheus.Counter
 	configLoads   *prometheus.CounterVec
 	breakers      *prometheus.CounterVec
+	localDecided  prometheus.Counter // requests decided here while Redis could not (Options.FailLocal)
+	localUnits    prometheus.Counter // units admitted so, charged to Redis once it answered
 
 	byKey sync.Map // labels -> *keyCounters
 
@@ -68,7 +69,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 			Name: "ratelimit_service_should_rate_limit_errors", Help: "Requests answered with an error, by kind (service: a bad request or no config; redis).",
 		}, []string{"kind"}),
 		cacheHits: prometheus.NewCounter(prometheus.CounterOpts{
-			Name: "ratelimit_service_refusal_cache_hits", Help: "Descriptors refused from the refusal cache without a Redis call.",
+			Name: "ratelimit_service_refusal_cache_hits", Help: "Requests refused from the refusal cache without a Redis call.",
 		}),
 		globalShadowN: prometheus.NewCounter(prometheus.CounterOpts{
 			Name: "ratelimit_service_global_shadow_mode", Help: "Requests over the limit answered OK by the global shadow mode.",
@@ -79,11 +80,17 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		breakers: prometheus.NewCounterVec(prometheus.CounterOpts{
 			Name: "ratelimit_service_breaker_events", Help: "What happened to the circuit breakers of the Redis servers (Options.BreakerFailures), by event: failure, breaker-open, breaker-half-open, breaker-closed.",
 		}, []string{"event"}),
+		localDecided: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_fail_local_requests", Help: "Requests decided in this service while Redis could not decide them (-fail-local).",
+		}),
+		localUnits: prometheus.NewCounter(prometheus.CounterOpts{
+			Name: "ratelimit_service_fail_local_units_charged", Help: "Units admitted in this service while Redis was away (-fail-local), charged to Redis with DEBT once it answered.",
+		}),
 		maxPerValue: defaultMetricKeys,
 	}
 	if reg != nil {
 		reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
-			m.redisSeconds, m.errors, m.cacheHits, m.globalShadowN, m.configLoads, m.breakers)
+			m.redisSeconds, m.errors, m.cacheHits, m.globalShadowN, m.configLoads, m.breakers, m.localDecided, m.localUnits)
 	}
 	return m
 }
@@ -141,7 +148,7 @@ func (m *metrics) decided(it *item, ratio float64) {
 	c := it.counters
 	limit, hits := it.r.perUnit, it.Cost
 	nearAt := int64(float64(limit) * ratio)
-	if it.cached {
+	if it.Remembered {
 		c.over.Add(float64(hits))
 		return
 	}
@@ -181,11 +188,13 @@ func (m *metrics) redisCall(d time.Duration, err error) {
 	m.redisSeconds.WithLabelValues(outcome).Observe(d.Seconds())
 }
 
-func (m *metrics) redisError()            { m.errors.WithLabelValues("redis").Inc() }
-func (m *metrics) serviceError()          { m.errors.WithLabelValues("service").Inc() }
-func (m *metrics) cacheHit()              { m.cacheHits.Inc() }
-func (m *metrics) globalShadow()          { m.globalShadowN.Inc() }
-func (m *metrics) breaker(k breaker.Kind) { m.breakers.WithLabelValues(k.String()).Inc() }
+func (m *metrics) redisError()          { m.errors.WithLabelValues("redis").Inc() }
+func (m *metrics) serviceError()        { m.errors.WithLabelValues("service").Inc() }
+func (m *metrics) cacheHit()            { m.cacheHits.Inc() }
+func (m *metrics) localDecision()       { m.localDecided.Inc() }
+func (m *metrics) localCharged(n int64) { m.localUnits.Add(float64(n)) }
+func (m *metrics) globalShadow()        { m.globalShadowN.Inc() }
+func (m *metrics) breaker(event string) { m.breakers.WithLabelValues(event).Inc() }
 func (m *metrics) configLoad(ok bool) {
 	if ok {
 		m.configLoads.WithLabelValues("success").Inc()

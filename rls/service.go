@@ -21,9 +21,8 @@ import (
 	"google.golang.org/protobuf/types/known/durationpb"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
-	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
-	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
 )
 
 // Options tunes a Service. The zero value is the peer's behaviour with
@@ -55,6 +54,16 @@ type Options struct {
 	// off (each request then waits out Timeout while Redis hangs).
 	BreakerFailures int
 	BreakerCooldown time.Duration
+	// FailLocal, when Redis cannot decide (down, hung past Timeout, its
+	// breaker open), decides the request in this service instead of
+	// failing it: each limit's quota q per unit as a GCRA of q at once and
+	// q per unit, per key (N services admit up to N times a limit while
+	// Redis is away: a floor, not the limit), and once Redis answers again
+	// charges it what was admitted here, with DEBT, so the limit resumes
+	// as if Redis had seen it. Off, the default, the request fails with
+	// UNAVAILABLE and the gateway's failure_mode_deny decides. As
+	// httplimit's FailLocal.
+	FailLocal bool
 	// RefusalCacheBytes bounds the refusal cache in bytes: each entry counts
 	// its key's length and 160 bytes (0: 16 MiB, which holds 1,000 keys of
 	// 16 KiB or about 80,000 of 60 bytes). The least recently used go first.
@@ -116,13 +125,11 @@ type Service struct {
 	pb.UnimplementedRateLimitServiceServer
 
 	c       *client.Client
-	leased  *client.Leased // Options.Lease's tier, or nil
+	gate    *admit.Gate // decides: remembered refusals, breakers, the local tier, the plan per slot
 	cfg     atomic.Pointer[Config]
 	opts    Options
 	m       *metrics
 	pipe    *pipeline
-	cache   *refusals.Cache
-	breaker *breaker.Set // Options.BreakerFailures's, or nil
 	log     *slog.Logger
 	now     func() time.Time
 	loadDir func(string) (*Config, error) // LoadDir; tests change it
@@ -152,23 +159,31 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		s.m.maxPerValue = int64(o.MetricKeys)
 	}
 	s.pipe = newPipeline(s.c, o.Timeout, s.m)
-	if o.BreakerFailures > 0 {
-		if o.BreakerCooldown <= 0 {
-			o.BreakerCooldown = 5 * time.Second
-		}
-		s.breaker = &breaker.Set{Failures: o.BreakerFailures, Cooldown: o.BreakerCooldown, Event: s.breakerEvent}
+	if o.BreakerCooldown <= 0 {
+		o.BreakerCooldown = 5 * time.Second
+		s.opts.BreakerCooldown = o.BreakerCooldown
 	}
-	if o.Lease != nil {
-		s.leased = client.NewLeased(s.c, *o.Lease)
-		if o.Registerer != nil {
-			leaseMetrics(o.Registerer, s.leased.Stats)
-		}
+	onError := admit.Fail
+	if o.FailLocal {
+		onError = admit.Local
+	}
+	s.gate = admit.New(s.c, admit.Options{
+		Timeout:           localTimeout(o),
+		OnError:           onError,
+		BreakerFailures:   o.BreakerFailures,
+		BreakerCooldown:   o.BreakerCooldown,
+		RefusalCache:      o.RefusalCache,
+		RefusalCacheBytes: o.RefusalCacheBytes,
+		Lease:             o.Lease,
+		Send:              s.send,
+		Event:             s.gateEvent,
+		Now:               func() time.Time { return s.now() },
+	})
+	if o.Lease != nil && o.Registerer != nil {
+		leaseMetrics(o.Registerer, func() client.LeaseStats { return s.gate.Stats().Lease })
 	}
 	if s.log == nil {
 		s.log = slog.Default()
-	}
-	if o.RefusalCache > 0 {
-		s.cache = refusals.New(o.RefusalCache, o.RefusalCacheBytes)
 	}
 	if cfg != nil {
 		s.SetConfig(cfg)
@@ -180,18 +195,16 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 // forgets remembered refusals (a limit may have been raised).
 func (s *Service) SetConfig(c *Config) {
 	s.cfg.Store(c)
-	if s.cache != nil {
-		s.cache.Purge()
-	}
+	s.gate.Forget()
 }
 
 // Close gives back what the local tier holds (Options.Lease) and stops the
 // service's Redis sender: calls made after it fail. It does not close the
 // Redis client, which is the caller's.
 func (s *Service) Close() {
-	if s.leased != nil { // give back what the tier holds, within a few Redis timeouts
+	if s.gate.Leased() != nil { // give back what the tier holds, within a few Redis timeouts
 		ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
-		s.leased.Close(ctx)
+		s.gate.Close(ctx)
 		cancel()
 	}
 	s.pipe.close()
@@ -206,12 +219,11 @@ func (s *Service) Engines() map[string]client.Engine { return s.c.Engines() }
 // item is one descriptor with a limit, as one request decides it: its
 // Want (key, limit, cost, and once decided its answer).
 type item struct {
-	client.Want
+	admit.Want
 	i        int // the descriptor's position
 	r        *rule
 	stat     string
 	perValue bool      // stat is made of the request's own values
-	cached   bool      // answered by the refusal cache
 	started  time.Time // when the request was taken up, before any call was sent
 
 	counters *keyCounters
@@ -238,10 +250,7 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	}
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
 	enforcing, shadow := s.match(cfg, req, resp)
-	if err := s.decide(ctx, enforcing); err != nil {
-		return nil, s.fail(err)
-	}
-	if err := s.decideEach(ctx, shadow); err != nil {
+	if err := s.decide(ctx, enforcing, shadow); err != nil {
 		return nil, s.fail(err)
 	}
 	s.respond(resp, enforcing, shadow)
@@ -278,7 +287,7 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
 			continue
 		}
-		it := &item{i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
+		it := &item{Want: admit.Want{Lease: r.lease}, i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
 		it.Cost, it.Debt = hits(req, d), r.debt || (s.opts.DebtCharges && charge(req, d) && r.algorithm != SlidingLog)
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
@@ -306,9 +315,6 @@ func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item)
 		for _, it := range list {
 			resp.Statuses[it.i] = statusOf(it)
 			s.m.decided(it, s.opts.NearLimitRatio)
-			if s.cache != nil && !it.r.shadow && !it.Debt && it.Known && !it.cached && it.Result.Limited && it.Result.RetryAfter > 0 && it.Key != "" {
-				s.cache.Add(it.Key, it.Cost, it.started.Add(it.Result.RetryAfter))
-			}
 		}
 	}
 	resp.OverallCode = pb.RateLimitResponse_OK
@@ -436,153 +442,130 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 
 var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl", GCRA: "gcra", TokenBucket: "tb"}
 
-// decide decides the enforcing items all or nothing: answered here when a
-// limit of 0 or a remembered refusal already refuses the request, else by
-// client.Client.Decide (one RL.ALL per slot; those that can give back
-// first; a transaction past 16 windows in a slot; refunds when a later step
-// refuses), its steps pipelined.
-func (s *Service) decide(ctx context.Context, items []*item) error {
-	if len(items) == 0 {
+// decide decides the items through the gate: the enforcing ones all or
+// nothing, the shadow ones each on its own. A limit of 0 refuses here,
+// with no call (the enforcing items not asked, the debts still charged);
+// the gate answers from a remembered refusal, or through the local tier
+// when every enforcing item leases, else by client.Client.Decide (one
+// RL.ALL per slot; those that can give back first; a transaction past 16
+// windows in a slot; refunds when a later step refuses), its steps
+// pipelined (send).
+func (s *Service) decide(ctx context.Context, enforcing, shadow []*item) error {
+	if len(enforcing)+len(shadow) == 0 {
 		return nil
 	}
 	now := s.now()
 	refused := false
-	var remote, charged []*item
-	var until time.Time
-	for _, it := range items {
+	var remote, charged, wants []*admit.Want
+	for _, it := range enforcing {
 		switch {
 		case it.r.perUnit == 0:
-			it.Known = true
-			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
-			refused = refused || it.Cost > 0
-		case it.Debt: // counted whatever the others decide, never from the refusal cache
-			charged = append(charged, it)
-		case s.cache != nil && s.cache.Refuses(it.Key, it.Cost, now, &until):
-			it.Known, it.cached = true, true
-			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: it.r.perUnit, RetryAfter: until.Sub(now), ResetAfter: until.Sub(now)}}
-			refused = true
-			s.m.cacheHit()
+			refused = refused || s.zero(it, now)
+		case it.Debt: // counted whatever the others decide, never from the remembered refusals
+			charged = append(charged, &it.Want)
 		default:
-			remote = append(remote, it)
+			remote = append(remote, &it.Want)
 		}
 	}
-	if refused {
-		remote = nil
+	if !refused {
+		wants = remote
 	}
-	if len(remote)+len(charged) == 0 {
-		return nil
-	}
-	if it := remote; s.leased != nil && len(it) == 1 && len(charged) == 0 && it[0].r.lease && it[0].Cost > 0 {
-		r, err := s.leased.Take(ctx, it[0].Key, it[0].Limit, it[0].Cost)
-		if err != nil {
-			return err
-		}
-		it[0].Result, it[0].Known, it[0].Taken = r, true, !r.Limited
-		return nil
-	}
-	wants := make([]*client.Want, 0, len(remote)+len(charged))
-	leases := s.leased != nil && len(charged) == 0
-	for _, it := range append(remote, charged...) {
-		wants = append(wants, &it.Want)
-		leases = leases && it.r.lease
-	}
-	if leases { // several descriptors that lease: all or nothing through the tier
-		return s.leased.Decide(ctx, wants, s.send)
-	}
-	return s.c.Decide(ctx, wants, s.send)
-}
-
-// send sends one step of a decision within -redis-timeout: in the next
-// pipelined round trip, or, a transaction (client.Step's Watched), on its
-// own. With Options.BreakerFailures, a step whose keys' server has an open
-// breaker fails at once (errBreakerOpen), and how each call went moves the
-// breakers of its servers: a call that outlived the gateway's deadline
-// (Envoy's 20 ms by default, usually shorter than -redis-timeout) is a
-// failure, as one past -redis-timeout is; one the gateway cancelled is
-// not.
-func (s *Service) send(parent context.Context, st client.Step) error {
-	ctx, cancel := context.WithTimeout(parent, s.opts.Timeout)
-	defer cancel()
-	var bs []*breaker.Breaker
-	if s.breaker != nil {
-		servers := make([]string, 0, 1)
-		for _, w := range st.Wants {
-			if sv := s.c.ServerFor(ctx, w.Key); !slices.Contains(servers, sv) {
-				servers = append(servers, sv)
-			}
-		}
-		var ok bool
-		if bs, ok = s.breaker.Allow(servers); !ok {
-			return errBreakerOpen
-		}
-	}
-	var err error
-	if st.Watched {
-		start := time.Now()
-		err = s.c.Send(ctx, st)
-		s.m.redisCall(time.Since(start), err)
-	} else {
-		err = s.pipe.do(ctx, st)
-	}
-	if s.breaker != nil {
-		switch {
-		case err == nil:
-			s.breaker.Settle(bs, breaker.Succeeded, "", nil)
-		case errors.Is(parent.Err(), context.Canceled): // the gateway hung up: not Redis's failure
-			s.breaker.Settle(bs, breaker.Gone, "", err)
-		case client.Moving(err):
-			s.breaker.Settle(bs, breaker.Moving, "", err)
-		case client.Unavailable(err) || errors.Is(err, context.DeadlineExceeded):
-			s.breaker.Settle(bs, breaker.Failed, client.ServerOf(err), err)
-		default:
-			s.breaker.Settle(bs, breaker.Rejected, "", err)
-		}
-	}
-	return err
-}
-
-// errBreakerOpen is a step not sent: its server's breaker is open.
-var errBreakerOpen = errors.New("circuit breaker open: the server's calls failed; not asked until its cooldown ends")
-
-// breakerEvent logs a change of a server's breaker and counts it.
-func (s *Service) breakerEvent(e breaker.Event) {
-	switch e.Kind {
-	case breaker.Open:
-		s.log.Warn("rls: a Redis server is failing; its circuit breaker is open: requests on its keys are answered UNAVAILABLE until the cooldown ends",
-			"server", e.Server, "cooldown", s.opts.BreakerCooldown, "err", e.Err)
-	case breaker.Closed:
-		s.log.Info("rls: a Redis server answers again; its circuit breaker is closed", "server", e.Server)
-	}
-	s.m.breaker(e.Kind)
-}
-
-// decideEach decides shadow items one by one: each is counted when its own
-// limit admits it, whatever the others say.
-func (s *Service) decideEach(ctx context.Context, items []*item) error {
-	if len(items) == 0 {
-		return nil
-	}
-	now := s.now()
-	for _, it := range items {
+	wants = append(wants, charged...)
+	for _, it := range shadow {
 		if it.r.perUnit == 0 {
-			it.Known = true
-			it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
+			s.zero(it, now)
 			continue
 		}
-		if err := s.send(ctx, client.Step{Wants: []*client.Want{&it.Want}}); err != nil {
-			return err
-		}
+		it.Shadow = true
+		wants = append(wants, &it.Want)
+	}
+	if len(wants) == 0 {
+		return nil
+	}
+	if out, err := s.gate.Decide(ctx, wants); out != admit.Decided {
+		return err
+	}
+	if slices.ContainsFunc(wants, func(w *admit.Want) bool { return w.Local }) {
+		s.m.localDecision()
 	}
 	return nil
 }
 
+// localTimeout is the gate's own bound on a decision's calls: none (each
+// step has Timeout in send) but under FailLocal, where a decision past
+// Timeout is decided here rather than waiting for the gateway's deadline;
+// a decision of several steps then has Timeout in all.
+func localTimeout(o Options) time.Duration {
+	if o.FailLocal {
+		return o.Timeout
+	}
+	return 0
+}
+
+// zero answers an item whose limit is 0: refused (true) unless its cost is
+// 0, until the unit's window ends, with no call.
+func (s *Service) zero(it *item, now time.Time) bool {
+	it.Known = true
+	it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
+	return it.Cost > 0
+}
+
+// send sends one step of a decision within -redis-timeout: in the next
+// pipelined round trip, or, a transaction (client.Step's Watched), on its
+// own. The gate's breakers (Options.BreakerFailures) see the decision it
+// is part of: a decision past the gateway's deadline (Envoy's 20 ms by
+// default, usually shorter than -redis-timeout) is a failure, as one past
+// -redis-timeout is; one the gateway cancelled is not.
+func (s *Service) send(parent context.Context, st client.Step) error {
+	ctx, cancel := context.WithTimeout(parent, s.opts.Timeout)
+	defer cancel()
+	if st.Watched {
+		start := time.Now()
+		err := s.c.Send(ctx, st)
+		s.m.redisCall(time.Since(start), err)
+		return err
+	}
+	return s.pipe.do(ctx, st)
+}
+
+// gateEvent logs a change of a server's breaker and counts it, and counts
+// the remembered refusals.
+func (s *Service) gateEvent(e admit.Event) {
+	switch e.Kind {
+	case admit.Remembered:
+		s.m.cacheHit()
+		return
+	case admit.BreakerOpen:
+		s.log.Warn("rls: a Redis server is failing; its circuit breaker is open: requests on its keys are answered UNAVAILABLE until the cooldown ends",
+			"server", e.Server, "cooldown", s.opts.BreakerCooldown, "err", e.Err)
+	case admit.BreakerClosed:
+		s.log.Info("rls: a Redis server answers again; its circuit breaker is closed", "server", e.Server)
+	case admit.Charged:
+		if e.Units > 0 {
+			s.log.Info("rls: Redis answers again: charged it what was decided here while it was away (-fail-local)", "keys", e.Keys, "units", e.Units)
+		}
+		if e.Err != nil {
+			s.log.Warn("rls: a charge of what was decided here while Redis was away failed; it is tried again after the next call Redis answers", "err", e.Err)
+		}
+		s.m.localCharged(e.Units)
+	}
+	if name, ok := breakerEvents[e.Kind]; ok {
+		s.m.breaker(name)
+	}
+}
+
+// breakerEvents name the gate's breaker events in
+// ratelimit_service_breaker_events.
+var breakerEvents = map[admit.EventKind]string{admit.ServerFailed: "failure", admit.BreakerOpen: "breaker-open",
+	admit.BreakerHalfOpen: "breaker-half-open", admit.BreakerClosed: "breaker-closed"}
+
 // fail turns a Redis failure into the gRPC error the gateway sees.
 func (s *Service) fail(err error) error {
 	s.m.redisError()
-	if !errors.Is(err, errBreakerOpen) { // the breaker's opening was logged once
+	if !errors.Is(err, admit.ErrBreakerOpen) { // the breaker's opening was logged once
 		s.log.Warn("rls: redis", "err", err)
 	}
-	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, client.ErrContended) || errors.Is(err, errBreakerOpen) {
+	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, client.ErrContended) || errors.Is(err, admit.ErrBreakerOpen) {
 		return status.Error(codes.Unavailable, "redis: "+err.Error())
 	}
 	return status.Error(codes.Internal, "redis: "+err.Error())

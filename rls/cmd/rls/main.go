@@ -79,7 +79,7 @@ type flags struct {
 	config, grpcAddr, httpAddr                       string
 	redisAddr, redisType, redisAuth, redisCA, prefix string
 	redisTLS, redisSkipVerify, shadow, headers       bool
-	lease                                            bool
+	lease, failLocal                                 bool
 	limitHeaders                                     bool
 	poolSize, refusalCache, metricKeys               int
 	breakerFailures                                  int
@@ -147,6 +147,7 @@ func settings(f *flags) []setting {
 		{"redis-timeout", "", "100ms", "bound on each Redis call; past it the request fails with UNAVAILABLE", &f.timeout, false},
 		{"breaker-failures", "", "0", "failures in a row that open a Redis server's circuit breaker: its keys' requests are then answered UNAVAILABLE at once, with no call, for -breaker-cooldown, then one probes it (0: off)", &f.breakerFailures, false},
 		{"breaker-cooldown", "", "5s", "how long an open circuit breaker keeps requests from its Redis server", &f.breakerCooldown, false},
+		{"fail-local", "", "false", "when Redis cannot decide (down, past -redis-timeout, its breaker open), decide here, each limit per key in this process, and charge Redis what was admitted once it answers, instead of answering UNAVAILABLE", &f.failLocal, false},
 		{"prefix", "CACHE_KEY_PREFIX", "", "prefix of every Redis key", &f.prefix, false},
 		{"near-limit-ratio", "NEAR_LIMIT_RATIO", "0.8", "share of a limit past which hits count as near it", &f.nearLimit, false},
 		{"shadow", "SHADOW_MODE", "false", "answer OK whatever the limits decide; statuses and metrics still tell", &f.shadow, false},
@@ -543,7 +544,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	o := rls.Options{
 		Prefix: f.prefix, Timeout: f.timeout, NearLimitRatio: f.nearLimit, ShadowMode: f.shadow,
 		RefusalCache: f.refusalCache, RefusalCacheBytes: f.refusalCacheBytes, MetricKeys: f.metricKeys,
-		BreakerFailures: f.breakerFailures, BreakerCooldown: f.breakerCooldown,
+		BreakerFailures: f.breakerFailures, BreakerCooldown: f.breakerCooldown, FailLocal: f.failLocal,
 		Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
 	}
 	if f.debtCharges == "auto" {
