@@ -255,7 +255,7 @@ func (g *Gate) Decide(ctx context.Context, wants []*Want) (Outcome, error) {
 	if len(wants) == 0 {
 		return Decided, nil
 	}
-	err := g.Call(ctx, keysOf(wants), func(ctx context.Context) error { return g.decide(ctx, wants) })
+	err := g.run(ctx, func() []string { return keysOf(wants) }, func(ctx context.Context) error { return g.decide(ctx, wants) })
 	switch {
 	case err == nil:
 		g.remember(wants, now)
@@ -290,30 +290,34 @@ func keysOf(wants []*Want) []string {
 // decide asks Redis (or the tier) for the enforcing wants, all or
 // nothing, then for the shadow ones each on its own.
 func (g *Gate) decide(ctx context.Context, wants []*Want) error {
-	var buf [8]*client.Want
-	enforcing := buf[:0]
-	leases := g.leased != nil
+	n, leases := 0, g.leased != nil
 	var one *Want
 	for _, w := range wants {
 		if !w.Shadow {
-			enforcing = append(enforcing, &w.Want)
+			n++
 			leases = leases && w.Lease
 			one = w
 		}
 	}
 	switch {
-	case len(enforcing) == 1 && leases && one.Limit.Leasable() && one.Cost > 0 && one.Reserve == 0 && !one.Debt:
+	case n == 1 && leases && one.Limit.Leasable() && one.Cost > 0 && one.Reserve == 0 && !one.Debt:
 		r, err := g.leased.Take(ctx, one.Key, one.Limit, one.Cost) // with the tier's fallback while Redis fails
 		if err != nil {
 			return err
 		}
 		one.Result, one.Known, one.Taken = r, true, !r.Limited
-	case len(enforcing) > 1 && leases: // all or nothing through the tier
-		if err := g.leased.Decide(ctx, enforcing, g.o.Send); err != nil {
-			return err
+	case n > 0:
+		enforcing := make([]*client.Want, 0, n)
+		for _, w := range wants {
+			if !w.Shadow {
+				enforcing = append(enforcing, &w.Want)
+			}
 		}
-	case len(enforcing) > 0:
-		if err := g.c.Decide(ctx, enforcing, g.o.Send); err != nil {
+		decide := g.c.Decide
+		if n > 1 && leases { // all or nothing through the tier
+			decide = g.leased.Decide
+		}
+		if err := decide(ctx, enforcing, g.o.Send); err != nil {
 			return err
 		}
 	}
@@ -339,13 +343,18 @@ var ErrBreakerOpen = errors.New("circuit breaker open: the server's calls failed
 // front-end still asks on its own (a concurrency slot): the same
 // breakers see it.
 func (g *Gate) Call(ctx context.Context, keys []string, call func(ctx context.Context) error) error {
+	return g.run(ctx, func() []string { return keys }, call)
+}
+
+// run is Call with the keys listed only when a breaker asks for them.
+func (g *Gate) run(ctx context.Context, keys func() []string, call func(ctx context.Context) error) error {
 	if err := ctx.Err(); err != nil {
 		return err
 	}
 	var bs []*breaker.Breaker
 	if g.breakers != nil {
 		var ok bool
-		if bs, ok = g.breakers.Allow(g.servers(ctx, keys)); !ok {
+		if bs, ok = g.breakers.Allow(g.servers(ctx, keys())); !ok {
 			return ErrBreakerOpen
 		}
 	}

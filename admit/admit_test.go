@@ -264,3 +264,43 @@ func TestDecideLeased(t *testing.T) {
 		t.Fatalf("2000 requests: %d decided by the tier, %d calls", st.Local, calls.Load())
 	}
 }
+
+// BenchmarkDecideLeased is one request's decision on hot keys through the
+// gate's tier, one limit and two (a per-IP and a per-key), beside
+// client.Leased.Take alone: what the gate adds to the tier's hot path.
+func BenchmarkDecideLeased(b *testing.B) {
+	f := fakeredis.New()
+	rdb := f.Client()
+	defer rdb.Close()
+	ctx := context.Background()
+	big := client.GCRA(1<<40, 1<<40, time.Hour)
+	for _, n := range []int{1, 2} {
+		b.Run(map[int]string{1: "one", 2: "two"}[n], func(b *testing.B) {
+			g := admit.New(client.New(rdb), admit.Options{Lease: &client.LeaseOptions{}, Timeout: time.Second})
+			defer g.Close(ctx)
+			ws := wants()[:n]
+			for _, w := range ws {
+				w.Limit = big
+			}
+			b.ReportAllocs()
+			for b.Loop() {
+				for _, w := range ws {
+					w.Known, w.Taken = false, false
+				}
+				if out, err := g.Decide(ctx, ws); out != admit.Decided || err != nil || ws[0].Result.Limited {
+					b.Fatal(out, err)
+				}
+			}
+		})
+	}
+	b.Run("take", func(b *testing.B) {
+		t := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+		defer t.Close(ctx)
+		b.ReportAllocs()
+		for b.Loop() {
+			if r, err := t.Take(ctx, "{ip}:a", big, 1); err != nil || r.Limited {
+				b.Fatal(r, err)
+			}
+		}
+	})
+}

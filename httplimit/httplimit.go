@@ -86,8 +86,8 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit"
-	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/admit"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // Policy is one limit a request must pass.

@@ -79,4 +79,3 @@ func TestFailLocalCharged(t *testing.T) {
 		t.Fatalf("after the charge: %d keys kept here, owing %v", st.LocalKeys, st.Owing)
 	}
 }
-

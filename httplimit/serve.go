@@ -16,8 +16,8 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
-	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/admit"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // noOutcome marks a policy that reports no decision for a request (it
