@@ -24,6 +24,10 @@
 //
 // Shadow wants are counted each on its own, never refuse, and are never
 // given back.
+//
+// Acquire takes a concurrency slot the same way (the tier, Redis, or Local
+// while Redis is away) and returns a Held whose Release frees it wherever
+// it came from.
 package admit
 
 import (
@@ -187,6 +191,7 @@ type Gate struct {
 	refusals *refusals.Cache
 	breakers *breaker.Set
 	local    *localLimiter
+	slots    localSlots // Local's concurrency slots
 }
 
 // Redis is what a Gate asks: a *client.Client (or a fake in tests; the
@@ -194,6 +199,8 @@ type Gate struct {
 type Redis interface {
 	Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error
 	Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error)
+	Acquire(ctx context.Context, key string, l client.Concurrency, id string, opts ...client.Option) (client.Result, error)
+	Release(ctx context.Context, key, id string) (bool, error)
 	ServerFor(ctx context.Context, key string) string
 }
 

@@ -304,3 +304,52 @@ func BenchmarkDecideLeased(b *testing.B) {
 		}
 	})
 }
+
+// Acquire: a limit of 1 holds one slot; a second holder is refused until
+// the first releases; with Redis down, Local counts the slots here and
+// releases them here, Closed refuses and Open goes on with no slot.
+func TestAcquire(t *testing.T) {
+	ctx := context.Background()
+	one := client.Concurrency{Limit: 1, Lease: time.Minute}
+	for _, on := range []admit.Failure{admit.Local, admit.Closed, admit.Open} {
+		t.Run(on.String(), func(t *testing.T) {
+			g, _, down, _ := onFake(t, admit.Options{OnError: on})
+			w := func() *admit.Want { return &admit.Want{Want: client.Want{Key: "{c}"}} }
+			h, out, err := g.Acquire(ctx, w(), one, "a")
+			if h == nil || out != admit.Decided || err != nil {
+				t.Fatalf("the first holder: %v %v %v", h, out, err)
+			}
+			second := w()
+			if h2, out, _ := g.Acquire(ctx, second, one, "b"); h2 != nil || out != admit.Decided || !second.Result.Limited {
+				t.Fatalf("the second holder: %v %v %+v", h2, out, second.Result)
+			}
+			h.Release(ctx)
+			if h, _, _ = g.Acquire(ctx, w(), one, "b"); h == nil {
+				t.Fatal("after the release: refused")
+			}
+			h.Release(ctx)
+			down.Store(true)
+			first := w()
+			h, out, _ = g.Acquire(ctx, first, one, "c")
+			switch on {
+			case admit.Local:
+				second := w()
+				if h2, _, _ := g.Acquire(ctx, second, one, "d"); h == nil || !first.Local || h2 != nil || !second.Result.Limited {
+					t.Fatalf("Local: %v %+v, then %v %+v", h, first, h2, second)
+				}
+				h.Release(ctx)
+				if h, _, _ := g.Acquire(ctx, w(), one, "e"); h == nil {
+					t.Fatal("Local, after the release: refused")
+				}
+			case admit.Closed:
+				if h != nil || out != admit.FailedClosed {
+					t.Fatalf("Closed: %v %v", h, out)
+				}
+			case admit.Open:
+				if h != nil || out != admit.FailedOpen {
+					t.Fatalf("Open: %v %v", h, out)
+				}
+			}
+		})
+	}
+}

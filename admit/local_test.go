@@ -111,3 +111,15 @@ func TestFailLocalSettleKeepsLaterDecisions(t *testing.T) {
 		t.Fatalf("charged %v, want b's one unit", charged)
 	}
 }
+
+// Local's concurrency slots: one per key held, given back by release.
+func TestLocalSlots(t *testing.T) {
+	var ls localSlots
+	if !ls.acquire("x", 1) || ls.acquire("x", 1) {
+		t.Fatal("one slot")
+	}
+	ls.release("x")
+	if !ls.acquire("x", 1) {
+		t.Fatal("a released slot")
+	}
+}

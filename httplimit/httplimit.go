@@ -334,7 +334,6 @@ type Limiter struct {
 	policies []Policy
 	header   string      // RateLimit-Policy, the same for every response
 	gate     *admit.Gate // decides the rate policies; its breakers see every call
-	slots    localSlots  // FailLocal's concurrency slots
 	inFlight atomic.Int64
 	log      *slog.Logger
 	logged   [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns

@@ -40,18 +40,6 @@ func TestNewValidates(t *testing.T) {
 	}
 }
 
-// FailLocal's concurrency slots: one per key held, given back by release.
-func TestLocalSlots(t *testing.T) {
-	var ls localSlots
-	if !ls.acquire("x", 1) || ls.acquire("x", 1) {
-		t.Fatal("one slot")
-	}
-	ls.release("x")
-	if !ls.acquire("x", 1) {
-		t.Fatal("a released slot")
-	}
-}
-
 // Retry-After is the wait rounded up plus up to a tenth of it (at least a
 // second) at random, so refused clients spread out.
 func TestRetryAfterSpread(t *testing.T) {

@@ -12,7 +12,6 @@ import (
 	"net/http"
 	"strconv"
 	"strings"
-	"sync"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
@@ -32,7 +31,6 @@ const noOutcome EventKind = -1
 type applied struct {
 	admit.Want
 	p       *Policy
-	id      string
 	outcome EventKind // what is reported for this policy, or noOutcome
 }
 
@@ -311,81 +309,41 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 	var buf [12]byte
 	rand.Read(buf[:])
 	id := hex.EncodeToString(buf[:])
-	var held, localHeld []*applied
-	leased := l.gate.Leased()
+	var held []*admit.Held
 	release = func() {
-		for _, a := range localHeld {
-			l.slots.release(a.Key)
+		for _, h := range held {
+			h.Release(r.Context())
 		}
-		if leased != nil { // the slots the local tier handed out go back to it, with no call, whatever the breaker says
-			remote := held[:0:0]
-			for _, a := range held {
-				ctx, cancel := context.WithTimeout(context.WithoutCancel(r.Context()), l.opt.Timeout) // a call only once the tier closed
-				if here, _, _ := leased.ReleaseHeld(ctx, a.Key, a.id); !here {
-					remote = append(remote, a)
-				}
-				cancel()
-			}
-			held = remote
-		}
-		if len(held) == 0 {
-			return
-		}
-		keys := make([]string, len(held))
-		for i, a := range held {
-			keys[i] = a.Key
-		}
-		l.gate.Call(context.WithoutCancel(r.Context()), keys, func(ctx context.Context) error {
-			var err error
-			for _, a := range held {
-				if _, e := l.c.Release(ctx, a.Key, a.id); e != nil && err == nil {
-					err = e
-				}
-			}
-			return err
-		})
 	}
 	for i := range conc {
 		a := &conc[i]
-		a.id = id
-		var res client.Result
-		err := l.gate.Call(r.Context(), []string{a.Key}, func(ctx context.Context) (err error) {
-			if leased != nil && a.Reserve == 0 { // through the local tier, on a key hot on this process
-				res, err = leased.Acquire(ctx, a.Key, a.p.Concurrency, id)
-				return err
-			}
-			res, err = l.c.Acquire(ctx, a.Key, a.p.Concurrency, id, client.Reserve(a.Reserve))
-			return err
-		})
-		switch {
-		case err == nil:
-			switch {
-			case !res.Limited:
-				held = append(held, a)
-				a.outcome = Admitted
-				continue
-			case a.p.Shadow:
-				a.outcome = ShadowRefused
-				continue
-			}
-			a.outcome = Shed
-			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, res.RetryAfter)}, false
-		case r.Context().Err() != nil: // the client is gone
+		h, out, _ := l.gate.Acquire(r.Context(), &a.Want, a.p.Concurrency, id)
+		switch out {
+		case admit.Gone:
 			return release, Decision{}, false
-		}
-		switch l.opt.OnError {
-		case FailClosed:
+		case admit.FailedClosed:
 			a.outcome = FailedClosed
 			return release, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.gate.RetryAfter(r.Context(), []string{a.Key})}, false
-		case FailLocal:
-			if l.slots.acquire(a.Key, a.p.Concurrency.Limit) {
-				localHeld = append(localHeld, a)
+		case admit.FailedOpen, admit.Failed:
+			a.outcome = FailedOpen
+			continue
+		}
+		switch {
+		case h != nil:
+			held = append(held, h)
+			a.outcome = Admitted
+			if a.Local {
 				a.outcome = LocalAdmitted
-			} else if a.outcome = LocalRefused; !a.p.Shadow {
+			}
+		case a.Local:
+			if a.outcome = LocalRefused; !a.p.Shadow {
 				return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, time.Second)}, false
 			}
+		case a.p.Shadow:
+			a.outcome = ShadowRefused
 		default:
-			a.outcome = FailedOpen
+			a.outcome = Shed
+			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, a.Result.RetryAfter)}, false
 		}
 	}
 	return release, Decision{}, true
@@ -398,34 +356,6 @@ func keysOf(as []applied) []string {
 		keys[i] = as[i].Key
 	}
 	return keys
-}
-
-// localSlots counts FailLocal's concurrency slots per key, in this
-// process: at most one per request in flight.
-type localSlots struct {
-	mu   sync.Mutex
-	held map[string]int64
-}
-
-func (ls *localSlots) acquire(key string, limit int64) bool {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.held[key] >= limit {
-		return false
-	}
-	if ls.held == nil {
-		ls.held = map[string]int64{}
-	}
-	ls.held[key]++
-	return true
-}
-
-func (ls *localSlots) release(key string) {
-	ls.mu.Lock()
-	defer ls.mu.Unlock()
-	if ls.held[key]--; ls.held[key] <= 0 {
-		delete(ls.held, key)
-	}
 }
 
 // shedRetry is the Retry-After of a request p sheds: until the earliest
