@@ -24,6 +24,8 @@ import (
 	"fmt"
 	"log"
 	"math/rand/v2"
+	"net/http"
+	"net/http/httptest"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -36,11 +38,15 @@ import (
 	"sync/atomic"
 	"time"
 
+	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/rls"
 )
 
 func main() {
@@ -79,20 +85,24 @@ func main() {
 
 	var ref, tier, sat, spl []run
 	var fr []fairRun
-	var pair, pairSat []run
+	pairs := []pairRows{{what: "client.Leased.Decide", run: leasedPair}, {what: "httplimit, two policies under Lease", run: httpPair},
+		{what: "rls, two descriptors with lease: true", run: rlsPair}}
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
 		tier = append(tier, leased(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
-		pair = append(pair, leasedPair(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
 		sat = append(sat, leased(ctx, rdb, *dsat, r, client.PerSecond(satRate)))
-		pairSat = append(pairSat, leasedPair(ctx, rdb, *dsat, r, client.PerSecond(satRate)))
+		for i := range pairs {
+			p := &pairs[i]
+			p.never = append(p.never, p.run(ctx, rdb, *d, r, client.GCRA(999_999_999, 1_000_000_000, time.Second)))
+			p.sat = append(p.sat, p.run(ctx, rdb, *dsat, r, client.PerSecond(satRate)))
+		}
 		spl = append(spl, split(ctx, rdb, *dsat, r))
 		fr = append(fr, fair(ctx, fmt.Sprintf("127.0.0.1:%d", port), *dfair, r))
 		log.Printf("leased: round %d: reference %.0f/s, tier %.0f/s (%.2g calls each), saturated %.1f%% of the allowance; eight processes: Jain %.4f, after a step %.1f%% off, %d over the exact limiter, %d over the bound",
 			r+1, ref[r].admitted, tier[r].admitted, tier[r].calls, 100*sat[r].share, fr[r].jain, 100*fr[r].stepWorst, fr[r].overExact, fr[r].overBound)
 	}
 	cpu, cores := machine.CPU()
-	report(*out, version, cpu, cores, *rounds, *n, *d, *dsat, ref, tier, sat, spl, pair, pairSat)
+	report(*out, version, cpu, cores, *rounds, *n, *d, *dsat, ref, tier, sat, spl, pairs)
 	appendFair(*out, *dfair, fr)
 	log.Printf("leased: wrote %s", *out)
 }
@@ -177,12 +187,92 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 // burst, the tier's bound.
 func leasedPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
 	ip, key := fmt.Sprintf("b:pair:ip:%s:%d", l, round), fmt.Sprintf("b:pair:key:%s:%d", l, round)
-	q, _ := l.Quota()
-	looser := l // a limit never reached: the same on both keys
-	if q < 1_000_000 {
-		looser = client.GCRA(5*q-1, 5*q, time.Second)
-	}
 	tier := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	looser := looserOf(l)
+	return pairRun(ctx, rdb, d, l, func() (bool, error) {
+		ws := []*client.Want{{Key: ip, Limit: l, Cost: 1}, {Key: key, Limit: looser, Cost: 1}}
+		err := tier.Decide(ctx, ws, nil)
+		return ws[0].Taken && ws[1].Taken, err
+	}, func() { tier.Close(ctx) })
+}
+
+// looserOf is the pair's second limit: 5 times l, or l itself when l is
+// never reached.
+func looserOf(l client.Limit) client.Limit {
+	if q, _ := l.Quota(); q < 1_000_000 {
+		return client.GCRA(5*q-1, 5*q, time.Second)
+	}
+	return l
+}
+
+// httpPair is leasedPair through the middleware: an httplimit.Limiter
+// under Options.Lease with a per-IP policy of l and a per-key policy 5
+// times looser, each request a GET through its Handler (an in-memory
+// recorder; 200 admitted, 429 refused).
+func httpPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
+	constant := func(k string) httplimit.KeyFunc {
+		return func(*http.Request) (string, error) { return k, nil }
+	}
+	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: fmt.Sprintf("b:http:%s:%d:", l, round), Lease: &client.LeaseOptions{}, Timeout: time.Second},
+		httplimit.Policy{Name: "ip", Limit: l, Key: constant("192.0.2.7")},
+		httplimit.Policy{Name: "key", Limit: looserOf(l), Key: constant("key-abc")})
+	if err != nil {
+		log.Fatal(err)
+	}
+	h := lim.Handler(http.HandlerFunc(func(http.ResponseWriter, *http.Request) {}))
+	req := httptest.NewRequest("GET", "/", nil)
+	return pairRun(ctx, rdb, d, l, func() (bool, error) {
+		w := httptest.NewRecorder()
+		h.ServeHTTP(w, req)
+		switch w.Code {
+		case http.StatusOK:
+			return true, nil
+		case http.StatusTooManyRequests:
+			return false, nil
+		}
+		return false, fmt.Errorf("httplimit answered %d", w.Code)
+	}, func() { lim.Close(ctx) })
+}
+
+// rlsPair is leasedPair through the Envoy rate limit service: a
+// rls.Service under Options.Lease whose config gives a descriptor ip l's
+// limit and a descriptor key one 5 times looser, both lease: true, each
+// request one ShouldRateLimit with both descriptors.
+func rlsPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
+	q, _ := l.Quota()
+	unit, looser := "second", 5*q
+	if q >= 1_000_000 { // never reached: a minute's, whose interval stays above 1 ns
+		unit, looser = "minute", q
+	}
+	cfg, err := rls.Parse(map[string][]byte{"b.yaml": []byte(fmt.Sprintf(`domain: b
+descriptors:
+  - key: ip
+    rate_limit: {unit: %[1]s, requests_per_unit: %[2]d, algorithm: gcra, lease: true}
+  - key: key
+    rate_limit: {unit: %[1]s, requests_per_unit: %[3]d, algorithm: gcra, lease: true}
+`, unit, q, looser))})
+	if err != nil {
+		log.Fatal(err)
+	}
+	s := rls.New(rdb, cfg, rls.Options{Prefix: fmt.Sprintf("b:rls:%d:", round), Lease: &client.LeaseOptions{}, Timeout: time.Second})
+	entry := func(k, v string) *rlv3.RateLimitDescriptor {
+		return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
+	}
+	req := &pb.RateLimitRequest{Domain: "b", Descriptors: []*rlv3.RateLimitDescriptor{entry("ip", "192.0.2.7"), entry("key", "key-abc")}}
+	return pairRun(ctx, rdb, d, l, func() (bool, error) {
+		resp, err := s.ShouldRateLimit(ctx, req)
+		if err != nil {
+			return false, err
+		}
+		return resp.OverallCode == pb.RateLimitResponse_OK, nil
+	}, s.Close)
+}
+
+// pairRun drives decide from 16 goroutines for d, then done; when l is
+// reached, every admission's instant is replayed through the exact GCRA
+// of l (a PerSecond limit): over counts those it refuses with rate × τ
+// more burst, the tier's bound, overExact those it refuses as it is.
+func pairRun(ctx context.Context, rdb *redis.Client, d time.Duration, l client.Limit, decide func() (bool, error), done func()) run {
 	start := time.Now()
 	var mu sync.Mutex
 	var all []time.Duration
@@ -190,9 +280,7 @@ func leasedPair(ctx context.Context, rdb *redis.Client, d time.Duration, round i
 		var mine []time.Duration
 		n := 0
 		return func() (client.Result, error) {
-			ws := []*client.Want{{Key: ip, Limit: l, Cost: 1}, {Key: key, Limit: looser, Cost: 1}}
-			err := tier.Decide(ctx, ws, nil)
-			admitted := ws[0].Taken && ws[1].Taken
+			admitted, err := decide()
 			if admitted {
 				mine = append(mine, time.Since(start))
 			}
@@ -204,7 +292,7 @@ func leasedPair(ctx context.Context, rdb *redis.Client, d time.Duration, round i
 			}
 			return client.Result{Verdict: ratelimit.Verdict{Limited: !admitted}}, err
 		}
-	}, func() { tier.Close(ctx) })
+	}, done)
 	if q, w := l.Quota(); w > 0 && q < 1_000_000 {
 		out.share = out.admitted / (float64(q)/out.elapsed.Seconds() + float64(q)/w.Seconds())
 		slices.Sort(all)
@@ -309,7 +397,15 @@ func median(rs []run, f func(run) float64) float64 {
 	return xs[len(xs)/2]
 }
 
-func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duration, ref, tier, sat, spl, pair, pairSat []run) {
+// pairRows are the two-limit rows of one front-end: how it decides a
+// pair, and its runs on limits never reached and saturated.
+type pairRows struct {
+	what       string
+	run        func(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run
+	never, sat []run
+}
+
+func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duration, ref, tier, sat, spl []run, pairs []pairRows) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "# The local tier: one hot key\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench/leased`): one server (Debian's %s) with the module on loopback,\n", version)
@@ -334,16 +430,19 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 		median(sat, func(r run) float64 { return r.refused }), median(sat, func(r run) float64 { return r.calls }),
 		median(sat, func(r run) float64 { return r.cpuUs }),
 		time.Duration(median(sat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(sat, func(r run) float64 { return float64(r.p99) })))
-	pa := median(pair, func(r run) float64 { return r.admitted })
-	fmt.Fprintf(&b, "| client.Leased.Decide, two limits (keys of two slots), never reached | %.0f | %.1f× | %.2g | %.2g | %v / %v |\n", pa, pa/ra,
-		median(pair, func(r run) float64 { return r.calls }), median(pair, func(r run) float64 { return r.cpuUs }),
-		time.Duration(median(pair, func(r run) float64 { return float64(r.p50) })), time.Duration(median(pair, func(r run) float64 { return float64(r.p99) })))
-	fmt.Fprintf(&b, "| client.Leased.Decide, PerSecond(%d) and PerSecond(%d) saturated | %.0f (%.1f%% of the allowance; %.0f refused/s; over the exact limiter %d, over the bound %d) | | %.2g | %.2g | %v / %v |\n", satRate, 5*satRate,
-		median(pairSat, func(r run) float64 { return r.admitted }), 100*median(pairSat, func(r run) float64 { return r.share }),
-		median(pairSat, func(r run) float64 { return r.refused }),
-		int(median(pairSat, func(r run) float64 { return float64(r.overExact) })), int(slices.MaxFunc(pairSat, func(a, b run) int { return a.over - b.over }).over),
-		median(pairSat, func(r run) float64 { return r.calls }), median(pairSat, func(r run) float64 { return r.cpuUs }),
-		time.Duration(median(pairSat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(pairSat, func(r run) float64 { return float64(r.p99) })))
+	for _, p := range pairs {
+		pair, pairSat := p.never, p.sat
+		pa := median(pair, func(r run) float64 { return r.admitted })
+		fmt.Fprintf(&b, "| %s, two limits (keys of two slots), never reached | %.0f | %.1f× | %.2g | %.2g | %v / %v |\n", p.what, pa, pa/ra,
+			median(pair, func(r run) float64 { return r.calls }), median(pair, func(r run) float64 { return r.cpuUs }),
+			time.Duration(median(pair, func(r run) float64 { return float64(r.p50) })), time.Duration(median(pair, func(r run) float64 { return float64(r.p99) })))
+		fmt.Fprintf(&b, "| %s, PerSecond(%d) and PerSecond(%d) saturated | %.0f (%.1f%% of the allowance; %.0f refused/s; over the exact limiter %d, over the bound %d) | | %.2g | %.2g | %v / %v |\n", p.what, satRate, 5*satRate,
+			median(pairSat, func(r run) float64 { return r.admitted }), 100*median(pairSat, func(r run) float64 { return r.share }),
+			median(pairSat, func(r run) float64 { return r.refused }),
+			int(median(pairSat, func(r run) float64 { return float64(r.overExact) })), int(slices.MaxFunc(pairSat, func(a, b run) int { return a.over - b.over }).over),
+			median(pairSat, func(r run) float64 { return r.calls }), median(pairSat, func(r run) float64 { return r.cpuUs }),
+			time.Duration(median(pairSat, func(r run) float64 { return float64(r.p50) })), time.Duration(median(pairSat, func(r run) float64 { return float64(r.p99) })))
+	}
 	fmt.Fprintf(&b, "| the alternative: 8 sub-keys `{b0..b7}` of PerSecond(%d) each, skewed demand, every decision a `Take` | %.0f (%.1f%% of the allowance; %.0f refused/s) | | %.2g | %.2g | %v / %v |\n", satRate/8,
 		median(spl, func(r run) float64 { return r.admitted }), 100*median(spl, func(r run) float64 { return r.share }),
 		median(spl, func(r run) float64 { return r.refused }),
@@ -353,8 +452,9 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 	fmt.Fprintf(&b, "proportional to 1/(j+1), so the busiest sub-keys refuse while the quiet ones leave their share unused. Each of its\n")
 	fmt.Fprintf(&b, "decisions waits for a call, so it runs from 64 goroutines; where admitted and refused together stay under the\n")
 	fmt.Fprintf(&b, "limit's rate, the server (sharing the cores) could not serve more, and the share is a ceiling of the machine.\n")
-	fmt.Fprintf(&b, "\nThe two-limit rows decide a per-IP key and a per-key key together (`Leased.Decide`, as httplimit does for two\n")
-	fmt.Fprintf(&b, "policies and rls for two descriptors), the second limit 5 times looser; the saturated run's admissions are\n")
+	fmt.Fprintf(&b, "\nThe two-limit rows decide a per-IP key and a per-key key together, the second limit 5 times looser: with\n")
+	fmt.Fprintf(&b, "`Leased.Decide`, then through the front-ends' own decision (`admit`): httplimit's handler (an in-memory\n")
+	fmt.Fprintf(&b, "recorder, 200 or 429) and rls's `ShouldRateLimit` (in process, no gRPC); the saturated runs' admissions are\n")
 	fmt.Fprintf(&b, "replayed through the exact GCRA (the `gcra` package) of the tighter limit, as the limit is (its median count of\n")
 	fmt.Fprintf(&b, "refusals) and with rate × τ more burst, the tier's bound (the most over any round: it must be 0).\n")
 	fmt.Fprintf(&b, "\nLatency is sampled every 64th decision, `time.Now` around `Take` (a sample of %d per goroutine at most).\n", 1<<16)
