@@ -104,10 +104,14 @@ type Options struct {
 	// Lease, when set, decides through a local tier (client.NewLeased)
 	// every group of wants that all lease (Want.Lease), all or nothing.
 	Lease *client.LeaseOptions
-	// Send sends each step of a decision not taken by the tier (nil: each
-	// on its own, by the client): a pipelined sender, with its own
-	// timeout per step.
-	Send client.StepFunc
+	// Pipeline sends the steps of every decision not taken by the tier
+	// through one sender, many requests' steps in one round trip (see
+	// pipeline.go), each step within StepTimeout; a transaction past 16
+	// windows goes alone. Off, each step goes on its own. It needs a
+	// *client.Client.
+	Pipeline bool
+	// StepTimeout bounds each step of a decision (0: none of its own).
+	StepTimeout time.Duration
 	// Event receives what happens to calls, breakers and Local's charges
 	// (nil: nothing).
 	Event func(Event)
@@ -122,6 +126,9 @@ const (
 	// Call: a decision's calls to Redis ended (Duration, and Err when
 	// Redis did not decide).
 	Call EventKind = iota
+	// Sent: one step of a decision went to Redis, in a pipelined round
+	// trip or on its own (Duration, Err).
+	Sent
 	// Failure: a call failed because Redis could not decide (Server, Err).
 	ServerFailed
 	// BreakerOpen, BreakerHalfOpen, BreakerClosed: a server's breaker
@@ -191,7 +198,9 @@ type Gate struct {
 	refusals *refusals.Cache
 	breakers *breaker.Set
 	local    *localLimiter
-	slots    localSlots // Local's concurrency slots
+	slots    localSlots      // Local's concurrency slots
+	send     client.StepFunc // each step of a plan (nil: the client's own)
+	pipe     *pipeline       // Options.Pipeline's, or nil
 }
 
 // Redis is what a Gate asks: a *client.Client (or a fake in tests; the
@@ -228,7 +237,36 @@ func New(c Redis, o Options) *Gate {
 	if o.OnError == Local {
 		g.local = newLocal(o.LocalKeys)
 	}
+	if cc, ok := c.(*client.Client); ok && o.Pipeline {
+		g.pipe = newPipeline(cc, o.StepTimeout, func(took time.Duration, err error) { g.event(Event{Kind: Sent, Duration: took, Err: err}) })
+	}
+	if g.pipe != nil || o.StepTimeout > 0 {
+		g.send = g.sendStep
+	}
 	return g
+}
+
+// sendStep sends one step of a decision within StepTimeout: in the next
+// pipelined round trip, or, a transaction (client.Step's Watched) or
+// without Pipeline, on its own.
+func (g *Gate) sendStep(parent context.Context, st client.Step) error {
+	ctx, cancel := parent, context.CancelFunc(func() {})
+	if g.o.StepTimeout > 0 {
+		ctx, cancel = context.WithTimeout(parent, g.o.StepTimeout)
+	}
+	defer cancel()
+	if g.pipe == nil || st.Watched {
+		start := time.Now()
+		err := g.c.(stepSender).Send(ctx, st)
+		g.event(Event{Kind: Sent, Duration: time.Since(start), Err: err})
+		return err
+	}
+	return g.pipe.do(ctx, st)
+}
+
+// stepSender sends a step on its own (a *client.Client).
+type stepSender interface {
+	Send(ctx context.Context, s client.Step) error
 }
 
 // breakerKinds are the breakers' events as the Gate's.
@@ -324,13 +362,13 @@ func (g *Gate) decide(ctx context.Context, wants []*Want) error {
 		if n > 1 && leases { // all or nothing through the tier
 			decide = g.leased.Decide
 		}
-		if err := decide(ctx, enforcing, g.o.Send); err != nil {
+		if err := decide(ctx, enforcing, g.send); err != nil {
 			return err
 		}
 	}
 	for _, w := range wants {
 		if w.Shadow {
-			if err := g.c.Decide(ctx, []*client.Want{&w.Want}, g.o.Send); err != nil {
+			if err := g.c.Decide(ctx, []*client.Want{&w.Want}, g.send); err != nil {
 				return err
 			}
 			w.Taken = false
@@ -496,9 +534,13 @@ func (g *Gate) Leased() *client.Leased { return g.leased }
 // now (open, or half-open with its one probe in flight).
 func (g *Gate) BreakerOpen() bool { return g.breakers != nil && g.breakers.AnyOpen() }
 
-// Close gives back what the local tier holds and stops it; later requests
-// are decided as without it. Without Lease it does nothing.
+// Close gives back what the local tier holds and stops it (later requests
+// are decided as without it), and stops the pipelined sender (later steps
+// fail).
 func (g *Gate) Close(ctx context.Context) error {
+	if g.pipe != nil {
+		defer g.pipe.close()
+	}
 	if g.leased == nil {
 		return nil
 	}

@@ -129,7 +129,6 @@ type Service struct {
 	cfg     atomic.Pointer[Config]
 	opts    Options
 	m       *metrics
-	pipe    *pipeline
 	log     *slog.Logger
 	now     func() time.Time
 	loadDir func(string) (*Config, error) // LoadDir; tests change it
@@ -158,7 +157,6 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 	case o.MetricKeys > 0:
 		s.m.maxPerValue = int64(o.MetricKeys)
 	}
-	s.pipe = newPipeline(s.c, o.Timeout, s.m)
 	if o.BreakerCooldown <= 0 {
 		o.BreakerCooldown = 5 * time.Second
 		s.opts.BreakerCooldown = o.BreakerCooldown
@@ -175,7 +173,8 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		RefusalCache:      o.RefusalCache,
 		RefusalCacheBytes: o.RefusalCacheBytes,
 		Lease:             o.Lease,
-		Send:              s.send,
+		Pipeline:          true,
+		StepTimeout:       o.Timeout,
 		Event:             s.gateEvent,
 		Now:               func() time.Time { return s.now() },
 	})
@@ -202,12 +201,9 @@ func (s *Service) SetConfig(c *Config) {
 // service's Redis sender: calls made after it fail. It does not close the
 // Redis client, which is the caller's.
 func (s *Service) Close() {
-	if s.gate.Leased() != nil { // give back what the tier holds, within a few Redis timeouts
-		ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout)
-		s.gate.Close(ctx)
-		cancel()
-	}
-	s.pipe.close()
+	ctx, cancel := context.WithTimeout(context.Background(), 10*s.opts.Timeout) // what the tier holds goes back within a few Redis timeouts
+	s.gate.Close(ctx)
+	cancel()
 }
 
 // Config is the config in use (nil before the first).
@@ -449,7 +445,7 @@ var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", Slidi
 // when every enforcing item leases, else by client.Client.Decide (one
 // RL.ALL per slot; those that can give back first; a transaction past 16
 // windows in a slot; refunds when a later step refuses), its steps
-// pipelined (send).
+// pipelined.
 func (s *Service) decide(ctx context.Context, enforcing, shadow []*item) error {
 	if len(enforcing)+len(shadow) == 0 {
 		return nil
@@ -510,28 +506,17 @@ func (s *Service) zero(it *item, now time.Time) bool {
 	return it.Cost > 0
 }
 
-// send sends one step of a decision within -redis-timeout: in the next
-// pipelined round trip, or, a transaction (client.Step's Watched), on its
-// own. The gate's breakers (Options.BreakerFailures) see the decision it
-// is part of: a decision past the gateway's deadline (Envoy's 20 ms by
-// default, usually shorter than -redis-timeout) is a failure, as one past
-// -redis-timeout is; one the gateway cancelled is not.
-func (s *Service) send(parent context.Context, st client.Step) error {
-	ctx, cancel := context.WithTimeout(parent, s.opts.Timeout)
-	defer cancel()
-	if st.Watched {
-		start := time.Now()
-		err := s.c.Send(ctx, st)
-		s.m.redisCall(time.Since(start), err)
-		return err
-	}
-	return s.pipe.do(ctx, st)
-}
-
-// gateEvent logs a change of a server's breaker and counts it, and counts
-// the remembered refusals.
+// gateEvent counts each step sent to Redis and the remembered refusals,
+// and logs and counts a change of a server's breaker. The gate sends each
+// step within -redis-timeout, pipelined; its breakers see each decision: a
+// decision past the gateway's deadline (Envoy's 20 ms by default, usually
+// shorter than -redis-timeout) is a failure, as one past -redis-timeout
+// is; one the gateway cancelled is not.
 func (s *Service) gateEvent(e admit.Event) {
 	switch e.Kind {
+	case admit.Sent:
+		s.m.redisCall(e.Duration, e.Err)
+		return
 	case admit.Remembered:
 		s.m.cacheHit()
 		return

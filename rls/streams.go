@@ -27,7 +27,7 @@ import (
 // whatever the number of connections.
 const (
 	DefaultStreamsPerConnection = 100  // HTTP/2's recommended least value
-	DefaultStreams              = 4096 // as many as calls may wait for Redis (pipeline.go's queued)
+	DefaultStreams              = 4096 // as many as calls may wait for Redis (admit's pipeline: queued)
 )
 
 // Streams bounds the streams open at once on a gRPC server, over all its

@@ -1,20 +1,21 @@
-package rls
+package admit
 
 import (
 	"context"
 	"errors"
+	"sync"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
-// The service's Redis calls are pipelined: each call a request makes waits
-// in a queue, and one sender takes everything queued at once and sends it
-// in one round trip (a client.Batch). Idle, a call goes out at once,
-// alone; under load, one write and one read carry many requests' calls,
-// which is what makes the service cheaper than one round trip per request.
-// One sender measured best (bench/rls: 2 and 4 senders made smaller
-// batches and more system calls for no more calls per second).
+// With Options.Pipeline the gate's Redis calls are pipelined: each step a
+// decision sends waits in a queue, and one sender takes everything queued
+// at once and sends it in one round trip (a client.Batch). Idle, a step
+// goes out at once, alone; under load, one write and one read carry many
+// requests' steps, which is what made rls cheaper than one round trip per
+// request. One sender measured best (bench/rls: 2 and 4 senders made
+// smaller batches and more system calls for no more calls per second).
 const (
 	maxBatch = 128  // calls in one round trip, at most
 	queued   = 4096 // calls waiting, at most; past that a request waits its turn
@@ -33,12 +34,13 @@ type pipeline struct {
 	c       *client.Client
 	jobs    chan *job
 	stop    chan struct{} // closed by close: the sender ends
+	closing sync.Once
 	timeout time.Duration
-	m       *metrics
+	sent    func(took time.Duration, err error) // each step's round trip
 }
 
-func newPipeline(c *client.Client, timeout time.Duration, m *metrics) *pipeline {
-	p := &pipeline{c: c, jobs: make(chan *job, queued), stop: make(chan struct{}), timeout: timeout, m: m}
+func newPipeline(c *client.Client, timeout time.Duration, sent func(time.Duration, error)) *pipeline {
+	p := &pipeline{c: c, jobs: make(chan *job, queued), stop: make(chan struct{}), timeout: timeout, sent: sent}
 	go p.send()
 	return p
 }
@@ -63,11 +65,11 @@ func (p *pipeline) do(ctx context.Context, st client.Step) error {
 	}
 }
 
-// errClosed is a call made after the service was closed.
-var errClosed = errors.New("rls: the service is closed")
+// errClosed is a step sent after the gate was closed.
+var errClosed = errors.New("admit: the gate is closed")
 
 // close ends the sender; calls waiting fail with errClosed.
-func (p *pipeline) close() { close(p.stop) }
+func (p *pipeline) close() { p.closing.Do(func() { close(p.stop) }) }
 
 func (p *pipeline) send() {
 	batch := make([]*job, 0, maxBatch)
@@ -113,7 +115,7 @@ func (p *pipeline) exec(batch []*job) {
 	cancel()
 	took := time.Since(start)
 	for range sent {
-		p.m.redisCall(took, err)
+		p.sent(took, err)
 	}
 	for _, j := range batch {
 		if j.call == nil {
