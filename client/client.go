@@ -173,47 +173,40 @@ type Limit struct {
 	period time.Duration
 }
 
+// algo is a limit's family in the command table (spec), plus one: the
+// zero Limit's is algoNone.
 type algo uint8
 
 const (
-	algoNone algo = iota
-	algoGCRA
-	algoTB
-	algoLB
-	algoSW
-	algoFW
-	algoSL
+	algoNone algo = 0
+	algoGCRA      = algo(spec.GCRA + 1)
+	algoFW        = algo(spec.FW + 1)
+	algoSL        = algo(spec.SL + 1)
 )
 
-// algoTable is each limit's family in the command table (spec) and the
-// names the client's errors give its fields.
-var algoTable = [...]struct {
-	family         int
-	n, m, duration string
-}{
-	algoNone: {-1, "", "", ""},
-	algoGCRA: {spec.GCRA, "burst", "rate", "period"},
-	algoTB:   {spec.TB, "capacity", "refill", "period"},
-	algoLB:   {spec.LB, "capacity", "leak", "period"},
-	algoSW:   {spec.SW, "limit", "", "window"},
-	algoFW:   {spec.FW, "limit", "", "window"},
-	algoSL:   {spec.SL, "limit", "", "window"},
+// family is a's row in the command table, or nil for algoNone and a family
+// the client has no Limit of (Family.Go names none).
+func (a algo) family() *spec.Family {
+	if a == algoNone || int(a) > len(spec.Families) || spec.Families[a-1].Go[0] == "" {
+		return nil
+	}
+	return &spec.Families[a-1]
 }
 
 // algos are each limit's commands, its family's name in RL.ALL ("" when
-// RL.ALL does not take it) and its fields' names, from algoTable and the
-// command table.
-var algos = func() (as [len(algoTable)]struct{ take, peek, family, n, m, period string }) {
-	for a, t := range algoTable {
-		if t.family < 0 {
+// RL.ALL does not take it) and its fields' names, from the command table.
+var algos = func() (as [len(spec.Families) + 1]struct{ take, peek, family, n, m, period string }) {
+	for a := range as {
+		f := algo(a).family()
+		if f == nil {
 			continue
 		}
 		x := &as[a]
-		x.take, x.peek = spec.CommandOf(t.family, false).Name, spec.CommandOf(t.family, true).Name
-		if spec.Families[t.family].InAll {
-			x.family = spec.Families[t.family].Name
+		x.take, x.peek = spec.CommandOf(a-1, false).Name, spec.CommandOf(a-1, true).Name
+		if f.InAll {
+			x.family = f.Name
 		}
-		x.n, x.m, x.period = t.n, t.m, t.duration
+		x.n, x.m, x.period = f.Go[0], f.Go[1], f.Go[2]
 	}
 	return as
 }()
@@ -230,7 +223,7 @@ func cmdName(op spec.Op) string { return spec.Of(op).Name }
 // requests at once, then rate per period. GCRA(9, 10, time.Minute) admits
 // 10 at once and one more every 6 s.
 func GCRA(burst, rate int64, period time.Duration) Limit {
-	return Limit{algo: algoGCRA, n: burst, m: rate, period: period}
+	return Limit{algo: algo(spec.GCRA + 1), n: burst, m: rate, period: period}
 }
 
 // PerSecond is n requests per second: n at once from a full state, then
@@ -250,32 +243,32 @@ func PerHour(n int64) Limit { return GCRA(n-1, n, time.Hour) }
 // TokenBucket is TB.TAKE's limit: a bucket of capacity tokens, starting
 // full, refilled continuously with refill tokens per period.
 func TokenBucket(capacity, refill int64, period time.Duration) Limit {
-	return Limit{algo: algoTB, n: capacity, m: refill, period: period}
+	return Limit{algo: algo(spec.TB + 1), n: capacity, m: refill, period: period}
 }
 
 // Shaper is LB.ENQUEUE's limit, a leaky bucket used as a shaper: capacity
 // requests may wait, leak leave per period. Its ResetAfter is the delay
 // before this request may go. It cannot be part of All.
 func Shaper(capacity, leak int64, period time.Duration) Limit {
-	return Limit{algo: algoLB, n: capacity, m: leak, period: period}
+	return Limit{algo: algo(spec.LB + 1), n: capacity, m: leak, period: period}
 }
 
 // SlidingWindow is SW.HIT's limit: limit per trailing window, estimated from
 // two fixed windows' counts.
 func SlidingWindow(limit int64, window time.Duration) Limit {
-	return Limit{algo: algoSW, n: limit, period: window}
+	return Limit{algo: algo(spec.SW + 1), n: limit, period: window}
 }
 
 // FixedWindow is FW.HIT's limit: limit per window aligned to the Unix epoch
 // (up to twice the limit across a boundary).
 func FixedWindow(limit int64, window time.Duration) Limit {
-	return Limit{algo: algoFW, n: limit, period: window}
+	return Limit{algo: algo(spec.FW + 1), n: limit, period: window}
 }
 
 // SlidingLog is SL.HIT's limit: exactly limit (at most 100000) per trailing
 // window, one sorted-set entry per admitted unit.
 func SlidingLog(limit int64, window time.Duration) Limit {
-	return Limit{algo: algoSL, n: limit, period: window}
+	return Limit{algo: algo(spec.SL + 1), n: limit, period: window}
 }
 
 // String describes the limit: "GCRA(burst 9, rate 10, period 1m0s)".
@@ -296,8 +289,8 @@ func (l Limit) String() string {
 // (FixedWindow) or "SL" (SlidingLog); "" for the zero Limit.
 // PerSecond(10).Family() is "GCRA".
 func (l Limit) Family() string {
-	if f := algoTable[l.algo].family; f >= 0 {
-		return spec.Families[f].Name
+	if f := l.algo.family(); f != nil {
+		return f.Name
 	}
 	return ""
 }
@@ -315,16 +308,15 @@ func (l Limit) Params() (n, m int64, period time.Duration) { return l.n, l.m, l.
 // refill it), rounded up to the second; a window's limit per its window. A
 // Shaper's quota is its queue, capacity+1, per the time to drain it.
 func (l Limit) Quota() (q int64, w time.Duration) {
-	switch l.algo {
-	case algoGCRA, algoLB:
-		q = l.n + 1
-		return q, drain(l.period, q, l.m)
-	case algoTB:
-		return l.n, drain(l.period, l.n, l.m)
-	case algoSW, algoFW, algoSL:
+	f := l.algo.family()
+	switch {
+	case f == nil:
+		return 0, 0
+	case f.Go[1] == "": // a window: its limit per its length
 		return l.n, l.period
 	}
-	return 0, 0
+	q = l.n + f.LimitPlus // what it admits at once from a full state
+	return q, drain(l.period, q, l.m)
 }
 
 // drain is the time to admit q at rate per period, rounded up to the
@@ -345,8 +337,8 @@ func drain(period time.Duration, q, rate int64) time.Duration {
 // the token bucket do; the windows and the shaper do not), as the command
 // table says of its family.
 func (l Limit) Refundable() bool {
-	f := algoTable[l.algo].family
-	return f >= 0 && spec.Families[f].Refundable()
+	f := l.algo.family()
+	return f != nil && f.Refundable()
 }
 
 // appendArgs appends the arguments between the key and the cost.

@@ -13,7 +13,6 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
-	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // Leased is a local tier over a Client: on a key that is hot on this
@@ -596,8 +595,8 @@ func rateOf(l Limit) float64 {
 // units are spent before their window ends, or lost). Other limits go to
 // the limiter one call a decision.
 func (l Limit) Leasable() bool {
-	f := algoTable[l.algo].family
-	return f >= 0 && spec.Families[f].Lease
+	f := l.algo.family()
+	return f != nil && f.Lease
 }
 
 // burst is what a GCRA or token-bucket limit admits at once.

@@ -10,10 +10,7 @@ import (
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit"
-	"github.com/seed-6b3823f5/ratelimit/bucket"
-	"github.com/seed-6b3823f5/ratelimit/gcra"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
-	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // The scripts and the library are assembled from the sources in src/ and
@@ -87,17 +84,18 @@ func luaArg(a spec.Arg) string {
 	return s + "}"
 }
 
-// The algorithm packages' errors the scripts reply, named as the scripts
-// name them.
-var luaErrors = []struct {
-	name string
-	err  error
-}{
-	{"GCRA_RATE", gcra.ErrRate},
-	{"GCRA_OVERFLOW", gcra.ErrOverflow},
-	{"BUCKET_RATE", bucket.ErrRate},
-	{"BUCKET_OVERFLOW", bucket.ErrOverflow},
-	{"WINDOW_OVERFLOW", window.ErrOverflow},
+// luaErrors are the algorithm packages' errors the scripts reply, named
+// as the scripts name them: each family's (spec.Family.Errors), once.
+func luaErrors() []spec.Error {
+	var errs []spec.Error
+	for _, f := range spec.Families {
+		for _, e := range f.Errors {
+			if !slices.Contains(errs, e) {
+				errs = append(errs, e)
+			}
+		}
+	}
+	return errs
 }
 
 // specLua is the part spec.lua: the bounds, each family's syntax, the
@@ -141,8 +139,8 @@ func specLua() string {
 end
 `)
 	b.WriteString("\n")
-	for _, e := range luaErrors {
-		fmt.Fprintf(&b, "local %s = %s\n", e.name, luaString("ERR "+e.err.Error()))
+	for _, e := range luaErrors() {
+		fmt.Fprintf(&b, "local %s = %s\n", e.Name, luaString("ERR "+e.Err.Error()))
 	}
 
 	b.WriteString(`

@@ -20,6 +20,9 @@ import (
 	"strings"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/bucket"
+	"github.com/seed-6b3823f5/ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // Bounds, named once.
@@ -94,7 +97,8 @@ type Family struct {
 	Def   int64  // the cost when it is absent
 	Costs string // what the cost does beyond its range: "0 reports, negative gives back"
 	// Reserve: RESERVE n is an option; n runs from 0 to Args[0] + LimitPlus,
-	// what the limiter admits at once from a full state.
+	// what the limiter admits at once from a full state (GCRA's max_burst
+	// + 1, the shaper's queue and the one leaving, a capacity or a limit).
 	Reserve   bool
 	LimitPlus int64
 	// UpTo: its consuming command (not its peek) takes UPTO n, asking for
@@ -123,7 +127,26 @@ type Family struct {
 	Part  string
 	Needs []string
 	Fast  string
+	// Errors are its algorithm package's errors, as the Lua engine names
+	// them (in spec.lua, each once).
+	Errors []Error
+	// Go are the client's names for its Args (its Limit constructor's):
+	// the two integers and the period, "" where it has none.
+	Go [3]string
 }
+
+// Error is an algorithm package's error, named as the Lua engine names it.
+type Error struct {
+	Name string
+	Err  error
+}
+
+// The algorithm packages' errors the engines reply.
+var (
+	gcraErrors   = []Error{{"GCRA_RATE", gcra.ErrRate}, {"GCRA_OVERFLOW", gcra.ErrOverflow}}
+	bucketErrors = []Error{{"BUCKET_RATE", bucket.ErrRate}, {"BUCKET_OVERFLOW", bucket.ErrOverflow}}
+	windowErrors = []Error{{"WINDOW_OVERFLOW", window.ErrOverflow}}
+)
 
 // Run is how the engines run a family's limit.
 type Run int
@@ -219,6 +242,7 @@ func windowFamily(name, kind string, limit int64, state, stateName string, run R
 		Costs:   "0 reports",
 		Reserve: true, UpTo: true, Debt: true, InAll: true,
 		State: state, StateName: stateName,
+		Errors: windowErrors, Go: [3]string{"limit", "", "window"},
 	}
 }
 
@@ -237,6 +261,7 @@ var Families = [NumFamilies]Family{
 		Reserve: true, LimitPlus: 1, UpTo: true, Debt: true, InAll: true, Lease: true,
 		State: "GCRA state (a Unix time in nanoseconds)", StateName: "GCRA_STATE",
 		Run: RunInstant, Part: "instant", Fast: "fast_instant",
+		Errors: gcraErrors, Go: [3]string{"burst", "rate", "period"},
 	},
 	TB: {
 		Name: "TB", Kind: "tb",
@@ -251,6 +276,7 @@ var Families = [NumFamilies]Family{
 		Reserve: true, UpTo: true, Debt: true, InAll: true, Lease: true,
 		State: "token bucket state (a Unix time in nanoseconds)", StateName: "BUCKET_STATE",
 		Run: RunInstant, Part: "instant", Fast: "fast_instant",
+		Errors: bucketErrors, Go: [3]string{"capacity", "refill", "period"},
 	},
 	LB: {
 		Name: "LB", Kind: "lb",
@@ -259,11 +285,13 @@ var Families = [NumFamilies]Family{
 			{Name: "leak_count", Min: 1, Max: maxInt64, Summary: "requests that leave per leak_period"},
 			period("leak_period", "the leak period in whole seconds"),
 		},
-		Cost:  Arg{Name: "quantity", Min: 0, Max: maxInt64, Summary: "the cost of this request"},
-		Def:   1,
-		Costs: "0 reports",
-		State: "shaper state (a Unix time in nanoseconds)", StateName: "SHAPER_STATE",
+		Cost:      Arg{Name: "quantity", Min: 0, Max: maxInt64, Summary: "the cost of this request"},
+		Def:       1,
+		Costs:     "0 reports",
+		LimitPlus: 1,
+		State:     "shaper state (a Unix time in nanoseconds)", StateName: "SHAPER_STATE",
 		Run: RunInstant, Part: "instant", Fast: "fast_instant",
+		Errors: bucketErrors, Go: [3]string{"capacity", "leak", "period"},
 	},
 	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)", "COUNTER_STATE", RunSlidingWindow, "window", "fast_sliding"),
 	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", "FIXED_STATE", RunFixedWindow, "window", "fast_fixed").leased(),
