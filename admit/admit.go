@@ -13,7 +13,7 @@
 //     BreakerCooldown requests on its keys are not sent;
 //   - the local tier (Options.Lease): when every enforcing want leases,
 //     one or several (a per-IP and a per-key limit), all or nothing, from
-//     units granted ahead, with no call on hot keys (client.Leased);
+//     units granted ahead, with no call on hot keys (lease.Tier);
 //   - else the plan per slot (client.Client.Decide): one RL.ALL per slot,
 //     those that give back first, refunds when a later slot refuses, a
 //     transaction past 16 windows, each step sent by Options.Send (a
@@ -42,6 +42,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
 	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // Failure is what a Gate does when Redis cannot decide (down, hung past
@@ -101,9 +102,9 @@ type Options struct {
 	// 16 MiB).
 	RefusalCache      int
 	RefusalCacheBytes int64
-	// Lease, when set, decides through a local tier (client.NewLeased)
+	// Lease, when set, decides through a local tier (lease.New)
 	// every group of wants that all lease (Want.Lease), all or nothing.
-	Lease *client.LeaseOptions
+	Lease *lease.Options
 	// Pipeline sends the steps of every decision not taken by the tier
 	// through one sender, many requests' steps in one round trip (see
 	// pipeline.go), each step within StepTimeout; a transaction past 16
@@ -194,7 +195,7 @@ const (
 type Gate struct {
 	c        Redis
 	o        Options
-	leased   *client.Leased
+	leased   *lease.Tier
 	refusals *refusals.Cache
 	breakers *breaker.Set
 	local    *localLimiter
@@ -226,7 +227,7 @@ func New(c Redis, o Options) *Gate {
 	}
 	g := &Gate{c: c, o: o}
 	if cc, ok := c.(*client.Client); ok && o.Lease != nil {
-		g.leased = client.NewLeased(cc, *o.Lease)
+		g.leased = lease.New(cc, *o.Lease)
 	}
 	if o.RefusalCache > 0 {
 		g.refusals = refusals.New(o.RefusalCache, o.RefusalCacheBytes)
@@ -526,9 +527,9 @@ func (g *Gate) Forget() {
 	}
 }
 
-// Leased is the local tier (Options.Lease), or nil: for what a front-end
+// Tier is the local tier (Options.Lease), or nil: for what a front-end
 // still asks it on its own (a concurrency slot).
-func (g *Gate) Leased() *client.Leased { return g.leased }
+func (g *Gate) Tier() *lease.Tier { return g.leased }
 
 // BreakerOpen reports whether a breaker keeps calls from a Redis server
 // now (open, or half-open with its one probe in flight).
@@ -549,11 +550,11 @@ func (g *Gate) Close(ctx context.Context) error {
 
 // Stats are a Gate's counts.
 type Stats struct {
-	Lease     client.LeaseStats // the local tier's (zero without Lease)
-	LocalKeys int               // keys Local decided and has not yet charged
-	Charged   int64             // units Local admitted and charged to Redis since New
-	Owing     bool              // Local decided keys since the last charge
-	Charging  bool              // a charge is running
+	Lease     lease.Stats // the local tier's (zero without Lease)
+	LocalKeys int         // keys Local decided and has not yet charged
+	Charged   int64       // units Local admitted and charged to Redis since New
+	Owing     bool        // Local decided keys since the last charge
+	Charging  bool        // a charge is running
 }
 
 // Stats reports the Gate's counts.

@@ -14,6 +14,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // These tests decide on the shared fake Redis (internal/fakeredis): the
@@ -245,7 +246,7 @@ func TestLocalCharged(t *testing.T) {
 // Two leasable limits of one request are decided by the tier, all or
 // nothing, with no call once their keys are hot.
 func TestDecideLeased(t *testing.T) {
-	g, _, _, calls := onFake(t, admit.Options{Lease: &client.LeaseOptions{}})
+	g, _, _, calls := onFake(t, admit.Options{Lease: &lease.Options{}})
 	ctx := context.Background()
 	big := func() []*admit.Want {
 		ws := wants()
@@ -267,7 +268,7 @@ func TestDecideLeased(t *testing.T) {
 
 // BenchmarkDecideLeased is one request's decision on hot keys through the
 // gate's tier, one limit and two (a per-IP and a per-key), beside
-// client.Leased.Take alone: what the gate adds to the tier's hot path.
+// lease.Tier.Take alone: what the gate adds to the tier's hot path.
 func BenchmarkDecideLeased(b *testing.B) {
 	f := fakeredis.New()
 	rdb := f.Client()
@@ -276,7 +277,7 @@ func BenchmarkDecideLeased(b *testing.B) {
 	big := client.GCRA(1<<40, 1<<40, time.Hour)
 	for _, n := range []int{1, 2} {
 		b.Run(map[int]string{1: "one", 2: "two"}[n], func(b *testing.B) {
-			g := admit.New(client.New(rdb), admit.Options{Lease: &client.LeaseOptions{}, Timeout: time.Second})
+			g := admit.New(client.New(rdb), admit.Options{Lease: &lease.Options{}, Timeout: time.Second})
 			defer g.Close(ctx)
 			ws := wants()[:n]
 			for _, w := range ws {
@@ -294,7 +295,7 @@ func BenchmarkDecideLeased(b *testing.B) {
 		})
 	}
 	b.Run("take", func(b *testing.B) {
-		t := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+		t := lease.New(client.New(rdb), lease.Options{})
 		defer t.Close(ctx)
 		b.ReportAllocs()
 		for b.Loop() {

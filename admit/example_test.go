@@ -9,6 +9,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // A front-end of your own (a gRPC interceptor, a queue consumer) in a few
@@ -22,7 +23,7 @@ func ExampleGate_Decide() {
 		OnError:         admit.Local,
 		BreakerFailures: 5,
 		RefusalCache:    10000,
-		Lease:           &client.LeaseOptions{},
+		Lease:           &lease.Options{},
 	})
 	defer g.Close(context.Background())
 

@@ -21,7 +21,7 @@ import (
 // constant time; a heavy user's key, used on every request, stays. Each
 // process counts alone, so N processes admit up to N times a limit while
 // Redis is away: a floor, not the limit. (Options.Lease's tier decides a
-// hot key at its share of the limit instead, for LeaseOptions.Fallback.)
+// hot key at its share of the limit instead, for lease.Options.Fallback.)
 //
 // When Redis answers again, what the local limiter still counts of a key
 // (its GCRA's units not yet refilled at the quota's rate) is charged to

@@ -180,7 +180,6 @@ type algo uint8
 const (
 	algoNone algo = 0
 	algoGCRA      = algo(spec.GCRA + 1)
-	algoFW        = algo(spec.FW + 1)
 	algoSL        = algo(spec.SL + 1)
 )
 
@@ -339,6 +338,16 @@ func drain(period time.Duration, q, rate int64) time.Duration {
 func (l Limit) Refundable() bool {
 	f := l.algo.family()
 	return f != nil && f.Refundable()
+}
+
+// Leasable reports whether a local tier (package lease) decides l from
+// units granted ahead, as the command table says of its family: GCRA and
+// the token bucket (their unspent units go back), and the fixed window
+// (its units are spent before their window ends, or lost). Other limits go
+// to the limiter one call a decision.
+func (l Limit) Leasable() bool {
+	f := l.algo.family()
+	return f != nil && f.Lease
 }
 
 // appendArgs appends the arguments between the key and the cost.

@@ -12,6 +12,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/internal/clientx"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
@@ -861,6 +862,53 @@ func (c *Client) lost(e Engine, n *node, i int, err error) bool {
 		return false
 	}
 	return true
+}
+
+// awaitChan waits for ch until deadline or ctx's end: late when the
+// deadline came first, ctx's error when ctx ended. While the client's
+// start-up work runs (warming) the deadline is prepareTimeout later, and
+// ctx's deadline passing does not end the wait: start-up work is not the
+// call's to pay for (see Client.await); the caller's own end still does,
+// where its context tells it (WithTimeout). The local tier (package lease)
+// waits for its grants so, through clientx.Await.
+func (c *Client) awaitChan(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
+	warming := c.warming()
+	if warming { // the call waited for may itself wait that long first
+		deadline = deadline.Add(c.prepareTimeout)
+	}
+	timer := time.NewTimer(time.Until(deadline))
+	defer timer.Stop()
+	select {
+	case <-ch:
+		return false, nil
+	case <-timer.C:
+		return true, nil
+	case <-ctx.Done():
+		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !warming && !c.warming() {
+			return false, ctx.Err()
+		}
+	}
+	var gone <-chan struct{}
+	parent := anchorOf(ctx)
+	if parent != nil {
+		gone = parent.Done()
+	}
+	select {
+	case <-ch:
+		return false, nil
+	case <-timer.C:
+		return true, nil
+	case <-gone:
+		return false, parent.Err()
+	}
+}
+
+func init() {
+	clientx.Await = func(c any, ctx context.Context, ch <-chan struct{}, deadline time.Time) (bool, error) {
+		return c.(*Client).awaitChan(ctx, ch, deadline)
+	}
+	clientx.PrepareTimeout = func(c any) time.Duration { return c.(*Client).prepareTimeout }
+	clientx.Cluster = func(c any) bool { return c.(*Client).cluster() }
 }
 
 // cluster reports a Redis Cluster client, which follows redirections

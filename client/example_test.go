@@ -65,23 +65,6 @@ func ExampleClient_Acquire() {
 	_ = handler
 }
 
-// A whole API's budget of 50,000 requests a second, shared by every
-// process: each decides its hot key's requests from units granted ahead,
-// about one Redis call per 50 ms instead of one per request. (Needs a
-// server with the module on 127.0.0.1:6379: make run.)
-func ExampleNewLeased() {
-	ctx := context.Background()
-	c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}))
-	tier := client.NewLeased(c, client.LeaseOptions{}) // Target 50 ms, τ 200 ms
-	defer tier.Close(ctx)                              // gives back what it holds
-	res, err := tier.Take(ctx, "rl:api:all", client.PerSecond(50000), 1)
-	if err != nil {
-		fmt.Println("limiter unavailable:", err)
-		return
-	}
-	fmt.Println("admitted:", !res.Limited)
-}
-
 // A Limit tells what it is: its family, as the command table names it, and
 // the arguments its command takes after the key.
 func ExampleLimit_Params() {

@@ -3,7 +3,6 @@ package client
 import (
 	"context"
 	"errors"
-	"fmt"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -13,50 +12,12 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
-	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
-// held is a server slow at its start-up work: a go-redis hook, added
-// before the fake's so that it runs first (go-redis runs hooks in the
-// order they were added), that keeps the commands of the client's start-up
-// work (COMMAND INFO, the library's version check and
-// FUNCTION LOAD, SCRIPT LOAD) until release is closed, whatever their
-// context says, and lets every other command through at once.
-type held struct {
-	release chan struct{}
-	arrived atomic.Int32 // start-up commands that reached the server
-}
+// held is fakeredis.Held: a server slow at its start-up work.
+type held = fakeredis.Held
 
-func newHeld() *held { return &held{release: make(chan struct{})} }
-
-// startup reports a command of the client's start-up work.
-func startup(cmd redis.Cmder) bool {
-	args := cmd.Args()
-	name, _ := args[0].(string)
-	switch strings.ToLower(name) {
-	case "command", "function", "script":
-		return true
-	case "fcall_ro":
-		return len(args) > 1 && args[1] == lua.VersionFunction+lua.Versioned().Suffix
-	}
-	return false
-}
-
-func (h *held) DialHook(next redis.DialHook) redis.DialHook { return next }
-
-func (h *held) ProcessHook(next redis.ProcessHook) redis.ProcessHook {
-	return func(ctx context.Context, cmd redis.Cmder) error {
-		if startup(cmd) {
-			h.arrived.Add(1)
-			<-h.release
-		}
-		return next(ctx, cmd)
-	}
-}
-
-func (h *held) ProcessPipelineHook(next redis.ProcessPipelineHook) redis.ProcessPipelineHook {
-	return next
-}
+func newHeld() *held { return fakeredis.NewHeld() }
 
 // heldFake is a fake server (engine: the module, the library or the
 // scripts) at a fixed instant, mid-minute, and a client of it whose
@@ -78,36 +39,17 @@ func heldFake(t *testing.T, engine Engine) (*Client, *fakeServer, *held) {
 	rdb.AddHook(f)
 	t.Cleanup(func() {
 		select {
-		case <-h.release:
+		case <-h.Release:
 		default:
-			close(h.release)
+			close(h.Release)
 		}
 	})
 	return New(rdb), f, h
 }
 
-// firstCalls sends n calls at once, each with the context mk gives it,
-// while the server holds the start-up work they need; once every call's
-// context has been made and past (wait) its deadline, it releases the work,
-// and returns each call's answer. Every call waits past its deadline: the
-// work cannot end before the release.
+// firstCalls is fakeredis.FirstCalls for the client's calls.
 func firstCalls(h *held, n int, wait time.Duration, mk func() (context.Context, context.CancelFunc), call func(ctx context.Context, i int) (Result, error)) ([]Result, []error) {
-	res, errs := make([]Result, n), make([]error, n)
-	var made, ended sync.WaitGroup
-	made.Add(n)
-	for i := range n {
-		ended.Go(func() {
-			ctx, cancel := mk()
-			defer cancel()
-			made.Done()
-			res[i], errs[i] = call(ctx, i)
-		})
-	}
-	made.Wait()
-	time.Sleep(wait)
-	close(h.release)
-	ended.Wait()
-	return res, errs
+	return fakeredis.FirstCalls(h, n, wait, mk, call)
 }
 
 // admitted counts the calls admitted, and fails the test on any error.
@@ -201,11 +143,11 @@ func TestStartupAfterFailover(t *testing.T) {
 		} {
 			t.Run(cx.name+"/"+c.name, func(t *testing.T) {
 				cl, f, h := heldFake(t, c.engine)
-				close(h.release) // start-up as usual
+				close(h.Release) // start-up as usual
 				if r, err := cl.Take(ctx, "herd", FixedWindow(10, time.Minute), 4); err != nil || r.Limited {
 					t.Fatalf("before the failover: %+v %v", r, err)
 				}
-				h.release = make(chan struct{}) // the new server is slow at it
+				h.Release = make(chan struct{}) // the new server is slow at it
 				f.Lock()
 				c.lose(f)
 				f.Unlock()
@@ -215,7 +157,7 @@ func TestStartupAfterFailover(t *testing.T) {
 				if n := admitted(t, res, errs); n != 6 {
 					t.Fatalf("%d of 30 admitted after the failover, want the 6 left", n)
 				}
-				if h.arrived.Load() == 0 {
+				if h.Arrived.Load() == 0 {
 					t.Fatal("no start-up work was asked for after the failover")
 				}
 			})
@@ -253,7 +195,7 @@ func TestStartupCanceled(t *testing.T) {
 				_, err := cl.Take(cctx, "k", FixedWindow(10, time.Minute), 1)
 				answer <- err
 			}()
-			for h.arrived.Load() == 0 { // the probe is held: the call waits
+			for h.Arrived.Load() == 0 { // the probe is held: the call waits
 				select {
 				case err := <-answer:
 					t.Fatalf("the call ended before the probe reached the server: %v", err)
@@ -272,7 +214,7 @@ func TestStartupCanceled(t *testing.T) {
 			case <-time.After(30 * time.Second):
 				t.Fatal("the call still waits for the start-up work after its caller went")
 			}
-			close(h.release)
+			close(h.Release)
 			if r, err := cl.Take(ctx, "k", FixedWindow(10, time.Minute), 1); err != nil || r.Remaining != 9 {
 				t.Fatalf("the next call: %+v %v", r, err)
 			}
@@ -334,7 +276,7 @@ func TestStartupProbeNeverAnswers(t *testing.T) {
 				t.Fatal("a call during the outage waits for the probe")
 			}
 
-			close(h.release) // the server answers again
+			close(h.Release) // the server answers again
 			if r, err := cl.Take(ctx, "k", FixedWindow(10, time.Minute), 1); err != nil || r.Limited || r.Remaining != 9 {
 				t.Fatalf("once the server answers: %+v %v", r, err)
 			}
@@ -386,9 +328,9 @@ func TestStartupCluster(t *testing.T) {
 			h := newHeld()
 			t.Cleanup(func() {
 				select {
-				case <-h.release:
+				case <-h.Release:
 				default:
-					close(h.release)
+					close(h.Release)
 				}
 			})
 			var maps atomic.Int32
@@ -438,7 +380,7 @@ func heldCluster(t *testing.T, cl *fakeredis.Cluster, h *held, maps *atomic.Int3
 		ClusterSlots: func(ctx context.Context) ([]redis.ClusterSlot, error) {
 			maps.Add(1)
 			select {
-			case <-h.release:
+			case <-h.Release:
 				return slots, nil
 			case <-ctx.Done(): // a slow server, as go-redis meets one
 				return nil, ctx.Err()
@@ -453,36 +395,6 @@ func heldCluster(t *testing.T, cl *fakeredis.Cluster, h *held, maps *atomic.Int3
 	})
 	t.Cleanup(func() { cc.Close() })
 	return cc
-}
-
-// The same herd through the local tier (the key cold, so the first call
-// goes to the limiter and the rest share the next, UpTo; the key hot
-// after 8, its calls waiting for a grant): the calls that wait on another's
-// call wait past their deadline too while the start-up work runs, so
-// exactly 10 of 60 are admitted, none failed, whether the work takes less
-// than the tier's Timeout (1 s) or more (1.5 s; the probe's own bound is
-// 2 s). (They failed at their deadlines, to be decided by the caller's
-// failure policy; past the Timeout, the hot key's were refused here.)
-func TestStartupHerdLeased(t *testing.T) {
-	for _, c := range []struct {
-		engine Engine
-		hold   time.Duration
-	}{{Module, herdHold}, {Functions, herdHold}, {Module, 1500 * time.Millisecond}} {
-		t.Run(fmt.Sprint(c.engine, "/", c.hold), func(t *testing.T) {
-			cl, _, h := heldFake(t, c.engine)
-			tier := NewLeased(cl, LeaseOptions{})
-			t.Cleanup(func() { tier.Close(context.Background()) })
-			res, errs := firstCalls(h, 60, c.hold, startupContexts[0].mk(herdDeadline), func(ctx context.Context, _ int) (Result, error) {
-				return tier.Take(ctx, "herd", FixedWindow(10, time.Minute), 1)
-			})
-			if n := admitted(t, res, errs); n != 10 {
-				t.Fatalf("%d of 60 admitted, want 10; the tier %+v", n, tier.Stats())
-			}
-			if s := tier.Stats(); s.Coalesced == 0 {
-				t.Fatalf("no call shared another's: %+v", s)
-			}
-		})
-	}
 }
 
 // valueKey is a context value a caller attaches (a trace's span, say).
@@ -508,7 +420,7 @@ func TestStartupResumedContext(t *testing.T) {
 			cl := New(rdb)
 			cctx, cancel := cx.mk(herdDeadline)()
 			defer cancel()
-			go func() { time.Sleep(herdHold); close(h.release) }()
+			go func() { time.Sleep(herdHold); close(h.Release) }()
 			if _, err := cl.Take(cctx, "k", FixedWindow(10, time.Minute), 1); err != nil { // waits past its deadline
 				t.Fatal(err)
 			}

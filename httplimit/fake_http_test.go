@@ -14,6 +14,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // TestOnFake: the middleware in front of a real HTTP server, its limits
@@ -134,7 +135,7 @@ func leasedOnFake(t *testing.T, ok func(*http.Response) bool, policies ...Policy
 	f.Clock = clock
 	var calls atomic.Int64
 	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
-	lim, err := New(f.Client(), Options{OnError: FailClosed, Lease: &client.LeaseOptions{Now: clock}}, policies...)
+	lim, err := New(f.Client(), Options{OnError: FailClosed, Lease: &lease.Options{Now: clock}}, policies...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -242,7 +243,7 @@ func TestLeasedSlotsOnFake(t *testing.T) {
 	f.Before = func(redis.Cmder) error { calls.Add(1); return nil }
 	var inside atomic.Int64
 	gate := make(chan struct{})
-	lim, err := New(f.Client(), Options{OnError: FailClosed, Lease: &client.LeaseOptions{Hot: 2}},
+	lim, err := New(f.Client(), Options{OnError: FailClosed, Lease: &lease.Options{Hot: 2}},
 		Policy{Name: "exports", Concurrency: client.Concurrency{Limit: 4, Lease: 30 * time.Second}, Key: Global()})
 	if err != nil {
 		t.Fatal(err)

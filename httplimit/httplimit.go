@@ -88,6 +88,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // Policy is one limit a request must pass.
@@ -211,19 +212,19 @@ type Options struct {
 	// a second of each kind) and the breaker's changes; slog.Default()
 	// when nil.
 	Logger *slog.Logger
-	// Lease, when set, decides through a local tier (client.NewLeased with
+	// Lease, when set, decides through a local tier (lease.New with
 	// these options): a request under enforcing GCRA, token-bucket or
 	// fixed-window policies (no Reserve) whose keys are hot on this process
 	// is decided from units granted ahead, with no Redis call (several
-	// policies all or nothing: client.Leased.Decide), and a concurrency policy's
+	// policies all or nothing: lease.Tier.Decide), and a concurrency policy's
 	// slot (no Reserve) is one of the slots this process holds at the key,
 	// acquired and released with no call (never more holders than the
-	// limit: see client.Leased.Acquire); every other request as without
+	// limit: see lease.Tier.Acquire); every other request as without
 	// it. Close the Limiter to give back what the tier holds. Under
 	// leasing a response's RateLimit field states what this process holds
 	// (r) and the limit's reset as of its last grant (t): a lower bound of
 	// what the key admits, not the shared count.
-	Lease *client.LeaseOptions
+	Lease *lease.Options
 	// RefusalCache, when above 0, remembers that many refused keys (at
 	// most 16 MiB of them, the least recently used leaving first) until
 	// their RetryAfter: a request of at least the refused cost on such a
@@ -497,10 +498,10 @@ func (l *Limiter) Close(ctx context.Context) error { return l.gate.Close(ctx) }
 
 // Leased is the local tier's counts (Options.Lease): grants, units
 // granted and given back, decisions made here; zero without Lease.
-func (l *Limiter) Leased() client.LeaseStats { return l.gate.Stats().Lease }
+func (l *Limiter) Leased() lease.Stats { return l.gate.Stats().Lease }
 
 // Leases reports whether l decides through a local tier (Options.Lease).
-func (l *Limiter) Leases() bool { return l.gate.Leased() != nil }
+func (l *Limiter) Leases() bool { return l.gate.Tier() != nil }
 
 // BreakerOpen reports whether a circuit breaker keeps requests from a
 // Redis server now (open, or half-open with its one probe in flight).

@@ -9,6 +9,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // A primary failover under the local tier, on a 3-primary cluster with a
@@ -30,13 +31,13 @@ func TestClusterLeasedFailover(t *testing.T) {
 		addrs = append(addrs, n.addr())
 	}
 	const k = "rl:{b}:hot" // slot 3300: primary 0's
-	var procs []*client.Leased
+	var procs []*lease.Tier
 	var ccs []*redis.ClusterClient
 	for range 4 {
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Protocol: 2, MaxRedirects: 8})
 		t.Cleanup(func() { cc.Close() })
 		ccs = append(ccs, cc)
-		p := client.NewLeased(client.New(cc), client.LeaseOptions{})
+		p := lease.New(client.New(cc), lease.Options{})
 		t.Cleanup(func() { p.Close(context.Background()) })
 		procs = append(procs, p)
 	}
@@ -77,7 +78,7 @@ func TestClusterLeasedFailover(t *testing.T) {
 	elapsed := time.Since(start)
 	allowance := 1000 + 1000*elapsed.Seconds()
 	excess := float64(len(run.admitted)) - allowance
-	var s client.LeaseStats
+	var s lease.Stats
 	for _, p := range procs {
 		ps := p.Stats()
 		s.Fallback += ps.Fallback

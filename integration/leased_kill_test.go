@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // leasedChild, run by TestLeasedKilled as a process of its own (this test
@@ -29,7 +30,7 @@ func TestLeasedChild(t *testing.T) {
 	}
 	addr, k, _ := strings.Cut(env, " ")
 	rdb := redis.NewClient(&redis.Options{Addr: addr})
-	p := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	p := lease.New(client.New(rdb), lease.Options{})
 	for range 4 {
 		go func() {
 			for {
@@ -92,11 +93,11 @@ func TestLeasedKilled(t *testing.T) {
 	if stranded <= 0 {
 		t.Fatalf("the killed process held %d units: it did not lease", stranded)
 	}
-	var procs []*client.Leased
+	var procs []*lease.Tier
 	for range 3 {
 		rdb := redis.NewClient(&redis.Options{Addr: s.addr()})
 		t.Cleanup(func() { rdb.Close() })
-		p := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+		p := lease.New(client.New(rdb), lease.Options{})
 		t.Cleanup(func() { p.Close(ctx) })
 		procs = append(procs, p)
 	}

@@ -10,6 +10,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // An outage under the local tier, per family, as it happens in
@@ -80,7 +81,7 @@ func TestLeasedOutage(t *testing.T) {
 					}
 				}
 				slices.SortFunc(all.admitted, func(a, b span) int { return int(a.done - b.done) })
-				var st client.LeaseStats
+				var st lease.Stats
 				for _, p := range procs {
 					p.Close(context.Background())
 					s := p.Stats()
@@ -112,12 +113,12 @@ func TestLeasedOutage(t *testing.T) {
 
 // outageProcs is four local tiers over s, as four processes, each with a
 // client and connections of its own and a grant Timeout of 100 ms.
-func outageProcs(t *testing.T, s *server) []*client.Leased {
-	var procs []*client.Leased
+func outageProcs(t *testing.T, s *server) []*lease.Tier {
+	var procs []*lease.Tier
 	for range 4 {
 		rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
 		t.Cleanup(func() { rdb.Close() })
-		p := client.NewLeased(client.New(rdb), client.LeaseOptions{Timeout: 100 * time.Millisecond})
+		p := lease.New(client.New(rdb), lease.Options{Timeout: 100 * time.Millisecond})
 		t.Cleanup(func() { p.Close(context.Background()) })
 		procs = append(procs, p)
 	}
@@ -138,7 +139,7 @@ type outageRun struct {
 // outageDecide decides on key k from 8 goroutines spread over procs, each
 // asking once per every (on a schedule: a slow answer is not made up by
 // asking faster), for d.
-func outageDecide(procs []*client.Leased, k string, l client.Limit, every, d time.Duration) outageRun {
+func outageDecide(procs []*lease.Tier, k string, l client.Limit, every, d time.Duration) outageRun {
 	stop := time.Now().Add(d)
 	var mu sync.Mutex
 	var out outageRun

@@ -18,6 +18,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // sent counts the commands a go-redis client sends.
@@ -74,13 +75,13 @@ func TestLeased(t *testing.T) {
 // leasedProcs is n local tiers (default options) over s, each with a
 // client and connections of its own, as n processes have; every command
 // they send is counted in calls.
-func leasedProcs(t *testing.T, s *server, n int, calls *sent) []*client.Leased {
-	var procs []*client.Leased
+func leasedProcs(t *testing.T, s *server, n int, calls *sent) []*lease.Tier {
+	var procs []*lease.Tier
 	for range n {
 		rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr})
 		rdb.AddHook(calls)
 		t.Cleanup(func() { rdb.Close() })
-		procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
+		procs = append(procs, lease.New(client.New(rdb), lease.Options{}))
 	}
 	return procs
 }
@@ -95,13 +96,13 @@ type leased struct {
 
 // leasedRun decides on key k from n goroutines spread over procs, each
 // asking every 250 µs, for d.
-func leasedRun(t *testing.T, procs []*client.Leased, k string, l client.Limit, n int, d time.Duration) leased {
+func leasedRun(t *testing.T, procs []*lease.Tier, k string, l client.Limit, n int, d time.Duration) leased {
 	t.Helper()
-	return leasedRunFunc(procs, n, d, func(p *client.Leased) (client.Result, error) { return p.Take(ctx, k, l, 1) })
+	return leasedRunFunc(procs, n, d, func(p *lease.Tier) (client.Result, error) { return p.Take(ctx, k, l, 1) })
 }
 
 // leasedRunFunc is leasedRun deciding with decide.
-func leasedRunFunc(procs []*client.Leased, n int, d time.Duration, decide func(p *client.Leased) (client.Result, error)) leased {
+func leasedRunFunc(procs []*lease.Tier, n int, d time.Duration, decide func(p *lease.Tier) (client.Result, error)) leased {
 	stop := time.Now().Add(d)
 	var mu sync.Mutex
 	var out leased
@@ -161,7 +162,7 @@ func TestLeasedRedisKilled(t *testing.T) {
 	leasedOutage(t, "killed", func(s *server) func() { return s.kill(t) })
 }
 
-// Two limits decided together through the tier (Leased.Decide, as
+// Two limits decided together through the tier (Tier.Decide, as
 // httplimit's two policies and rls's two descriptors are), keys of two
 // slots, through TestLeasedRedisHung's 5 s hang: no decision errs or waits
 // past 400 ms, the hang admits about the tighter limit's allowance
@@ -171,7 +172,7 @@ func TestLeasedDecideRedisHung(t *testing.T) {
 	s := startFor(t, flavors[1], opts{module: true})
 	ip, k := key(t, "ip"), key(t, "apikey")
 	procs := outageProcs(t, s)
-	decide := func(p *client.Leased) (client.Result, error) {
+	decide := func(p *lease.Tier) (client.Result, error) {
 		ws := []*client.Want{{Key: ip, Limit: client.PerSecond(2000), Cost: 1}, {Key: k, Limit: client.PerSecond(20000), Cost: 1}}
 		if err := p.Decide(ctx, ws, nil); err != nil {
 			return client.Result{}, err
@@ -210,7 +211,7 @@ func leasedOutage(t *testing.T, what string, stop func(*server) (resume func()))
 	s := startFor(t, flavors[1], opts{module: true})
 	k := key(t, "hot")
 	l := client.PerSecond(2000)
-	outageThrough(t, what, outageProcs(t, s), func(p *client.Leased) (client.Result, error) { return p.Take(ctx, k, l, 1) },
+	outageThrough(t, what, outageProcs(t, s), func(p *lease.Tier) (client.Result, error) { return p.Take(ctx, k, l, 1) },
 		func() func() { return stop(s) })
 }
 
@@ -218,7 +219,7 @@ func leasedOutage(t *testing.T, what string, stop func(*server) (resume func()))
 // tightest limit of PerSecond(2000)) for 1 s, then through a 5 s outage
 // that stop begins and its result ends, then for 1 s more, and checks what
 // TestLeasedRedisHung says.
-func outageThrough(t *testing.T, what string, procs []*client.Leased, decide func(*client.Leased) (client.Result, error), stop func() (resume func())) {
+func outageThrough(t *testing.T, what string, procs []*lease.Tier, decide func(*lease.Tier) (client.Result, error), stop func() (resume func())) {
 	t.Helper()
 	if r := leasedRunFunc(procs, 32, time.Second, decide); r.errors != 0 {
 		t.Fatalf("Redis up: %d errors (the first: %v)", r.errors, r.firstErr)
@@ -255,7 +256,7 @@ func TestHTTPLeased(t *testing.T) {
 }
 
 // The same with two policies, the route's PerSecond(500) and a per-IP
-// PerSecond(5000): decided together through the tier (Leased.Decide), with
+// PerSecond(5000): decided together through the tier (Tier.Decide), with
 // the same bounds, and both policies in every RateLimit field.
 func TestHTTPLeasedTwoPolicies(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
@@ -271,7 +272,7 @@ func httpLeased(t *testing.T, s *server, policies ...httplimit.Policy) {
 	rdb := redis.NewClient(&redis.Options{Addr: s.rdb.Options().Addr, ContextTimeoutEnabled: true})
 	rdb.AddHook(&calls)
 	t.Cleanup(func() { rdb.Close() })
-	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: key(t, "http") + ":", OnError: httplimit.FailClosed, Lease: &client.LeaseOptions{}},
+	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: key(t, "http") + ":", OnError: httplimit.FailClosed, Lease: &lease.Options{}},
 		policies...)
 	if err != nil {
 		t.Fatal(err)
@@ -334,12 +335,12 @@ func TestClusterLeased(t *testing.T) {
 		addrs = append(addrs, n.addr())
 	}
 	var calls sent
-	var procs []*client.Leased
+	var procs []*lease.Tier
 	for range 4 {
 		cc := redis.NewClusterClient(&redis.ClusterOptions{Addrs: addrs, Protocol: 2, MaxRedirects: 8})
 		cc.AddHook(&calls)
 		t.Cleanup(func() { cc.Close() })
-		p := client.NewLeased(client.New(cc), client.LeaseOptions{})
+		p := lease.New(client.New(cc), lease.Options{})
 		t.Cleanup(func() { p.Close(context.Background()) })
 		procs = append(procs, p)
 	}

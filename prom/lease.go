@@ -3,10 +3,10 @@ package prom
 import (
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
-// The local tier's metrics (client.Leased), read from its Stats at each
+// The local tier's metrics (lease.Tier), read from its Stats at each
 // scrape.
 var (
 	leaseGrants = prometheus.NewDesc("ratelimit_lease_grants_total",
@@ -28,7 +28,7 @@ var (
 )
 
 // LeaseCollector exports a local tier's counts at each scrape: pass its
-// Stats method (client.Leased.Stats, or httplimit.Limiter.Leased).
+// Stats method (lease.Tier.Stats, or httplimit.Limiter.Leased).
 //
 //	ratelimit_lease_grants_total                            counter
 //	ratelimit_lease_units_total{event="granted"}            counter: also spent, returned, stranded, charged, uncharged
@@ -40,14 +40,14 @@ var (
 //
 // Granted − spent − returned − stranded is what the tier holds now (and
 // what lapsed in flight). Metrics.Watch registers one for a Limiter with
-// Options.Lease; register one yourself for a client.Leased of your own.
-func LeaseCollector(stats func() client.LeaseStats) prometheus.Collector {
-	return leaseCollector(func() (client.LeaseStats, bool) { return stats(), true })
+// Options.Lease; register one yourself for a lease.Tier of your own.
+func LeaseCollector(stats func() lease.Stats) prometheus.Collector {
+	return leaseCollector(func() (lease.Stats, bool) { return stats(), true })
 }
 
 // leaseCollector collects what its func returns, when it says there is a
 // tier to report.
-type leaseCollector func() (client.LeaseStats, bool)
+type leaseCollector func() (lease.Stats, bool)
 
 func (leaseCollector) Describe(ch chan<- *prometheus.Desc) {
 	for _, d := range []*prometheus.Desc{leaseGrants, leaseUnits, leaseDecisions, leaseWaits, leaseUnclaimed, leaseRegisters, leaseDown} {

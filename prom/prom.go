@@ -35,8 +35,8 @@ import (
 
 	"github.com/prometheus/client_golang/prometheus"
 
-	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // decisionNames are the decision label's values, by event kind.
@@ -159,7 +159,7 @@ func (m *Metrics) breakerOpen() float64 {
 }
 
 // leased sums the local tiers' counts of the watched limiters that lease.
-func (m *Metrics) leased() (sum client.LeaseStats, any bool) {
+func (m *Metrics) leased() (sum lease.Stats, any bool) {
 	m.mu.RLock()
 	defer m.mu.RUnlock()
 	for _, l := range m.watched {

@@ -18,6 +18,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // scrape reads the registry's metrics as Prometheus text.
@@ -92,7 +93,7 @@ func TestLeaseMetrics(t *testing.T) {
 	now.Store(time.Unix(1_700_000_000, 0).UnixNano())
 	clock := func() time.Time { return time.Unix(0, now.Load()) }
 	f.Clock = clock
-	lim, err := httplimit.New(f.Client(), httplimit.Options{Lease: &client.LeaseOptions{Now: clock}},
+	lim, err := httplimit.New(f.Client(), httplimit.Options{Lease: &lease.Options{Now: clock}},
 		httplimit.Policy{Name: "api", Limit: client.PerSecond(10000), Key: httplimit.Global()})
 	if err != nil {
 		t.Fatal(err)

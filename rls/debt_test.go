@@ -15,8 +15,8 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
-	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
@@ -267,7 +267,7 @@ func leaseFake(t *testing.T) (rdb redis.UniversalClient, now *atomic.Int64, cloc
 func TestLease(t *testing.T) {
 	rdb, now, clock, calls := leaseFake(t)
 	reg := prometheus.NewRegistry()
-	s := onClient(t, rdb, leaseConfig, Options{Lease: &client.LeaseOptions{Now: clock}, Registerer: reg}, clock)
+	s := onClient(t, rdb, leaseConfig, Options{Lease: &lease.Options{Now: clock}, Registerer: reg}, clock)
 	admitted := 0
 	for range 300 {
 		if r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all")}); r.OverallCode == pb.RateLimitResponse_OK {
@@ -306,7 +306,7 @@ func TestLeaseTwoDescriptors(t *testing.T) {
     rate_limit: {unit: second, requests_per_unit: 1000, algorithm: gcra}
 `
 	rdb, now, clock, calls := leaseFake(t)
-	s := onClient(t, rdb, cfg, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
+	s := onClient(t, rdb, cfg, Options{Lease: &lease.Options{Now: clock}}, clock)
 	admitted := 0
 	for i := range 300 {
 		r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all"), descriptor("user", "u1")})
@@ -340,7 +340,7 @@ func TestLeaseTwoDescriptors(t *testing.T) {
 func TestLeaseFixedWindow(t *testing.T) {
 	rdb, now, clock, calls := leaseFake(t)
 	const cfg = "domain: d\ndescriptors:\n  - key: api\n    rate_limit: {unit: second, requests_per_unit: 100, lease: true}\n"
-	s := onClient(t, rdb, cfg, Options{Lease: &client.LeaseOptions{Now: clock}}, clock)
+	s := onClient(t, rdb, cfg, Options{Lease: &lease.Options{Now: clock}}, clock)
 	perSecond := map[int64]int{}
 	for range 2000 {
 		if r := ask(t, s, []*rlv3.RateLimitDescriptor{descriptor("api", "all")}); r.OverallCode == pb.RateLimitResponse_OK {

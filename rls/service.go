@@ -23,6 +23,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // Options tunes a Service. The zero value is the peer's behaviour with
@@ -87,12 +88,12 @@ type Options struct {
 	Engine client.Engine
 	// Lease, when set, decides a request whose enforcing limits all say
 	// lease: true (fixed_window, gcra or token_bucket) through a local tier
-	// (client.NewLeased with these options): on descriptors hot on this
+	// (lease.New with these options): on descriptors hot on this
 	// service, from units granted ahead, with no Redis call (several all
-	// or nothing: client.Leased.Decide). Its
+	// or nothing: lease.Tier.Decide). Its
 	// limit_remaining is then what this service holds, a lower bound. Its
 	// counts are the ratelimit_service_lease_ metrics.
-	Lease *client.LeaseOptions
+	Lease *lease.Options
 	// DebtCharges charges a descriptor that carries its own hits_addend
 	// above 0 as a debt: true limit's hits are charged (counted even past
 	// the limit), on every limit but a sliding_log. Envoy sends such a
@@ -179,7 +180,7 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		Now:               func() time.Time { return s.now() },
 	})
 	if o.Lease != nil && o.Registerer != nil {
-		leaseMetrics(o.Registerer, func() client.LeaseStats { return s.gate.Stats().Lease })
+		leaseMetrics(o.Registerer, func() lease.Stats { return s.gate.Stats().Lease })
 	}
 	if s.log == nil {
 		s.log = slog.Default()

@@ -15,6 +15,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/gcra"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // fairRun is what the eight-process runs measured.
@@ -35,7 +36,7 @@ const (
 	fairTau   = 200 * time.Millisecond
 )
 
-// fair runs eight processes (each a Leased over its own connections) on
+// fair runs eight processes (each a lease.Tier over its own connections) on
 // one PerSecond(8000) key: for d at equal demand, 1.5× their share each;
 // then on a fresh key at 1.5× each, one of them stepping to 7.5× its share
 // 1 s in, for 4 s; then on another, all at 0.2× their share for 2 s
@@ -43,12 +44,12 @@ const (
 // its decisions (two goroutines, each deciding at an even interval); every
 // admission is time-stamped.
 func fair(ctx context.Context, addr string, d time.Duration, round int) fairRun {
-	var procs []*client.Leased
+	var procs []*lease.Tier
 	var rdbs []*redis.Client
 	for range fairProcs {
 		rdb := redis.NewClient(&redis.Options{Addr: addr, Protocol: 2, PoolSize: 8})
 		rdbs = append(rdbs, rdb)
-		procs = append(procs, client.NewLeased(client.New(rdb), client.LeaseOptions{}))
+		procs = append(procs, lease.New(client.New(rdb), lease.Options{}))
 	}
 	defer func() {
 		for i, p := range procs {
@@ -116,7 +117,7 @@ func fair(ctx context.Context, addr string, d time.Duration, round int) fairRun 
 // pace has each process decide on key at demand(p, since start) decisions
 // a second from two goroutines for d; it returns each process's admission
 // instants (since start), all of them sorted, and the time it took.
-func pace(ctx context.Context, procs []*client.Leased, key string, l client.Limit, d time.Duration, demand func(p int, at time.Duration) float64) (each [][]time.Duration, all []time.Duration, elapsed time.Duration) {
+func pace(ctx context.Context, procs []*lease.Tier, key string, l client.Limit, d time.Duration, demand func(p int, at time.Duration) float64) (each [][]time.Duration, all []time.Duration, elapsed time.Duration) {
 	each = make([][]time.Duration, len(procs))
 	var mu sync.Mutex
 	var wg sync.WaitGroup
@@ -192,7 +193,7 @@ func jainIndex(xs []float64) float64 {
 func appendFair(out string, d time.Duration, fr []fairRun) {
 	var b strings.Builder
 	fmt.Fprintf(&b, "\n## Eight processes on one key: fair, used, never over\n\n")
-	fmt.Fprintf(&b, "Eight processes (each a `client.Leased` over its own connections) on one `PerSecond(%d)` key, each deciding\n", fairRate)
+	fmt.Fprintf(&b, "Eight processes (each a `lease.Tier` over its own connections) on one `PerSecond(%d)` key, each deciding\n", fairRate)
 	fmt.Fprintf(&b, "at an even pace from two goroutines: for %v at 1.5× its share (%d a second) each; then on a fresh key for 4 s,\n", d, fairRate/fairProcs)
 	fmt.Fprintf(&b, "one of them stepping to 7.5× its share 1 s in; then on another for 3 s, all at 0.2× their share for 2 s (each\n")
 	fmt.Fprintf(&b, "holding units granted ahead) and all at 4× in the last second. Every admission is time-stamped and replayed, in order, through\n")

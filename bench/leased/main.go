@@ -1,4 +1,4 @@
-// Command leased measures the local tier (client.Leased) on one hot key
+// Command leased measures the local tier (lease.Tier) on one hot key
 // beside the reference the issue names — redis-benchmark -P 16 of
 // GCRA.THROTTLE on that same key — in one run on one server (Debian's
 // redis-server with the module, on loopback), and writes
@@ -46,6 +46,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/bench/internal/machine"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 	"github.com/seed-6b3823f5/ratelimit/rls"
 )
 
@@ -85,7 +86,7 @@ func main() {
 
 	var ref, tier, sat, spl []run
 	var fr []fairRun
-	pairs := []pairRows{{what: "client.Leased.Decide", run: leasedPair}, {what: "httplimit, two policies under Lease", run: httpPair},
+	pairs := []pairRows{{what: "lease.Tier.Decide", run: leasedPair}, {what: "httplimit, two policies under Lease", run: httpPair},
 		{what: "rls, two descriptors with lease: true", run: rlsPair}}
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
@@ -166,10 +167,10 @@ func reference(ctx context.Context, rdb *redis.Client, port, n, round int) run {
 	return run{admitted: rps, calls: float64(calls1-calls0-1) / float64(n), cpuUs: (cpu1 - cpu0) * 1e6 / float64(n)}
 }
 
-// leased decides on one key with a fresh Leased from 16 goroutines for d.
+// leased decides on one key with a fresh lease.Tier from 16 goroutines for d.
 func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
 	key := fmt.Sprintf("b:leased:%s:%d", l, round)
-	tier := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	tier := lease.New(client.New(rdb), lease.Options{})
 	out := drive(ctx, rdb, d, 16, func(int) func() (client.Result, error) {
 		return func() (client.Result, error) { return tier.Take(ctx, key, l, 1) }
 	}, func() { tier.Close(ctx) })
@@ -180,14 +181,14 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 }
 
 // leasedPair decides two limits together, as httplimit's per-IP and
-// per-key pair (keys of two slots), with a fresh Leased's Decide from 16
+// per-key pair (keys of two slots), with a fresh lease.Tier's Decide from 16
 // goroutines for d: l on the per-IP key, a limit 5 times looser on the
 // other (l itself when l is never reached). Every admission's instant is replayed through the exact GCRA of
 // l (a PerSecond limit): over counts those it refuses with rate × τ more
 // burst, the tier's bound.
 func leasedPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
 	ip, key := fmt.Sprintf("b:pair:ip:%s:%d", l, round), fmt.Sprintf("b:pair:key:%s:%d", l, round)
-	tier := client.NewLeased(client.New(rdb), client.LeaseOptions{})
+	tier := lease.New(client.New(rdb), lease.Options{})
 	looser := looserOf(l)
 	return pairRun(ctx, rdb, d, l, func() (bool, error) {
 		ws := []*client.Want{{Key: ip, Limit: l, Cost: 1}, {Key: key, Limit: looser, Cost: 1}}
@@ -213,7 +214,7 @@ func httpPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int
 	constant := func(k string) httplimit.KeyFunc {
 		return func(*http.Request) (string, error) { return k, nil }
 	}
-	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: fmt.Sprintf("b:http:%s:%d:", l, round), Lease: &client.LeaseOptions{}, Timeout: time.Second},
+	lim, err := httplimit.New(rdb, httplimit.Options{Prefix: fmt.Sprintf("b:http:%s:%d:", l, round), Lease: &lease.Options{}, Timeout: time.Second},
 		httplimit.Policy{Name: "ip", Limit: l, Key: constant("192.0.2.7")},
 		httplimit.Policy{Name: "key", Limit: looserOf(l), Key: constant("key-abc")})
 	if err != nil {
@@ -254,7 +255,7 @@ descriptors:
 	if err != nil {
 		log.Fatal(err)
 	}
-	s := rls.New(rdb, cfg, rls.Options{Prefix: fmt.Sprintf("b:rls:%d:", round), Lease: &client.LeaseOptions{}, Timeout: time.Second})
+	s := rls.New(rdb, cfg, rls.Options{Prefix: fmt.Sprintf("b:rls:%d:", round), Lease: &lease.Options{}, Timeout: time.Second})
 	entry := func(k, v string) *rlv3.RateLimitDescriptor {
 		return &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{{Key: k, Value: v}}}
 	}
@@ -410,7 +411,7 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 	fmt.Fprintf(&b, "# The local tier: one hot key\n\n")
 	fmt.Fprintf(&b, "Written by `make bench` (`go run ./bench/leased`): one server (Debian's %s) with the module on loopback,\n", version)
 	fmt.Fprintf(&b, "%d alternating rounds, medians below. The reference is `redis-benchmark -c 50 -P 16 -n %d` of\n", rounds, n)
-	fmt.Fprintf(&b, "`GCRA.THROTTLE` on one key whose limit is never reached; the tier is one process (`client.NewLeased`,\n")
+	fmt.Fprintf(&b, "`GCRA.THROTTLE` on one key whose limit is never reached; the tier is one process (`lease.New`,\n")
 	fmt.Fprintf(&b, "default options) deciding `Take` on one key from 16 goroutines for %v on a limit never reached, and for\n", d)
 	fmt.Fprintf(&b, "%v on `PerSecond(%d)` asked at many times its rate. Calls per decision count every command Redis served in\n", dsat, satRate)
 	fmt.Fprintf(&b, "the run (`INFO commandstats`); CPU is the server's (`INFO cpu`, user and system).\n\n")
@@ -422,10 +423,10 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 	fmt.Fprintf(&b, "| GCRA.THROTTLE, redis-benchmark -P 16 | %.0f | 1.0× | %.3f | %.2f | |\n", ra,
 		median(ref, func(r run) float64 { return r.calls }), median(ref, func(r run) float64 { return r.cpuUs }))
 	ta := median(tier, func(r run) float64 { return r.admitted })
-	fmt.Fprintf(&b, "| client.Leased, limit never reached | %.0f | %.1f× | %.2g | %.2g | %v / %v |\n", ta, ta/ra,
+	fmt.Fprintf(&b, "| lease.Tier, limit never reached | %.0f | %.1f× | %.2g | %.2g | %v / %v |\n", ta, ta/ra,
 		median(tier, func(r run) float64 { return r.calls }), median(tier, func(r run) float64 { return r.cpuUs }),
 		time.Duration(median(tier, func(r run) float64 { return float64(r.p50) })), time.Duration(median(tier, func(r run) float64 { return float64(r.p99) })))
-	fmt.Fprintf(&b, "| client.Leased, PerSecond(%d) saturated | %.0f (%.1f%% of the allowance; %.0f refused/s) | | %.2g | %.2g | %v / %v |\n", satRate,
+	fmt.Fprintf(&b, "| lease.Tier, PerSecond(%d) saturated | %.0f (%.1f%% of the allowance; %.0f refused/s) | | %.2g | %.2g | %v / %v |\n", satRate,
 		median(sat, func(r run) float64 { return r.admitted }), 100*median(sat, func(r run) float64 { return r.share }),
 		median(sat, func(r run) float64 { return r.refused }), median(sat, func(r run) float64 { return r.calls }),
 		median(sat, func(r run) float64 { return r.cpuUs }),
@@ -453,7 +454,7 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 	fmt.Fprintf(&b, "decisions waits for a call, so it runs from 64 goroutines; where admitted and refused together stay under the\n")
 	fmt.Fprintf(&b, "limit's rate, the server (sharing the cores) could not serve more, and the share is a ceiling of the machine.\n")
 	fmt.Fprintf(&b, "\nThe two-limit rows decide a per-IP key and a per-key key together, the second limit 5 times looser: with\n")
-	fmt.Fprintf(&b, "`Leased.Decide`, then through the front-ends' own decision (`admit`): httplimit's handler (an in-memory\n")
+	fmt.Fprintf(&b, "`Tier.Decide`, then through the front-ends' own decision (`admit`): httplimit's handler (an in-memory\n")
 	fmt.Fprintf(&b, "recorder, 200 or 429) and rls's `ShouldRateLimit` (in process, no gRPC); the saturated runs' admissions are\n")
 	fmt.Fprintf(&b, "replayed through the exact GCRA (the `gcra` package) of the tighter limit, as the limit is (its median count of\n")
 	fmt.Fprintf(&b, "refusals) and with rate × τ more burst, the tier's bound (the most over any round: it must be 0).\n")

@@ -108,7 +108,7 @@ type Family struct {
 	// limit (the limiter goes into debt).
 	Debt  bool
 	InAll bool // RL.ALL and RL.PEEK take it
-	// Lease: a local tier (client.Leased) may decide it from units granted
+	// Lease: a local tier (lease.Tier) may decide it from units granted
 	// ahead. Its units, taken in advance with UPTO and spent one by one
 	// elsewhere, admit what the key would have (GCRA and the token bucket
 	// by time, the fixed window by count within its window). The sliding

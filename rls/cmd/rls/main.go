@@ -52,6 +52,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 	"github.com/seed-6b3823f5/ratelimit/rls"
 )
 
@@ -553,7 +554,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 		o.DebtCharges, _ = strconv.ParseBool(f.debtCharges)
 	}
 	if f.lease {
-		o.Lease = &client.LeaseOptions{}
+		o.Lease = &lease.Options{}
 	}
 	if f.metricKeys == 0 {
 		o.MetricKeys = -1 // none

@@ -1,4 +1,4 @@
-package client
+package lease
 
 import (
 	"errors"
@@ -12,6 +12,8 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // work is a simulated holder: its id and when its work ends.
@@ -34,7 +36,7 @@ func newSlotRun(tr *tier) *slotRun { return &slotRun{tr: tr, held: make([][]work
 // (its work lasting 5 to 30 ms) and release those whose work ended, for
 // d, sweeping every Target as the sweeper would; it returns the holders
 // admitted, the decisions, the errors, and the most holding at once.
-func (sr *slotRun) run(t *testing.T, key string, l Concurrency, d, step time.Duration, failing bool) (admitted, decisions, errs, most int, live float64) {
+func (sr *slotRun) run(t *testing.T, key string, l client.Concurrency, d, step time.Duration, failing bool) (admitted, decisions, errs, most int, live float64) {
 	t.Helper()
 	tr, held := sr.tr, sr.held
 	lastSweep := tr.now()
@@ -89,8 +91,8 @@ func (sr *slotRun) run(t *testing.T, key string, l Concurrency, d, step time.Dur
 // the limit is used (on average at least 36 held), and the calls stay
 // under 0.01 a decision.
 func TestLeasedSlots(t *testing.T) {
-	tr := newTierSwept(t, 4, LeaseOptions{}, false)
-	l := Concurrency{Limit: 40, Lease: 30 * time.Second}
+	tr := newTierSwept(t, 4, Options{}, false)
+	l := client.Concurrency{Limit: 40, Lease: 30 * time.Second}
 	admitted, decisions, errs, most, live := newSlotRun(tr).run(t, "conc", l, 3*time.Second, 250*time.Microsecond, false)
 	if errs != 0 || most > 40 {
 		t.Fatalf("%d errors; %d holders at once on a limit of 40", errs, most)
@@ -144,7 +146,7 @@ func TestLeasedSlots(t *testing.T) {
 
 // freeSlots is the slots free at a key, from CONC.PEEK's reply (which
 // says what remains after one more acquire).
-func freeSlots(r Result) int64 {
+func freeSlots(r client.Result) int64 {
 	if r.Limited {
 		return 0
 	}
@@ -156,9 +158,9 @@ func freeSlots(r Result) int64 {
 // the free slots, and a holder's Release after Close releases its slot
 // at the key.
 func TestLeasedSlotLapse(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	tr := newTierSwept(t, 1, Options{Hot: 1}, false)
 	p := tr.procs[0]
-	l := Concurrency{Limit: 2, Lease: 2 * time.Second}
+	l := client.Concurrency{Limit: 2, Lease: 2 * time.Second}
 	acquire := func(id string) bool {
 		t.Helper()
 		r, err := p.Acquire(ctx, "c", l, id)
@@ -215,10 +217,10 @@ func TestLeasedSlotLapse(t *testing.T) {
 // Acquire returns the error at once; the holders at once never pass 40,
 // and no decision waits for the call. Redis back, the tier recovers.
 func TestLeasedSlotsRedisAway(t *testing.T) {
-	tr := newTierSwept(t, 4, LeaseOptions{}, false)
+	tr := newTierSwept(t, 4, Options{}, false)
 	var failing atomic.Bool
 	tr.downWhile(&failing)
-	l := Concurrency{Limit: 40, Lease: 5 * time.Second}
+	l := client.Concurrency{Limit: 40, Lease: 5 * time.Second}
 	sr := newSlotRun(tr)
 	if _, _, errs, most, _ := sr.run(t, "conc", l, time.Second, 250*time.Microsecond, false); errs != 0 || most > 40 {
 		t.Fatalf("before: %d errors, %d at once", errs, most)
@@ -243,9 +245,9 @@ func TestLeasedSlotsRedisAway(t *testing.T) {
 // Lease, and once the key has been idle a Lifetime the pool is forgotten
 // and every slot goes back to the key.
 func TestLeasedSlotForgotten(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	tr := newTierSwept(t, 1, Options{Hot: 1}, false)
 	p := tr.procs[0]
-	l := Concurrency{Limit: 10, Lease: 2 * time.Second}
+	l := client.Concurrency{Limit: 10, Lease: 2 * time.Second}
 	for _, id := range []string{"a", "b"} {
 		if r, err := p.Acquire(ctx, "c", l, id); err != nil || r.Limited {
 			t.Fatalf("%s: %+v %v", id, r, err)
@@ -273,7 +275,7 @@ func TestLeasedSlotForgotten(t *testing.T) {
 // slots, asking for more) never has more holders than the slots the key
 // holds for it.
 func TestLeasedSlotCallsInOrder(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	tr := newTierSwept(t, 1, Options{Hot: 1}, false)
 	tr.f.Before = func(cmd redis.Cmder) error {
 		tr.calls.Add(1)
 		if cmd.Name() == "conc.release" {
@@ -282,7 +284,7 @@ func TestLeasedSlotCallsInOrder(t *testing.T) {
 		return nil
 	}
 	p := tr.procs[0]
-	l := Concurrency{Limit: 50, Lease: 10 * time.Second}
+	l := client.Concurrency{Limit: 50, Lease: 10 * time.Second}
 	var held []string
 	rng := rand.New(rand.NewPCG(1, 2))
 	for i := range 400 {
@@ -328,7 +330,7 @@ func TestLeasedSlotCallsInOrder(t *testing.T) {
 // the others' stay within the limit; once it has no holder, its id
 // retires with them and a new one takes their place.
 func TestLeasedSlotStaleRelease(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	tr := newTierSwept(t, 1, Options{Hot: 1}, false)
 	var mu sync.Mutex
 	var stale []any
 	tr.f.Before = func(cmd redis.Cmder) error {
@@ -341,7 +343,7 @@ func TestLeasedSlotStaleRelease(t *testing.T) {
 		return nil
 	}
 	p := tr.procs[0]
-	l := Concurrency{Limit: 10, Lease: 10 * time.Second}
+	l := client.Concurrency{Limit: 10, Lease: 10 * time.Second}
 	var ids []string
 	for i := range 8 {
 		id := "h" + strconv.Itoa(i)
@@ -421,7 +423,7 @@ func TestLeasedSlotStaleRelease(t *testing.T) {
 // together. (A pool that handed out its slots while fresh, as it does
 // while a server does not answer, admitted 40 more on top.)
 func TestLeasedSlotsRestarted(t *testing.T) {
-	tr := newTierSwept(t, 4, LeaseOptions{}, false)
+	tr := newTierSwept(t, 4, Options{}, false)
 	var failing atomic.Bool
 	tr.f.Before = func(redis.Cmder) error {
 		if failing.Load() {
@@ -429,7 +431,7 @@ func TestLeasedSlotsRestarted(t *testing.T) {
 		}
 		return nil
 	}
-	l := Concurrency{Limit: 40, Lease: 5 * time.Second}
+	l := client.Concurrency{Limit: 40, Lease: 5 * time.Second}
 	sr := newSlotRun(tr)
 	if _, _, errs, most, _ := sr.run(t, "conc", l, time.Second, 250*time.Microsecond, false); errs != 0 || most > 40 {
 		t.Fatalf("before: %d errors, %d at once", errs, most)
@@ -439,7 +441,7 @@ func TestLeasedSlotsRestarted(t *testing.T) {
 	sr.run(t, "conc", l, 300*time.Millisecond, 250*time.Microsecond, true)
 	tr.f.Flush()
 	failing.Store(false)
-	other := New(tr.f.Client())
+	other := client.New(tr.f.Client())
 	taken := 0
 	for i := range 40 {
 		if r, err := other.Acquire(ctx, "conc", l, "other-"+strconv.Itoa(i)); err == nil && !r.Limited {

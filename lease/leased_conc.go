@@ -1,4 +1,4 @@
-package client
+package lease
 
 import (
 	"context"
@@ -11,17 +11,18 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // slotSlack is how much longer than the limit's Lease a process holds its
 // slots at a key, and how old its last renewal may be for it to hand one
-// out (see Leased.Acquire).
+// out (see Tier.Acquire).
 const slotSlack = time.Second
 
 // slotPool is one concurrency key's slots on this process.
 type slotPool struct {
 	mu      sync.Mutex
-	l       Concurrency
+	l       client.Concurrency
 	held    int64            // slots this process's id holds at the key, as its last grant said
 	sent    int64            // when that grant was sent (Unix ns): the slots lapse no sooner than a Lease and slotSlack after
 	holders map[string]int64 // local holder → the end of its lease (Unix ns)
@@ -33,7 +34,7 @@ type slotPool struct {
 	pace    int64 // no grant before this instant, near the limit or after a failure
 	near    bool
 	idle    int64 // the fewest slots free since the last sweep
-	last    Result
+	last    client.Result
 	err     error  // the last grant's error; nil once one answers
 	lost    bool   // the last grant found the server gone (refused or dropped the connection): what it held may not come back with it
 	gone    bool   // forgotten, or the tier closed: decisions go to the limiter
@@ -104,13 +105,13 @@ func (p *slotPool) spare() int64 {
 }
 
 // leasesSlots reports whether an acquire of l may go through the tier.
-func leasesSlots(l Concurrency, opts []Option) bool {
+func leasesSlots(l client.Concurrency, opts []client.Option) bool {
 	return len(opts) == 0 && l.Limit >= 1 && l.Limit <= registryLimit && l.Lease >= time.Second && l.Lease%time.Second == 0
 }
 
 // pool is key's slot pool for l; nil when the key is pooled with another
 // limit (its acquires then go to the limiter).
-func (t *Leased) pool(key string, l Concurrency) *slotPool {
+func (t *Tier) pool(key string, l client.Concurrency) *slotPool {
 	if v, ok := t.pools.Load(key); ok {
 		if p := v.(*slotPool); p.l == l {
 			return p
@@ -169,7 +170,7 @@ func (t *Leased) pool(key string, l Concurrency) *slotPool {
 // a grant answers. A cold key,
 // options, or a limit other than the one the key is pooled with go to the
 // limiter, under id.
-func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id string, opts ...Option) (Result, error) {
+func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id string, opts ...client.Option) (client.Result, error) {
 	if !leasesSlots(l, opts) || t.shut.Load() {
 		t.stats.exact.Add(1)
 		return t.c.Acquire(ctx, key, l, id, opts...)
@@ -226,10 +227,10 @@ func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id stri
 				t.growPool(key, p, 1)
 			}
 			p.mu.Unlock()
-			return Result{}, err
+			return client.Result{}, err
 		}
 		if now < p.pace || late {
-			r := Result{Verdict: ratelimit.Verdict{Limited: true, Limit: l.Limit, RetryAfter: time.Duration(max(p.pace-now, target)), ResetAfter: p.last.ResetAfter}}
+			r := client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: l.Limit, RetryAfter: time.Duration(max(p.pace-now, target)), ResetAfter: p.last.ResetAfter}}
 			if now < p.pace {
 				r.RetryAfter = time.Duration(p.pace - now)
 			}
@@ -251,7 +252,7 @@ func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id stri
 		}
 		timedOut, err := t.await(ctx, ch, waitUntil) // no decision waits past Timeout
 		if err != nil {
-			return Result{}, err
+			return client.Result{}, err
 		}
 		late = late || timedOut
 	}
@@ -260,14 +261,14 @@ func (t *Leased) Acquire(ctx context.Context, key string, l Concurrency, id stri
 }
 
 // admitted is a local acquire's Result, free slots left after it.
-func (p *slotPool) admitted(free int64) Result {
-	return Result{Verdict: ratelimit.Verdict{Limit: p.l.Limit, Remaining: free, RetryAfter: ratelimit.Never, ResetAfter: p.l.Lease}}
+func (p *slotPool) admitted(free int64) client.Result {
+	return client.Result{Verdict: ratelimit.Verdict{Limit: p.l.Limit, Remaining: free, RetryAfter: ratelimit.Never, ResetAfter: p.l.Lease}}
 }
 
 // Release is Client.Release through the tier: a holder's local slot is
 // freed here, with no call (true when it had not lapsed); any other id's
 // is released at the key.
-func (t *Leased) Release(ctx context.Context, key, id string) (bool, error) {
+func (t *Tier) Release(ctx context.Context, key, id string) (bool, error) {
 	if held, live, err := t.ReleaseHeld(ctx, key, id); held {
 		return live, err
 	}
@@ -280,7 +281,7 @@ func (t *Leased) Release(ctx context.Context, key, id string) (bool, error) {
 // closed), and does nothing otherwise (held false): it never sends the
 // limiter a release of its own, so a caller whose breaker is open can
 // free the tier's slots.
-func (t *Leased) ReleaseHeld(ctx context.Context, key, id string) (held, live bool, err error) {
+func (t *Tier) ReleaseHeld(ctx context.Context, key, id string) (held, live bool, err error) {
 	v, ok := t.pools.Load(key)
 	if !ok {
 		return false, false, nil
@@ -318,7 +319,7 @@ func (t *Leased) ReleaseHeld(ctx context.Context, key, id string) (held, live bo
 // growPool sends a grant in the background for the slots p's holders use,
 // need more, and the spare; p is locked and has no flight. With need 0 it
 // renews what is held.
-func (t *Leased) growPool(key string, p *slotPool, need int64) {
+func (t *Tier) growPool(key string, p *slotPool, need int64) {
 	want := min(max(int64(len(p.holders))+need+p.spare(), p.held)+p.doubt, p.l.Limit) // the doubtful slots are the id's too
 	if need == 0 {
 		want = p.held + p.doubt
@@ -330,7 +331,7 @@ func (t *Leased) growPool(key string, p *slotPool, need int64) {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
 		t.stats.grants.Add(1)
-		r, err := t.c.Acquire(ctx, key, Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, id, UpTo(want))
+		r, err := t.c.Acquire(ctx, key, client.Concurrency{Limit: p.l.Limit, Lease: p.l.Lease + slotSlack}, id, client.UpTo(want))
 		if t.answer(key, p, r, err, want, need, sent, ch) {
 			t.register(&p.mu, &p.registration)
 		}
@@ -340,7 +341,7 @@ func (t *Leased) growPool(key string, p *slotPool, need int64) {
 }
 
 // answer holds a grant's answer; false when it failed.
-func (t *Leased) answer(key string, p *slotPool, r Result, err error, want, need, sent int64, ch chan struct{}) bool {
+func (t *Tier) answer(key string, p *slotPool, r client.Result, err error, want, need, sent int64, ch chan struct{}) bool {
 	now := t.now()
 	p.mu.Lock()
 	defer p.mu.Unlock()
@@ -391,7 +392,7 @@ func (p *slotPool) draw(span int64) int64 { return span/2 + rand.Int64N(span) }
 // spare (near the limit, those free through a whole sweep), and forgets
 // the keys idle for a Lifetime with no holder and no call in flight,
 // giving back their slots; t.mu is held.
-func (t *Leased) sweepPools(now int64) {
+func (t *Tier) sweepPools(now int64) {
 	t.pools.Range(func(key, v any) bool {
 		p := v.(*slotPool)
 		p.mu.Lock()
@@ -423,7 +424,7 @@ func (t *Leased) sweepPools(now int64) {
 // retire releases every slot of p's id at key in the background and gives
 // p a new id: a release of the old id's that failed may yet run, and now
 // takes nothing p hands out; p is locked and has no holder.
-func (t *Leased) retire(key string, p *slotPool) {
+func (t *Tier) retire(key string, p *slotPool) {
 	old, n := p.id, p.held+p.doubt
 	p.id = t.id + "." + strconv.FormatInt(t.pooled.Add(1), 36)
 	p.held, p.doubt = 0, 0
@@ -442,7 +443,7 @@ func (t *Leased) retire(key string, p *slotPool) {
 // the background, once no other call of p's is in flight (a grant
 // answering after a release would count the slots it took back); p is
 // locked.
-func (t *Leased) giveSlots(key string, p *slotPool, n int64) {
+func (t *Tier) giveSlots(key string, p *slotPool, n int64) {
 	p.held = max(p.held-n, 0)
 	p.owe += n
 	t.settleOwed(key, p)
@@ -450,7 +451,7 @@ func (t *Leased) giveSlots(key string, p *slotPool, n int64) {
 
 // settleOwed sends the release of what p owes when no call of p's is in
 // flight; p is locked.
-func (t *Leased) settleOwed(key string, p *slotPool) {
+func (t *Tier) settleOwed(key string, p *slotPool) {
 	if p.owe == 0 || p.flight != nil {
 		return
 	}
@@ -480,7 +481,7 @@ func (t *Leased) settleOwed(key string, p *slotPool) {
 // closePools gives back the free slots of every pool, within Timeout
 // each (and ctx); the slots in use stay held until their holders Release
 // them. It returns the errors the releases met.
-func (t *Leased) closePools(ctx context.Context) error {
+func (t *Tier) closePools(ctx context.Context) error {
 	type give struct {
 		key, id, registry string // registry: "" when this process holds no slot in it
 		n                 int64

@@ -1,9 +1,11 @@
-package client
+package lease
 
 import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // All through the tier: four processes ask two limits together — a
@@ -13,9 +15,9 @@ import (
 // taken from one are taken from the other), the tighter one's allowance
 // is used, and the calls stay paced: under 0.02 a decision.
 func TestLeasedAll(t *testing.T) {
-	o := LeaseOptions{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
+	o := Options{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
 	tr := newTier(t, 4, o)
-	limits := []Keyed{{Key: "{t}:user", Limit: PerSecond(1000), Cost: 1}, {Key: "{t}:tenant", Limit: PerSecond(600), Cost: 1}}
+	limits := []client.Keyed{{Key: "{t}:user", Limit: client.PerSecond(1000), Cost: 1}, {Key: "{t}:tenant", Limit: client.PerSecond(600), Cost: 1}}
 	start := tr.now()
 	var admitted []int64
 	decisions, local := 0, 0
@@ -55,8 +57,8 @@ func TestLeasedAll(t *testing.T) {
 // back what they hold) the user's limit has lost those 6 and nothing for
 // the refusals, though its key leased.
 func TestLeasedAllAtomic(t *testing.T) {
-	tr := newTier(t, 4, LeaseOptions{Hot: 2})
-	limits := []Keyed{{Key: "{t}:user", Limit: PerMinute(100), Cost: 1}, {Key: "{t}:tenant", Limit: PerMinute(6), Cost: 1}}
+	tr := newTier(t, 4, Options{Hot: 2})
+	limits := []client.Keyed{{Key: "{t}:user", Limit: client.PerMinute(100), Cost: 1}, {Key: "{t}:tenant", Limit: client.PerMinute(6), Cost: 1}}
 	start := tr.now()
 	admitted := 0
 	for tr.now()-start < int64(150*time.Millisecond) { // less than τ: the units granted first are still held at the end
@@ -116,11 +118,11 @@ func TestLeasedAllAtomic(t *testing.T) {
 // next second the keys lease again (calls per decision back under 0.02),
 // though no Take or sweep touches them.
 func TestLeasedAllRecovers(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{})
+	tr := newTier(t, 1, Options{})
 	var failing atomic.Bool
 	tr.downWhile(&failing)
 	p := tr.procs[0]
-	limits := []Keyed{{Key: "{t}:a", Limit: PerSecond(100_000), Cost: 1}, {Key: "{t}:b", Limit: PerSecond(100_000), Cost: 1}}
+	limits := []client.Keyed{{Key: "{t}:a", Limit: client.PerSecond(100_000), Cost: 1}, {Key: "{t}:b", Limit: client.PerSecond(100_000), Cost: 1}}
 	run := func(d time.Duration) (decisions, errs int, calls int64) {
 		c0 := tr.calls.Load()
 		for end := tr.now() + int64(d); tr.now() < end; {
@@ -155,20 +157,20 @@ func TestLeasedAllRecovers(t *testing.T) {
 // leaves the refusing want alone Known. A want that does not lease (a
 // sliding window) sends every decision to the limiter.
 func TestLeasedDecide(t *testing.T) {
-	o := LeaseOptions{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
+	o := Options{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
 	tr := newTier(t, 4, o)
-	if Slot("ip:10.0.0.1") == Slot("key:abc") {
+	if client.Slot("ip:10.0.0.1") == client.Slot("key:abc") {
 		t.Fatal("the keys share a slot")
 	}
-	wants := func(key string, second Limit) []*Want {
-		return []*Want{{Key: "ip:10.0.0.1", Limit: PerSecond(1000), Cost: 1}, {Key: key, Limit: second, Cost: 1}}
+	wants := func(key string, second client.Limit) []*client.Want {
+		return []*client.Want{{Key: "ip:10.0.0.1", Limit: client.PerSecond(1000), Cost: 1}, {Key: key, Limit: second, Cost: 1}}
 	}
 	start := tr.now()
 	var admitted []int64
 	decisions, refusals := 0, 0
 	for tr.now()-start < int64(3*time.Second) {
 		for _, p := range tr.procs {
-			ws := wants("key:abc", PerSecond(600))
+			ws := wants("key:abc", client.PerSecond(600))
 			if err := p.Decide(ctx, ws, nil); err != nil {
 				t.Fatal(err)
 			}
@@ -201,7 +203,7 @@ func TestLeasedDecide(t *testing.T) {
 
 	c0, n := tr.calls.Load(), 0
 	for range 50 {
-		ws := wants("key:sw", SlidingWindow(1_000_000, time.Second))
+		ws := wants("key:sw", client.SlidingWindow(1_000_000, time.Second))
 		if err := tr.procs[0].Decide(ctx, ws, nil); err != nil {
 			t.Fatal(err)
 		}
@@ -225,14 +227,14 @@ func TestLeasedDecide(t *testing.T) {
 // paced again. All, which has no fallback, errs in the same outage
 // (TestLeasedAllRecovers).
 func TestLeasedDecideFallback(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{})
+	tr := newTier(t, 1, Options{})
 	var failing atomic.Bool
 	tr.downWhile(&failing)
 	p := tr.procs[0]
 	run := func(d time.Duration) (admitted, errs, decisions int, calls int64) {
 		c0 := tr.calls.Load()
 		for end := tr.now() + int64(d); tr.now() < end; {
-			ws := []*Want{{Key: "ip:10.0.0.1", Limit: PerSecond(100), Cost: 1}, {Key: "key:abc", Limit: PerSecond(1000), Cost: 1}}
+			ws := []*client.Want{{Key: "ip:10.0.0.1", Limit: client.PerSecond(100), Cost: 1}, {Key: "key:abc", Limit: client.PerSecond(1000), Cost: 1}}
 			err := p.Decide(ctx, ws, nil)
 			decisions++
 			switch a, b := ws[0], ws[1]; {

@@ -1,16 +1,18 @@
-package client
+package lease
 
 import (
 	"context"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/clientx"
 )
 
 // All is Client.All through the tier: decided here, with no call, when
 // every limit is a key hot on this process that holds the limit's cost
 // (the units are spent from every pool or from none); refused here when
-// one of the keys is paced (see Leased) and holds less than its cost,
+// one of the keys is paced (see Tier) and holds less than its cost,
 // with that key's wait as RetryAfter. When a hot key is short and not
 // paced, it asks for more (one grant in flight a key) and the decision
 // waits for the grant, at most Timeout, then decides again (refused here
@@ -24,8 +26,8 @@ import (
 // A local Result is the deciding limit's, as Client.All's: admitted, the
 // key holding the fewest units after (Remaining those units); refused,
 // the paced key with the longest wait. Policy is its position in limits.
-func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Result, error) {
-	if !t.leasesAll(limits, opts) || t.c.cluster() && !oneSlot(limits) {
+func (t *Tier) All(ctx context.Context, limits []client.Keyed, opts ...client.Option) (client.Result, error) {
+	if !t.leasesAll(limits, opts) || clientx.Cluster(t.c) && !oneSlot(limits) {
 		t.stats.exact.Add(1)
 		return t.c.All(ctx, limits, opts...)
 	}
@@ -50,8 +52,8 @@ func (t *Leased) All(ctx context.Context, limits []Keyed, opts ...Option) (Resul
 // not lease, a key cold, or failing past Fallback — Client.Decide decides
 // them, across slots as it does. A per-IP and a per-key limit on hot keys
 // are decided with no call, as one limit is.
-func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error {
-	var kb [16]Keyed
+func (t *Tier) Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error {
+	var kb [16]client.Keyed
 	limits := kb[:0]
 	leases := len(wants) <= len(kb)
 	for _, w := range wants {
@@ -59,10 +61,10 @@ func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 			leases = false
 			break
 		}
-		limits = append(limits, Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
+		limits = append(limits, client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
 	}
 	if leases && t.leasesAll(limits, nil) {
-		var eb [16]Result
+		var eb [16]client.Result
 		each := eb[:len(limits)]
 		r, here, err := t.allHere(ctx, limits, each, true)
 		if err != nil {
@@ -76,7 +78,7 @@ func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 				case i == r.Policy:
 					w.Result, w.Known, w.Taken = each[i], true, false
 				default:
-					w.Result, w.Known, w.Taken = Result{}, false, false
+					w.Result, w.Known, w.Taken = client.Result{}, false, false
 				}
 			}
 			return nil
@@ -88,9 +90,9 @@ func (t *Leased) Decide(ctx context.Context, wants []*Want, send StepFunc) error
 
 // oneSlot reports whether limits' keys share a cluster slot, as RL.ALL
 // wants.
-func oneSlot(limits []Keyed) bool {
+func oneSlot(limits []client.Keyed) bool {
 	for _, kl := range limits[1:] {
-		if Slot(kl.Key) != Slot(limits[0].Key) {
+		if client.Slot(kl.Key) != client.Slot(limits[0].Key) {
 			return false
 		}
 	}
@@ -103,14 +105,14 @@ func oneSlot(limits []Keyed) bool {
 // after, Policy its position; refused, r is the paced key's with the
 // longest wait. each, when not nil, gets every key's own answer (the
 // refusing key's alone when refused). With fallback, when every key short
-// of its cost is failing (within LeaseOptions.Fallback of its first
+// of its cost is failing (within Options.Fallback of its first
 // failure), the keys decide as Take's fallback does, all or nothing: the
 // others spend their units, the failing ones their fallback's; a failing
 // key then waits (Timeout at most) for the others' grants rather than send
 // the decision to the limiter. Not here: a key cold, failing and short
 // (without fallback, or past it), or the tier closed; the caller asks the
 // limiter.
-func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fallback bool) (r Result, here bool, err error) {
+func (t *Tier) allHere(ctx context.Context, limits []client.Keyed, each []client.Result, fallback bool) (r client.Result, here bool, err error) {
 	var kb [16]*leaseKey
 	var ob [16]int
 	ks, order := kb[:len(limits)], ob[:len(limits)]
@@ -194,7 +196,7 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fal
 				}
 			}
 			for i, k := range ks {
-				ri := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+				ri := client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 				if each != nil {
 					each[i] = ri
 				}
@@ -247,17 +249,17 @@ func (t *Leased) allHere(ctx context.Context, limits []Keyed, each []Result, fal
 		}
 		timedOut, err := t.await(ctx, wait, waitUntil) // no decision waits past Timeout
 		if err != nil {
-			return Result{}, false, err
+			return client.Result{}, false, err
 		}
 		late = late || timedOut
 	}
-	return Result{}, false, nil
+	return client.Result{}, false, nil
 }
 
 // fallsBack reports whether k, failing, still decides in fallback at now:
 // within Fallback of its first failure, having spent while Redis answered
 // (as Take's fallback).
-func (t *Leased) fallsBack(k *leaseKey, now int64) bool {
+func (t *Tier) fallsBack(k *leaseKey, now int64) bool {
 	return now-k.down < int64(t.o.Fallback) && k.spentRate != 0
 }
 
@@ -267,7 +269,7 @@ func (t *Leased) fallsBack(k *leaseKey, now int64) bool {
 // its cost, r is the refusal with the longest wait and nothing is spent;
 // else every key pays its cost, from its units or its fallback, and r is
 // the answer with the fewest Remaining.
-func (t *Leased) fallAll(limits []Keyed, ks []*leaseKey, each []Result, now int64) (r Result, here bool) {
+func (t *Tier) fallAll(limits []client.Keyed, ks []*leaseKey, each []client.Result, now int64) (r client.Result, here bool) {
 	target := int64(t.o.Target)
 	refusedBy := -1
 	for i, k := range ks {
@@ -290,10 +292,10 @@ func (t *Leased) fallAll(limits []Keyed, ks []*leaseKey, each []Result, now int6
 		return r, true
 	}
 	for i, k := range ks {
-		var ri Result
+		var ri client.Result
 		if cost := limits[i].Cost; k.units() >= cost {
 			t.take(k, cost)
-			ri = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+			ri = client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 			t.refillAhead(limits[i].Key, k, now)
 		} else {
 			ri = k.fallbackSpend(cost)
@@ -310,7 +312,7 @@ func (t *Leased) fallAll(limits []Keyed, ks []*leaseKey, each []Result, now int6
 
 // leasesAll reports whether limits may be decided through the tier (All
 // wants besides that they share a slot in a cluster, as RL.ALL does).
-func (t *Leased) leasesAll(limits []Keyed, opts []Option) bool {
+func (t *Tier) leasesAll(limits []client.Keyed, opts []client.Option) bool {
 	if len(opts) > 0 || len(limits) == 0 || len(limits) > 16 || t.shut.Load() {
 		return false
 	}

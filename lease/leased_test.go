@@ -1,4 +1,4 @@
-package client
+package lease
 
 import (
 	"context"
@@ -11,23 +11,27 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
 
-// tier is a fake server, a virtual clock both read, and n Leased tiers
+// tier is a fake server, a virtual clock both read, and n tiers
 // (processes) over it; calls counts every command the tiers sent.
 type tier struct {
 	f     *fakeredis.Server
 	clock atomic.Int64 // Unix ns
 	calls atomic.Int64
-	procs []*Leased
+	procs []*Tier
 }
 
-func newTier(t *testing.T, n int, o LeaseOptions) *tier { return newTierSwept(t, n, o, true) }
+// ctx is the tests' context.
+var ctx = context.Background()
+
+func newTier(t *testing.T, n int, o Options) *tier { return newTierSwept(t, n, o, true) }
 
 // newTierSwept is newTier, its tiers sweeping by themselves or, with
 // sweeper false, only when the test calls sweep.
-func newTierSwept(t *testing.T, n int, o LeaseOptions, sweeper bool) *tier {
+func newTierSwept(t *testing.T, n int, o Options, sweeper bool) *tier {
 	t.Helper()
 	tr := &tier{f: fakeredis.New()}
 	tr.clock.Store(time.Unix(1_700_000_000, 0).UnixNano())
@@ -35,9 +39,9 @@ func newTierSwept(t *testing.T, n int, o LeaseOptions, sweeper bool) *tier {
 	tr.f.Clock = now
 	tr.f.Before = func(redis.Cmder) error { tr.calls.Add(1); return nil }
 	o.Now = now
-	c := New(tr.f.Client())
+	c := client.New(tr.f.Client())
 	for range n {
-		tr.procs = append(tr.procs, newLeased(c, o, sweeper))
+		tr.procs = append(tr.procs, makeTier(c, o, sweeper))
 	}
 	t.Cleanup(func() {
 		for _, p := range tr.procs {
@@ -72,9 +76,9 @@ func (tr *tier) settle() {
 // A cold key (below Hot decisions in a Target) is exact: one call per
 // decision, answered as Client.Take answers.
 func TestLeasedColdIsExact(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{})
+	tr := newTier(t, 1, Options{})
 	p := tr.procs[0]
-	l := GCRA(4, 5, time.Minute)
+	l := client.GCRA(4, 5, time.Minute)
 	for i := range 7 {
 		r, err := p.Take(ctx, "user:1", l, 1)
 		if err != nil || r.Limited != (i >= 5) {
@@ -90,9 +94,9 @@ func TestLeasedColdIsExact(t *testing.T) {
 // A hot key with room decides locally: at 100,000 decisions a second on
 // one process, under 0.01 calls per decision, every one admitted.
 func TestLeasedHotIsLocal(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{})
+	tr := newTier(t, 1, Options{})
 	p := tr.procs[0]
-	l := GCRA(999_999, 1_000_000, time.Second)
+	l := client.GCRA(999_999, 1_000_000, time.Second)
 	const decisions = 200_000
 	for i := range decisions {
 		r, err := p.Take(ctx, "api", l, 1)
@@ -118,9 +122,9 @@ func TestLeasedHotIsLocal(t *testing.T) {
 // (window + τ)); the limit's allowance is used; and calls stay about one
 // per process per Target.
 func TestLeasedNeverOver(t *testing.T) {
-	o := LeaseOptions{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
+	o := Options{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
 	tr := newTier(t, 4, o)
-	l := PerSecond(1000)
+	l := client.PerSecond(1000)
 	start := tr.now()
 	var admitted []int64
 	decisions := 0
@@ -153,9 +157,9 @@ func TestLeasedNeverOver(t *testing.T) {
 // Close gives back every unit held: the limiter then holds only what was
 // spent.
 func TestLeasedCloseGivesBack(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 2})
+	tr := newTier(t, 1, Options{Hot: 2})
 	p := tr.procs[0]
-	l := TokenBucket(100, 10, time.Second)
+	l := client.TokenBucket(100, 10, time.Second)
 	for i := range 12 {
 		if r, err := p.Take(ctx, "tb", l, 1); err != nil || r.Limited {
 			t.Fatalf("decision %d: %+v %v", i, r, err)
@@ -168,7 +172,7 @@ func TestLeasedCloseGivesBack(t *testing.T) {
 	if err := p.Close(ctx); err != nil {
 		t.Fatal(err)
 	}
-	r, err := New(tr.f.Client()).Peek(ctx, "tb", l, 0)
+	r, err := client.New(tr.f.Client()).Peek(ctx, "tb", l, 0)
 	if err != nil || r.Remaining != 100-12 {
 		t.Fatalf("after Close: %+v %v, want 88 tokens left (12 spent)", r, err)
 	}
@@ -185,9 +189,9 @@ func TestLeasedCloseGivesBack(t *testing.T) {
 // (stalled on a busy machine, its callers waiting elsewhere) keeps what
 // it knows of the key, its fallback among it.
 func TestLeasedLifetime(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 2})
+	tr := newTier(t, 1, Options{Hot: 2})
 	p := tr.procs[0]
-	l := TokenBucket(100, 10, time.Second)
+	l := client.TokenBucket(100, 10, time.Second)
 	for range 4 {
 		p.Take(ctx, "tb", l, 1)
 		tr.settle()
@@ -206,7 +210,7 @@ func TestLeasedLifetime(t *testing.T) {
 		t.Fatalf("after a lifetime: %+v, %d keys; want %d returned, the key kept", s, keys(), held)
 	}
 	// 4 spent, 2 of them refilled in the 200 ms since: 98 left.
-	if r, err := New(tr.f.Client()).Peek(ctx, "tb", l, 0); err != nil || r.Remaining != 98 {
+	if r, err := client.New(tr.f.Client()).Peek(ctx, "tb", l, 0); err != nil || r.Remaining != 98 {
 		t.Fatalf("after the return: %+v %v, want 98", r, err)
 	}
 	tr.advance(registryLease - p.o.Lifetime)
@@ -220,9 +224,9 @@ func TestLeasedLifetime(t *testing.T) {
 // moving 1 µs per decision: never more admitted than the exact limiter's
 // burst and rate over the run and τ, no decision lost or stuck.
 func TestLeasedConcurrent(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{})
+	tr := newTier(t, 1, Options{})
 	p := tr.procs[0]
-	l := PerSecond(100_000)
+	l := client.PerSecond(100_000)
 	start := tr.now()
 	var admitted, refused atomic.Int64
 	done := make(chan struct{})
@@ -257,9 +261,9 @@ func TestLeasedConcurrent(t *testing.T) {
 
 // A decision from units held allocates nothing.
 func TestLeasedAllocatesNothing(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 1})
+	tr := newTier(t, 1, Options{Hot: 1})
 	p := tr.procs[0]
-	l := GCRA(999_999, 1_000_000, time.Second)
+	l := client.GCRA(999_999, 1_000_000, time.Second)
 	for range 20_000 { // a demand of 20,000 a Target: grants of 20,000
 		p.Take(ctx, "api", l, 1)
 		tr.settle()
@@ -280,9 +284,9 @@ func TestLeasedAllocatesNothing(t *testing.T) {
 // tier's own cost (the fake server answers its few grants).
 func BenchmarkLeasedTake(b *testing.B) {
 	f := fakeredis.New()
-	p := NewLeased(New(f.Client()), LeaseOptions{})
+	p := New(client.New(f.Client()), Options{})
 	defer p.Close(context.Background())
-	l := GCRA(999_999_999, 1_000_000_000, time.Second) // never reached: every decision is admitted
+	l := client.GCRA(999_999_999, 1_000_000_000, time.Second) // never reached: every decision is admitted
 	b.RunParallel(func(pb *testing.PB) {
 		for pb.Next() {
 			if r, err := p.Take(ctx, "api", l, 1); err != nil || r.Limited {
@@ -311,8 +315,8 @@ func jain(xs []int64) float64 {
 // processes): Jain's index was 0.9971 to 0.9997 over 50 runs; the test
 // holds the 0.99.
 func TestLeasedFair(t *testing.T) {
-	tr := newTier(t, 8, LeaseOptions{})
-	l := PerSecond(1000)
+	tr := newTier(t, 8, Options{})
+	l := client.PerSecond(1000)
 	start := tr.now()
 	got := make([]int64, 8)
 	for tr.now()-start < int64(10*time.Second) {
@@ -360,8 +364,8 @@ func withinBound(t *testing.T, admitted []int64, burst, rate int64, tau time.Dur
 // together for 1 s. The bound holds through the burst: units held then
 // were granted at most τ before they are spent.
 func TestLeasedHoardThenBurst(t *testing.T) {
-	tr := newTier(t, 8, LeaseOptions{})
-	l := PerSecond(8000) // a share of 1000 a second each
+	tr := newTier(t, 8, Options{})
+	l := client.PerSecond(8000) // a share of 1000 a second each
 	start := tr.now()
 	var admitted []int64
 	for step := 0; tr.now()-start < int64(3*time.Second); step++ {
@@ -397,10 +401,10 @@ func p0Lifetime(tr *tier) time.Duration { return tr.procs[0].o.Lifetime }
 // after the processes charged what they admitted beyond the refill; an
 // outage longer than Fallback returns the error after it.
 func TestLeasedRedisAway(t *testing.T) {
-	tr := newTier(t, 4, LeaseOptions{Fallback: 8 * time.Second})
+	tr := newTier(t, 4, Options{Fallback: 8 * time.Second})
 	var failing atomic.Bool
 	tr.downWhile(&failing)
-	l := PerSecond(1000)
+	l := client.PerSecond(1000)
 	run := func(d time.Duration) (admitted, errs int) {
 		for end := tr.now() + int64(d); tr.now() < end; {
 			for _, p := range tr.procs {
@@ -458,9 +462,9 @@ func TestLeasedRedisAway(t *testing.T) {
 // the key stays up: the grant runs on the tier's own Timeout, so a
 // caller's deadline never reads as Redis failing.
 func TestLeasedCallerDeadline(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 2})
+	tr := newTier(t, 1, Options{Hot: 2})
 	p := tr.procs[0]
-	l := PerSecond(1000)
+	l := client.PerSecond(1000)
 	if _, err := p.Take(ctx, "k", l, 1); err != nil {
 		t.Fatal(err)
 	}
@@ -483,11 +487,11 @@ func TestLeasedCallerDeadline(t *testing.T) {
 // second, its burst spent in 100 ms, then 5 s of refused connections
 // admit the units held and 50 more, not the burst's pace.
 func TestLeasedFallbackAfterBurst(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{})
+	tr := newTier(t, 1, Options{})
 	p := tr.procs[0]
 	var failing atomic.Bool
 	tr.downWhile(&failing)
-	l := GCRA(999, 10, time.Second)
+	l := client.GCRA(999, 10, time.Second)
 	run := func(d, every time.Duration) (admitted int) {
 		for end := tr.now() + int64(d); tr.now() < end; {
 			if r, err := p.Take(ctx, "k", l, 1); err == nil && !r.Limited {
@@ -513,9 +517,9 @@ func TestLeasedFallbackAfterBurst(t *testing.T) {
 // waits for does not cover it: each grant here answers in 70 ms, Timeout
 // is 100 ms.
 func TestLeasedWaitBounded(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 2, Target: 10 * time.Second, Timeout: 100 * time.Millisecond})
+	tr := newTier(t, 1, Options{Hot: 2, Target: 10 * time.Second, Timeout: 100 * time.Millisecond})
 	p := tr.procs[0]
-	l := PerSecond(1000)
+	l := client.PerSecond(1000)
 	for range 2 {
 		p.Take(ctx, "k", l, 1)
 		tr.settle()
@@ -559,8 +563,8 @@ func TestLeasedFairAfterStep(t *testing.T) {
 		before, after int // the first process's decisions per 500 µs; the others make 1 (2000 a second)
 	}{{"2x to 10x", 1, 5}, {"0.4x to 2x", 0, 1}} {
 		t.Run(c.name, func(t *testing.T) {
-			tr := newTier(t, 8, LeaseOptions{})
-			l := PerSecond(8000)
+			tr := newTier(t, 8, Options{})
+			l := client.PerSecond(8000)
 			start := tr.now()
 			const secs = 8
 			got := make([][]int64, secs)
@@ -637,16 +641,16 @@ func TestLeasedRegistry(t *testing.T) {
 		"x{}y":           "", // an empty tag is none, and braces around it make "x{" the tag
 		"rl:{t}:{u}:{v}": "rl:{t}:{u}:{v}:leases",
 	} {
-		if got := registryKey(key); got != want || (got != "" && Slot(got) != Slot(key)) {
+		if got := registryKey(key); got != want || (got != "" && client.Slot(got) != client.Slot(key)) {
 			t.Errorf("registryKey(%q) = %q, want %q", key, got, want)
 		}
 	}
 	for _, key := range []string{"a}b", "}"} { // braces can name no key of its slot but by chance
-		if r := registryKey(key); r != "" && Slot(r) != Slot(key) {
+		if r := registryKey(key); r != "" && client.Slot(r) != client.Slot(key) {
 			t.Errorf("registryKey(%q) = %q, of another slot", key, r)
 		}
 	}
-	tr := newTier(t, 3, LeaseOptions{})
+	tr := newTier(t, 3, Options{})
 	all := tr.procs
 	t.Cleanup(func() {
 		for _, p := range all {
@@ -656,7 +660,7 @@ func TestLeasedRegistry(t *testing.T) {
 	hot := func(d time.Duration) {
 		for end := tr.now() + int64(d); tr.now() < end; {
 			for _, p := range tr.procs {
-				if _, err := p.Take(ctx, "api", PerSecond(100_000), 1); err != nil {
+				if _, err := p.Take(ctx, "api", client.PerSecond(100_000), 1); err != nil {
 					t.Fatal(err)
 				}
 			}
@@ -707,14 +711,14 @@ func TestLeasedRegistry(t *testing.T) {
 // another would admit, each answered as its own call would be. A caller
 // that leaves before the answer has its unit given back.
 func TestLeasedColdCoalesced(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 1000}) // a key this busy would lease; this one stays cold
+	tr := newTier(t, 1, Options{Hot: 1000}) // a key this busy would lease; this one stays cold
 	p := tr.procs[0]
-	l := PerMinute(10)
+	l := client.PerMinute(10)
 	hold := make(chan struct{})
 	tr.f.Lock()
 	tr.f.Hold = hold
 	tr.f.Unlock()
-	results := make([]Result, 41)
+	results := make([]client.Result, 41)
 	errs := make([]error, 41)
 	var wg sync.WaitGroup
 	decide := func(i int, ctx context.Context) {
@@ -800,8 +804,8 @@ func TestLeasedColdCoalesced(t *testing.T) {
 // grants a process below its share is refused here at times).
 func TestLeasedSmallBurst(t *testing.T) {
 	for _, burst := range []int64{49, 99, 499} {
-		tr := newTier(t, 2, LeaseOptions{})
-		l := GCRA(burst, 2000, time.Second)
+		tr := newTier(t, 2, Options{})
+		l := client.GCRA(burst, 2000, time.Second)
 		got := [2]int64{}
 		start := tr.now()
 		for step := 0; tr.now()-start < int64(6*time.Second); step++ {
@@ -829,11 +833,11 @@ func TestLeasedSmallBurst(t *testing.T) {
 // callers paused while Redis restarts) keeps what it was spending: its
 // decisions after the pause go on in fallback, not the error.
 func TestLeasedFallbackSurvivesIdle(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{}, false)
+	tr := newTierSwept(t, 1, Options{}, false)
 	var failing atomic.Bool
 	tr.downWhile(&failing)
 	p := tr.procs[0]
-	l := PerSecond(1000)
+	l := client.PerSecond(1000)
 	run := func(d time.Duration) (admitted, errs int) {
 		for end := tr.now() + int64(d); tr.now() < end; {
 			r, err := p.Take(ctx, "hot", l, 1)
@@ -871,8 +875,8 @@ func TestLeasedFallbackSurvivesIdle(t *testing.T) {
 // and most of it, with the calls paced.
 func TestLeasedFixedWindow(t *testing.T) {
 	for _, every := range []int{1, 3} { // a decision per process every ms (4×), or every 3 ms (1.3×)
-		tr := newTier(t, 4, LeaseOptions{})
-		l := FixedWindow(1000, time.Second)
+		tr := newTier(t, 4, Options{})
+		l := client.FixedWindow(1000, time.Second)
 		start := tr.now()
 		perWindow := map[int64]int{}
 		decisions := 0
@@ -919,9 +923,9 @@ func TestLeasedFixedWindow(t *testing.T) {
 // stranded, since they cannot go back), and the next decision asks the
 // new window.
 func TestLeasedFixedWindowEnds(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{Hot: 1}, false)
+	tr := newTierSwept(t, 1, Options{Hot: 1}, false)
 	p := tr.procs[0]
-	l := FixedWindow(1000, time.Second)
+	l := client.FixedWindow(1000, time.Second)
 	tr.clock.Store(time.Unix(1_700_000_000, 0).UnixNano() + int64(970*time.Millisecond))
 	for range 20 {
 		if r, err := p.Take(ctx, "fw", l, 1); err != nil || r.Limited {
@@ -971,10 +975,10 @@ func TestLeasedFixedWindowOutage(t *testing.T) {
 	for _, every := range []int{1, 3} {
 		for _, phase := range []time.Duration{100, 400, 700, 950} {
 			phase *= time.Millisecond
-			tr := newTierSwept(t, 4, LeaseOptions{}, false) // swept every 50 ms of the virtual clock, as the sweeper would
+			tr := newTierSwept(t, 4, Options{}, false) // swept every 50 ms of the virtual clock, as the sweeper would
 			var failing atomic.Bool
 			tr.downWhile(&failing)
-			l := FixedWindow(1000, time.Second)
+			l := client.FixedWindow(1000, time.Second)
 			start := tr.now()
 			perWindow := map[int64]int{}
 			inFallback := map[int64]int64{}
@@ -1014,7 +1018,7 @@ func TestLeasedFixedWindowOutage(t *testing.T) {
 						every, phase, w, n, inFallback[w], perWindow)
 				}
 			}
-			var s LeaseStats
+			var s Stats
 			for _, p := range tr.procs {
 				ps := p.Stats()
 				s.Fallback += ps.Fallback
@@ -1037,11 +1041,11 @@ func TestLeasedFixedWindowOutage(t *testing.T) {
 // callers gone, Redis back: the sweep charges the 40 (a peek first), and
 // the key, owing nothing, is forgotten once idle.
 func TestLeasedIdleDebtCharged(t *testing.T) {
-	tr := newTierSwept(t, 1, LeaseOptions{}, false)
+	tr := newTierSwept(t, 1, Options{}, false)
 	var failing atomic.Bool
 	tr.downWhile(&failing)
 	p := tr.procs[0]
-	l := FixedWindow(100_000, time.Minute)
+	l := client.FixedWindow(100_000, time.Minute)
 	tr.clock.Store(time.Unix(1_700_000_040, 0).UnixNano()) // 20 s before the window ends
 	for range 400 {
 		if _, err := p.Take(ctx, "fw", l, 1); err != nil {
@@ -1083,11 +1087,11 @@ func TestLeasedIdleDebtCharged(t *testing.T) {
 // Decide on two hot keys with room allocates nothing either: two policies
 // cost what one does, but for the second key.
 func TestLeasedDecideAllocatesNothing(t *testing.T) {
-	tr := newTier(t, 1, LeaseOptions{Hot: 1})
+	tr := newTier(t, 1, Options{Hot: 1})
 	p := tr.procs[0]
-	l := GCRA(999_999, 1_000_000, time.Second)
-	a, b := &Want{Key: "ip:1", Limit: l, Cost: 1}, &Want{Key: "key:2", Limit: l, Cost: 1}
-	wants := []*Want{a, b}
+	l := client.GCRA(999_999, 1_000_000, time.Second)
+	a, b := &client.Want{Key: "ip:1", Limit: l, Cost: 1}, &client.Want{Key: "key:2", Limit: l, Cost: 1}
+	wants := []*client.Want{a, b}
 	for range 20_000 {
 		p.Decide(ctx, wants, nil)
 		tr.settle()
@@ -1107,12 +1111,12 @@ func TestLeasedDecideAllocatesNothing(t *testing.T) {
 // Decisions on two hot keys with room, from every CPU at once.
 func BenchmarkLeasedDecide(b *testing.B) {
 	f := fakeredis.New()
-	p := NewLeased(New(f.Client()), LeaseOptions{})
+	p := New(client.New(f.Client()), Options{})
 	defer p.Close(context.Background())
-	l := GCRA(999_999_999, 1_000_000_000, time.Second)
+	l := client.GCRA(999_999_999, 1_000_000_000, time.Second)
 	b.RunParallel(func(pb *testing.PB) {
-		x, y := &Want{Key: "ip:1", Limit: l, Cost: 1}, &Want{Key: "key:2", Limit: l, Cost: 1}
-		wants := []*Want{x, y}
+		x, y := &client.Want{Key: "ip:1", Limit: l, Cost: 1}, &client.Want{Key: "key:2", Limit: l, Cost: 1}
+		wants := []*client.Want{x, y}
 		for pb.Next() {
 			if err := p.Decide(ctx, wants, nil); err != nil || !x.Known {
 				b.Fatal(err)

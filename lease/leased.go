@@ -1,4 +1,4 @@
-package client
+package lease
 
 import (
 	"context"
@@ -13,9 +13,11 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/clientx"
 )
 
-// Leased is a local tier over a Client: on a key that is hot on this
+// Tier is a local tier over a Client: on a key that is hot on this
 // process, it decides from units the limiter at the key granted it ahead
 // (Take with UpTo), with no Redis call and no allocation, and asks for
 // more before they run out. A key stays exact — decided by the limiter
@@ -89,12 +91,12 @@ import (
 // bound) the decisions wait for it as the client's calls do.
 //
 // All decides several such limits together from the units held (see
-// Leased.All); Acquire and Release hand out, on a hot concurrency key,
+// Tier.All); Acquire and Release hand out, on a hot concurrency key,
 // the slots the process holds at the key, and exceed nothing (see
-// Leased.Acquire). The windows and the shaper stay exact.
-type Leased struct {
-	c      *Client
-	o      LeaseOptions
+// Tier.Acquire). The windows and the shaper stay exact.
+type Tier struct {
+	c      *client.Client
+	o      Options
 	mu     sync.Mutex   // makes and forgets entries
 	keys   sync.Map     // key → *leaseKey
 	pools  sync.Map     // concurrency key → *slotPool
@@ -110,7 +112,7 @@ type Leased struct {
 
 // spawn runs f in a goroutine counted in t.calls, unless the tier is
 // closed: false then.
-func (t *Leased) spawn(f func()) bool {
+func (t *Tier) spawn(f func()) bool {
 	t.gate.RLock()
 	defer t.gate.RUnlock()
 	if t.shut.Load() {
@@ -124,8 +126,8 @@ func (t *Leased) spawn(f func()) bool {
 	return true
 }
 
-// LeaseOptions tunes a Leased; a zero field takes its default.
-type LeaseOptions struct {
+// Options tunes a Tier; a zero field takes its default.
+type Options struct {
 	// Target is the time one grant is sized to last at the key's local
 	// demand: 50 ms by default.
 	Target time.Duration
@@ -148,8 +150,8 @@ type LeaseOptions struct {
 	Now func() time.Time
 }
 
-// LeaseStats counts what a Leased did since it was made.
-type LeaseStats struct {
+// Stats counts what a Tier did since it was made.
+type Stats struct {
 	Local     int64         // units spent from grants: decisions admitted here, for a cost of 1; for concurrency, slots handed out here
 	Refused   int64         // decisions refused here, between paced grants
 	Exact     int64         // decisions sent to the limiter one by one (cold keys, other limits)
@@ -171,13 +173,13 @@ type leaseCounters struct {
 	local, refused, exact, grants, granted, returned, stranded, waits, unclaimed, fallback, down, registers, coalesced, charged, uncharged atomic.Int64
 }
 
-// NewLeased returns a local tier over c; Close it to give back what it
+// New returns a local tier over c; Close it to give back what it
 // holds.
-func NewLeased(c *Client, o LeaseOptions) *Leased { return newLeased(c, o, true) }
+func New(c *client.Client, o Options) *Tier { return makeTier(c, o, true) }
 
-// newLeased is NewLeased, with the sweeper running every Target or, for
+// newTier is New, with the sweeper running every Target or, for
 // tests that sweep by themselves, not.
-func newLeased(c *Client, o LeaseOptions, sweeper bool) *Leased {
+func makeTier(c *client.Client, o Options, sweeper bool) *Tier {
 	if o.Target <= 0 {
 		o.Target = 50 * time.Millisecond
 	}
@@ -193,7 +195,7 @@ func newLeased(c *Client, o LeaseOptions, sweeper bool) *Leased {
 	if o.Fallback <= 0 {
 		o.Fallback = 10 * time.Second
 	}
-	l := &Leased{c: c, o: o, stop: make(chan struct{}), swept: make(chan struct{}),
+	l := &Tier{c: c, o: o, stop: make(chan struct{}), swept: make(chan struct{}),
 		id: "lease:" + strconv.FormatUint(rand.Uint64(), 36)}
 	if sweeper {
 		go l.sweeper()
@@ -227,7 +229,7 @@ type leaseKey struct {
 	mu               sync.Mutex
 	synced           int64 // avail as publish left it
 	gone             bool  // the sweep forgot it
-	limit            Limit
+	limit            client.Limit
 	segs             [4]segment // oldest first
 	n                int
 	// Demand: units asked in the Target-long bucket starting at bucket,
@@ -239,9 +241,9 @@ type leaseKey struct {
 	calling             bool   // a cold decision's call is in flight
 	queue               *batch // the decisions that share the next
 	flight              chan struct{}
-	last                Result // the last grant's answer
-	pace                int64  // no grant before this instant (Unix ns), after a short one
-	near                bool   // a grant was short or left less than it granted, and the limit has not held a pace span's accrual since
+	last                client.Result // the last grant's answer
+	pace                int64         // no grant before this instant (Unix ns), after a short one
+	near                bool          // a grant was short or left less than it granted, and the limit has not held a pace span's accrual since
 	// Near the limit each grant is this process's share since the last:
 	// the limit's rate over procs, the processes the key's registry last
 	// counted (registration), and what the last fell short by (owed).
@@ -365,7 +367,7 @@ func (k *leaseKey) observe(now, target int64, cost, hot int64) {
 }
 
 // take spends cost units held (the caller checked) and counts them.
-func (t *Leased) take(k *leaseKey, cost int64) {
+func (t *Tier) take(k *leaseKey, cost int64) {
 	k.spend(cost)
 	k.spent += cost
 	t.stats.local.Add(cost)
@@ -376,7 +378,7 @@ func (t *Leased) take(k *leaseKey, cost int64) {
 const locked = -1
 
 // lock takes k's lock and folds in what was spent and refused without it.
-func (t *Leased) lock(k *leaseKey) {
+func (t *Tier) lock(k *leaseKey) {
 	k.mu.Lock()
 	r := k.avail.Swap(locked)
 	if used := k.synced - r; used > 0 {
@@ -394,7 +396,7 @@ func (t *Leased) lock(k *leaseKey) {
 
 // unlock publishes what may be decided without the lock at now, and
 // releases it.
-func (t *Leased) unlock(k *leaseKey, now int64) {
+func (t *Tier) unlock(k *leaseKey, now int64) {
 	u := k.units()
 	gate, low, paced := int64(0), int64(-1), int64(0)
 	if k.hot && !t.shut.Load() {
@@ -422,7 +424,7 @@ func (t *Leased) unlock(k *leaseKey, now int64) {
 // fast decides cost at now without the lock when it can: from the units
 // held, or refused while the key is paced. ok is false when the lock must
 // decide.
-func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bool) {
+func (t *Tier) fast(key string, k *leaseKey, now, cost int64) (r client.Result, ok bool) {
 	if now >= k.gate.Load() {
 		return r, false
 	}
@@ -460,7 +462,7 @@ func (t *Leased) fast(key string, k *leaseKey, now, cost int64) (r Result, ok bo
 // seen, and nothing once that window has ended: nothing of the next until
 // Redis confirms it. What it admits is owed to the limiter (debt), and
 // charged when Redis answers again (see owed).
-func (k *leaseKey) fallback(now, target, cost int64) Result {
+func (k *leaseKey) fallback(now, target, cost int64) client.Result {
 	if r, refused := k.fallbackRefusal(now, target, cost); refused {
 		return r
 	}
@@ -469,14 +471,14 @@ func (k *leaseKey) fallback(now, target, cost int64) Result {
 
 // fallbackRefusal refills the fallback's bucket to now and reports whether
 // it refuses cost, with the refusal; it spends nothing.
-func (k *leaseKey) fallbackRefusal(now, target, cost int64) (r Result, refused bool) {
+func (k *leaseKey) fallbackRefusal(now, target, cost int64) (r client.Result, refused bool) {
 	per := k.fallbackRate(target) // units per ns
 	rate := per * float64(target) // per Target
 	k.fb = min(k.fb+per*float64(now-k.fbAt), max(rate, float64(cost)))
 	k.fbAt = now
-	r = Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Limited: true, ResetAfter: k.last.ResetAfter}}
+	r = client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Limited: true, ResetAfter: k.last.ResetAfter}}
 	switch {
-	case k.limit.algo == algoFW && (now >= k.winEnd || k.fwLeft < cost): // the window's share is spent, or the window is over
+	case isFW(k.limit) && (now >= k.winEnd || k.fwLeft < cost): // the window's share is spent, or the window is over
 		r.RetryAfter = time.Duration(target)
 		if now < k.winEnd {
 			r.RetryAfter = time.Duration(k.winEnd - now)
@@ -486,18 +488,18 @@ func (k *leaseKey) fallbackRefusal(now, target, cost int64) (r Result, refused b
 		r.RetryAfter = time.Duration(math.Ceil((float64(cost) - k.fb) / per))
 		return r, true
 	}
-	return Result{}, false
+	return client.Result{}, false
 }
 
 // fallbackSpend spends cost of the fallback's bucket, refilled and found
 // to hold it by fallbackRefusal, and owes it to the limiter.
-func (k *leaseKey) fallbackSpend(cost int64) Result {
-	r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+func (k *leaseKey) fallbackSpend(cost int64) client.Result {
+	r := client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 	k.fb -= float64(cost)
 	k.spent += cost
 	k.debt += cost
 	r.Remaining = int64(k.fb)
-	if k.limit.algo == algoFW {
+	if isFW(k.limit) {
 		k.fwLeft -= cost
 		r.Remaining = min(r.Remaining, k.fwLeft)
 	}
@@ -532,11 +534,11 @@ type owing struct{ charge, debt, settled int64 }
 // last seen full, and the last charge: the limiter then holds the state it
 // would hold had it seen each decision when it was made, not all of them
 // at once (which would refuse for as long as the outage lasted).
-func (t *Leased) owed(k *leaseKey, now int64) owing {
+func (t *Tier) owed(k *leaseKey, now int64) owing {
 	o := owing{debt: k.debt, settled: k.settled}
 	k.debt = 0
 	switch {
-	case k.limit.algo == algoFW:
+	case isFW(k.limit):
 		if now >= k.winEnd {
 			t.stats.uncharged.Add(o.debt)
 			return owing{settled: k.settled}
@@ -582,34 +584,42 @@ func (k *leaseKey) paceSpan(target int64) int64 {
 
 // rateOf is a GCRA or token-bucket limit's rate, in units per ns; a fixed
 // window's limit over its window.
-func rateOf(l Limit) float64 {
-	if l.algo == algoFW {
-		return float64(l.n) / float64(l.period)
+func rateOf(l client.Limit) float64 {
+	n, m, period := l.Params()
+	if isFW(l) {
+		return float64(n) / float64(period)
 	}
-	return float64(l.m) / float64(l.period)
+	return float64(m) / float64(period)
 }
 
-// Leasable reports whether a local tier (Leased) decides l from units
-// granted ahead, as the command table says of its family: GCRA and the
-// token bucket (their unspent units go back), and the fixed window (its
-// units are spent before their window ends, or lost). Other limits go to
-// the limiter one call a decision.
-func (l Limit) Leasable() bool {
-	f := l.algo.family()
-	return f != nil && f.Lease
+// isFW and isGCRA tell a fixed window's and a GCRA's limit.
+func isFW(l client.Limit) bool   { return l.Family() == "FW" }
+func isGCRA(l client.Limit) bool { return l.Family() == "GCRA" }
+
+// limitN is l's first parameter: a GCRA's burst, a bucket's capacity, a
+// window's limit.
+func limitN(l client.Limit) int64 {
+	n, _, _ := l.Params()
+	return n
+}
+
+// period is l's period, or its window's length.
+func period(l client.Limit) time.Duration {
+	_, _, p := l.Params()
+	return p
 }
 
 // burst is what a GCRA or token-bucket limit admits at once.
-func burst(l Limit) int64 {
-	if l.algo == algoGCRA {
-		return l.n + 1
+func burst(l client.Limit) int64 {
+	if isGCRA(l) {
+		return limitN(l) + 1
 	}
-	return l.n // a bucket's capacity
+	return limitN(l) // a bucket's capacity
 }
 
 // entry is key's pool, made for limit l; a key asked with another limit
 // starts again (its units are given back).
-func (t *Leased) entry(key string, l Limit) *leaseKey {
+func (t *Tier) entry(key string, l client.Limit) *leaseKey {
 	if v, ok := t.keys.Load(key); ok && v.(*leaseKey).limit == l {
 		return v.(*leaseKey)
 	}
@@ -640,7 +650,7 @@ func (t *Leased) entry(key string, l Limit) *leaseKey {
 	return k
 }
 
-func (t *Leased) now() int64 {
+func (t *Tier) now() int64 {
 	if t.o.Now != nil {
 		return t.o.Now().UnixNano()
 	}
@@ -648,8 +658,8 @@ func (t *Leased) now() int64 {
 }
 
 // Take is Client.Take, decided from units held where the key is hot on
-// this process (see Leased).
-func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts ...Option) (Result, error) {
+// this process (see Tier).
+func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error) {
 	if len(opts) > 0 || cost <= 0 || !l.Leasable() || cost > burst(l) || t.shut.Load() {
 		t.stats.exact.Add(1)
 		return t.c.Take(ctx, key, l, cost, opts...)
@@ -681,7 +691,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		}
 		if k.units() >= cost {
 			t.take(k, cost)
-			r := Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
+			r := client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 			t.refillAhead(key, k, now)
 			t.unlock(k, now)
 			return r, nil
@@ -701,7 +711,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 			if now-k.down >= int64(t.o.Fallback) || k.spentRate == 0 {
 				err := k.err
 				t.unlock(k, now)
-				return Result{}, err
+				return client.Result{}, err
 			}
 			r := k.fallback(now, target, cost)
 			t.unlock(k, now)
@@ -731,7 +741,7 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 		}
 		timedOut, err := t.await(ctx, ch, waitUntil) // no decision waits past Timeout
 		if err != nil {
-			return Result{}, err
+			return client.Result{}, err
 		}
 		late = late || timedOut
 	}
@@ -739,42 +749,11 @@ func (t *Leased) Take(ctx context.Context, key string, l Limit, cost int64, opts
 	return t.c.Take(ctx, key, l, cost)
 }
 
-// await waits for ch until deadline or ctx's end: late when the deadline
-// came first, ctx's error when ctx ended. While the client's start-up work
-// runs (Client.warming) the deadline is prepareTimeout later, and ctx's
-// deadline passing does not end the wait: start-up work is not the call's
-// to pay for (see Client.await); the caller's own end still does, where
-// its context tells it.
-func (t *Leased) await(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
-	warming := t.c.warming()
-	if warming { // the call waited for may itself wait that long first
-		deadline = deadline.Add(t.c.prepareTimeout)
-	}
-	timer := time.NewTimer(time.Until(deadline))
-	defer timer.Stop()
-	select {
-	case <-ch:
-		return false, nil
-	case <-timer.C:
-		return true, nil
-	case <-ctx.Done():
-		if !errors.Is(ctx.Err(), context.DeadlineExceeded) || !warming && !t.c.warming() {
-			return false, ctx.Err()
-		}
-	}
-	var gone <-chan struct{}
-	parent := anchorOf(ctx)
-	if parent != nil {
-		gone = parent.Done()
-	}
-	select {
-	case <-ch:
-		return false, nil
-	case <-timer.C:
-		return true, nil
-	case <-gone:
-		return false, parent.Err()
-	}
+// await waits for ch until deadline or ctx's end, as the client waits
+// for its own calls (clientx.Await): start-up work is not the call's to
+// pay for.
+func (t *Tier) await(ctx context.Context, ch <-chan struct{}, deadline time.Time) (late bool, err error) {
+	return clientx.Await(t.c, ctx, ch, deadline)
 }
 
 // batch is the decisions of one cost on a cold key that came while its
@@ -784,7 +763,7 @@ func (t *Leased) await(ctx context.Context, ch <-chan struct{}, deadline time.Ti
 type batch struct {
 	cost, n int64 // n: the decisions that joined, in order
 	done    chan struct{}
-	r       Result
+	r       client.Result
 	err     error
 	mu      sync.Mutex
 	ended   bool           // done is closed
@@ -794,7 +773,7 @@ type batch struct {
 // coalesce decides cost on cold key k with one call when none is in
 // flight for it; otherwise the decision joins the key's next batch (one of
 // another cost, or past UpTo's most, goes alone).
-func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey, cost int64) (Result, error) {
+func (t *Tier) coalesce(ctx context.Context, key string, l client.Limit, k *leaseKey, cost int64) (client.Result, error) {
 	k.mu.Lock()
 	if !k.calling {
 		k.calling = true
@@ -817,7 +796,7 @@ func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey,
 	b.n++
 	k.mu.Unlock()
 	t.stats.coalesced.Add(1)
-	late, err := t.await(ctx, b.done, time.Now().Add(t.c.prepareTimeout+t.o.Timeout)) // the batch's call ends within its Timeout, and the start-up work it may wait for (once more should the work begin while it waits)
+	late, err := t.await(ctx, b.done, time.Now().Add(clientx.PrepareTimeout(t.c)+t.o.Timeout)) // the batch's call ends within its Timeout, and the start-up work it may wait for (once more should the work begin while it waits)
 	if err != nil || late {
 		b.mu.Lock()
 		ended := b.ended
@@ -829,7 +808,7 @@ func (t *Leased) coalesce(ctx context.Context, key string, l Limit, k *leaseKey,
 			if err == nil {
 				err = context.DeadlineExceeded
 			}
-			return Result{}, err
+			return client.Result{}, err
 		}
 	}
 	return b.result(i, l)
@@ -844,9 +823,9 @@ func (b *batch) leave(i int64) {
 }
 
 // result is decision i's answer from the batch's call.
-func (b *batch) result(i int64, l Limit) (Result, error) {
+func (b *batch) result(i int64, l client.Limit) (client.Result, error) {
 	if b.err != nil {
-		return Result{}, b.err
+		return client.Result{}, b.err
 	}
 	r := b.r
 	r.Granted = 0
@@ -858,7 +837,7 @@ func (b *batch) result(i int64, l Limit) (Result, error) {
 	r.Limited, r.Remaining = true, 0
 	if !b.r.Limited { // the call took units and left less than another cost: the time for the rest to accrue
 		r.RetryAfter = time.Duration(math.Ceil(float64(b.cost-b.r.Remaining) / rateOf(l)))
-		if l.algo == algoFW { // or for the window to end
+		if isFW(l) { // or for the window to end
 			r.RetryAfter = b.r.ResetAfter
 		}
 	}
@@ -866,7 +845,7 @@ func (b *batch) result(i int64, l Limit) (Result, error) {
 }
 
 // next sends k's batch when one waits, or ends k's call in flight.
-func (t *Leased) next(key string, l Limit, k *leaseKey) {
+func (t *Tier) next(key string, l client.Limit, k *leaseKey) {
 	k.mu.Lock()
 	b := k.queue
 	k.queue = nil
@@ -878,7 +857,7 @@ func (t *Leased) next(key string, l Limit, k *leaseKey) {
 	send := func() {
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
-		r, err := t.c.Take(ctx, key, l, b.cost, UpTo(b.n))
+		r, err := t.c.Take(ctx, key, l, b.cost, client.UpTo(b.n))
 		b.mu.Lock()
 		b.r, b.err, b.ended = r, err, true
 		var back int64
@@ -899,18 +878,18 @@ func (t *Leased) next(key string, l Limit, k *leaseKey) {
 
 // refusal is the answer to a decision the units held cannot cover while
 // the key waits for its next grant.
-func (k *leaseKey) refusal(now, target int64) Result {
+func (k *leaseKey) refusal(now, target int64) client.Result {
 	retry := time.Duration(k.pace - now)
 	if retry <= 0 { // not paced: a grant is on its way, within a Target or so
 		retry = time.Duration(target)
 	}
-	return Result{Verdict: ratelimit.Verdict{Limited: true, Limit: k.last.Limit, RetryAfter: retry, ResetAfter: k.last.ResetAfter}}
+	return client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: k.last.Limit, RetryAfter: retry, ResetAfter: k.last.ResetAfter}}
 }
 
 // grant asks the limiter for up to a.n units and holds what it grants,
 // after a peek and the fallback's charge where a asks for them; ch is the
 // key's flight, closed when the answer is in.
-func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}) (Result, error) {
+func (t *Tier) grant(key string, l client.Limit, k *leaseKey, a ask, ch chan struct{}) (client.Result, error) {
 	call := func(f func(ctx context.Context) error) error { // each call on the tier's own Timeout: a caller's deadline never fails a grant
 		ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 		defer cancel()
@@ -923,7 +902,7 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 			now := t.now()
 			t.lock(k)
 			more := t.owed(k, now)
-			if k.limit.algo == algoFW && now >= k.winEnd { // the window ended meanwhile: nothing to charge it to
+			if isFW(k.limit) && now >= k.winEnd { // the window ended meanwhile: nothing to charge it to
 				t.stats.uncharged.Add(a.owe.debt)
 				a.owe = owing{settled: a.owe.settled}
 			}
@@ -933,10 +912,13 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 		}
 	}
 	if err == nil && a.owe.charge > 0 { // the fallback's decisions, before any new grant
-		err = call(func(ctx context.Context) error { _, err := t.c.Take(ctx, key, l, a.owe.charge, Debt()); return err })
+		err = call(func(ctx context.Context) error {
+			_, err := t.c.Take(ctx, key, l, a.owe.charge, client.Debt())
+			return err
+		})
 	}
 	paid := err == nil
-	var r Result
+	var r client.Result
 	sent := a.sent // a unit's lifetime runs from before the limiter granted it
 	if paid {
 		t.stats.charged.Add(a.owe.charge)
@@ -944,9 +926,9 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 		sent = t.now()
 		err = call(func(ctx context.Context) (err error) {
 			if a.keep > 0 {
-				r, err = t.c.Take(ctx, key, l, 1, UpTo(a.n), Reserve(a.keep))
+				r, err = t.c.Take(ctx, key, l, 1, client.UpTo(a.n), client.Reserve(a.keep))
 			} else {
-				r, err = t.c.Take(ctx, key, l, 1, UpTo(a.n))
+				r, err = t.c.Take(ctx, key, l, 1, client.UpTo(a.n))
 			}
 			return err
 		})
@@ -969,7 +951,7 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 				// Until the window ends, its grants leave the others' shares
 				// to them: they may be spending them still, uncharged.
 				share := (k.last.Remaining + k.fwOthers + k.procs - 1) / k.procs
-				k.keep, k.keepEnd = min((k.procs-1)*share, k.limit.n-1), k.winEnd
+				k.keep, k.keepEnd = min((k.procs-1)*share, limitN(k.limit)-1), k.winEnd
 			}
 		}
 		k.err = err
@@ -984,10 +966,10 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 		// leave their shares to them until then.
 		k.keepEnd = min(k.keepEnd, now+keepTargets*int64(t.o.Target))
 	}
-	if k.limit.algo == algoFW {
+	if isFW(k.limit) {
 		end := sent + int64(r.ResetAfter) - int64(windowEndMargin) // its window ends, as seen from the send
 		k.fwOthers = max(k.procs-1, 0) * r.Granted
-		if half := int64(k.limit.period) / 2; end-k.winEnd < half && end-k.winEnd > -half { // the window the last grant saw (its end measured again, a latency apart): what the others took since
+		if half := int64(period(k.limit)) / 2; end-k.winEnd < half && end-k.winEnd > -half { // the window the last grant saw (its end measured again, a latency apart): what the others took since
 			k.fwOthers = max(k.fwOthers, k.last.Remaining-r.Remaining-r.Granted)
 		}
 		k.winEnd = end
@@ -996,7 +978,7 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 	k.fullAt = now + int64(r.ResetAfter)
 	if r.Granted > 0 {
 		expires := sent + int64(t.o.Lifetime)
-		if k.limit.algo == algoFW { // held until its window ends
+		if isFW(k.limit) { // held until its window ends
 			expires = k.winEnd
 		}
 		k.add(r.Granted, expires)
@@ -1033,7 +1015,7 @@ func (t *Leased) grant(key string, l Limit, k *leaseKey, a ask, ch chan struct{}
 
 // refillAhead sends a grant in the background when the units held fall
 // below half of what the key's demand needs for a Target; k is locked.
-func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
+func (t *Tier) refillAhead(key string, k *leaseKey, now int64) {
 	if !k.hot || k.flight != nil || now < k.pace || t.shut.Load() {
 		return
 	}
@@ -1046,7 +1028,7 @@ func (t *Leased) refillAhead(key string, k *leaseKey, now int64) {
 
 // refill sends a grant of up to n in the background; k is locked and has
 // no flight.
-func (t *Leased) refill(key string, k *leaseKey, n int64) {
+func (t *Tier) refill(key string, k *leaseKey, n int64) {
 	ch := make(chan struct{})
 	sent := t.now() // a unit's lifetime runs from before the limiter granted it
 	a := ask{n: n, sent: sent, probe: k.down != 0, owe: t.owed(k, sent)}
@@ -1094,7 +1076,7 @@ func registryKey(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 && strings.IndexByte(key[i+1:], '}') > 0 {
 		r = key + ":leases"
 	}
-	if Slot(r) != Slot(key) {
+	if client.Slot(r) != client.Slot(key) {
 		return ""
 	}
 	return r
@@ -1110,7 +1092,7 @@ type registration struct {
 
 // register renews this process's slot in g's registry when due, and
 // takes the processes it counts as N; mu guards g.
-func (t *Leased) register(mu *sync.Mutex, g *registration) {
+func (t *Tier) register(mu *sync.Mutex, g *registration) {
 	now := t.now()
 	mu.Lock()
 	every := int64(registryEvery)
@@ -1129,7 +1111,7 @@ func (t *Leased) register(mu *sync.Mutex, g *registration) {
 	t.stats.registers.Add(1)
 	ctx, cancel := context.WithTimeout(context.Background(), t.o.Timeout)
 	defer cancel()
-	r, err := t.c.Acquire(ctx, g.registry, Concurrency{Limit: registryLimit, Lease: registryLease}, t.id)
+	r, err := t.c.Acquire(ctx, g.registry, client.Concurrency{Limit: registryLimit, Lease: registryLease}, t.id)
 	mu.Lock()
 	defer mu.Unlock()
 	if err != nil { // N stays as it was; a grant 250 ms on tries again
@@ -1140,7 +1122,7 @@ func (t *Leased) register(mu *sync.Mutex, g *registration) {
 }
 
 // giveBack returns units to the limiter at key in the background.
-func (t *Leased) giveBack(key string, l Limit, units int64) {
+func (t *Tier) giveBack(key string, l client.Limit, units int64) {
 	if units <= 0 {
 		return
 	}
@@ -1156,7 +1138,7 @@ func (t *Leased) giveBack(key string, l Limit, units int64) {
 
 // refund gives units back now, counting them returned or stranded (a
 // fixed window's, which cannot go back, stranded with no call).
-func (t *Leased) refund(ctx context.Context, key string, l Limit, units int64) error {
+func (t *Tier) refund(ctx context.Context, key string, l client.Limit, units int64) error {
 	if !l.Refundable() {
 		t.stats.stranded.Add(units)
 		return nil
@@ -1171,7 +1153,7 @@ func (t *Leased) refund(ctx context.Context, key string, l Limit, units int64) e
 
 // sweeper gives back lapsed units, renews and gives back slots, and
 // forgets idle keys, every Target (at most 250 ms).
-func (t *Leased) sweeper() {
+func (t *Tier) sweeper() {
 	defer close(t.swept)
 	tick := time.NewTicker(min(t.o.Target, slotSlack/4)) // often enough to renew the slots held every half slotSlack
 	defer tick.Stop()
@@ -1189,7 +1171,7 @@ func (t *Leased) sweeper() {
 // idle for a Lifetime (a hot key for registryLease) that hold nothing, owe
 // nothing (a key whose grants fail, once its
 // Fallback has passed).
-func (t *Leased) sweep(now int64) {
+func (t *Tier) sweep(now int64) {
 	t.mu.Lock()
 	defer t.mu.Unlock()
 	for key, k := range t.all() {
@@ -1214,7 +1196,7 @@ func (t *Leased) sweep(now int64) {
 // settle charges k's debt at now in the background, for a key no
 // decision asks a grant for (after a peek, while its grants fail); k is
 // locked and has no flight.
-func (t *Leased) settle(key string, k *leaseKey, now int64) {
+func (t *Tier) settle(key string, k *leaseKey, now int64) {
 	o, probe := t.owed(k, now), k.down != 0
 	if o.charge == 0 {
 		return
@@ -1228,7 +1210,7 @@ func (t *Leased) settle(key string, k *leaseKey, now int64) {
 			_, err = t.c.Peek(ctx, key, k.limit, 1)
 		}
 		if err == nil {
-			_, err = t.c.Take(ctx, key, k.limit, o.charge, Debt())
+			_, err = t.c.Take(ctx, key, k.limit, o.charge, client.Debt())
 		}
 		now := t.now()
 		t.lock(k)
@@ -1255,11 +1237,11 @@ func (t *Leased) settle(key string, k *leaseKey, now int64) {
 
 // pay charges what o owes at key now, within ctx: a key the tier lets go
 // of (Close, a key asked with another limit); what fails is Uncharged.
-func (t *Leased) pay(ctx context.Context, key string, l Limit, o owing) error {
+func (t *Tier) pay(ctx context.Context, key string, l client.Limit, o owing) error {
 	if o.charge == 0 {
 		return nil
 	}
-	if _, err := t.c.Take(ctx, key, l, o.charge, Debt()); err != nil {
+	if _, err := t.c.Take(ctx, key, l, o.charge, client.Debt()); err != nil {
 		t.stats.uncharged.Add(o.debt)
 		return err
 	}
@@ -1268,14 +1250,14 @@ func (t *Leased) pay(ctx context.Context, key string, l Limit, o owing) error {
 }
 
 // Stats is what the tier did so far.
-func (t *Leased) Stats() LeaseStats {
+func (t *Tier) Stats() Stats {
 	now := t.now()
 	for _, k := range t.all() { // fold in what was decided without the lock
 		t.lock(k)
 		t.unlock(k, now)
 	}
 	s := &t.stats
-	return LeaseStats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
+	return Stats{Local: s.local.Load(), Refused: s.refused.Load(), Exact: s.exact.Load(), Grants: s.grants.Load(),
 		Granted: s.granted.Load(), Returned: s.returned.Load(), Stranded: s.stranded.Load(), Waits: s.waits.Load(),
 		Unclaimed: s.unclaimed.Load(), Fallback: s.fallback.Load(), Down: time.Duration(s.down.Load()), Registers: s.registers.Load(),
 		Coalesced: s.coalesced.Load(), Charged: s.charged.Load(), Uncharged: s.uncharged.Load()}
@@ -1285,7 +1267,7 @@ func (t *Leased) Stats() LeaseStats {
 // waits for the calls in flight; later decisions go exact. The returns
 // run at once, each bounded by Timeout (and ctx); it returns the errors
 // the returns met (errors.Join).
-func (t *Leased) Close(ctx context.Context) error {
+func (t *Tier) Close(ctx context.Context) error {
 	t.gate.Lock()
 	closed := t.shut.Swap(true)
 	t.gate.Unlock()
@@ -1297,7 +1279,7 @@ func (t *Leased) Close(ctx context.Context) error {
 	t.calls.Wait()
 	type held struct {
 		key, registry string // registry: "" when this process holds no slot in it
-		limit         Limit
+		limit         client.Limit
 		units         int64
 		owed          owing // the fallback's decisions, charged before anything goes back
 	}
@@ -1343,7 +1325,7 @@ func (t *Leased) Close(ctx context.Context) error {
 }
 
 // all is every key's entry.
-func (t *Leased) all() iter.Seq2[string, *leaseKey] {
+func (t *Tier) all() iter.Seq2[string, *leaseKey] {
 	return func(yield func(string, *leaseKey) bool) {
 		t.keys.Range(func(key, v any) bool { return yield(key.(string), v.(*leaseKey)) })
 	}
