@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"sync"
 	"sync/atomic"
 	"syscall"
 	"testing"
@@ -352,5 +353,41 @@ func TestAcquire(t *testing.T) {
 				}
 			}
 		})
+	}
+}
+
+// With Pipeline, 50 requests at once are decided through the one sender,
+// each exactly (a limit of 30 admits 30), each step reported Sent; Close
+// stops the sender, and a decision after it fails.
+func TestPipeline(t *testing.T) {
+	var sent atomic.Int64
+	g, _, _, _ := onFake(t, admit.Options{Pipeline: true, StepTimeout: 5 * time.Second, Event: func(e admit.Event) {
+		if e.Kind == admit.Sent {
+			sent.Add(1)
+		}
+	}})
+	ctx := context.Background()
+	var admitted atomic.Int64
+	var wg sync.WaitGroup
+	for range 50 {
+		wg.Go(func() {
+			ws := []*admit.Want{{Want: client.Want{Key: "{p}", Limit: client.FixedWindow(30, time.Minute), Cost: 1}}}
+			if out, err := g.Decide(ctx, ws); out != admit.Decided || err != nil {
+				t.Error(out, err)
+				return
+			}
+			if !ws[0].Result.Limited {
+				admitted.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if admitted.Load() != 30 || sent.Load() != 50 {
+		t.Fatalf("%d admitted, %d steps sent; want 30 of 50, 50", admitted.Load(), sent.Load())
+	}
+	g.Close(ctx)
+	ws := []*admit.Want{{Want: client.Want{Key: "{p}", Limit: client.FixedWindow(30, time.Minute), Cost: 1}}}
+	if out, err := g.Decide(ctx, ws); out != admit.Failed || err == nil {
+		t.Fatalf("after Close: %v %v", out, err)
 	}
 }
