@@ -34,16 +34,7 @@ func heldFake(t *testing.T, engine Engine) (*Client, *fakeServer, *held) {
 		f.NoModule = true
 	}
 	h := newHeld()
-	rdb := redis.NewClient(&redis.Options{Addr: f.Addr, ContextTimeoutEnabled: true})
-	rdb.AddHook(h)
-	rdb.AddHook(f)
-	t.Cleanup(func() {
-		select {
-		case <-h.Release:
-		default:
-			close(h.Release)
-		}
-	})
+	rdb := h.Client(f, t.Cleanup)
 	return New(rdb), f, h
 }
 

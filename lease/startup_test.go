@@ -6,8 +6,6 @@ import (
 	"testing"
 	"time"
 
-	"github.com/redis/go-redis/v9"
-
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
@@ -34,16 +32,7 @@ func heldFake(t *testing.T, engine client.Engine) (*client.Client, *fakeredis.He
 		f.NoModule, f.Functions = true, true
 	}
 	h := fakeredis.NewHeld()
-	rdb := redis.NewClient(&redis.Options{Addr: f.Addr, ContextTimeoutEnabled: true})
-	rdb.AddHook(h)
-	rdb.AddHook(f)
-	t.Cleanup(func() {
-		select {
-		case <-h.Release:
-		default:
-			close(h.Release)
-		}
-	})
+	rdb := h.Client(f, t.Cleanup)
 	return client.New(rdb), h
 }
 

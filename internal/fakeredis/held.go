@@ -26,6 +26,23 @@ type Held struct {
 // NewHeld is a Held holding the work until its Release is closed.
 func NewHeld() *Held { return &Held{Release: make(chan struct{})} }
 
+// Client is a client of f whose start-up work h holds (h's hook runs
+// before f's), go-redis bounding each call by its context; cleanup (a
+// test's Cleanup) releases the work at the end if the test did not.
+func (h *Held) Client(f *Server, cleanup func(func())) *redis.Client {
+	rdb := redis.NewClient(&redis.Options{Addr: f.Addr, ContextTimeoutEnabled: true})
+	rdb.AddHook(h)
+	rdb.AddHook(f)
+	cleanup(func() {
+		select {
+		case <-h.Release:
+		default:
+			close(h.Release)
+		}
+	})
+	return rdb
+}
+
 // Startup reports a command of the client's start-up work.
 func Startup(cmd redis.Cmder) bool {
 	args := cmd.Args()
