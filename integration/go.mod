@@ -79,3 +79,5 @@ require (
 replace github.com/seed-6b3823f5/ratelimit => ../
 
 replace github.com/seed-6b3823f5/ratelimit/rls => ../rls
+
+replace github.com/seed-6b3823f5/ratelimit/prom => ../prom

@@ -8,9 +8,10 @@
 # ../); a user installing them from a tag must get the library from its own
 # tag instead. So the script makes two commits:
 #   1. "Release vX.Y.Z": prom/go.mod and rls/go.mod require the library at
-#      vX.Y.Z, with no replace, and their go.sum hold its hashes (computed
-#      from a module proxy on disk holding the library as it is tagged,
-#      which is what the public proxy will serve); the three tags point here;
+#      vX.Y.Z, and rls/go.mod prom at vX.Y.Z, with no replace, and their
+#      go.sum hold the hashes (computed from module proxies on disk holding
+#      the library, then prom, as they are tagged, which is what the public
+#      proxy will serve); the three tags point here;
 #   2. back to development: the replace directives again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -37,8 +38,11 @@ step=pin
 # commit, the replace directives after it (the tags stay: say so).
 cleanup() {
   local code=$?
-  chmod -R u+w "$proxy" "$proxy.modcache" 2>/dev/null
-  rm -rf "$proxy" "$proxy.modcache"
+  chmod -R u+w "$proxy" "$proxy.prom" "$proxy.modcache" 2>/dev/null
+  rm -rf "$proxy" "$proxy.prom" "$proxy.modcache"
+  if [ "$code" != 0 ] && [ "$step" = pin ] && git log -1 --format=%s | grep -q "^Release v$version:"; then
+    git reset -q --hard HEAD~1 # the release commit, made before rls's pin of prom failed
+  fi
   if [ "$code" != 0 ] && [ "$step" != done ]; then
     git checkout -q -- $pinned
     [ "$step" = pin ] || echo "release: the tags are made; going back to development failed: add the replace directives by hand" >&2
@@ -65,15 +69,27 @@ for m in prom rls; do
 done
 git add $pinned
 git commit -q -m "Release v$version: prom and rls require the library at v$version"
+# rls requires prom too: prom as that commit holds it (its go.mod pinned),
+# from a proxy of it; the commit then takes rls's pin (prom's files, and so
+# its hashes, stay as they are).
+(cd release && go run . proxy -repo .. -version "v$version" -out "$proxy.prom" -rev HEAD -modules prom)
+(
+  cd rls
+  go mod edit -dropreplace="$lib/prom" -require="$lib/prom@v$version"
+  export GOMODCACHE="$proxy.modcache"
+  GOPROXY="file://$proxy,file://$proxy.prom,file://$shared/cache/download,$(go env GOPROXY)" GONOSUMDB="$lib" GOFLAGS=-mod=mod GOWORK=off go mod tidy
+  GOPROXY="file://$proxy,file://$proxy.prom,file://$shared/cache/download,$(go env GOPROXY)" GONOSUMDB="$lib" GOWORK=off go build ./...
+)
+git add rls/go.mod rls/go.sum
+git commit -q --amend -m "Release v$version: prom and rls require the library, and rls prom, at v$version"
 for t in "${tags[@]}"; do
   git tag -a "$t" -m "ratelimit $t"
 done
 released=$(git rev-parse --short HEAD)
 step=develop
 
-for m in prom rls; do
-  (cd "$m" && go mod edit -replace="$lib=../" && GOFLAGS=-mod=mod GOWORK=off go mod tidy)
-done
+(cd prom && go mod edit -replace="$lib=../" && GOFLAGS=-mod=mod GOWORK=off go mod tidy)
+(cd rls && go mod edit -replace="$lib=../" && go mod edit -replace="$lib/prom=../prom" && GOFLAGS=-mod=mod GOWORK=off go mod tidy)
 git add $pinned
 git commit -q -m "Back to development after v$version: prom and rls build against this checkout (replace ../)"
 

@@ -281,8 +281,8 @@ func TestLease(t *testing.T) {
 	}
 	t.Logf("%d admitted of 300, %d Redis calls", admitted, calls.Load())
 	st := s.gate.Stats().Lease
-	want := fmt.Sprintf("# HELP ratelimit_service_lease_grants Grant calls the local tier sent.\n# TYPE ratelimit_service_lease_grants counter\nratelimit_service_lease_grants %d\n", st.Grants)
-	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_service_lease_grants"); err != nil || st.Grants == 0 {
+	want := fmt.Sprintf("# HELP ratelimit_lease_grants_total Grant calls the local tier sent (a Take with UpTo).\n# TYPE ratelimit_lease_grants_total counter\nratelimit_lease_grants_total %d\n", st.Grants)
+	if err := testutil.GatherAndCompare(reg, strings.NewReader(want), "ratelimit_lease_grants_total"); err != nil || st.Grants == 0 {
 		t.Errorf("lease metrics: %v; stats %+v", err, st)
 	}
 	for _, bad := range []string{"lease: true, algorithm: sliding_log", "lease: true, algorithm: sliding_window", "lease: true, algorithm: gcra, debt: true", "lease: 2"} {

@@ -4,15 +4,17 @@ go 1.26.0
 
 replace github.com/seed-6b3823f5/ratelimit => ../
 
+replace github.com/seed-6b3823f5/ratelimit/prom => ../prom
+
 require (
 	github.com/envoyproxy/go-control-plane v0.14.0
 	github.com/envoyproxy/go-control-plane/envoy v1.40.0
 	github.com/envoyproxy/go-control-plane/ratelimit v0.1.1-0.20260629194254-5581fade6089
 	github.com/fsnotify/fsnotify v1.10.1
-	github.com/hashicorp/golang-lru/v2 v2.0.7
 	github.com/prometheus/client_golang v1.25.0
 	github.com/redis/go-redis/v9 v9.23.0
-	github.com/seed-6b3823f5/ratelimit v0.0.0-00010101000000-000000000000
+	github.com/seed-6b3823f5/ratelimit v0.0.0-20261123213720-6f113cde060d
+	github.com/seed-6b3823f5/ratelimit/prom v0.0.0-00010101000000-000000000000
 	golang.org/x/net v0.60.0
 	golang.org/x/sys v0.48.0
 	google.golang.org/genproto/googleapis/rpc v0.0.0-20260817212433-ac3dfec99bb1
@@ -20,6 +22,8 @@ require (
 	google.golang.org/protobuf v1.36.12
 	gopkg.in/yaml.v3 v3.0.1
 )
+
+require github.com/hashicorp/golang-lru/v2 v2.0.7 // indirect
 
 require (
 	cel.dev/expr v0.25.3 // indirect

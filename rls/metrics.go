@@ -8,6 +8,7 @@ import (
 	"github.com/prometheus/client_golang/prometheus"
 
 	"github.com/seed-6b3823f5/ratelimit/lease"
+	"github.com/seed-6b3823f5/ratelimit/prom"
 )
 
 // metrics are the service's counters, named as envoyproxy/ratelimit's
@@ -204,29 +205,8 @@ func (m *metrics) configLoad(ok bool) {
 }
 
 // leaseMetrics registers the local tier's counts (Options.Lease), read
-// from stats at each scrape, as ratelimit_service_lease_* counters.
+// from stats at each scrape: prom's collector, the ratelimit_lease_*
+// metrics httplimit's tier exports too.
 func leaseMetrics(reg prometheus.Registerer, stats func() lease.Stats) {
-	for _, c := range []struct {
-		name, help string
-		v          func(lease.Stats) float64
-	}{
-		{"grants", "Grant calls the local tier sent.", func(s lease.Stats) float64 { return float64(s.Grants) }},
-		{"units_granted", "Units the limiter granted the local tier.", func(s lease.Stats) float64 { return float64(s.Granted) }},
-		{"units_spent", "Granted units spent on hits decided here.", func(s lease.Stats) float64 { return float64(s.Local) }},
-		{"units_returned", "Granted units given back unspent.", func(s lease.Stats) float64 { return float64(s.Returned) }},
-		{"units_stranded", "Granted units that could not be given back.", func(s lease.Stats) float64 { return float64(s.Stranded) }},
-		{"units_charged", "Hits the fallback admitted, charged to their limits when Redis answered again.", func(s lease.Stats) float64 { return float64(s.Charged) }},
-		{"units_uncharged", "Hits the fallback admitted that could not be charged (a fixed window's, once its window had ended; charges that failed at Close).", func(s lease.Stats) float64 { return float64(s.Uncharged) }},
-		{"refused", "Descriptors refused here between paced grants.", func(s lease.Stats) float64 { return float64(s.Refused) }},
-		{"exact", "Lease-enabled descriptors sent to Redis one by one (cold, or the tier closed).", func(s lease.Stats) float64 { return float64(s.Exact) }},
-		{"coalesced", "Lease-enabled descriptors on cold keys that shared one Redis call with others.", func(s lease.Stats) float64 { return float64(s.Coalesced) }},
-		{"waits", "Descriptors that found the pool empty and waited on a grant.", func(s lease.Stats) float64 { return float64(s.Waits) }},
-		{"unclaimed", "Grants whose answer never came.", func(s lease.Stats) float64 { return float64(s.Unclaimed) }},
-		{"registrations", "Renewals of this service's slot in the leased descriptors' registries.", func(s lease.Stats) float64 { return float64(s.Registers) }},
-		{"fallback", "Descriptors decided here while grants failed.", func(s lease.Stats) float64 { return float64(s.Fallback) }},
-		{"fallback_seconds", "Time descriptors spent in fallback, summed.", func(s lease.Stats) float64 { return s.Down.Seconds() }},
-	} {
-		reg.MustRegister(prometheus.NewCounterFunc(prometheus.CounterOpts{Name: "ratelimit_service_lease_" + c.name, Help: c.help},
-			func() float64 { return c.v(stats()) }))
-	}
+	reg.MustRegister(prom.LeaseCollector(stats))
 }

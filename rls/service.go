@@ -92,7 +92,8 @@ type Options struct {
 	// service, from units granted ahead, with no Redis call (several all
 	// or nothing: lease.Tier.Decide). Its
 	// limit_remaining is then what this service holds, a lower bound. Its
-	// counts are the ratelimit_service_lease_ metrics.
+	// counts are the ratelimit_lease_* metrics (prom.LeaseCollector, as
+	// httplimit's tier).
 	Lease *lease.Options
 	// DebtCharges charges a descriptor that carries its own hits_addend
 	// above 0 as a debt: true limit's hits are charged (counted even past
