@@ -169,6 +169,9 @@ func TestInstallFromTags(t *testing.T) {
 		if strings.Contains(tagged, "replace") || !strings.Contains(tagged, "\tgithub.com/seed-6b3823f5/ratelimit v"+v+"\n") {
 			t.Fatalf("%s/go.mod as tagged:\n%s", m, tagged)
 		}
+		if m == "rls" && !strings.Contains(tagged, "\tgithub.com/seed-6b3823f5/ratelimit/prom v"+v+"\n") {
+			t.Fatalf("rls/go.mod as tagged does not require prom at v%s:\n%s", v, tagged)
+		}
 		dev, err := os.ReadFile(filepath.Join(repo, m, "go.mod"))
 		if err != nil || !strings.Contains(string(dev), "replace github.com/seed-6b3823f5/ratelimit => ../") {
 			t.Fatalf("%s/go.mod after the release (development goes on against the checkout): %v\n%s", m, err, dev)
