@@ -41,6 +41,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/breaker"
+	"github.com/seed-6b3823f5/ratelimit/internal/clientx"
 	"github.com/seed-6b3823f5/ratelimit/internal/refusals"
 	"github.com/seed-6b3823f5/ratelimit/lease"
 )
@@ -201,6 +202,7 @@ type Gate struct {
 	local    *localLimiter
 	slots    localSlots      // Local's concurrency slots
 	send     client.StepFunc // each step of a plan (nil: the client's own)
+	mapped   bool            // finding a key's server may call Redis (a Cluster's map): bounded by Timeout
 	pipe     *pipeline       // Options.Pipeline's, or nil
 }
 
@@ -225,7 +227,10 @@ func New(c Redis, o Options) *Gate {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	g := &Gate{c: c, o: o}
+	g := &Gate{c: c, o: o, mapped: true}
+	if cc, ok := c.(*client.Client); ok {
+		g.mapped = clientx.Cluster(cc)
+	}
 	if cc, ok := c.(*client.Client); ok && o.Lease != nil {
 		g.leased = lease.New(cc, *o.Lease)
 	}
@@ -301,7 +306,19 @@ func (g *Gate) Decide(ctx context.Context, wants []*Want) (Outcome, error) {
 	if len(wants) == 0 {
 		return Decided, nil
 	}
-	err := g.run(ctx, func() []string { return keysOf(wants) }, func(ctx context.Context) error { return g.decide(ctx, wants) })
+	if err := ctx.Err(); err != nil {
+		return Gone, err
+	}
+	var err error
+	if bs, ok := g.allow(ctx, wants); !ok {
+		err = ErrBreakerOpen
+	} else {
+		b := bounded{parent: ctx, timeout: g.o.Timeout}
+		start := time.Now()
+		err = g.decide(&b, wants)
+		b.end()
+		g.settle(ctx, bs, err, time.Since(start))
+	}
 	switch {
 	case err == nil:
 		g.remember(wants, now)
@@ -333,9 +350,45 @@ func keysOf(wants []*Want) []string {
 	return keys
 }
 
+// allow asks the breakers of the servers holding the wants' keys (true
+// without breakers): the breakers to settle, or false when one is open.
+func (g *Gate) allow(ctx context.Context, wants []*Want) ([]*breaker.Breaker, bool) {
+	if g.breakers == nil {
+		return nil, true
+	}
+	return g.breakers.Allow(g.servers(ctx, keysOf(wants)))
+}
+
+// bounded is the context a decision's calls go with: its parent within
+// Timeout (client.WithTimeout), made when a call first needs it, so that
+// a decision the tier answers at once, from units held, makes none.
+type bounded struct {
+	parent  context.Context
+	timeout time.Duration
+	ctx     context.Context
+	cancel  context.CancelFunc
+}
+
+func (b *bounded) get() context.Context {
+	if b.ctx == nil {
+		b.ctx = b.parent
+		if b.timeout > 0 {
+			b.ctx, b.cancel = client.WithTimeout(b.parent, b.timeout)
+		}
+	}
+	return b.ctx
+}
+
+func (b *bounded) end() {
+	if b.cancel != nil {
+		b.cancel()
+	}
+}
+
 // decide asks Redis (or the tier) for the enforcing wants, all or
-// nothing, then for the shadow ones each on its own.
-func (g *Gate) decide(ctx context.Context, wants []*Want) error {
+// nothing, then for the shadow ones each on its own, their calls within
+// b's context.
+func (g *Gate) decide(b *bounded, wants []*Want) error {
 	n, leases := 0, g.leased != nil
 	var one *Want
 	for _, w := range wants {
@@ -347,9 +400,12 @@ func (g *Gate) decide(ctx context.Context, wants []*Want) error {
 	}
 	switch {
 	case n == 1 && leases && one.Limit.Leasable() && one.Cost > 0 && one.Reserve == 0 && !one.Debt:
-		r, err := g.leased.Take(ctx, one.Key, one.Limit, one.Cost) // with the tier's fallback while Redis fails
-		if err != nil {
-			return err
+		r, ok := g.leased.TryTake(one.Key, one.Limit, one.Cost) // from units held: no context made
+		if !ok {
+			var err error
+			if r, err = g.leased.Take(b.get(), one.Key, one.Limit, one.Cost); err != nil { // with the tier's fallback while Redis fails
+				return err
+			}
 		}
 		one.Result, one.Known, one.Taken = r, true, !r.Limited
 	case n > 0:
@@ -363,13 +419,13 @@ func (g *Gate) decide(ctx context.Context, wants []*Want) error {
 		if n > 1 && leases { // all or nothing through the tier
 			decide = g.leased.Decide
 		}
-		if err := decide(ctx, enforcing, g.send); err != nil {
+		if err := decide(b.get(), enforcing, g.send); err != nil {
 			return err
 		}
 	}
 	for _, w := range wants {
 		if w.Shadow {
-			if err := g.c.Decide(ctx, []*client.Want{&w.Want}, g.send); err != nil {
+			if err := g.c.Decide(b.get(), []*client.Want{&w.Want}, g.send); err != nil {
 				return err
 			}
 			w.Taken = false
@@ -417,7 +473,7 @@ func (g *Gate) run(ctx context.Context, keys func() []string, call func(ctx cont
 
 // servers lists the servers holding keys, each once (client.Client.ServerFor).
 func (g *Gate) servers(ctx context.Context, keys []string) []string {
-	if g.o.Timeout > 0 { // a Cluster's map may have to be fetched first
+	if g.o.Timeout > 0 && g.mapped { // a Cluster's map may have to be fetched first
 		var cancel context.CancelFunc
 		ctx, cancel = client.WithTimeout(ctx, g.o.Timeout)
 		defer cancel()

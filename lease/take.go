@@ -140,6 +140,19 @@ func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64,
 	return t.c.Take(ctx, key, l, cost)
 }
 
+// TryTake is Take when it decides at once: from the units held, or
+// refused while the key is paced, with no lock, call or wait (ok); else
+// it decides nothing (ok false, and Take decides). A front-end that bounds
+// its calls by a context of its own tries it first and makes that context
+// only when Take must ask Redis or wait (package admit does: 7 of its 8
+// allocations a decision were that context's).
+func (t *Tier) TryTake(key string, l client.Limit, cost int64) (client.Result, bool) {
+	if cost <= 0 || !l.Leasable() || cost > burst(l) || t.shut.Load() {
+		return client.Result{}, false
+	}
+	return t.fast(key, t.entry(key, l), t.now(), cost)
+}
+
 // await waits for ch until deadline or ctx's end, as the client waits
 // for its own calls (clientx.Await): start-up work is not the call's to
 // pay for.
