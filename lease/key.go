@@ -74,6 +74,42 @@ type leaseKey struct {
 	settled                      int64 // when its last charge was sent: refills before are accounted for
 }
 
+// keyState names what a key is doing on this process, as a decision finds
+// it: under the key's lock, once its lapsed units went back. Each
+// decision's path is its key's state (Take, Acquire).
+type keyState uint8
+
+const (
+	holding keyState = iota // it holds the units (slots) asked: they are spent here, with no call
+	closed                  // the tier was closed: the limiter decides
+	cold                    // not hot on this process: the limiter decides, one call at a time, the decisions meanwhile sharing the next
+	failing                 // its grants fail: it decides in fallback, for Fallback, then returns the error
+	paced                   // near the limit between grants, or it waited a Timeout already: refused here until the next grant
+	waiting                 // short of units: a grant is in flight, or sent now, and the decision waits for it
+)
+
+var stateNames = [...]string{holding: "holding", closed: "closed", cold: "cold", failing: "failing", paced: "paced", waiting: "waiting"}
+
+func (s keyState) String() string { return stateNames[s] }
+
+// state is k's state for a decision of cost at now (late: it waited a
+// Timeout already; shut: the tier is closed); k.mu is held.
+func (k *leaseKey) state(now, cost int64, late, shut bool) keyState {
+	switch {
+	case k.units() >= cost:
+		return holding
+	case shut:
+		return closed
+	case !k.hot:
+		return cold
+	case k.down != 0:
+		return failing
+	case now < k.pace || late:
+		return paced
+	}
+	return waiting
+}
+
 func (k *leaseKey) units() int64 {
 	var u int64
 	for i := range k.n {

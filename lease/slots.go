@@ -179,6 +179,7 @@ func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id
 	target := int64(t.o.Target)
 	var waitUntil time.Time
 	counted, late := false, false
+decide:
 	for p != nil {
 		now := t.now()
 		p.mu.Lock()
@@ -199,18 +200,18 @@ func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id
 			p.used = now
 			counted = true
 		}
-		if !p.hot {
+		state, free := p.state(now, id, late)
+		switch state {
+		case cold:
 			p.mu.Unlock()
-			break
-		}
-		free := p.free(now)
-		if _, ok := p.holders[id]; ok && p.fresh(now) { // held here (its lease may have lapsed, its slot has not): renewed
-			p.holders[id] = now + int64(l.Lease)
-			r := p.admitted(free)
-			p.mu.Unlock()
-			return r, nil
-		}
-		if free > 0 && p.fresh(now) {
+			break decide
+		case holding:
+			if _, ok := p.holders[id]; ok { // held here (its lease may have lapsed, its slot has not): renewed
+				p.holders[id] = now + int64(l.Lease)
+				r := p.admitted(free)
+				p.mu.Unlock()
+				return r, nil
+			}
 			p.holders[id] = now + int64(l.Lease)
 			free--
 			p.idle = min(p.idle, free)
@@ -221,15 +222,14 @@ func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id
 			}
 			p.mu.Unlock()
 			return r, nil
-		}
-		if err := p.err; err != nil { // grants fail: the error, while one more is tried in the background
+		case failing: // grants fail: the error, while one more is tried in the background
 			if p.flight == nil && now >= p.pace {
 				t.growPool(key, p, 1)
 			}
+			err := p.err
 			p.mu.Unlock()
 			return client.Result{}, err
-		}
-		if now < p.pace || late {
+		case paced:
 			r := client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: l.Limit, RetryAfter: time.Duration(max(p.pace-now, target)), ResetAfter: p.last.ResetAfter}}
 			if now < p.pace {
 				r.RetryAfter = time.Duration(p.pace - now)
@@ -238,6 +238,7 @@ func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id
 			t.stats.refused.Add(1)
 			return r, nil
 		}
+		// waiting: for the grant in flight, or send one.
 		if waitUntil.IsZero() {
 			t.stats.waits.Add(1)
 			waitUntil = time.Now().Add(t.o.Timeout)
@@ -258,6 +259,26 @@ func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id
 	}
 	t.stats.exact.Add(1)
 	return t.c.Acquire(ctx, key, l, id)
+}
+
+// state is p's state for holder id's acquire at now (late: it waited a
+// Timeout already), and, hot, its free slots (free: lapsed holders go);
+// p.mu is held.
+func (p *slotPool) state(now int64, id string, late bool) (keyState, int64) {
+	if !p.hot {
+		return cold, 0
+	}
+	free := p.free(now)
+	_, held := p.holders[id]
+	switch {
+	case p.fresh(now) && (held || free > 0):
+		return holding, free
+	case p.err != nil:
+		return failing, free
+	case now < p.pace || late:
+		return paced, free
+	}
+	return waiting, free
 }
 
 // admitted is a local acquire's Result, free slots left after it.

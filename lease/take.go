@@ -62,6 +62,7 @@ func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64,
 	target := int64(t.o.Target)
 	counted, late := false, false
 	var waitUntil time.Time
+decide:
 	for {
 		now := t.now()
 		t.lock(k)
@@ -80,22 +81,20 @@ func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64,
 		if gone := k.expire(now); gone > 0 {
 			t.giveBack(key, l, gone)
 		}
-		if k.units() >= cost {
+		switch k.state(now, cost, late, t.shut.Load()) {
+		case holding:
 			t.take(k, cost)
 			r := client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
 			t.refillAhead(key, k, now)
 			t.unlock(k, now)
 			return r, nil
-		}
-		if !k.hot && !t.shut.Load() { // cold: one call, shared with the decisions that come while it is in flight
+		case cold: // one call, shared with the decisions that come while it is in flight
 			t.unlock(k, now)
 			return t.coalesce(ctx, key, l, k, cost)
-		}
-		if t.shut.Load() { // closed while this decision was on its way
+		case closed: // closed while this decision was on its way
 			t.unlock(k, now)
-			break
-		}
-		if k.down != 0 {
+			break decide
+		case failing:
 			if k.flight == nil && now >= k.pace { // try again, in the background
 				t.refill(key, k, k.size(now, target, cost))
 			}
@@ -108,16 +107,14 @@ func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64,
 			t.unlock(k, now)
 			t.stats.fallback.Add(1)
 			return r, nil
-		}
-		// Paced, or waited a Timeout already: refused here until the next grant.
-		if now < k.pace || late {
+		case paced: // refused here until the next grant
 			r := k.refusal(now, target)
 			t.unlock(k, now)
 			t.stats.refused.Add(1)
 			return r, nil
 		}
-		// Wait for the grant in flight, or send one (in the background, on
-		// the tier's own Timeout: a caller's deadline never fails a grant).
+		// waiting: for the grant in flight, or send one (in the background,
+		// on the tier's own Timeout: a caller's deadline never fails a grant).
 		if waitUntil.IsZero() { // waits are real time, whatever clock decides
 			t.stats.waits.Add(1)
 			waitUntil = time.Now().Add(t.o.Timeout)
