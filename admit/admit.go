@@ -16,8 +16,8 @@
 //     units granted ahead, with no call on hot keys (lease.Tier);
 //   - else the plan per slot (client.Client.Decide): one RL.ALL per slot,
 //     those that give back first, refunds when a later slot refuses, a
-//     transaction past 16 windows, each step sent by Options.Send (a
-//     pipelined sender) or on its own;
+//     transaction past 16 windows, each step sent on its own or, with
+//     Options.Pipeline, in a round trip shared with other requests';
 //   - the failure policy (Options.OnError) when Redis cannot decide:
 //     return the error, admit, refuse, or decide in this process and
 //     charge Redis what was admitted once it answers.
@@ -84,7 +84,7 @@ func (f Failure) String() string {
 type Options struct {
 	// Timeout bounds a decision's calls together, not counting the
 	// client's start-up work (client.WithTimeout); 0: none of the Gate's
-	// own (the context's, and Send's).
+	// own (the context's, and StepTimeout's).
 	Timeout time.Duration
 	// OnError is what the Gate does when Redis cannot decide.
 	OnError Failure
@@ -125,13 +125,14 @@ type Options struct {
 type EventKind int
 
 const (
-	// Call: a decision's calls to Redis ended (Duration, and Err when
+	// Called: a decision's calls to Redis ended (Duration, and Err when
 	// Redis did not decide).
-	Call EventKind = iota
+	Called EventKind = iota
 	// Sent: one step of a decision went to Redis, in a pipelined round
 	// trip or on its own (Duration, Err).
 	Sent
-	// Failure: a call failed because Redis could not decide (Server, Err).
+	// ServerFailed: a call failed because Redis could not decide (Server,
+	// Err).
 	ServerFailed
 	// BreakerOpen, BreakerHalfOpen, BreakerClosed: a server's breaker
 	// opened (calls are no longer sent until its cooldown ends), lets one
@@ -154,8 +155,8 @@ type Event struct {
 	Kind     EventKind
 	Server   string        // the Redis server, for a breaker's events
 	Err      error         // why, where it failed
-	Duration time.Duration // for Call
-	Timeout  bool          // for Call: it ran out of time
+	Duration time.Duration // for Called and Sent
+	Timeout  bool          // for Called: it ran out of time
 	Keys     int64         // for Charged
 	Units    int64         // for Charged
 }
@@ -228,11 +229,15 @@ func New(c Redis, o Options) *Gate {
 		o.Now = time.Now
 	}
 	g := &Gate{c: c, o: o, mapped: true}
-	if cc, ok := c.(*client.Client); ok {
+	cc, isClient := c.(*client.Client)
+	if isClient {
 		g.mapped = clientx.Cluster(cc)
-	}
-	if cc, ok := c.(*client.Client); ok && o.Lease != nil {
-		g.leased = lease.New(cc, *o.Lease)
+		if o.Lease != nil {
+			g.leased = lease.New(cc, *o.Lease)
+		}
+		if o.Pipeline {
+			g.pipe = newPipeline(cc, o.StepTimeout, func(took time.Duration, err error) { g.event(Event{Kind: Sent, Duration: took, Err: err}) })
+		}
 	}
 	if o.RefusalCache > 0 {
 		g.refusals = refusals.New(o.RefusalCache, o.RefusalCacheBytes)
@@ -243,10 +248,7 @@ func New(c Redis, o Options) *Gate {
 	if o.OnError == Local {
 		g.local = newLocal(o.LocalKeys)
 	}
-	if cc, ok := c.(*client.Client); ok && o.Pipeline {
-		g.pipe = newPipeline(cc, o.StepTimeout, func(took time.Duration, err error) { g.event(Event{Kind: Sent, Duration: took, Err: err}) })
-	}
-	if g.pipe != nil || o.StepTimeout > 0 {
+	if _, ok := c.(stepSender); ok && (g.pipe != nil || o.StepTimeout > 0) {
 		g.send = g.sendStep
 	}
 	return g
@@ -441,7 +443,7 @@ var ErrBreakerOpen = errors.New("circuit breaker open: the server's calls failed
 // Call runs call against Redis as Decide runs its calls: within Timeout,
 // unless ctx already ended (its error) or the breaker of a
 // server holding one of keys is open (ErrBreakerOpen); how it went moves
-// those breakers and is reported (Call, Rejected). It is for what a
+// those breakers and is reported (Called, Rejected). It is for what a
 // front-end still asks on its own (a concurrency slot): the same
 // breakers see it.
 func (g *Gate) Call(ctx context.Context, keys []string, call func(ctx context.Context) error) error {
@@ -511,19 +513,19 @@ func (g *Gate) settle(parent context.Context, bs []*breaker.Breaker, err error, 
 	switch {
 	case err == nil:
 		settle(breaker.Succeeded, "")
-		g.event(Event{Kind: Call, Duration: took})
+		g.event(Event{Kind: Called, Duration: took})
 		g.chargeLocal()
 	case errors.Is(parent.Err(), context.Canceled): // the caller hung up: not Redis's failure
 		settle(breaker.Gone, "")
 	case client.Unavailable(err) || errors.Is(err, context.DeadlineExceeded):
-		g.event(Event{Kind: Call, Duration: took, Err: err, Timeout: isTimeout(err)})
+		g.event(Event{Kind: Called, Duration: took, Err: err, Timeout: isTimeout(err)})
 		if client.Moving(err) {
 			settle(breaker.Moving, "")
 			return
 		}
 		settle(breaker.Failed, client.ServerOf(err))
 	default:
-		g.event(Event{Kind: Call, Duration: took, Err: err})
+		g.event(Event{Kind: Called, Duration: took, Err: err})
 		settle(breaker.Rejected, "")
 		g.event(Event{Kind: Rejected, Err: err})
 	}

@@ -446,7 +446,7 @@ var gateKinds = map[admit.EventKind]EventKind{admit.ServerFailed: Failure, admit
 // gateEvent reports and logs what the gate saw.
 func (l *Limiter) gateEvent(ge admit.Event) {
 	switch ge.Kind {
-	case admit.Call:
+	case admit.Called:
 		outcome := "ok"
 		switch {
 		case ge.Timeout:
