@@ -404,14 +404,23 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 	return l, nil
 }
 
-// onError is each OnError as the gate's failure policy.
-var onError = [...]admit.Failure{FailOpen: admit.Open, FailClosed: admit.Closed, FailLocal: admit.Local}
+// failure is o as the gate's failure policy: FailOpen's for any other
+// value, as before the gate.
+func failure(o OnError) admit.Failure {
+	switch o {
+	case FailClosed:
+		return admit.Closed
+	case FailLocal:
+		return admit.Local
+	}
+	return admit.Open
+}
 
 // newGate is the gate deciding through l.c as l.opt says.
 func (l *Limiter) newGate() *admit.Gate {
 	return admit.New(l.c, admit.Options{
 		Timeout:         l.opt.Timeout,
-		OnError:         onError[l.opt.OnError],
+		OnError:         failure(l.opt.OnError),
 		LocalKeys:       l.opt.LocalKeys,
 		BreakerFailures: l.opt.BreakerFailures,
 		BreakerCooldown: l.opt.BreakerCooldown,
