@@ -343,22 +343,13 @@ func (g *Gate) Decide(ctx context.Context, wants []*Want) (Outcome, error) {
 	return Failed, err
 }
 
-// keysOf lists the wants' keys.
-func keysOf(wants []*Want) []string {
-	keys := make([]string, len(wants))
-	for i, w := range wants {
-		keys[i] = w.Key
-	}
-	return keys
-}
-
 // allow asks the breakers of the servers holding the wants' keys (true
 // without breakers): the breakers to settle, or false when one is open.
 func (g *Gate) allow(ctx context.Context, wants []*Want) ([]*breaker.Breaker, bool) {
 	if g.breakers == nil {
 		return nil, true
 	}
-	return g.breakers.Allow(g.servers(ctx, keysOf(wants)))
+	return g.breakers.Allow(g.servers(ctx, len(wants), func(i int) string { return wants[i].Key }))
 }
 
 // bounded is the context a decision's calls go with: its parent within
@@ -458,7 +449,8 @@ func (g *Gate) run(ctx context.Context, keys func() []string, call func(ctx cont
 	var bs []*breaker.Breaker
 	if g.breakers != nil {
 		var ok bool
-		if bs, ok = g.breakers.Allow(g.servers(ctx, keys())); !ok {
+		keys := keys()
+		if bs, ok = g.breakers.Allow(g.servers(ctx, len(keys), func(i int) string { return keys[i] })); !ok {
 			return ErrBreakerOpen
 		}
 	}
@@ -473,16 +465,17 @@ func (g *Gate) run(ctx context.Context, keys func() []string, call func(ctx cont
 	return err
 }
 
-// servers lists the servers holding keys, each once (client.Client.ServerFor).
-func (g *Gate) servers(ctx context.Context, keys []string) []string {
+// servers lists the servers holding the n keys key gives, each once
+// (client.Client.ServerFor).
+func (g *Gate) servers(ctx context.Context, n int, key func(i int) string) []string {
 	if g.o.Timeout > 0 && g.mapped { // a Cluster's map may have to be fetched first
 		var cancel context.CancelFunc
 		ctx, cancel = client.WithTimeout(ctx, g.o.Timeout)
 		defer cancel()
 	}
 	servers := make([]string, 0, 1)
-	for _, k := range keys {
-		if s := g.c.ServerFor(ctx, k); !slices.Contains(servers, s) {
+	for i := range n {
+		if s := g.c.ServerFor(ctx, key(i)); !slices.Contains(servers, s) {
 			servers = append(servers, s)
 		}
 	}
@@ -496,7 +489,7 @@ func (g *Gate) RetryAfter(ctx context.Context, keys []string) time.Duration {
 	if g.breakers == nil {
 		return time.Second
 	}
-	return g.breakers.RetryAfter(g.servers(ctx, keys))
+	return g.breakers.RetryAfter(g.servers(ctx, len(keys), func(i int) string { return keys[i] }))
 }
 
 // settle tells the breakers of the call's servers and the hook how a call

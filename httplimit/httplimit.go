@@ -318,13 +318,8 @@ type Event struct {
 // decider is what the limiter asks Redis through: a *client.Client, or a
 // fake in the tests of the verdict logic.
 type decider interface {
-	Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error)
-	AllEach(ctx context.Context, limits []client.Keyed, each []client.Result, opts ...client.Option) (client.Result, error)
-	Acquire(ctx context.Context, key string, l client.Concurrency, id string, opts ...client.Option) (client.Result, error)
-	Release(ctx context.Context, key, id string) (bool, error)
+	admit.Redis // what the gate asks
 	Engines() map[string]client.Engine
-	ServerFor(ctx context.Context, key string) string
-	Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error
 	Refund(ctx context.Context, wants []*client.Want, send client.StepFunc)
 }
 

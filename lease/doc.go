@@ -1,6 +1,7 @@
 // Package lease is a local tier over a client.Client: on a key hot on this
 // process, a Tier decides from units the limiter in Redis granted ahead,
-// with no call and no allocation (Take, about 0.1 µs), and asks for more
+// with no call and no allocation (Take: 56–94 ns, `go test -run '^$'
+// -bench LeasedTake ./lease`), and asks for more
 // before they run out. Each process's grants are its fair share of the
 // limit's rate; a GCRA or token bucket admits at most rate × τ more than
 // the exact limiter in any window (PerSecond(1000), τ 200 ms: 200 more),
