@@ -14,9 +14,9 @@
 //   - the local tier (Options.Lease): when every enforcing want leases,
 //     one or several (a per-IP and a per-key limit), all or nothing, from
 //     units granted ahead, with no call on hot keys (lease.Tier);
-//   - else the plan per slot (client.Client.Decide): one RL.ALL per slot,
-//     those that give back first, refunds when a later slot refuses, a
-//     transaction past 16 windows, each step sent on its own or, with
+//   - else the plan per slot: one RL.ALL per slot, those that give back
+//     first, refunds when a later slot refuses, a transaction past 16
+//     windows in a slot, each step sent on its own or, with
 //     Options.Pipeline, in a round trip shared with other requests';
 //   - the failure policy (Options.OnError) when Redis cannot decide:
 //     return the error, admit, refuse, or decide in this process and
@@ -161,16 +161,30 @@ type Event struct {
 	Units    int64         // for Charged
 }
 
-// Want is one limit a request is counted against: client.Want's key,
-// limit, cost, reserve and debt, and once decided its answer (Known,
-// Result, Taken).
+// Want is one limit a request is counted against (its key, limit, cost,
+// reserve, whether it is a debt, a shadow, leased) and once decided its
+// answer: Known when Result is the limit's own, Taken when it is counted.
 type Want struct {
-	client.Want
+	Key     string
+	Limit   client.Limit
+	Cost    int64
+	Reserve int64 // the module's RESERVE n (client.Reserve)
+	// Debt: the cost is taken whatever remains (client.Debt): the want is
+	// charged even when other limits refuse, and Limited reports a charge
+	// that left its limit over it, taken all the same.
+	Debt bool
 	// Shadow counts the want on its own: it never refuses the request and
 	// is never given back.
 	Shadow bool
 	// Lease lets the local tier decide it (Options.Lease).
 	Lease bool
+
+	// Result is the limit's own answer, when Known. A limit of a step after
+	// one that refused is not asked, and stays not Known.
+	Result client.Result
+	Known  bool
+	// Taken reports a limit counted: it admitted, and was not given back.
+	Taken bool
 	// Remembered: set by Decide when a remembered refusal answered it.
 	Remembered bool
 	// Local: set by Decide when Local decided it in this process.
@@ -201,17 +215,19 @@ type Gate struct {
 	refusals *refusals.Cache
 	breakers *breaker.Set
 	local    *localLimiter
-	slots    localSlots      // Local's concurrency slots
-	send     client.StepFunc // each step of a plan (nil: the client's own)
-	mapped   bool            // finding a key's server may call Redis (a Cluster's map): bounded by Timeout
-	pipe     *pipeline       // Options.Pipeline's, or nil
+	slots    localSlots // Local's concurrency slots
+	plan     planner
+	send     sendFunc  // each step of a plan
+	mapped   bool      // finding a key's server may call Redis (a Cluster's map): bounded by Timeout
+	pipe     *pipeline // Options.Pipeline's, or nil
 }
 
 // Redis is what a Gate asks: a *client.Client (or a fake in tests; the
-// local tier needs a *client.Client).
+// local tier, the pipeline and a transaction past 16 windows need a
+// *client.Client).
 type Redis interface {
-	Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error
 	Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error)
+	AllEach(ctx context.Context, limits []client.Keyed, each []client.Result, opts ...client.Option) (client.Result, error)
 	Acquire(ctx context.Context, key string, l client.Concurrency, id string, opts ...client.Option) (client.Result, error)
 	Release(ctx context.Context, key, id string) (bool, error)
 	ServerFor(ctx context.Context, key string) string
@@ -228,10 +244,12 @@ func New(c Redis, o Options) *Gate {
 	if o.Now == nil {
 		o.Now = time.Now
 	}
-	g := &Gate{c: c, o: o, mapped: true}
+	g := &Gate{c: c, o: o, mapped: true, plan: planner{c: c}}
+	g.send = g.plan.send
 	cc, isClient := c.(*client.Client)
 	if isClient {
 		g.mapped = clientx.Cluster(cc)
+		g.plan.grouped = clientx.Grouped(cc)
 		if o.Lease != nil {
 			g.leased = lease.New(cc, *o.Lease)
 		}
@@ -248,33 +266,28 @@ func New(c Redis, o Options) *Gate {
 	if o.OnError == Local {
 		g.local = newLocal(o.LocalKeys)
 	}
-	if _, ok := c.(stepSender); ok && (g.pipe != nil || o.StepTimeout > 0) {
+	if isClient && (g.pipe != nil || o.StepTimeout > 0) {
 		g.send = g.sendStep
 	}
 	return g
 }
 
 // sendStep sends one step of a decision within StepTimeout: in the next
-// pipelined round trip, or, a transaction (client.Step's Watched) or
-// without Pipeline, on its own.
-func (g *Gate) sendStep(parent context.Context, st client.Step) error {
+// pipelined round trip, or, a transaction (a watched step) or without
+// Pipeline, on its own.
+func (g *Gate) sendStep(parent context.Context, st step) error {
 	ctx, cancel := parent, context.CancelFunc(func() {})
 	if g.o.StepTimeout > 0 {
 		ctx, cancel = context.WithTimeout(parent, g.o.StepTimeout)
 	}
 	defer cancel()
-	if g.pipe == nil || st.Watched {
+	if g.pipe == nil || st.watched {
 		start := time.Now()
-		err := g.c.(stepSender).Send(ctx, st)
+		err := g.plan.send(ctx, st)
 		g.event(Event{Kind: Sent, Duration: time.Since(start), Err: err})
 		return err
 	}
 	return g.pipe.do(ctx, st)
-}
-
-// stepSender sends a step on its own (a *client.Client).
-type stepSender interface {
-	Send(ctx context.Context, s client.Step) error
 }
 
 // breakerKinds are the breakers' events as the Gate's.
@@ -392,7 +405,7 @@ func (g *Gate) decide(b *bounded, wants []*Want) error {
 		}
 	}
 	switch {
-	case n == 1 && leases && one.Limit.Leasable() && one.Cost > 0 && one.Reserve == 0 && !one.Debt:
+	case n == 1 && leases && lease.Leases(one.Limit) && one.Cost > 0 && one.Reserve == 0 && !one.Debt:
 		r, ok := g.leased.TryTake(one.Key, one.Limit, one.Cost) // from units held: no context made
 		if !ok {
 			var err error
@@ -402,29 +415,71 @@ func (g *Gate) decide(b *bounded, wants []*Want) error {
 		}
 		one.Result, one.Known, one.Taken = r, true, !r.Limited
 	case n > 0:
-		enforcing := make([]*client.Want, 0, n)
-		for _, w := range wants {
-			if !w.Shadow {
-				enforcing = append(enforcing, &w.Want)
+		enforcing := wants
+		if n < len(wants) {
+			enforcing = make([]*Want, 0, n)
+			for _, w := range wants {
+				if !w.Shadow {
+					enforcing = append(enforcing, w)
+				}
 			}
 		}
-		decide := g.c.Decide
+		here := false
 		if n > 1 && leases { // all or nothing through the tier
-			decide = g.leased.Decide
+			var err error
+			if here, err = g.allHere(b, enforcing); err != nil {
+				return err
+			}
 		}
-		if err := decide(b.get(), enforcing, g.send); err != nil {
-			return err
+		if !here {
+			if err := g.plan.decide(b.get(), enforcing, g.send); err != nil {
+				return err
+			}
 		}
 	}
 	for _, w := range wants {
 		if w.Shadow {
-			if err := g.c.Decide(b.get(), []*client.Want{&w.Want}, g.send); err != nil {
+			if err := g.plan.decide(b.get(), []*Want{w}, g.send); err != nil {
 				return err
 			}
 			w.Taken = false
 		}
 	}
 	return nil
+}
+
+// allHere decides wants (at most 16, none with a reserve or a debt)
+// through the tier when it can (lease.Tier.AllHere): admitted, each want
+// its own key's answer; refused here, the refusing want alone Known, as a
+// refused step leaves the later ones.
+func (g *Gate) allHere(b *bounded, wants []*Want) (bool, error) {
+	if len(wants) > maxAll {
+		return false, nil
+	}
+	var kb [maxAll]client.Keyed
+	var eb [maxAll]client.Result
+	limits, each := kb[:0], eb[:len(wants)]
+	for _, w := range wants {
+		if w.Reserve != 0 || w.Debt {
+			return false, nil
+		}
+		limits = append(limits, client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
+	}
+	r, here, err := g.leased.AllHere(b.get(), limits, each)
+	if err != nil || !here {
+		return false, err
+	}
+	for i, w := range wants {
+		switch {
+		case !r.Limited:
+			w.Result, w.Known, w.Taken = each[i], true, true
+		case i == r.Policy:
+			w.Result, w.Known, w.Taken = each[i], true, false
+		default:
+			w.Result, w.Known, w.Taken = client.Result{}, false, false
+		}
+	}
+	return true, nil
 }
 
 // ErrBreakerOpen is a call not sent: the breaker of a server holding one
@@ -512,16 +567,25 @@ func (g *Gate) settle(parent context.Context, bs []*breaker.Breaker, err error, 
 		settle(breaker.Gone, "")
 	case client.Unavailable(err) || errors.Is(err, context.DeadlineExceeded):
 		g.event(Event{Kind: Called, Duration: took, Err: err, Timeout: isTimeout(err)})
-		if client.Moving(err) {
+		if clientx.Moving(err) {
 			settle(breaker.Moving, "")
 			return
 		}
-		settle(breaker.Failed, client.ServerOf(err))
+		settle(breaker.Failed, serverOf(err))
 	default:
 		g.event(Event{Kind: Called, Duration: took, Err: err})
 		settle(breaker.Rejected, "")
 		g.event(Event{Kind: Rejected, Err: err})
 	}
+}
+
+// serverOf is the server a call's error names (client.ServerError), or "".
+func serverOf(err error) string {
+	var se *client.ServerError
+	if errors.As(err, &se) {
+		return se.Server
+	}
+	return ""
 }
 
 // isTimeout reports a call that ran out of time.

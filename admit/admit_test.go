@@ -49,8 +49,8 @@ func onFake(t *testing.T, o admit.Options) (g *admit.Gate, f *fakeredis.Server, 
 // wants are a per-IP and a per-key limit of one request, each 2 a minute.
 func wants(shadow ...bool) []*admit.Want {
 	ws := []*admit.Want{
-		{Want: client.Want{Key: "{ip}:a", Limit: client.FixedWindow(2, time.Minute), Cost: 1}, Lease: true},
-		{Want: client.Want{Key: "{key}:a", Limit: client.FixedWindow(2, time.Minute), Cost: 1}, Lease: true},
+		{Key: "{ip}:a", Limit: client.FixedWindow(2, time.Minute), Cost: 1, Lease: true},
+		{Key: "{key}:a", Limit: client.FixedWindow(2, time.Minute), Cost: 1, Lease: true},
 	}
 	for i, s := range shadow {
 		ws[i].Shadow = s
@@ -91,8 +91,8 @@ func TestDecideSteps(t *testing.T) {
 	f.Advance(time.Minute)
 	for range 3 {
 		ws := []*admit.Want{
-			{Want: client.Want{Key: "{s}:a", Limit: client.FixedWindow(1, time.Minute), Cost: 1}, Shadow: true},
-			{Want: client.Want{Key: "{e}:a", Limit: client.FixedWindow(10, time.Minute), Cost: 1}},
+			{Key: "{s}:a", Limit: client.FixedWindow(1, time.Minute), Cost: 1, Shadow: true},
+			{Key: "{e}:a", Limit: client.FixedWindow(10, time.Minute), Cost: 1},
 		}
 		if out, err := g.Decide(ctx, ws); out != admit.Decided || err != nil || ws[1].Result.Limited {
 			t.Fatalf("with a shadow limit: %v %v %+v", out, err, ws[1].Result)
@@ -118,7 +118,7 @@ func TestDecideRemembers(t *testing.T) {
 	}})
 	ctx := context.Background()
 	gcra := func(cost int64) []*admit.Want {
-		return []*admit.Want{{Want: client.Want{Key: "{k}", Limit: client.GCRA(1, 2, time.Minute), Cost: cost}}}
+		return []*admit.Want{{Key: "{k}", Limit: client.GCRA(1, 2, time.Minute), Cost: cost}}
 	}
 	g.Decide(ctx, gcra(2))
 	if ws := gcra(2); !decide(t, g, ws) || ws[0].Remembered {
@@ -216,7 +216,7 @@ func TestLocalCharged(t *testing.T) {
 		}
 	}})
 	one := func() []*admit.Want {
-		return []*admit.Want{{Want: client.Want{Key: "{k}", Limit: client.FixedWindow(3, time.Minute), Cost: 1}}}
+		return []*admit.Want{{Key: "{k}", Limit: client.FixedWindow(3, time.Minute), Cost: 1}}
 	}
 	down.Store(true)
 	for range 2 {
@@ -316,7 +316,7 @@ func TestAcquire(t *testing.T) {
 	for _, on := range []admit.Failure{admit.Local, admit.Closed, admit.Open} {
 		t.Run(on.String(), func(t *testing.T) {
 			g, _, down, _ := onFake(t, admit.Options{OnError: on})
-			w := func() *admit.Want { return &admit.Want{Want: client.Want{Key: "{c}"}} }
+			w := func() *admit.Want { return &admit.Want{Key: "{c}"} }
 			h, out, err := g.Acquire(ctx, w(), one, "a")
 			if h == nil || out != admit.Decided || err != nil {
 				t.Fatalf("the first holder: %v %v %v", h, out, err)
@@ -371,7 +371,7 @@ func TestPipeline(t *testing.T) {
 	var wg sync.WaitGroup
 	for range 50 {
 		wg.Go(func() {
-			ws := []*admit.Want{{Want: client.Want{Key: "{p}", Limit: client.FixedWindow(30, time.Minute), Cost: 1}}}
+			ws := []*admit.Want{{Key: "{p}", Limit: client.FixedWindow(30, time.Minute), Cost: 1}}
 			if out, err := g.Decide(ctx, ws); out != admit.Decided || err != nil {
 				t.Error(out, err)
 				return
@@ -386,7 +386,7 @@ func TestPipeline(t *testing.T) {
 		t.Fatalf("%d admitted, %d steps sent; want 30 of 50, 50", admitted.Load(), sent.Load())
 	}
 	g.Close(ctx)
-	ws := []*admit.Want{{Want: client.Want{Key: "{p}", Limit: client.FixedWindow(30, time.Minute), Cost: 1}}}
+	ws := []*admit.Want{{Key: "{p}", Limit: client.FixedWindow(30, time.Minute), Cost: 1}}
 	if out, err := g.Decide(ctx, ws); out != admit.Failed || err == nil {
 		t.Fatalf("after Close: %v %v", out, err)
 	}

@@ -28,8 +28,8 @@ func ExampleGate_Decide() {
 	defer g.Close(context.Background())
 
 	wants := []*admit.Want{
-		{Want: client.Want{Key: "rl:{ip:192.0.2.7}:ip", Limit: client.GCRA(19, 20, time.Second), Cost: 1}, Lease: true},
-		{Want: client.Want{Key: "rl:{acct:42}:acct", Limit: client.PerMinute(600), Cost: 1}, Lease: true},
+		{Key: "rl:{ip:192.0.2.7}:ip", Limit: client.GCRA(19, 20, time.Second), Cost: 1, Lease: true},
+		{Key: "rl:{acct:42}:acct", Limit: client.PerMinute(600), Cost: 1, Lease: true},
 	}
 	switch out, err := g.Decide(context.Background(), wants); out {
 	case admit.Decided:

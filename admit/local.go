@@ -92,7 +92,7 @@ func (ll *localLimiter) decide(wants []*Want, now int64) {
 			ll.tats.Get(a.Key) // used: the key stays
 		}
 		a.Result = client.Result{Verdict: ratelimit.Verdict{Limited: d.Limited, Limit: d.Limit, Remaining: d.Remaining,
-			RetryAfter: max(d.RetryAfter, client.Never), ResetAfter: d.ResetAfter}}
+			RetryAfter: max(d.RetryAfter, ratelimit.Never), ResetAfter: d.ResetAfter}}
 		a.Known, a.Local = true, true
 		if d.Limited && !a.Shadow {
 			return // a later policy is not charged

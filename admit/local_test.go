@@ -16,7 +16,7 @@ func TestLocalLimiter(t *testing.T) {
 	now := time.Date(2026, 11, 23, 12, 0, 0, 0, time.UTC).UnixNano()
 	var codes []bool
 	for range 5 {
-		rate := []*Want{{Want: client.Want{Key: "a", Limit: l, Cost: 1}}}
+		rate := []*Want{{Key: "a", Limit: l, Cost: 1}}
 		ll.decide(rate, now)
 		codes = append(codes, rate[0].Result.Limited)
 	}
@@ -26,13 +26,13 @@ func TestLocalLimiter(t *testing.T) {
 	// The bound, 2 keys, evicts the key used longest ago: "a", used on
 	// every request, stays through a stream of new keys, its count intact.
 	for _, k := range []string{"b", "c", "d"} {
-		ll.decide([]*Want{{Want: client.Want{Key: "a", Limit: l, Cost: 0}}}, now)
-		ll.decide([]*Want{{Want: client.Want{Key: k, Limit: l, Cost: 1}}}, now)
+		ll.decide([]*Want{{Key: "a", Limit: l, Cost: 0}}, now)
+		ll.decide([]*Want{{Key: k, Limit: l, Cost: 1}}, now)
 	}
 	if ll.keys() != 2 {
 		t.Fatalf("%d keys kept, bound 2", ll.keys())
 	}
-	rate := []*Want{{Want: client.Want{Key: "a", Limit: l, Cost: 1}}}
+	rate := []*Want{{Key: "a", Limit: l, Cost: 1}}
 	if ll.decide(rate, now); !rate[0].Result.Limited {
 		t.Fatalf("the heavy user's key was evicted: admitted again %+v", rate[0].Result)
 	}
@@ -58,7 +58,7 @@ func BenchmarkLocalFlood(b *testing.B) {
 		runtime.ReadMemStats(&before)
 		ll = newLocal(10000)
 		for _, k := range keys {
-			ll.decide([]*Want{{Want: client.Want{Key: k, Limit: l, Cost: 1}}}, now)
+			ll.decide([]*Want{{Key: k, Limit: l, Cost: 1}}, now)
 		}
 	}
 	var after runtime.MemStats
@@ -96,7 +96,7 @@ func TestFailLocalSettleKeepsLaterDecisions(t *testing.T) {
 	d := takeOnly{take: func(key string, cost int64) error {
 		charged = append(charged, fmt.Sprint(key, ":", cost))
 		if key == "b" { // "a" is decided here meanwhile
-			ll.decide([]*Want{{Want: client.Want{Key: "a", Limit: l, Cost: 1}}}, time.Now().UnixNano())
+			ll.decide([]*Want{{Key: "a", Limit: l, Cost: 1}}, time.Now().UnixNano())
 		}
 		return nil
 	}}

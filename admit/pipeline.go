@@ -25,8 +25,9 @@ const (
 // (RL.ALL when several limits).
 type job struct {
 	ctx  context.Context // the request's: a request gone is not sent
-	step client.Step
+	step step
 	call *client.Call
+	each []client.Result // the call's results per limit, for a step of several
 	done chan error
 }
 
@@ -46,7 +47,7 @@ func newPipeline(c *client.Client, timeout time.Duration, sent func(time.Duratio
 }
 
 // do decides a step in the next round trip, or fails when ctx ends first.
-func (p *pipeline) do(ctx context.Context, st client.Step) error {
+func (p *pipeline) do(ctx context.Context, st step) error {
 	j := &job{ctx: ctx, step: st, done: make(chan error, 1)}
 	select {
 	case p.jobs <- j:
@@ -103,7 +104,7 @@ func (p *pipeline) exec(batch []*job) {
 			j.done <- err // the caller is gone: Redis is not asked
 			continue
 		}
-		j.call = b.Step(j.step)
+		j.call, j.each = queue(b, j.step.wants)
 		sent++
 	}
 	if sent == 0 {
@@ -121,7 +122,40 @@ func (p *pipeline) exec(batch []*job) {
 		if j.call == nil {
 			continue
 		}
-		_, err := j.call.Result() // the step's wants hold their answers
+		r, err := j.call.Result()
+		if err == nil {
+			j.answer(r)
+		}
 		j.done <- err
 	}
+}
+
+// queue adds the call of a step that is not watched to b (as
+// planner.send sends it alone): the family's command for one want, RL.ALL
+// EACH for several, with their reserve or DEBT; each is the results per
+// limit of the latter.
+func queue(b *client.Batch, wants []*Want) (*client.Call, []client.Result) {
+	var opts []client.Option
+	switch w := wants[0]; {
+	case w.Debt:
+		opts = []client.Option{client.Debt()}
+	case w.Reserve != 0:
+		opts = []client.Option{client.Reserve(w.Reserve)}
+	}
+	if len(wants) == 1 {
+		w := wants[0]
+		return b.Take(w.Key, w.Limit, w.Cost, opts...), nil
+	}
+	each := make([]client.Result, len(wants))
+	return b.AllEach(keyedOf(wants, make([]client.Keyed, 0, len(wants))), each, opts...), each
+}
+
+// answer fills the job's wants from its call's Result r.
+func (j *job) answer(r client.Result) {
+	if j.each != nil {
+		fill(j.step.wants, j.each, r.Limited)
+		return
+	}
+	w := j.step.wants[0]
+	w.Result, w.Known, w.Taken = r, true, !r.Limited || w.Debt
 }

@@ -35,7 +35,6 @@ type Call struct {
 	release bool     // CONC.RELEASE: an integer reply, not five
 	upto    bool     // UpTo: the reply ends with the grant
 	each    []Result // RL.ALL EACH: filled with each limit's result
-	wants   []*Want  // a decision's step (Step): filled with their answers
 	res     Result
 	held    bool
 	err     error
@@ -223,12 +222,4 @@ func (call *Call) read(cmd *onceCmd, err error) {
 		call.res, err = reading(call.args[0], vals, call.upto)
 	}
 	call.err = err
-	switch {
-	case err != nil || call.wants == nil:
-	case call.each != nil:
-		fill(call.wants, call.each, call.res.Limited)
-	default:
-		w := call.wants[0]
-		w.Result, w.Known, w.Taken = call.res, true, !call.res.Limited || w.Debt
-	}
 }

@@ -126,10 +126,6 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
-// Never is the RetryAfter of an admitted call, and of a refusal that no
-// wait can admit (a cost above the limit): ratelimit.Never.
-const Never = ratelimit.Never
-
 // ErrNoModule means the server does not have the ratelimit module loaded.
 var ErrNoModule = errors.New("ratelimit: the server does not have the ratelimit module loaded " +
 	"(redis-server --loadmodule /path/to/ratelimit.so)")
@@ -140,7 +136,7 @@ var ErrNoModule = errors.New("ratelimit: the server does not have the ratelimit 
 // limit's position. A fixed window of 10 a minute, 40 s into the minute,
 // admitting its sixth request (10 a minute, 6 used: Remaining 4):
 //
-//	Result{Verdict: ratelimit.Verdict{Limited: false, Limit: 10, Remaining: 4, RetryAfter: Never, ResetAfter: 20 * time.Second}}
+//	Result{Verdict: ratelimit.Verdict{Limited: false, Limit: 10, Remaining: 4, RetryAfter: ratelimit.Never, ResetAfter: 20 * time.Second}}
 //
 // and once all 10 are used, an eleventh:
 //
@@ -332,24 +328,6 @@ func drain(period time.Duration, q, rate int64) time.Duration {
 	return time.Duration(secs) * time.Second
 }
 
-// Refundable reports whether the limit takes a negative cost back (GCRA and
-// the token bucket do; the windows and the shaper do not), as the command
-// table says of its family.
-func (l Limit) Refundable() bool {
-	f := l.algo.family()
-	return f != nil && f.Refundable()
-}
-
-// Leasable reports whether a local tier (package lease) decides l from
-// units granted ahead, as the command table says of its family: GCRA and
-// the token bucket (their unspent units go back), and the fixed window
-// (its units are spent before their window ends, or lost). Other limits go
-// to the limiter one call a decision.
-func (l Limit) Leasable() bool {
-	f := l.algo.family()
-	return f != nil && f.Lease
-}
-
 // appendArgs appends the arguments between the key and the cost.
 func (l Limit) appendArgs(args []any) ([]any, error) {
 	a := algos[l.algo]
@@ -474,13 +452,6 @@ func (c *Client) ServerFor(ctx context.Context, key string) string {
 	}
 	return n.addr
 }
-
-// HonoursDeadlines reports whether the go-redis client bounds each call
-// by its context's deadline itself (it was built with
-// ContextTimeoutEnabled: true). When it does not, each call with a
-// deadline runs in a goroutine of its own so that the caller still gets
-// its answer at the deadline (see Deadlines).
-func (c *Client) HonoursDeadlines() bool { return c.deadlines }
 
 // takeName and peekName hold each command's name as an interface value,
 // made once: boxing a string on every call would allocate.
@@ -753,10 +724,10 @@ func result(v []int64) Result {
 	return Result{Verdict: ratelimit.Verdict{Limited: v[0] == 1, Limit: v[1], Remaining: v[2], RetryAfter: millis(v[3]), ResetAfter: millis(v[4])}}
 }
 
-// millis converts a reply time in ms; -1 is Never.
+// millis converts a reply time in ms; -1 is ratelimit.Never.
 func millis(ms int64) time.Duration {
 	if ms < 0 {
-		return Never
+		return ratelimit.Never
 	}
 	return time.Duration(ms) * time.Millisecond
 }

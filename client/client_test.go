@@ -112,7 +112,7 @@ func TestResult(t *testing.T) {
 		t.Fatalf("%+v %v, want %+v", r, err, want)
 	}
 	c, _ = newFake(0, 10, 9, -1, 6000)
-	if r, _ := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); r.Limited || r.RetryAfter != Never {
+	if r, _ := c.Take(ctx, "k", GCRA(9, 10, time.Minute), 1); r.Limited || r.RetryAfter != ratelimit.Never {
 		t.Fatalf("admitted: %+v", r)
 	}
 	c, _ = newFake(0, 1, 2, 3)
@@ -295,35 +295,28 @@ func TestQuota(t *testing.T) {
 			t.Errorf("%v: %d per %v, want %d per %v", c.l, q, w, c.q, c.w)
 		}
 	}
-	if !GCRA(1, 1, time.Second).Refundable() || SlidingWindow(1, time.Second).Refundable() {
-		t.Error("Refundable")
-	}
 }
 
-// A Limit says its family, its parameters, and whether it refunds and
-// leases, as the command table says of the family.
+// A Limit says its family and its parameters, as the command table names
+// them (whether it refunds and leases: lease's TestLeases).
 func TestLimitFamily(t *testing.T) {
 	for _, c := range []struct {
-		l               Limit
-		family          string
-		n, m            int64
-		period          time.Duration
-		refunds, leases bool
+		l      Limit
+		family string
+		n, m   int64
+		period time.Duration
 	}{
-		{PerSecond(10), "GCRA", 9, 10, time.Second, true, true},
-		{TokenBucket(100, 10, time.Minute), "TB", 100, 10, time.Minute, true, true},
-		{Shaper(4, 1, time.Second), "LB", 4, 1, time.Second, false, false},
-		{SlidingWindow(50, time.Minute), "SW", 50, 0, time.Minute, false, false},
-		{FixedWindow(1000, time.Hour), "FW", 1000, 0, time.Hour, false, true},
-		{SlidingLog(5, 15*time.Minute), "SL", 5, 0, 15 * time.Minute, false, false},
-		{Limit{}, "", 0, 0, 0, false, false},
+		{PerSecond(10), "GCRA", 9, 10, time.Second},
+		{TokenBucket(100, 10, time.Minute), "TB", 100, 10, time.Minute},
+		{Shaper(4, 1, time.Second), "LB", 4, 1, time.Second},
+		{SlidingWindow(50, time.Minute), "SW", 50, 0, time.Minute},
+		{FixedWindow(1000, time.Hour), "FW", 1000, 0, time.Hour},
+		{SlidingLog(5, 15*time.Minute), "SL", 5, 0, 15 * time.Minute},
+		{Limit{}, "", 0, 0, 0},
 	} {
 		n, m, period := c.l.Params()
 		if f := c.l.Family(); f != c.family || n != c.n || m != c.m || period != c.period {
 			t.Errorf("%v: family %q, params %d %d %v; want %q, %d %d %v", c.l, f, n, m, period, c.family, c.n, c.m, c.period)
-		}
-		if c.l.Refundable() != c.refunds || c.l.Leasable() != c.leases {
-			t.Errorf("%v: refunds %v, leases %v; want %v, %v", c.l, c.l.Refundable(), c.l.Leasable(), c.refunds, c.leases)
 		}
 	}
 }
@@ -402,7 +395,7 @@ func herd(t *testing.T, c *Client, f *fakeServer) {
 func TestDeadlineWithoutContextTimeout(t *testing.T) {
 	c, f := newFake(0, 10, 9, -1, 6000)
 	c.engine = Module
-	if c.HonoursDeadlines() {
+	if c.deadlines {
 		t.Fatal("a client without ContextTimeoutEnabled honours deadlines?")
 	}
 	f.Hold = make(chan struct{}) // never closed while the call runs
@@ -428,7 +421,7 @@ func TestDeadlineWithoutContextTimeout(t *testing.T) {
 	}
 	rdb := redis.NewClient(&redis.Options{Addr: "127.0.0.1:1", ContextTimeoutEnabled: true})
 	defer rdb.Close()
-	if !New(rdb).HonoursDeadlines() {
+	if !New(rdb).deadlines {
 		t.Fatal("ContextTimeoutEnabled: true, yet not honoured")
 	}
 }

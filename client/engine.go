@@ -909,6 +909,22 @@ func init() {
 	}
 	clientx.PrepareTimeout = func(c any) time.Duration { return c.(*Client).prepareTimeout }
 	clientx.Cluster = func(c any) bool { return c.(*Client).cluster() }
+	clientx.Grouped = func(c any) bool { return c.(*Client).grouped() }
+	clientx.Moving = movedOut
+	clientx.Watch = func(c any, ctx context.Context, limits, each any, reserve int64, known, taken []bool) error {
+		return c.(*Client).watched(ctx, &watching{limits: limits.([]Keyed), each: each.([]Result), reserve: reserve, known: known, taken: taken})
+	}
+}
+
+// grouped reports a client whose keys live on several servers, grouped
+// by slot (a Cluster) or by hash tag (a Ring): those of one group can be
+// one RL.ALL call.
+func (c *Client) grouped() bool {
+	switch c.rdb.(type) {
+	case *redis.ClusterClient, *redis.Ring:
+		return true
+	}
+	return false
 }
 
 // cluster reports a Redis Cluster client, which follows redirections

@@ -26,7 +26,8 @@ var movingReplies = []string{"TRYAGAIN", "MOVED ", "ASK "}
 // context's deadline (context.DeadlineExceeded, a network timeout), no
 // connection free in go-redis's pool, or a reply saying the server cannot
 // serve now (LOADING, BUSY, MASTERDOWN, CLUSTERDOWN, READONLY, OOM; and
-// TRYAGAIN, ASK or MOVED still at the call's deadline: see Moving). Those are what a failure policy and a circuit breaker are for.
+// TRYAGAIN, ASK or MOVED still at the call's deadline: its slot was
+// moving). Those are what a failure policy and a circuit breaker are for.
 //
 // It is false for nil, for the caller's own cancellation
 // (context.Canceled: the caller is gone, Redis did nothing wrong), and for
@@ -54,13 +55,14 @@ func Unavailable(err error) bool {
 		errors.Is(err, redis.ErrPoolTimeout) || errors.Is(err, redis.ErrPoolExhausted) || errors.Is(err, redis.ErrClosed)
 }
 
-// Moving reports a call that could not be decided before its deadline
+// movedOut reports a call that could not be decided before its deadline
 // because its key's slot was moving between a Cluster's nodes the whole
 // time (it was answered TRYAGAIN, ASK or MOVED on its last attempt; the
 // client sends such a call again until its deadline). Such a call is
 // Unavailable, but says nothing of its server's health: a circuit breaker
-// should not count it against the server, whose other slots are served.
-func Moving(err error) bool {
+// (package admit's, through clientx.Moving) does not count it against
+// the server, whose other slots are served.
+func movedOut(err error) bool {
 	var reply redis.Error
 	if !errors.As(err, &reply) {
 		return false
@@ -88,12 +90,3 @@ type ServerError struct {
 func (e *ServerError) Error() string { return e.Err.Error() }
 
 func (e *ServerError) Unwrap() error { return e.Err }
-
-// ServerOf is the server a call's error names (see ServerError), or "".
-func ServerOf(err error) string {
-	var se *ServerError
-	if errors.As(err, &se) {
-		return se.Server
-	}
-	return ""
-}

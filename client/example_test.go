@@ -71,6 +71,6 @@ func ExampleLimit_Params() {
 	l := client.PerMinute(10)
 	n, m, period := l.Params()
 	q, w := l.Quota()
-	fmt.Println(l.Family(), n, m, period, q, w, l.Leasable())
-	// Output: GCRA 9 10 1m0s 10 1m0s true
+	fmt.Println(l.Family(), n, m, period, q, w)
+	// Output: GCRA 9 10 1m0s 10 1m0s
 }

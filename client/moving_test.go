@@ -11,6 +11,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 )
 
 // fakeCluster is a Redis Cluster of two fake primaries without a network:
@@ -39,7 +40,7 @@ func newFakeCluster(t *testing.T, setup func(f *fakeServer)) (*Client, *fakeClus
 func keyOn(i int) string {
 	for k := 0; ; k++ {
 		key := fmt.Sprintf("rl:k%d", k)
-		if s := Slot(key); (s < 8192) == (i == 0) {
+		if s := protocol.Slot(key); (s < 8192) == (i == 0) {
 			return key
 		}
 	}
@@ -98,8 +99,8 @@ func TestTryAgain(t *testing.T) {
 	start := time.Now()
 	_, err = c.Take(short, key, PerMinute(10), 1)
 	took := time.Since(start)
-	if !Unavailable(err) || !Moving(err) || ServerOf(err) != fc.addrs[0] {
-		t.Fatalf("still moving at the deadline: %v (unavailable %v, moving %v, server %q)", err, Unavailable(err), Moving(err), ServerOf(err))
+	if !Unavailable(err) || !movedOut(err) || serverOf(err) != fc.addrs[0] {
+		t.Fatalf("still moving at the deadline: %v (unavailable %v, moving %v, server %q)", err, Unavailable(err), movedOut(err), serverOf(err))
 	}
 	if took > time.Second {
 		t.Fatalf("the call took %v with a deadline of 30 ms", took)
@@ -107,7 +108,7 @@ func TestTryAgain(t *testing.T) {
 
 	// Without a deadline, the budget ends it.
 	start = time.Now()
-	if _, err = c.Take(context.Background(), key, PerMinute(10), 1); !Moving(err) {
+	if _, err = c.Take(context.Background(), key, PerMinute(10), 1); !movedOut(err) {
 		t.Fatalf("without a deadline: %v", err)
 	}
 	if took := time.Since(start); took < redirectBudget/2 || took > 3*redirectBudget {
@@ -173,7 +174,7 @@ func TestLibraryFollowsTheCall(t *testing.T) {
 	from.Lock()
 	from.Sent = nil
 	from.Before = func(cmd redis.Cmder) error { // the key has moved to the importing node
-		return replyError(fmt.Sprintf("ASK %d %s", Slot(key), fc.addrs[1]))
+		return replyError(fmt.Sprintf("ASK %d %s", protocol.Slot(key), fc.addrs[1]))
 	}
 	from.Unlock()
 	if r, err := c.Take(ctx, key, PerMinute(10), 1); err != nil || r.Remaining != 9 {
@@ -220,11 +221,20 @@ func TestServerFor(t *testing.T) {
 	f := fc.servers[fc.addrs[1]]
 	f.Err = errors.New("dial tcp: connection refused")
 	_, err := c.Take(ctx, keyOn(1), PerMinute(10), 1)
-	if ServerOf(err) != fc.addrs[1] {
-		t.Fatalf("ServerOf(%v) = %q", err, ServerOf(err))
+	if serverOf(err) != fc.addrs[1] {
+		t.Fatalf("serverOf(%v) = %q", err, serverOf(err))
 	}
 	single, _ := newFake(0, 10, 9, -1, 6000)
 	if got := single.ServerFor(ctx, "k"); got != "127.0.0.1:1" {
 		t.Fatalf("single server: %q", got)
 	}
+}
+
+// serverOf is the server a call's error names (ServerError), or "".
+func serverOf(err error) string {
+	var se *ServerError
+	if errors.As(err, &se) {
+		return se.Server
+	}
+	return ""
 }

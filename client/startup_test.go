@@ -46,16 +46,7 @@ func firstCalls(h *held, n int, wait time.Duration, mk func() (context.Context, 
 // admitted counts the calls admitted, and fails the test on any error.
 func admitted(t *testing.T, res []Result, errs []error) int {
 	t.Helper()
-	n := 0
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("call %d: %v (Unavailable %v): decided by the failure policy, not by the limiter", i, err, Unavailable(err))
-		}
-		if !res[i].Limited {
-			n++
-		}
-	}
-	return n
+	return fakeredis.Admitted(t, res, errs, func(r Result) bool { return r.Limited })
 }
 
 // The contexts a herd's calls are made with: a plain deadline, and
@@ -273,31 +264,6 @@ func TestStartupProbeNeverAnswers(t *testing.T) {
 			}
 			if e := cl.Engines()[f.Addr]; e != Functions {
 				t.Fatalf("engine %v", e)
-			}
-		})
-	}
-}
-
-// The calls made with one context after a wait for start-up work have the
-// time it had, the wait not counted: a herd of decisions of two limits in
-// two slots (Decide: two calls each, the first waiting past the
-// context's deadline), every one decided, 10 admitted.
-func TestStartupDecideSteps(t *testing.T) {
-	for _, cx := range startupContexts {
-		t.Run(cx.name, func(t *testing.T) {
-			c, _, h := heldFake(t, Functions)
-			res, errs := firstCalls(h, 40, herdHold, cx.mk(herdDeadline), func(ctx context.Context, _ int) (Result, error) {
-				wants := []*Want{
-					{Key: "{a}:fw", Limit: FixedWindow(10, time.Minute), Cost: 1},
-					{Key: "{b}:gcra", Limit: GCRA(99, 100, time.Minute), Cost: 1},
-				}
-				err := c.Decide(ctx, wants, nil)
-				var r Result
-				r.Limited = !wants[0].Known || !wants[1].Known || wants[0].Result.Limited || wants[1].Result.Limited
-				return r, err
-			})
-			if n := admitted(t, res, errs); n != 10 {
-				t.Fatalf("%d of 40 decisions admitted, want 10", n)
 			}
 		})
 	}

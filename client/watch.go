@@ -7,23 +7,48 @@ import (
 	"time"
 
 	"github.com/redis/go-redis/v9"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/clientx"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
-// ErrContended is a Watched step (see Client.Send) whose keys changed at
-// every attempt: nothing of it was counted.
-var ErrContended = errors.New("ratelimit: the keys of a decision kept changing: its transaction was not committed")
-
-// watchAttempts bounds a Watched step's transactions.
+// watchAttempts bounds a transaction's attempts.
 const watchAttempts = 8
 
-// watched decides wants (one slot's, any number) in an optimistic
-// transaction (see Send).
-func (c *Client) watched(ctx context.Context, wants []*Want) error {
+// watching is one transaction's limits, of one slot (any number), and
+// where their answers go (see clientx.Watch).
+type watching struct {
+	limits  []Keyed
+	each    []Result
+	reserve int64
+	known   []bool
+	taken   []bool
+	chunks  [][]int // indexes into limits: at most 16 each, a key's all in one
+}
+
+// watched decides w's limits all or nothing in an optimistic transaction,
+// as package admit sends a step of more than 16 windows of one slot:
+//
+//	WATCH k1 … kn
+//	RL.PEEK <chunk 1> EACH MS … RL.PEEK <chunk m> EACH MS   (one round trip)
+//	MULTI  RL.ALL <chunk 1> EACH MS … RL.ALL <chunk m> EACH MS  EXEC
+//
+// with chunks of at most 16 limits. When a peek refuses, nothing is
+// written and the limits of the chunks that refused are known, refused.
+// When every chunk admits, EXEC runs the RL.ALL calls only if no watched
+// key changed since WATCH; each chunk then meets the state its peek saw
+// and, since no limit grows stricter while time passes, admits what its
+// peek admitted: all are counted, or none and the transaction is tried
+// again, up to 8 times with a random pause of up to a millisecond per
+// attempt; then it fails with clientx.ErrContended, nothing counted. On a
+// server without the module the transaction runs the Lua engine the
+// client runs there.
+func (c *Client) watched(ctx context.Context, w *watching) error {
 	ctx = c.resumed(ctx)
-	chunks := chunkByKey(wants)
-	keys := make([]string, len(wants))
-	for i, w := range wants {
-		keys[i] = w.Key
+	w.chunks = chunkByKey(w.limits)
+	keys := make([]string, len(w.limits))
+	for i, kl := range w.limits {
+		keys[i] = kl.Key
 	}
 	for attempt := range watchAttempts {
 		if attempt > 0 { // a short random pause, so that decisions contending for keys take turns
@@ -35,31 +60,31 @@ func (c *Client) watched(ctx context.Context, wants []*Want) error {
 		}
 		var done bool
 		var err error
-		ctx, done, err = c.watchOnce(ctx, chunks, keys) // ctx: the call's, after any start-up work
+		ctx, done, err = c.watchOnce(ctx, w, keys) // ctx: the call's, after any start-up work
 		if err != nil || done {
 			return err
 		}
 	}
-	return ErrContended
+	return clientx.ErrContended
 }
 
-// chunkByKey splits wants into chunks of at most MaxAll, every want of
-// one key in the chunk of its first (the module refuses a key named twice
-// in one call, as it must).
-func chunkByKey(wants []*Want) [][]*Want {
-	var chunks [][]*Want
+// chunkByKey splits limits into chunks of at most 16, every limit of one
+// key in the chunk of its first (the module refuses a key named twice in
+// one call, as it must).
+func chunkByKey(limits []Keyed) [][]int {
+	var chunks [][]int
 	at := map[string]int{}
-	for _, w := range wants {
-		c, ok := at[w.Key]
+	for i, kl := range limits {
+		c, ok := at[kl.Key]
 		if !ok {
 			c = len(chunks) - 1
-			if c < 0 || len(chunks[c]) >= MaxAll {
+			if c < 0 || len(chunks[c]) >= spec.MaxKeys {
 				chunks = append(chunks, nil)
 				c++
 			}
-			at[w.Key] = c
+			at[kl.Key] = c
 		}
-		chunks[c] = append(chunks[c], w)
+		chunks[c] = append(chunks[c], i)
 	}
 	return chunks
 }
@@ -75,7 +100,7 @@ var (
 // server, readied first; a server found without the module, or without
 // its Lua code, is readied again and the peeks sent again, once. It
 // returns the context the call goes on with (see Client.await).
-func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string) (_ context.Context, done bool, err error) {
+func (c *Client) watchOnce(ctx context.Context, w *watching, keys []string) (_ context.Context, done bool, err error) {
 	for attempt := 0; ; attempt++ {
 		var e Engine
 		var n *node
@@ -95,20 +120,20 @@ func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string)
 		var lost error
 		err = c.rdb.Watch(ctx, func(tx *redis.Tx) error {
 			var peeks []*onceCmd
-			peeks, lost = c.peekAll(ctx, tx, e, chunks)
+			peeks, lost = c.peekAll(ctx, tx, e, w)
 			if lost != nil {
 				return lost
 			}
 			refused := false
-			for k, chunk := range chunks {
-				head, err := readChunk(peeks[k], chunk)
+			for k, chunk := range w.chunks {
+				head, err := w.read(peeks[k], chunk)
 				if err != nil {
 					return err
 				}
 				if head.Limited { // refused: nothing written; the chunks whose peeks admitted are not reported
 					refused = true
-					for _, w := range chunk {
-						w.Known = true
+					for _, i := range chunk {
+						w.known[i] = true
 					}
 				}
 			}
@@ -116,7 +141,7 @@ func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string)
 				done = true
 				return nil
 			}
-			return c.commit(ctx, tx, e, chunks, &done)
+			return c.commit(ctx, tx, e, w, &done)
 		}, keys...)
 		if lost != nil && attempt == 0 && c.lost(e, n, iPeekAll, lost) {
 			if e == Scripts {
@@ -131,10 +156,10 @@ func (c *Client) watchOnce(ctx context.Context, chunks [][]*Want, keys []string)
 // peekAll sends every chunk's RL.PEEK EACH on tx in one round trip, on
 // engine e, and returns the commands holding the replies; an error that
 // says the server lacks what e runs the peek with is returned as it is.
-func (c *Client) peekAll(ctx context.Context, tx *redis.Tx, e Engine, chunks [][]*Want) ([]*onceCmd, error) {
-	peeks := make([]*onceCmd, len(chunks))
-	for k, chunk := range chunks {
-		cmd, err := c.chunkCmd(ctx, e, cmdPeekAll, iPeekAll, chunk)
+func (c *Client) peekAll(ctx context.Context, tx *redis.Tx, e Engine, w *watching) ([]*onceCmd, error) {
+	peeks := make([]*onceCmd, len(w.chunks))
+	for k, chunk := range w.chunks {
+		cmd, err := c.chunkCmd(ctx, e, cmdPeekAll, iPeekAll, w, chunk)
 		if err != nil {
 			return nil, err
 		}
@@ -150,10 +175,10 @@ func (c *Client) peekAll(ctx context.Context, tx *redis.Tx, e Engine, chunks [][
 }
 
 // commit sends every chunk's RL.ALL EACH in MULTI/EXEC and reads what ran.
-func (c *Client) commit(ctx context.Context, tx *redis.Tx, e Engine, chunks [][]*Want, done *bool) error {
-	takes := make([]*onceCmd, len(chunks))
-	for k, chunk := range chunks {
-		cmd, err := c.chunkCmd(ctx, e, cmdAll, iAll, chunk)
+func (c *Client) commit(ctx context.Context, tx *redis.Tx, e Engine, w *watching, done *bool) error {
+	takes := make([]*onceCmd, len(w.chunks))
+	for k, chunk := range w.chunks {
+		cmd, err := c.chunkCmd(ctx, e, cmdAll, iAll, w, chunk)
 		if err != nil {
 			return err
 		}
@@ -173,15 +198,15 @@ func (c *Client) commit(ctx context.Context, tx *redis.Tx, e Engine, chunks [][]
 	}
 	var errs []error
 	ran := false
-	for k, chunk := range takes {
-		head, rerr := readChunk(chunk, chunks[k])
+	for k, cmd := range takes {
+		head, rerr := w.read(cmd, w.chunks[k])
 		if rerr != nil {
 			errs = append(errs, rerr)
 			continue
 		}
 		ran = true
-		for _, w := range chunks[k] {
-			w.Known, w.Taken = true, !head.Limited
+		for _, i := range w.chunks[k] {
+			w.known[i], w.taken[i] = true, !head.Limited
 		}
 	}
 	if !ran {
@@ -191,10 +216,14 @@ func (c *Client) commit(ctx context.Context, tx *redis.Tx, e Engine, chunks [][]
 	return errors.Join(errs...)
 }
 
-// chunkCmd is RL.ALL's or RL.PEEK's command (name, command i) over chunk,
-// with EACH and MS, as engine e runs it.
-func (c *Client) chunkCmd(ctx context.Context, e Engine, name string, i int, chunk []*Want) (*onceCmd, error) {
-	args, err := allArgs(name, keyedOf(chunk, make([]Keyed, 0, len(chunk))), []Option{Reserve(chunk[0].Reserve)})
+// chunkCmd is RL.ALL's or RL.PEEK's command (name, command i) over w's
+// chunk, with EACH and MS, as engine e runs it.
+func (c *Client) chunkCmd(ctx context.Context, e Engine, name string, i int, w *watching, chunk []int) (*onceCmd, error) {
+	limits := make([]Keyed, len(chunk))
+	for k, at := range chunk {
+		limits[k] = w.limits[at]
+	}
+	args, err := allArgs(name, limits, []Option{Reserve(w.reserve)})
 	if err != nil {
 		return nil, err
 	}
@@ -210,10 +239,9 @@ func (c *Client) chunkCmd(ctx context.Context, e Engine, name string, i int, chu
 	return cmd, nil
 }
 
-// readChunk reads an RL.ALL or RL.PEEK EACH reply into its chunk's
-// Results (not Known: the caller says which count), and returns the
-// call's.
-func readChunk(cmd *onceCmd, chunk []*Want) (Result, error) {
+// read reads an RL.ALL or RL.PEEK EACH reply into its chunk's Results
+// (not known: the caller says which count), and returns the call's.
+func (w *watching) read(cmd *onceCmd, chunk []int) (Result, error) {
 	if err := cmd.Err(); err != nil {
 		return Result{}, err
 	}
@@ -226,8 +254,8 @@ func readChunk(cmd *onceCmd, chunk []*Want) (Result, error) {
 	if err != nil {
 		return Result{}, err
 	}
-	for k, w := range chunk {
-		w.Result = each[k]
+	for k, i := range chunk {
+		w.each[i] = each[k]
 	}
 	return head, nil
 }

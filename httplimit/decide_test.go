@@ -178,7 +178,7 @@ func TestBreakerPerServer(t *testing.T) {
 	moving := &client.ServerError{Server: "10.0.0.2:6379", Err: replyError("TRYAGAIN Multiple keys request during rehashing of slot")}
 	f := &fakeDecider{
 		take: func(string, int64) client.Result {
-			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never}}
+			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: ratelimit.Never}}
 		},
 		server: func(key string) string {
 			switch {

@@ -216,7 +216,7 @@ type Options struct {
 	// these options): a request under enforcing GCRA, token-bucket or
 	// fixed-window policies (no Reserve) whose keys are hot on this process
 	// is decided from units granted ahead, with no Redis call (several
-	// policies all or nothing: lease.Tier.Decide), and a concurrency policy's
+	// policies all or nothing: lease.Tier.AllHere), and a concurrency policy's
 	// slot (no Reserve) is one of the slots this process holds at the key,
 	// acquired and released with no call (never more holders than the
 	// limit: see lease.Tier.Acquire); every other request as without
@@ -239,7 +239,7 @@ type Options struct {
 type Decision struct {
 	Status     int           // 429, or 503 when shed
 	Policy     string        // the deciding policy ("" for the in-flight shedder or an outage)
-	RetryAfter time.Duration // before the request would pass (client.Never: never)
+	RetryAfter time.Duration // before the request would pass (ratelimit.Never: never)
 }
 
 // EventKind says what happened.
@@ -320,7 +320,6 @@ type Event struct {
 type decider interface {
 	admit.Redis // what the gate asks
 	Engines() map[string]client.Engine
-	Refund(ctx context.Context, wants []*client.Want, send client.StepFunc)
 }
 
 // Limiter is the middleware. It is safe for concurrent use.

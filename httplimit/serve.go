@@ -16,7 +16,6 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
-	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // noOutcome marks a policy that reports no decision for a request (it
@@ -115,7 +114,7 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 		if k == "" {
 			continue
 		}
-		a := applied{Want: admit.Want{Want: client.Want{Cost: 1, Reserve: p.Reserve[prio]}, Shadow: p.Shadow, Lease: true}, p: p, outcome: noOutcome}
+		a := applied{Want: admit.Want{Cost: 1, Reserve: p.Reserve[prio], Shadow: p.Shadow, Lease: true}, p: p, outcome: noOutcome}
 		a.Key, _ = l.redisKey(k, p.Name)
 		a.Limit = p.Limit
 		if p.Concurrency.Limit > 0 {
@@ -235,13 +234,13 @@ func (l *Limiter) badRequest(w http.ResponseWriter, r *http.Request, p *Policy, 
 }
 
 // refund gives back what the policies took, where the limit allows it
-// (client.Client.Refund).
+// (admit.Gate.Refund).
 func (l *Limiter) refund(ctx context.Context, rate []applied) {
-	wants := make([]*client.Want, len(rate))
+	wants := make([]*admit.Want, len(rate))
 	for i := range rate {
-		wants[i] = &rate[i].Want.Want
+		wants[i] = &rate[i].Want
 	}
-	l.c.Refund(ctx, wants, nil)
+	l.gate.Refund(ctx, wants)
 }
 
 // verdict sets the RateLimit field and each policy's outcome, and returns

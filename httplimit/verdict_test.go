@@ -64,44 +64,6 @@ func (f *fakeDecider) Release(_ context.Context, key, _ string) (bool, error) {
 
 func (f *fakeDecider) Engines() map[string]client.Engine { return nil }
 
-// Decide and Refund are the client's, each step sent to the fake: one
-// limit by Take, several by AllEach.
-func (f *fakeDecider) Decide(ctx context.Context, wants []*client.Want, _ client.StepFunc) error {
-	return planner.Decide(ctx, wants, f.send)
-}
-
-func (f *fakeDecider) Refund(ctx context.Context, wants []*client.Want, _ client.StepFunc) {
-	planner.Refund(ctx, wants, f.send)
-}
-
-// planner plans the fake's decisions as a client of one server does.
-var planner = client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:1"}))
-
-func (f *fakeDecider) send(ctx context.Context, st client.Step) error {
-	if len(st.Wants) == 1 {
-		w := st.Wants[0]
-		r, err := f.Take(ctx, w.Key, w.Limit, w.Cost, client.Reserve(w.Reserve))
-		if err != nil {
-			return err
-		}
-		w.Result, w.Known, w.Taken = r, true, !r.Limited
-		return nil
-	}
-	keyed := make([]client.Keyed, len(st.Wants))
-	each := make([]client.Result, len(st.Wants))
-	for i, w := range st.Wants {
-		keyed[i] = client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost}
-	}
-	r, err := f.AllEach(ctx, keyed, each)
-	if err != nil {
-		return err
-	}
-	for i, w := range st.Wants {
-		w.Result, w.Known, w.Taken = each[i], true, !r.Limited
-	}
-	return nil
-}
-
 func (f *fakeDecider) ServerFor(_ context.Context, key string) string {
 	if f.server == nil {
 		return ""
@@ -134,12 +96,12 @@ func TestVerdictLongestWaitDecides(t *testing.T) {
 		retryAfter int64 // seconds, before the spread; 0: none
 	}{
 		{[3]time.Duration{3 * time.Second, 0, 9 * time.Second}, "c", 9},
-		{[3]time.Duration{3 * time.Second, client.Never, 9 * time.Second}, "b", 0},
+		{[3]time.Duration{3 * time.Second, ratelimit.Never, 9 * time.Second}, "b", 0},
 		{[3]time.Duration{0, 2 * time.Second, 0}, "b", 2},
 	} {
 		f := &fakeDecider{all: func(each []client.Result) client.Result {
 			for i, w := range c.waits {
-				each[i] = client.Result{Verdict: ratelimit.Verdict{Limit: 5, Remaining: 4, RetryAfter: client.Never, ResetAfter: time.Second}}
+				each[i] = client.Result{Verdict: ratelimit.Verdict{Limit: 5, Remaining: 4, RetryAfter: ratelimit.Never, ResetAfter: time.Second}}
 				if w != 0 {
 					each[i] = refusal(w)
 				}
@@ -173,12 +135,12 @@ func TestShedRefundsRate(t *testing.T) {
 	f := &fakeDecider{
 		all: func(each []client.Result) client.Result {
 			for i := range each {
-				each[i] = client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never}}
+				each[i] = client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: ratelimit.Never}}
 			}
-			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never}}
+			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: ratelimit.Never}}
 		},
 		take: func(string, int64) client.Result {
-			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}
+			return client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: ratelimit.Never}}
 		},
 		conc: client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 1, RetryAfter: time.Minute}},
 	}

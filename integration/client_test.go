@@ -61,7 +61,7 @@ func TestClientFamilies(t *testing.T) {
 
 func ms(v int64) time.Duration {
 	if v < 0 {
-		return client.Never
+		return ratelimit.Never
 	}
 	return time.Duration(v) * time.Millisecond
 }

@@ -16,6 +16,7 @@ import (
 	"github.com/redis/go-redis/v9"
 
 	"github.com/seed-6b3823f5/ratelimit"
+	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
 	"github.com/seed-6b3823f5/ratelimit/lease"
@@ -162,8 +163,9 @@ func TestLeasedRedisKilled(t *testing.T) {
 	leasedOutage(t, "killed", func(s *server) func() { return s.kill(t) })
 }
 
-// Two limits decided together through the tier (Tier.Decide, as
-// httplimit's two policies and rls's two descriptors are), keys of two
+// Two limits decided together through the tier (admit.Gate.Decide under
+// Options.Lease, as httplimit's two policies and rls's two descriptors
+// are), keys of two
 // slots, through TestLeasedRedisHung's 5 s hang: no decision errs or waits
 // past 400 ms, the hang admits about the tighter limit's allowance
 // (PerSecond(2000): at most 5 % more and the units held), all or nothing,
@@ -171,11 +173,20 @@ func TestLeasedRedisKilled(t *testing.T) {
 func TestLeasedDecideRedisHung(t *testing.T) {
 	s := startFor(t, flavors[1], opts{module: true})
 	ip, k := key(t, "ip"), key(t, "apikey")
-	procs := outageProcs(t, s)
+	gates := map[*lease.Tier]*admit.Gate{}
+	var procs []*lease.Tier
+	for range 4 { // as outageProcs, each tier a gate's
+		rdb := redis.NewClient(&redis.Options{Addr: s.addr(), Protocol: 2})
+		t.Cleanup(func() { rdb.Close() })
+		g := admit.New(client.New(rdb), admit.Options{Lease: &lease.Options{Timeout: 100 * time.Millisecond}})
+		t.Cleanup(func() { g.Close(context.Background()) })
+		gates[g.Tier()] = g
+		procs = append(procs, g.Tier())
+	}
 	decide := func(p *lease.Tier) (client.Result, error) {
-		ws := []*client.Want{{Key: ip, Limit: client.PerSecond(2000), Cost: 1}, {Key: k, Limit: client.PerSecond(20000), Cost: 1}}
-		if err := p.Decide(ctx, ws, nil); err != nil {
-			return client.Result{}, err
+		ws := []*admit.Want{{Key: ip, Limit: client.PerSecond(2000), Cost: 1, Lease: true}, {Key: k, Limit: client.PerSecond(20000), Cost: 1, Lease: true}}
+		if out, err := gates[p].Decide(ctx, ws); out != admit.Decided {
+			return client.Result{}, fmt.Errorf("outcome %d: %v", out, err)
 		}
 		if ws[0].Taken != ws[1].Taken {
 			return client.Result{}, fmt.Errorf("not all or nothing: %+v %+v", *ws[0], *ws[1])
@@ -256,7 +267,7 @@ func TestHTTPLeased(t *testing.T) {
 }
 
 // The same with two policies, the route's PerSecond(500) and a per-IP
-// PerSecond(5000): decided together through the tier (Tier.Decide), with
+// PerSecond(5000): decided together through the tier (Tier.AllHere), with
 // the same bounds, and both policies in every RateLimit field.
 func TestHTTPLeasedTwoPolicies(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {

@@ -19,6 +19,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/httplimit"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
@@ -46,7 +47,7 @@ func TestSlotMigration(t *testing.T) {
 func usersIn(n int, prefix string, ok func(slot int) bool) []string {
 	var out []string
 	for i := 0; len(out) < n; i++ {
-		if u := fmt.Sprint(prefix, i); ok(client.Slot(u)) {
+		if u := fmt.Sprint(prefix, i); ok(protocol.Slot(u)) {
 			out = append(out, u)
 		}
 	}
@@ -165,7 +166,7 @@ func migrateUnderLoad(t *testing.T, module bool) {
 
 	// The migrating slot is on nodes[0]; other users live in its other
 	// slots, and on the other primaries.
-	slot := client.Slot(usersIn(1, "m", func(s int) bool { return s <= 5460 })[0])
+	slot := protocol.Slot(usersIn(1, "m", func(s int) bool { return s <= 5460 })[0])
 	moving := usersIn(20, "m", func(s int) bool { return s == slot })
 	sameNode := usersIn(20, "s", func(s int) bool { return s != slot && s <= 5460 })
 	elsewhere := usersIn(20, "e", func(s int) bool { return s > 5460 })

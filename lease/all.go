@@ -7,6 +7,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/clientx"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 )
 
 // All is Client.All through the tier: decided here, with no call, when
@@ -39,60 +40,34 @@ func (t *Tier) All(ctx context.Context, limits []client.Keyed, opts ...client.Op
 	return t.c.All(ctx, limits)
 }
 
-// Decide is Client.Decide through the tier (send as there): when every
-// want leases (a Limit that leases, a Cost from 1 to its burst, no Reserve
-// or Debt, no key twice, at most 16), they are decided as All decides
-// them here, all or nothing, and each want gets its own key's answer:
-// admitted, Remaining is what the tier holds of that key after it;
-// refused here (a paced key short of its cost), the refusing want alone is
-// Known, as a refused step leaves the later ones. While the keys short of
+// AllHere decides limits from the units the tier holds when it can, as
+// All decides them here, all or nothing, and reports whether it did
+// (here): each gets every key's own answer, admitted (Remaining is what
+// the tier holds of that key after it) or refused here (a paced key short
+// of its cost: that key's alone, at r.Policy). While the keys short of
 // their costs fail (within Fallback), they decide in fallback as Take
 // does, all or nothing (the others spending their units), and what they
-// admit is charged when Redis answers again. Otherwise — a want that does
-// not lease, a key cold, or failing past Fallback — Client.Decide decides
-// them, across slots as it does. A per-IP and a per-key limit on hot keys
-// are decided with no call, as one limit is.
-func (t *Tier) Decide(ctx context.Context, wants []*client.Want, send client.StepFunc) error {
-	var kb [16]client.Keyed
-	limits := kb[:0]
-	leases := len(wants) <= len(kb)
-	for _, w := range wants {
-		if !leases || w.Reserve != 0 || w.Debt {
-			leases = false
-			break
-		}
-		limits = append(limits, client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
-	}
-	if leases && t.leasesAll(limits, nil) {
-		var eb [16]client.Result
-		each := eb[:len(limits)]
-		r, here, err := t.allHere(ctx, limits, each, true)
-		if err != nil {
-			return err
-		}
-		if here {
-			for i, w := range wants {
-				switch {
-				case !r.Limited:
-					w.Result, w.Known, w.Taken = each[i], true, true
-				case i == r.Policy:
-					w.Result, w.Known, w.Taken = each[i], true, false
-				default:
-					w.Result, w.Known, w.Taken = client.Result{}, false, false
-				}
-			}
-			return nil
+// admit is charged when Redis answers again. Otherwise — a limit that does
+// not lease (see Leases; a cost from 1 to its burst, at most 16 limits, no
+// key twice), a key cold, or failing past Fallback — here is false and the
+// caller asks the limiter (package admit: its plan per slot, for keys of
+// several slots too). A per-IP and a per-key limit on hot keys are decided
+// with no call, as one limit is.
+func (t *Tier) AllHere(ctx context.Context, limits []client.Keyed, each []client.Result) (r client.Result, here bool, err error) {
+	if t.leasesAll(limits, nil) {
+		if r, here, err = t.allHere(ctx, limits, each, true); err != nil || here {
+			return r, here, err
 		}
 	}
 	t.stats.exact.Add(1)
-	return t.c.Decide(ctx, wants, send)
+	return client.Result{}, false, nil
 }
 
 // oneSlot reports whether limits' keys share a cluster slot, as RL.ALL
 // wants.
 func oneSlot(limits []client.Keyed) bool {
 	for _, kl := range limits[1:] {
-		if client.Slot(kl.Key) != client.Slot(limits[0].Key) {
+		if protocol.Slot(kl.Key) != protocol.Slot(limits[0].Key) {
 			return false
 		}
 	}
@@ -317,7 +292,7 @@ func (t *Tier) leasesAll(limits []client.Keyed, opts []client.Option) bool {
 		return false
 	}
 	for i, kl := range limits {
-		if kl.Cost <= 0 || !kl.Limit.Leasable() || kl.Cost > burst(kl.Limit) {
+		if kl.Cost <= 0 || !Leases(kl.Limit) || kl.Cost > burst(kl.Limit) {
 			return false
 		}
 		for _, o := range limits[:i] {

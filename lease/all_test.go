@@ -6,6 +6,7 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 )
 
 // All through the tier: four processes ask two limits together — a
@@ -159,11 +160,11 @@ func TestLeasedAllRecovers(t *testing.T) {
 func TestLeasedDecide(t *testing.T) {
 	o := Options{Target: 50 * time.Millisecond, Lifetime: 200 * time.Millisecond}
 	tr := newTier(t, 4, o)
-	if client.Slot("ip:10.0.0.1") == client.Slot("key:abc") {
+	if protocol.Slot("ip:10.0.0.1") == protocol.Slot("key:abc") {
 		t.Fatal("the keys share a slot")
 	}
-	wants := func(key string, second client.Limit) []*client.Want {
-		return []*client.Want{{Key: "ip:10.0.0.1", Limit: client.PerSecond(1000), Cost: 1}, {Key: key, Limit: second, Cost: 1}}
+	wants := func(key string, second client.Limit) []*limitWant {
+		return []*limitWant{{Key: "ip:10.0.0.1", Limit: client.PerSecond(1000), Cost: 1}, {Key: key, Limit: second, Cost: 1}}
 	}
 	start := tr.now()
 	var admitted []int64
@@ -171,7 +172,7 @@ func TestLeasedDecide(t *testing.T) {
 	for tr.now()-start < int64(3*time.Second) {
 		for _, p := range tr.procs {
 			ws := wants("key:abc", client.PerSecond(600))
-			if err := p.Decide(ctx, ws, nil); err != nil {
+			if err := decide(ctx, p, ws); err != nil {
 				t.Fatal(err)
 			}
 			decisions++
@@ -204,7 +205,7 @@ func TestLeasedDecide(t *testing.T) {
 	c0, n := tr.calls.Load(), 0
 	for range 50 {
 		ws := wants("key:sw", client.SlidingWindow(1_000_000, time.Second))
-		if err := tr.procs[0].Decide(ctx, ws, nil); err != nil {
+		if err := decide(ctx, tr.procs[0], ws); err != nil {
 			t.Fatal(err)
 		}
 		if ws[0].Known && ws[1].Known && ws[0].Taken && ws[1].Taken {
@@ -234,8 +235,8 @@ func TestLeasedDecideFallback(t *testing.T) {
 	run := func(d time.Duration) (admitted, errs, decisions int, calls int64) {
 		c0 := tr.calls.Load()
 		for end := tr.now() + int64(d); tr.now() < end; {
-			ws := []*client.Want{{Key: "ip:10.0.0.1", Limit: client.PerSecond(100), Cost: 1}, {Key: "key:abc", Limit: client.PerSecond(1000), Cost: 1}}
-			err := p.Decide(ctx, ws, nil)
+			ws := []*limitWant{{Key: "ip:10.0.0.1", Limit: client.PerSecond(100), Cost: 1}, {Key: "key:abc", Limit: client.PerSecond(1000), Cost: 1}}
+			err := decide(ctx, p, ws)
 			decisions++
 			switch a, b := ws[0], ws[1]; {
 			case err != nil:

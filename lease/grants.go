@@ -10,6 +10,7 @@ import (
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 // size is the units to ask for: what the key's demand needs for one
@@ -49,6 +50,24 @@ func rateOf(l client.Limit) float64 {
 func isFW(l client.Limit) bool { return l.Family() == "FW" }
 
 func isGCRA(l client.Limit) bool { return l.Family() == "GCRA" }
+
+// Leases reports whether a Tier decides l from units granted ahead, as
+// the command table says of its family: GCRA and the token bucket (their
+// unspent units go back), and the fixed window (its units are spent before
+// their window ends, or lost). Other limits go to the limiter, one call a
+// decision: Leases(client.PerSecond(10)) is true,
+// Leases(client.SlidingWindow(10, time.Second)) false.
+func Leases(l client.Limit) bool {
+	f := spec.Named(l.Family())
+	return f != nil && f.Lease
+}
+
+// refunds reports whether l takes a negative cost back (GCRA and the
+// token bucket), as the command table says of its family.
+func refunds(l client.Limit) bool {
+	f := spec.Named(l.Family())
+	return f != nil && f.Refundable()
+}
 
 // limitN is l's first parameter: a GCRA's burst, a bucket's capacity, a
 // window's limit.

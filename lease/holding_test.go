@@ -159,17 +159,17 @@ func TestLeasedDecideAllocatesNothing(t *testing.T) {
 	tr := newTier(t, 1, Options{Hot: 1})
 	p := tr.procs[0]
 	l := client.GCRA(999_999, 1_000_000, time.Second)
-	a, b := &client.Want{Key: "ip:1", Limit: l, Cost: 1}, &client.Want{Key: "key:2", Limit: l, Cost: 1}
-	wants := []*client.Want{a, b}
+	a, b := &limitWant{Key: "ip:1", Limit: l, Cost: 1}, &limitWant{Key: "key:2", Limit: l, Cost: 1}
+	wants := []*limitWant{a, b}
 	for range 20_000 {
-		p.Decide(ctx, wants, nil)
+		decide(ctx, p, wants)
 		tr.settle()
 	}
 	tr.advance(p.o.Target)
-	p.Decide(ctx, wants, nil)
+	decide(ctx, p, wants)
 	tr.settle()
 	if n := testing.AllocsPerRun(1000, func() {
-		if err := p.Decide(ctx, wants, nil); err != nil || !a.Taken || !b.Taken {
+		if err := decide(ctx, p, wants); err != nil || !a.Taken || !b.Taken {
 			t.Fatal(*a, *b, err)
 		}
 	}); n != 0 {
@@ -184,10 +184,10 @@ func BenchmarkLeasedDecide(b *testing.B) {
 	defer p.Close(context.Background())
 	l := client.GCRA(999_999_999, 1_000_000_000, time.Second)
 	b.RunParallel(func(pb *testing.PB) {
-		x, y := &client.Want{Key: "ip:1", Limit: l, Cost: 1}, &client.Want{Key: "key:2", Limit: l, Cost: 1}
-		wants := []*client.Want{x, y}
+		x, y := &limitWant{Key: "ip:1", Limit: l, Cost: 1}, &limitWant{Key: "key:2", Limit: l, Cost: 1}
+		wants := []*limitWant{x, y}
 		for pb.Next() {
-			if err := p.Decide(ctx, wants, nil); err != nil || !x.Known {
+			if err := decide(ctx, p, wants); err != nil || !x.Known {
 				b.Fatal(err)
 			}
 		}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 )
 
 // Four processes each asking 1000 a second of PerSecond(1000) for 3 s:
@@ -208,12 +209,12 @@ func TestLeasedRegistry(t *testing.T) {
 		"x{}y":           "", // an empty tag is none, and braces around it make "x{" the tag
 		"rl:{t}:{u}:{v}": "rl:{t}:{u}:{v}:leases",
 	} {
-		if got := registryKey(key); got != want || (got != "" && client.Slot(got) != client.Slot(key)) {
+		if got := registryKey(key); got != want || (got != "" && protocol.Slot(got) != protocol.Slot(key)) {
 			t.Errorf("registryKey(%q) = %q, want %q", key, got, want)
 		}
 	}
 	for _, key := range []string{"a}b", "}"} { // braces can name no key of its slot but by chance
-		if r := registryKey(key); r != "" && client.Slot(r) != client.Slot(key) {
+		if r := registryKey(key); r != "" && protocol.Slot(r) != protocol.Slot(key) {
 			t.Errorf("registryKey(%q) = %q, of another slot", key, r)
 		}
 	}

@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 )
 
 // The registry of a leased key is a concurrency limit in the key's slot
@@ -33,7 +34,7 @@ func registryKey(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 && strings.IndexByte(key[i+1:], '}') > 0 {
 		r = key + ":leases"
 	}
-	if client.Slot(r) != client.Slot(key) {
+	if protocol.Slot(r) != protocol.Slot(key) {
 		return ""
 	}
 	return r

@@ -27,7 +27,7 @@ func (t *Tier) giveBack(key string, l client.Limit, units int64) {
 // refund gives units back now, counting them returned or stranded (a
 // fixed window's, which cannot go back, stranded with no call).
 func (t *Tier) refund(ctx context.Context, key string, l client.Limit, units int64) error {
-	if !l.Refundable() {
+	if !refunds(l) {
 		t.stats.stranded.Add(units)
 		return nil
 	}

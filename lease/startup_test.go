@@ -39,16 +39,7 @@ func heldFake(t *testing.T, engine client.Engine) (*client.Client, *fakeredis.He
 // admitted counts the calls admitted, and fails the test on any error.
 func admitted(t *testing.T, res []client.Result, errs []error) int {
 	t.Helper()
-	n := 0
-	for i, err := range errs {
-		if err != nil {
-			t.Fatalf("call %d: %v (Unavailable %v): decided by the failure policy, not by the limiter", i, err, client.Unavailable(err))
-		}
-		if !res[i].Limited {
-			n++
-		}
-	}
-	return n
+	return fakeredis.Admitted(t, res, errs, func(r client.Result) bool { return r.Limited })
 }
 
 // The same herd through the local tier (the key cold, so the first call

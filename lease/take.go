@@ -51,7 +51,7 @@ func (t *Tier) fast(key string, k *leaseKey, now, cost int64) (r client.Result, 
 // Take is Client.Take, decided from units held where the key is hot on
 // this process (see Tier).
 func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64, opts ...client.Option) (client.Result, error) {
-	if len(opts) > 0 || cost <= 0 || !l.Leasable() || cost > burst(l) || t.shut.Load() {
+	if len(opts) > 0 || cost <= 0 || !Leases(l) || cost > burst(l) || t.shut.Load() {
 		t.stats.exact.Add(1)
 		return t.c.Take(ctx, key, l, cost, opts...)
 	}
@@ -144,7 +144,7 @@ decide:
 // only when Take must ask Redis or wait (package admit does: 7 of its 8
 // allocations a decision were that context's).
 func (t *Tier) TryTake(key string, l client.Limit, cost int64) (client.Result, bool) {
-	if cost <= 0 || !l.Leasable() || cost > burst(l) || t.shut.Load() {
+	if cost <= 0 || !Leases(l) || cost > burst(l) || t.shut.Load() {
 		return client.Result{}, false
 	}
 	return t.fast(key, t.entry(key, l), t.now(), cost)

@@ -3,6 +3,7 @@ package lease
 import (
 	"context"
 	"errors"
+	"slices"
 	"sync/atomic"
 	"testing"
 	"time"
@@ -103,3 +104,73 @@ func withinBound(t *testing.T, admitted []int64, burst, rate int64, tau time.Dur
 }
 
 func p0Lifetime(tr *tier) time.Duration { return tr.procs[0].o.Lifetime }
+
+// limitWant is one limit of a decision of several (decide) and, once
+// decided, its answer, as package admit keeps it.
+type limitWant struct {
+	Key    string
+	Limit  client.Limit
+	Cost   int64
+	Result client.Result
+	Known  bool
+	Taken  bool
+}
+
+// decide decides wants all or nothing as package admit does through the
+// tier: from the units held (AllHere), each want its own key's answer, a
+// refusal here the refusing want's alone; else by the limiter, in one
+// RL.ALL (the fake is one server), a refusal answering every want.
+func decide(ctx context.Context, p *Tier, wants []*limitWant) error {
+	var kb [16]client.Keyed
+	var eb [16]client.Result
+	limits, each := kb[:0], eb[:len(wants)]
+	for _, w := range wants {
+		limits = append(limits, client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
+	}
+	r, here, err := p.AllHere(ctx, limits, each)
+	if err != nil {
+		return err
+	}
+	if !here {
+		exact := make([]client.Result, len(wants))
+		if r, err = p.c.AllEach(ctx, slices.Clone(limits), exact); err != nil {
+			return err
+		}
+		for i, w := range wants {
+			w.Result, w.Known, w.Taken = exact[i], true, !r.Limited
+		}
+		return nil
+	}
+	for i, w := range wants {
+		w.Known, w.Taken, w.Result = !r.Limited || i == r.Policy, !r.Limited, client.Result{}
+		if w.Known {
+			w.Result = each[i]
+		}
+	}
+	return nil
+}
+
+// Whether a limit refunds and leases is what the command table says of
+// its family: GCRA and the token bucket both, the fixed window leases
+// (its units spent or lost), the others neither.
+func TestLeases(t *testing.T) {
+	for _, c := range []struct {
+		l               client.Limit
+		refunds, leases bool
+	}{
+		{client.PerSecond(10), true, true},
+		{client.TokenBucket(100, 10, time.Minute), true, true},
+		{client.Shaper(4, 1, time.Second), false, false},
+		{client.SlidingWindow(50, time.Minute), false, false},
+		{client.FixedWindow(1000, time.Hour), false, true},
+		{client.SlidingLog(5, 15*time.Minute), false, false},
+		{client.Limit{}, false, false},
+	} {
+		if refunds(c.l) != c.refunds || Leases(c.l) != c.leases {
+			t.Errorf("%v: refunds %v, leases %v; want %v, %v", c.l, refunds(c.l), Leases(c.l), c.refunds, c.leases)
+		}
+	}
+	if !refunds(client.GCRA(1, 1, time.Second)) || refunds(client.SlidingWindow(1, time.Second)) {
+		t.Error("refunds")
+	}
+}

@@ -15,6 +15,7 @@ import (
 	"github.com/redis/go-redis/v9"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -263,7 +264,7 @@ func TestWatchedRetries(t *testing.T) {
 		t.Fatalf("%d attempts, want 3", hits.Load())
 	}
 	hits.Store(-1 << 40) // every attempt spoiled from now on
-	if _, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: ds}); err == nil || !strings.Contains(err.Error(), client.ErrContended.Error()) {
+	if _, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: ds}); err == nil || !strings.Contains(err.Error(), admit.ErrContended.Error()) {
 		t.Fatalf("spoiled at every attempt: %v", err)
 	}
 	hits.Store(1 << 40) // none

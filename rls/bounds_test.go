@@ -306,12 +306,12 @@ func TestResetOf(t *testing.T) {
 		res  client.Result
 		want time.Duration
 	}{
-		{"fixed window, a check of an empty key", fw, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 20 * time.Second},
-		{"fixed window, a cost above the limit", fw, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 20 * time.Second},
-		{"GCRA, a cost above the limit", gcra, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 20 * time.Second},
-		{"fixed window, admitted", fw, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: client.Never, ResetAfter: 19500 * time.Millisecond}}, 19500 * time.Millisecond},
+		{"fixed window, a check of an empty key", fw, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: ratelimit.Never}}, 20 * time.Second},
+		{"fixed window, a cost above the limit", fw, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 10, RetryAfter: ratelimit.Never}}, 20 * time.Second},
+		{"GCRA, a cost above the limit", gcra, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, Remaining: 10, RetryAfter: ratelimit.Never}}, 20 * time.Second},
+		{"fixed window, admitted", fw, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 9, RetryAfter: ratelimit.Never, ResetAfter: 19500 * time.Millisecond}}, 19500 * time.Millisecond},
 		{"fixed window, refused", fw, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, RetryAfter: 19500 * time.Millisecond, ResetAfter: 19500 * time.Millisecond}}, 19500 * time.Millisecond},
-		{"GCRA, a check of an empty key: full now", gcra, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: client.Never}}, 0},
+		{"GCRA, a check of an empty key: full now", gcra, client.Result{Verdict: ratelimit.Verdict{Limit: 10, Remaining: 10, RetryAfter: ratelimit.Never}}, 0},
 		{"GCRA, refused", gcra, client.Result{Verdict: ratelimit.Verdict{Limited: true, Limit: 10, RetryAfter: 6 * time.Second, ResetAfter: time.Minute}}, 6 * time.Second},
 	} {
 		it := &item{r: c.r, started: at}

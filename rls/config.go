@@ -14,6 +14,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
 // Algorithm is how a descriptor's limit counts: the config's
@@ -617,7 +618,7 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 
 // leases reports whether a's limits are decided through a local tier when
 // lease: true, as the command table says of its family.
-func leases(a Algorithm) bool { return limitOf(a, 1, time.Second).Leasable() }
+func leases(a Algorithm) bool { return lease.Leases(limitOf(a, 1, time.Second)) }
 
 // leasing names the algorithms that lease, for errors: "fixed_window, gcra
 // or token_bucket".

@@ -25,6 +25,7 @@ import (
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/wrapperspb"
 
+	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/fakeredis"
 )
@@ -262,7 +263,7 @@ func TestContended(t *testing.T) {
 	f.TxFails = 8
 	f.Unlock()
 	_, err := s.ShouldRateLimit(context.Background(), &pb.RateLimitRequest{Domain: "d", Descriptors: ds})
-	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), client.ErrContended.Error()) {
+	if status.Code(err) != codes.Unavailable || !strings.Contains(err.Error(), admit.ErrContended.Error()) {
 		t.Fatalf("contended 8 times: %v, want UNAVAILABLE", err)
 	}
 	if r := ask(t, s, ds); r.Statuses[16].LimitRemaining != 48 {

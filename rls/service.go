@@ -90,7 +90,7 @@ type Options struct {
 	// lease: true (fixed_window, gcra or token_bucket) through a local tier
 	// (lease.New with these options): on descriptors hot on this
 	// service, from units granted ahead, with no Redis call (several all
-	// or nothing: lease.Tier.Decide). Its
+	// or nothing: lease.Tier.AllHere). Its
 	// limit_remaining is then what this service holds, a lower bound. Its
 	// counts are the ratelimit_lease_* metrics (prom.LeaseCollector, as
 	// httplimit's tier).
@@ -228,7 +228,7 @@ type item struct {
 }
 
 // maxCost is the largest cost sent: above every limit, so refused.
-const maxCost = client.MaxCost
+const maxCost = admit.MaxCost
 
 // ShouldRateLimit answers one request: see the package comment for how it
 // differs from envoyproxy/ratelimit.
@@ -444,7 +444,7 @@ var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", Slidi
 // nothing, the shadow ones each on its own. A limit of 0 refuses here,
 // with no call (the enforcing items not asked, the debts still charged);
 // the gate answers from a remembered refusal, or through the local tier
-// when every enforcing item leases, else by client.Client.Decide (one
+// when every enforcing item leases, else by the gate's plan (one
 // RL.ALL per slot; those that can give back first; a transaction past 16
 // windows in a slot; refunds when a later step refuses), its steps
 // pipelined.
@@ -504,7 +504,7 @@ func localTimeout(o Options) time.Duration {
 // 0, until the unit's window ends, with no call.
 func (s *Service) zero(it *item, now time.Time) bool {
 	it.Known = true
-	it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: client.Never, ResetAfter: untilEdge(now, it.r.unit)}}
+	it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: ratelimit.Never, ResetAfter: untilEdge(now, it.r.unit)}}
 	return it.Cost > 0
 }
 
@@ -552,7 +552,7 @@ func (s *Service) fail(err error) error {
 	if !errors.Is(err, admit.ErrBreakerOpen) { // the breaker's opening was logged once
 		s.log.Warn("rls: redis", "err", err)
 	}
-	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, client.ErrContended) || errors.Is(err, admit.ErrBreakerOpen) {
+	if client.Unavailable(err) || errors.Is(err, context.Canceled) || errors.Is(err, admit.ErrContended) || errors.Is(err, admit.ErrBreakerOpen) {
 		return status.Error(codes.Unavailable, "redis: "+err.Error())
 	}
 	return status.Error(codes.Internal, "redis: "+err.Error())

@@ -86,7 +86,7 @@ func main() {
 
 	var ref, tier, sat, spl []run
 	var fr []fairRun
-	pairs := []pairRows{{what: "lease.Tier.Decide", run: leasedPair}, {what: "httplimit, two policies under Lease", run: httpPair},
+	pairs := []pairRows{{what: "lease.Tier.AllHere", run: leasedPair}, {what: "httplimit, two policies under Lease", run: httpPair},
 		{what: "rls, two descriptors with lease: true", run: rlsPair}}
 	for r := range *rounds {
 		ref = append(ref, reference(ctx, rdb, port, *n, r))
@@ -181,19 +181,24 @@ func leased(ctx context.Context, rdb *redis.Client, d time.Duration, round int, 
 }
 
 // leasedPair decides two limits together, as httplimit's per-IP and
-// per-key pair (keys of two slots), with a fresh lease.Tier's Decide from 16
+// per-key pair (keys of two slots), with a fresh lease.Tier's AllHere (the
+// limiter's RL.ALL when it cannot decide here) from 16
 // goroutines for d: l on the per-IP key, a limit 5 times looser on the
 // other (l itself when l is never reached). Every admission's instant is replayed through the exact GCRA of
 // l (a PerSecond limit): over counts those it refuses with rate × τ more
 // burst, the tier's bound.
 func leasedPair(ctx context.Context, rdb *redis.Client, d time.Duration, round int, l client.Limit) run {
 	ip, key := fmt.Sprintf("b:pair:ip:%s:%d", l, round), fmt.Sprintf("b:pair:key:%s:%d", l, round)
-	tier := lease.New(client.New(rdb), lease.Options{})
+	c := client.New(rdb)
+	tier := lease.New(c, lease.Options{})
 	looser := looserOf(l)
 	return pairRun(ctx, rdb, d, l, func() (bool, error) {
-		ws := []*client.Want{{Key: ip, Limit: l, Cost: 1}, {Key: key, Limit: looser, Cost: 1}}
-		err := tier.Decide(ctx, ws, nil)
-		return ws[0].Taken && ws[1].Taken, err
+		limits := []client.Keyed{{Key: ip, Limit: l, Cost: 1}, {Key: key, Limit: looser, Cost: 1}}
+		r, here, err := tier.AllHere(ctx, limits, nil)
+		if err == nil && !here {
+			r, err = c.All(ctx, limits)
+		}
+		return !r.Limited, err
 	}, func() { tier.Close(ctx) })
 }
 
@@ -454,7 +459,7 @@ func report(out, version, cpu string, cores, rounds, n int, d, dsat time.Duratio
 	fmt.Fprintf(&b, "decisions waits for a call, so it runs from 64 goroutines; where admitted and refused together stay under the\n")
 	fmt.Fprintf(&b, "limit's rate, the server (sharing the cores) could not serve more, and the share is a ceiling of the machine.\n")
 	fmt.Fprintf(&b, "\nThe two-limit rows decide a per-IP key and a per-key key together, the second limit 5 times looser: with\n")
-	fmt.Fprintf(&b, "`Tier.Decide`, then through the front-ends' own decision (`admit`): httplimit's handler (an in-memory\n")
+	fmt.Fprintf(&b, "`Tier.AllHere`, then through the front-ends' own decision (`admit`): httplimit's handler (an in-memory\n")
 	fmt.Fprintf(&b, "recorder, 200 or 429) and rls's `ShouldRateLimit` (in process, no gRPC); the saturated runs' admissions are\n")
 	fmt.Fprintf(&b, "replayed through the exact GCRA (the `gcra` package) of the tighter limit, as the limit is (its median count of\n")
 	fmt.Fprintf(&b, "refusals) and with rate × τ more burst, the tier's bound (the most over any round: it must be 0).\n")

@@ -5,6 +5,7 @@ import (
 	"strings"
 	"sync"
 	"sync/atomic"
+	"testing"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -94,4 +95,21 @@ func FirstCalls[R any](h *Held, n int, wait time.Duration, mk func() (context.Co
 	close(h.Release)
 	ended.Wait()
 	return res, errs
+}
+
+// Admitted counts the calls of res that admitted (limited false), and
+// fails t on any error: a call that erred was decided by a failure
+// policy, not by the limiter.
+func Admitted[R any](t testing.TB, res []R, errs []error, limited func(R) bool) int {
+	t.Helper()
+	n := 0
+	for i, err := range errs {
+		if err != nil {
+			t.Fatalf("call %d: %v: decided by the failure policy, not by the limiter", i, err)
+		}
+		if !limited(res[i]) {
+			n++
+		}
+	}
+	return n
 }

@@ -191,6 +191,17 @@ func FamilyNamed(s string) int {
 	return -1
 }
 
+// Named is the family whose Name is name, exactly (client.Limit's
+// Family), or nil.
+func Named(name string) *Family {
+	for f := range Families {
+		if Families[f].Name == name {
+			return &Families[f]
+		}
+	}
+	return nil
+}
+
 // Options names the options a command of the family takes, for errors:
 // its peek's (and, without UpTo, its consuming command's).
 func (f *Family) Options() string {
