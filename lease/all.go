@@ -2,7 +2,6 @@ package lease
 
 import (
 	"context"
-	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/client"
@@ -100,8 +99,8 @@ func (t *Tier) allHere(ctx context.Context, limits []client.Keyed, each []client
 		}
 	}
 	target := int64(t.o.Target)
-	var waitUntil time.Time
-	late, counted := false, false
+	var w wait
+	counted := false
 	for {
 		now := t.now()
 		for _, i := range order {
@@ -132,7 +131,7 @@ func (t *Tier) allHere(ctx context.Context, limits []client.Keyed, each []client
 			}
 			if k.units() < limits[i].Cost {
 				covered = false
-				if k.hot && k.down == 0 && (now < k.pace || late) && (refuse < 0 || k.pace > ks[refuse].pace) {
+				if k.hot && k.down == 0 && (now < k.pace || w.late) && (refuse < 0 || k.pace > ks[refuse].pace) {
 					refuse = i
 				}
 			}
@@ -154,7 +153,7 @@ func (t *Tier) allHere(ctx context.Context, limits []client.Keyed, each []client
 				falls = false
 			}
 		}
-		var wait chan struct{}
+		var ch chan struct{} // a grant to wait for
 		switch {
 		case t.shut.Load(): // closed meanwhile
 		case falls:
@@ -204,29 +203,23 @@ func (t *Tier) allHere(ctx context.Context, limits []client.Keyed, each []client
 				if k.flight == nil {
 					t.refill(limits[i].Key, k, k.size(now, target, limits[i].Cost))
 				}
-				if wait == nil {
-					wait = k.flight
+				if ch == nil {
+					ch = k.flight
 				}
 			}
 			for _, k := range ks { // a cold or failing key sends the decision to the limiter: no wait first
 				if !k.hot || k.down != 0 && !(fallback && t.fallsBack(k, now)) {
-					wait = nil
+					ch = nil
 				}
 			}
 		}
 		unlock()
-		if wait == nil { // a key is cold or failing, or the tier closed: the limiter decides
+		if ch == nil { // a key is cold or failing, or the tier closed: the limiter decides
 			break
 		}
-		if waitUntil.IsZero() {
-			t.stats.waits.Add(1)
-			waitUntil = time.Now().Add(t.o.Timeout)
-		}
-		timedOut, err := t.await(ctx, wait, waitUntil) // no decision waits past Timeout
-		if err != nil {
+		if err := w.on(ctx, t, ch); err != nil { // no decision waits past Timeout
 			return client.Result{}, false, err
 		}
-		late = late || timedOut
 	}
 	return client.Result{}, false, nil
 }

@@ -177,8 +177,8 @@ func (t *Tier) Acquire(ctx context.Context, key string, l client.Concurrency, id
 	}
 	p := t.pool(key, l)
 	target := int64(t.o.Target)
-	var waitUntil time.Time
-	counted, late := false, false
+	var w wait
+	counted := false
 decide:
 	for p != nil {
 		now := t.now()
@@ -200,7 +200,7 @@ decide:
 			p.used = now
 			counted = true
 		}
-		state, free := p.state(now, id, late)
+		state, free := p.state(now, id, w.late)
 		switch state {
 		case cold:
 			p.mu.Unlock()
@@ -239,10 +239,7 @@ decide:
 			return r, nil
 		}
 		// waiting: for the grant in flight, or send one.
-		if waitUntil.IsZero() {
-			t.stats.waits.Add(1)
-			waitUntil = time.Now().Add(t.o.Timeout)
-		}
+		w.begin(t)
 		if p.flight == nil {
 			t.growPool(key, p, 1)
 		}
@@ -251,11 +248,9 @@ decide:
 		if ch == nil { // closed meanwhile
 			break
 		}
-		timedOut, err := t.await(ctx, ch, waitUntil) // no decision waits past Timeout
-		if err != nil {
+		if err := w.on(ctx, t, ch); err != nil { // no decision waits past Timeout
 			return client.Result{}, err
 		}
-		late = late || timedOut
 	}
 	t.stats.exact.Add(1)
 	return t.c.Acquire(ctx, key, l, id)

@@ -60,8 +60,8 @@ func (t *Tier) Take(ctx context.Context, key string, l client.Limit, cost int64,
 		return r, nil
 	}
 	target := int64(t.o.Target)
-	counted, late := false, false
-	var waitUntil time.Time
+	counted := false
+	var w wait
 decide:
 	for {
 		now := t.now()
@@ -81,7 +81,7 @@ decide:
 		if gone := k.expire(now); gone > 0 {
 			t.giveBack(key, l, gone)
 		}
-		switch k.state(now, cost, late, t.shut.Load()) {
+		switch k.state(now, cost, w.late, t.shut.Load()) {
 		case holding:
 			t.take(k, cost)
 			r := client.Result{Verdict: ratelimit.Verdict{Limit: k.last.Limit, Remaining: k.units(), RetryAfter: ratelimit.Never, ResetAfter: k.last.ResetAfter}}
@@ -115,10 +115,7 @@ decide:
 		}
 		// waiting: for the grant in flight, or send one (in the background,
 		// on the tier's own Timeout: a caller's deadline never fails a grant).
-		if waitUntil.IsZero() { // waits are real time, whatever clock decides
-			t.stats.waits.Add(1)
-			waitUntil = time.Now().Add(t.o.Timeout)
-		}
+		w.begin(t)
 		if k.flight == nil {
 			t.refill(key, k, k.size(now, target, cost))
 		}
@@ -127,14 +124,38 @@ decide:
 		if ch == nil { // closed meanwhile
 			break
 		}
-		timedOut, err := t.await(ctx, ch, waitUntil) // no decision waits past Timeout
-		if err != nil {
+		if err := w.on(ctx, t, ch); err != nil {
 			return client.Result{}, err
 		}
-		late = late || timedOut
 	}
 	t.stats.exact.Add(1)
 	return t.c.Take(ctx, key, l, cost)
+}
+
+// wait is one decision's waits for grants (Take's, All's, Acquire's): at
+// most Timeout in all, in real time whatever clock decides; late once that
+// time has passed, when a key still short is refused rather than waited
+// for again.
+type wait struct {
+	until time.Time
+	late  bool
+}
+
+// begin starts the decision's Timeout, at its first wait.
+func (w *wait) begin(t *Tier) {
+	if w.until.IsZero() {
+		t.stats.waits.Add(1)
+		w.until = time.Now().Add(t.o.Timeout)
+	}
+}
+
+// on waits for ch, within the decision's Timeout (begun here, if not
+// yet); its error is ctx's end.
+func (w *wait) on(ctx context.Context, t *Tier, ch <-chan struct{}) error {
+	w.begin(t)
+	timedOut, err := t.await(ctx, ch, w.until)
+	w.late = w.late || timedOut
+	return err
 }
 
 // TryTake is Take when it decides at once: from the units held, or
