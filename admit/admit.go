@@ -623,13 +623,18 @@ func (g *Gate) recall(wants []*Want, now time.Time) bool {
 // remember keeps what Redis (or the tier) refused, asked at started, until
 // the refusal's RetryAfter: a request of at least that cost would be
 // refused until then (no limit admits sooner because of more traffic).
-// Shadow wants, debts and reserves are not remembered.
+// Shadow wants, debts and reserves are not remembered. A want of a
+// negative cost that was taken gave units back: its key's refusal is
+// forgotten.
 func (g *Gate) remember(wants []*Want, started time.Time) {
 	if g.refusals == nil {
 		return
 	}
 	for _, w := range wants {
-		if !w.Shadow && !w.Debt && w.Reserve == 0 && w.Cost > 0 && w.Known && w.Result.Limited && w.Result.RetryAfter > 0 {
+		switch {
+		case w.Cost < 0 && w.Taken:
+			g.refusals.Forget(w.Key)
+		case !w.Shadow && !w.Debt && w.Reserve == 0 && w.Cost > 0 && w.Known && w.Result.Limited && w.Result.RetryAfter > 0:
 			g.refusals.Add(w.Key, w.Cost, started.Add(w.Result.RetryAfter))
 		}
 	}

@@ -143,6 +143,38 @@ func TestDecideRemembers(t *testing.T) {
 	}
 }
 
+// A refund (a negative cost) gives its units back in Redis and forgets the
+// key's remembered refusal, so the next request is asked of Redis and
+// admitted; Gate.Refund of a taken want does the same.
+func TestRefundForgetsRefusal(t *testing.T) {
+	g, _, _, calls := onFake(t, admit.Options{RefusalCache: 10})
+	ctx := context.Background()
+	gcra := func(cost int64) []*admit.Want {
+		return []*admit.Want{{Key: "{k}", Limit: client.GCRA(1, 2, time.Minute), Cost: cost}}
+	}
+	g.Decide(ctx, gcra(2))
+	if ws := gcra(2); !decide(t, g, ws) || ws[0].Remembered {
+		t.Fatalf("refused by Redis: %+v", ws[0])
+	}
+	back := gcra(-2)
+	if decide(t, g, back) || !back[0].Taken || back[0].Result.Remaining != 2 {
+		t.Fatalf("the refund: %+v, want taken, 2 remaining", back[0])
+	}
+	n := calls.Load()
+	ws := gcra(2)
+	if decide(t, g, ws) || ws[0].Remembered || calls.Load() == n {
+		t.Fatalf("after the refund: %+v, %d calls, want admitted by Redis", ws[0], calls.Load()-n)
+	}
+	if again := gcra(2); !decide(t, g, again) || again[0].Remembered {
+		t.Fatalf("refused by Redis again: %+v", again[0])
+	}
+	g.Refund(ctx, ws) // the admitted request's 2 given back
+	n = calls.Load()
+	if last := gcra(2); decide(t, g, last) || last[0].Remembered || calls.Load() == n {
+		t.Fatalf("after Gate.Refund: %+v, want admitted by Redis", last[0])
+	}
+}
+
 // decide decides ws and reports whether the request was refused.
 func decide(t *testing.T, g *admit.Gate, ws []*admit.Want) bool {
 	t.Helper()

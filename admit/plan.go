@@ -215,7 +215,7 @@ func (p planner) plan(wants []*Want) []step {
 	for _, in := range p.groups(wants) {
 		var give, keep []*Want // limits that can give back, and the others
 		for _, w := range in {
-			if refundable(w.Limit) {
+			if Refunds(w.Limit) {
 				give = append(give, w)
 			} else {
 				keep = append(keep, w)
@@ -377,9 +377,12 @@ func fill(wants []*Want, each []client.Result, limited bool) {
 	}
 }
 
-// refundable reports whether l takes a negative cost back (GCRA and the
-// token bucket), as the command table says of its family.
-func refundable(l client.Limit) bool {
+// Refunds reports whether a Want of l may have a negative cost, units
+// given back (a refund): true of GCRA and the token bucket, as the command
+// table says of their families; a window keeps its count.
+// Refunds(client.PerSecond(10)) is true, Refunds(client.FixedWindow(10,
+// time.Second)) false.
+func Refunds(l client.Limit) bool {
 	f := spec.Named(l.Family())
 	return f != nil && f.Refundable()
 }
@@ -391,7 +394,7 @@ func refundable(l client.Limit) bool {
 // fails leaves its want Taken.
 func refund(ctx context.Context, wants []*Want, send sendFunc) {
 	for _, w := range wants {
-		if !w.Taken || w.Cost == 0 || !refundable(w.Limit) || w.Debt {
+		if !w.Taken || w.Cost == 0 || !Refunds(w.Limit) || w.Debt {
 			continue // a charge stays
 		}
 		back := &Want{Key: w.Key, Limit: w.Limit, Cost: -w.Cost}
@@ -406,9 +409,18 @@ func refund(ctx context.Context, wants []*Want, send sendFunc) {
 // and the token bucket take a negative cost; a window keeps its count, a
 // Debt its charge), each in a call of its own through the gate's sender,
 // and records the state each leaves in its Result (Remaining and
-// ResetAfter). A refund that fails leaves its want Taken. httplimit gives
-// back a request's policies this way when its handler answers a status the
-// policy does not count.
+// ResetAfter). A refund that fails leaves its want Taken; one that
+// succeeds forgets its key's remembered refusal. httplimit gives back a
+// request's policies this way when its handler answers a status the policy
+// does not count.
 func (g *Gate) Refund(ctx context.Context, wants []*Want) {
-	refund(ctx, wants, g.send)
+	for _, w := range wants {
+		if !w.Taken {
+			continue
+		}
+		refund(ctx, []*Want{w}, g.send)
+		if !w.Taken && g.refusals != nil {
+			g.refusals.Forget(w.Key) // given back: a refusal remembered since may pass now
+		}
+	}
 }

@@ -59,7 +59,7 @@ func TestPlan(t *testing.T) {
 			switch {
 			case st.watched:
 				mark = "w"
-			case slices.ContainsFunc(st.wants, func(w *Want) bool { return !refundable(w.Limit) }):
+			case slices.ContainsFunc(st.wants, func(w *Want) bool { return !Refunds(w.Limit) }):
 				mark = "*"
 			}
 			got = append(got, fmt.Sprint(len(st.wants), mark))

@@ -138,12 +138,13 @@ func (m *metrics) hit(domain string, it *item) {
 	it.counters.total.Add(float64(it.Cost))
 }
 
-// decided counts a descriptor's outcome as the peer splits hits: of a
+// decided counts a descriptor's outcome as the peer splits hits (a
+// refund, is_negative_hits, is none): of a
 // request that ends past the limit, the hits before the limit are near it
 // (past the near share) and the rest over; of one within it, the hits past
 // the near share are near it.
 func (m *metrics) decided(it *item, ratio float64) {
-	if !it.Known || it.Cost == 0 {
+	if !it.Known || it.Cost <= 0 { // a check, or a refund: no hit
 		return
 	}
 	c := it.counters

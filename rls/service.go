@@ -290,7 +290,15 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
-		s.m.hit(req.Domain, it)
+		if d.GetIsNegativeHits() && it.Cost > 0 { // a refund: its hits given back, not counted
+			if r.perUnit > 0 && !admit.Refunds(r.limit) {
+				resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: r.proto}
+				continue // a window keeps its count: nothing is sent
+			}
+			it.Cost, it.Debt = -it.Cost, false
+		} else {
+			s.m.hit(req.Domain, it)
+		}
 		if r.shadow {
 			shadow = append(shadow, it)
 		} else {

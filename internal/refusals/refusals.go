@@ -99,6 +99,14 @@ func (r *Cache) Add(key string, units int64, until time.Time) {
 	r.lru.Add(key, refusal{until: until, cost: units})
 }
 
+// Forget drops key's refusal, if remembered: units were given back to it,
+// so a request it refused may now pass.
+func (r *Cache) Forget(key string) {
+	r.mu.Lock()
+	r.lru.Remove(key)
+	r.mu.Unlock()
+}
+
 // Size is the entries held and the bytes they count.
 func (r *Cache) Size() (entries int, bytes int64) {
 	r.mu.Lock()

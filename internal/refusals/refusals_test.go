@@ -48,8 +48,15 @@ func TestRefusals(t *testing.T) {
 	if r.Refuses("a", 1, t0, &until) || !r.Refuses("c", 1, t0, &until) || !until.Equal(t0.Add(time.Hour)) {
 		t.Fatal("the LRU bound")
 	}
+	r.Forget("c") // units given back to c
+	if r.Refuses("c", 1, t0, &until) || !r.Refuses("b", 1, t0, &until) {
+		t.Fatal("Forget: c forgotten, b kept")
+	}
+	if _, bytes := r.Size(); bytes != Cost("b") {
+		t.Fatalf("after Forget: %d bytes counted, want b's %d", bytes, Cost("b"))
+	}
 	r.Purge()
-	if r.Refuses("c", 1, t0, &until) {
+	if r.Refuses("b", 1, t0, &until) {
 		t.Fatal("purged, yet remembered")
 	}
 }
