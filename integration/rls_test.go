@@ -464,6 +464,46 @@ func TestRLSDebt(t *testing.T) {
 	})
 }
 
+// refundConfig is a GCRA, a token bucket and a fixed window of 3 a day.
+const refundConfig = `
+domain: r
+descriptors:
+  - key: gcra
+    rate_limit: {unit: day, requests_per_unit: 3, algorithm: gcra}
+  - key: tb
+    rate_limit: {unit: day, requests_per_unit: 3, algorithm: token_bucket}
+  - key: fw
+    rate_limit: {unit: day, requests_per_unit: 3}
+`
+
+// TestRLSNegativeHits: Envoy's refund (is_negative_hits) through the rls
+// binary on every server: a GCRA and a token bucket take the hits back, so
+// a request refused before is admitted after; a refund in a request that
+// another descriptor refuses is not kept; a fixed window keeps its count.
+func TestRLSNegativeHits(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		p := startRLS(t, s.addr(), map[string]string{"r.yaml": refundConfig})
+		u := key(t, "u")
+		hits := func(k string, n uint64, back bool) *rlv3.RateLimitDescriptor {
+			d := desc(k, u)
+			d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(n), back
+			return d
+		}
+		for _, k := range []string{"gcra", "tb"} {
+			expectBrief(t, k+" 3", p.ask(t, "r", hits(k, 3, false)), "OK [OK r=0 3/DAY]")
+			expectBrief(t, k+" 1 more", p.ask(t, "r", hits(k, 1, false)), "OVER_LIMIT [OVER_LIMIT r=0 3/DAY]")
+			expectBrief(t, k+" 2 back", p.ask(t, "r", hits(k, 2, true)), "OK [OK r=2 3/DAY]")
+			expectBrief(t, k+" 2 again", p.ask(t, "r", hits(k, 2, false)), "OK [OK r=0 3/DAY]")
+		}
+		expectBrief(t, "fw 3", p.ask(t, "r", hits("fw", 3, false)), "OK [OK r=0 3/DAY]")
+		expectBrief(t, "a GCRA's refund beside a refusal", p.ask(t, "r", hits("gcra", 1, true), hits("fw", 1, false)),
+			"OVER_LIMIT [OK r=0 3/DAY] [OVER_LIMIT r=0 3/DAY]")
+		expectBrief(t, "the GCRA after", p.ask(t, "r", hits("gcra", 1, false)), "OVER_LIMIT [OVER_LIMIT r=0 3/DAY]")
+		expectBrief(t, "fw 3 back", p.ask(t, "r", hits("fw", 3, true)), "OK [OK r=0 3/DAY]")
+		expectBrief(t, "fw after", p.ask(t, "r", hits("fw", 1, false)), "OVER_LIMIT [OVER_LIMIT r=0 3/DAY]")
+	})
+}
+
 // tokenConfig is a budget of 1,000 tokens a minute, as a file says it
 // (debt: true) and as Envoy Gateway's config over xDS does (a plain
 // limit, its charges in debt by DEBT_CHARGES).
