@@ -117,9 +117,6 @@ func TestDecideRemembers(t *testing.T) {
 		}
 	}})
 	ctx := context.Background()
-	gcra := func(cost int64) []*admit.Want {
-		return []*admit.Want{{Key: "{k}", Limit: client.GCRA(1, 2, time.Minute), Cost: cost}}
-	}
 	g.Decide(ctx, gcra(2))
 	if ws := gcra(2); !decide(t, g, ws) || ws[0].Remembered {
 		t.Fatalf("the second request: %+v", ws[0])
@@ -149,9 +146,6 @@ func TestDecideRemembers(t *testing.T) {
 func TestRefundForgetsRefusal(t *testing.T) {
 	g, _, _, calls := onFake(t, admit.Options{RefusalCache: 10})
 	ctx := context.Background()
-	gcra := func(cost int64) []*admit.Want {
-		return []*admit.Want{{Key: "{k}", Limit: client.GCRA(1, 2, time.Minute), Cost: cost}}
-	}
 	g.Decide(ctx, gcra(2))
 	if ws := gcra(2); !decide(t, g, ws) || ws[0].Remembered {
 		t.Fatalf("refused by Redis: %+v", ws[0])
@@ -173,6 +167,11 @@ func TestRefundForgetsRefusal(t *testing.T) {
 	if last := gcra(2); decide(t, g, last) || last[0].Remembered || calls.Load() == n {
 		t.Fatalf("after Gate.Refund: %+v, want admitted by Redis", last[0])
 	}
+}
+
+// gcra is a request of cost on key {k}, a GCRA of 2 at once and 2 a minute.
+func gcra(cost int64) []*admit.Want {
+	return []*admit.Want{{Key: "{k}", Limit: client.GCRA(1, 2, time.Minute), Cost: cost}}
 }
 
 // decide decides ws and reports whether the request was refused.
