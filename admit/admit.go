@@ -448,24 +448,28 @@ func (g *Gate) decide(b *bounded, wants []*Want) error {
 	return nil
 }
 
-// allHere decides wants (at most 16, none with a reserve or a debt)
-// through the tier when it can (lease.Tier.AllHere): admitted, each want
-// its own key's answer; refused here, the refusing want alone Known, as a
-// refused step leaves the later ones.
+// allHere decides wants through the tier when it can (lease.Tier.AllHere):
+// admitted, each want its own key's answer; refused here, the refusing
+// want alone Known, as a refused step leaves the later ones. More than 16
+// wants, or a reserve or a debt, go to the limiter (counted exact there).
 func (g *Gate) allHere(b *bounded, wants []*Want) (bool, error) {
-	if len(wants) > maxAll {
-		return false, nil
-	}
 	var kb [maxAll]client.Keyed
 	var eb [maxAll]client.Result
-	limits, each := kb[:0], eb[:len(wants)]
-	for _, w := range wants {
-		if w.Reserve != 0 || w.Debt {
-			return false, nil
+	limits, each := kb[:0], eb[:min(len(wants), maxAll)]
+	var opts []client.Option
+	for _, w := range wants[:min(len(wants), maxAll)] {
+		switch {
+		case w.Debt:
+			opts = []client.Option{client.Debt()}
+		case w.Reserve != 0:
+			opts = []client.Option{client.Reserve(w.Reserve)}
 		}
 		limits = append(limits, client.Keyed{Key: w.Key, Limit: w.Limit, Cost: w.Cost})
 	}
-	r, here, err := g.leased.AllHere(b.get(), limits, each)
+	if len(wants) > maxAll {
+		limits = nil // more than one RL.ALL takes: the tier counts them exact
+	}
+	r, here, err := g.leased.AllHere(b.get(), limits, each, opts...)
 	if err != nil || !here {
 		return false, err
 	}

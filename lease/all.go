@@ -48,12 +48,14 @@ func (t *Tier) All(ctx context.Context, limits []client.Keyed, opts ...client.Op
 // does, all or nothing (the others spending their units), and what they
 // admit is charged when Redis answers again. Otherwise — a limit that does
 // not lease (see Leases; a cost from 1 to its burst, at most 16 limits, no
-// key twice), a key cold, or failing past Fallback — here is false and the
-// caller asks the limiter (package admit: its plan per slot, for keys of
-// several slots too). A per-IP and a per-key limit on hot keys are decided
-// with no call, as one limit is.
-func (t *Tier) AllHere(ctx context.Context, limits []client.Keyed, each []client.Result) (r client.Result, here bool, err error) {
-	if t.leasesAll(limits, nil) {
+// key twice, no options: any, RESERVE or DEBT, sends the decision to the
+// limiter), a key cold, or failing past Fallback — here is false, the
+// decision is counted exact (Stats.Exact), and the caller asks the limiter
+// (package admit: its plan per slot, for keys of several slots too). A
+// per-IP and a per-key limit on hot keys are decided with no call, as one
+// limit is.
+func (t *Tier) AllHere(ctx context.Context, limits []client.Keyed, each []client.Result, opts ...client.Option) (r client.Result, here bool, err error) {
+	if t.leasesAll(limits, opts) {
 		if r, here, err = t.allHere(ctx, limits, each, true); err != nil || here {
 			return r, here, err
 		}
