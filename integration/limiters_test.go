@@ -384,6 +384,15 @@ func workload(t *testing.T, c *redis.Client, prefix string) {
 	mustCall(t, c, "SW.HIT", prefix+"sw:debt", 3, slow, 9, "DEBT")
 	mustCall(t, c, "FW.HIT", prefix+"fw:debt", 3, slow, 9, "DEBT")
 	mustCall(t, c, "SL.HIT", prefix+"sl:debt", 3, slow, 9, "DEBT")
+	// Returns (a negative cost) on the windows: part of a count, a log's
+	// newest entries (ZREMRANGEBYRANK), and all of one (the key deleted).
+	for _, cmd := range []string{"SW.HIT", "FW.HIT", "SL.HIT"} {
+		name := strings.ToLower(cmd[:2])
+		mustCall(t, c, cmd, prefix+name+":ret", 5, slow, 4)
+		mustCall(t, c, cmd, prefix+name+":ret", 5, slow, -3)
+		mustCall(t, c, cmd, prefix+name+":gone", 5, slow, 2)
+		mustCall(t, c, cmd, prefix+name+":gone", 5, slow, -7)
+	}
 }
 
 // Replicas hold the effect: one without the module ends with the same
@@ -402,10 +411,13 @@ func TestReplication(t *testing.T) {
 		if len(want) < 35 {
 			t.Fatalf("only %d keys on the primary", len(want))
 		}
-		for _, gone := range []string{"gcra:1", "tb:2", "sl:0"} {
+		for _, gone := range []string{"gcra:1", "tb:2", "sl:0", "sw:gone", "fw:gone", "sl:gone"} {
 			if _, ok := want[prefix+gone]; ok {
 				t.Fatalf("a refund to full left %s", gone)
 			}
+		}
+		if v := want[prefix+"fw:ret"].Value; v != "1" {
+			t.Fatalf("fw:ret holds %q after 4 taken and 3 given back", v)
 		}
 		for _, owed := range []string{"gcra:debt", "tb:debt"} {
 			if v := want[prefix+owed].Value; !strings.HasSuffix(v, ":debt") {

@@ -164,14 +164,14 @@ func randomCase(r *rand.Rand) diffCase {
 	var c diffCase
 	switch r.IntN(8) {
 	case 6:
-		c = diffCase{cmd: "sl.hit", peek: "sl.peek", reserve: true}
+		c = diffCase{cmd: "sl.hit", peek: "sl.peek", refunds: true, reserve: true}
 		c.params = []string{pick(1, 2, 5, 16, 100, 1000, 100000), pick(1, 2, 10, 60, 3600, 1e9, 9223372036)}
 		c.limit, _ = strconv.ParseInt(c.params[0], 10, 64)
 		return c
 	case 4, 5:
-		c = diffCase{cmd: "sw.hit", peek: "sw.peek", reserve: true}
+		c = diffCase{cmd: "sw.hit", peek: "sw.peek", refunds: true, reserve: true}
 		if r.IntN(2) == 0 {
-			c = diffCase{cmd: "fw.hit", peek: "fw.peek", reserve: true}
+			c = diffCase{cmd: "fw.hit", peek: "fw.peek", refunds: true, reserve: true}
 		}
 		c.params = []string{pick(1, 2, 5, 16, 100, 6000, 1<<40, 1<<53-1), pick(1, 2, 10, 60, 3600, 86400, 1e9, 9223372036)}
 		c.limit, _ = strconv.ParseInt(c.params[0], 10, 64)

@@ -347,7 +347,7 @@ local function syntax(kind)
         {name = 'limit', min = 1, max = 9007199254740991},
         {name = 'window', min = 1, max = 9223372036, seconds = true},
       },
-      optional = {name = 'cost', min = 0, max = MAXI},
+      optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
       reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
@@ -358,7 +358,7 @@ local function syntax(kind)
         {name = 'limit', min = 1, max = 9007199254740991},
         {name = 'window', min = 1, max = 9223372036, seconds = true},
       },
-      optional = {name = 'cost', min = 0, max = MAXI},
+      optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
       reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
@@ -369,7 +369,7 @@ local function syntax(kind)
         {name = 'limit', min = 1, max = 100000},
         {name = 'window', min = 1, max = 9223372036, seconds = true},
       },
-      optional = {name = 'cost', min = 0, max = MAXI},
+      optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
       reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
       limit = function(v) return v[1] end,
@@ -436,7 +436,7 @@ local function fast_args(kind, args)
     if not a2 or a2 < 1 or a2 > 9223372036 then return nil end
     v[2] = a2
     v[3] = 1
-    return fast_tail(args, 3, v, 0, math.huge)
+    return fast_tail(args, 3, v, -math.huge, math.huge)
   elseif kind == 'fw' then
     if n < 2 or n > 4 then return nil end
     local a1 = fast_number(args[1])
@@ -446,7 +446,7 @@ local function fast_args(kind, args)
     if not a2 or a2 < 1 or a2 > 9223372036 then return nil end
     v[2] = a2
     v[3] = 1
-    return fast_tail(args, 3, v, 0, math.huge)
+    return fast_tail(args, 3, v, -math.huge, math.huge)
   elseif kind == 'sl' then
     if n < 2 or n > 4 then return nil end
     local a1 = fast_number(args[1])
@@ -456,7 +456,7 @@ local function fast_args(kind, args)
     if not a2 or a2 < 1 or a2 > 9223372036 then return nil end
     v[2] = a2
     v[3] = 1
-    return fast_tail(args, 3, v, 0, math.huge)
+    return fast_tail(args, 3, v, -math.huge, math.huge)
   end
 end
 
@@ -662,7 +662,7 @@ local function sat_add(a, b)
 end
 local function reserved(hit, cost, reserve, ...)
   local d, n, at, err
-  if lt(0, reserve) then d, n, at, err = hit(sat_add(cost, reserve), false, ...) end
+  if lt(0, reserve) and le(0, cost) then d, n, at, err = hit(sat_add(cost, reserve), false, ...) end
   if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT, ...) end
   return d, n, at, err
 end
@@ -839,7 +839,10 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   d.write = lt(0, count) and expire > stop * 1000
   local left = since({stop, 0}, now)
   local n = add(count, cost)
-  if lt(L, cost) or not fits(n) or lt(L, n) then
+  if lt(cost, 0) then -- a return: never below zero
+    n = imax(n, 0)
+    d.write = d.write or cmp(n, count) ~= 0
+  elseif lt(L, cost) or not fits(n) or lt(L, n) then
     d.limited = true
     if debt and lt(0, cost) then
       if not fits(n) then n = MAXI end -- a count past 2^63 - 1 stops there
@@ -875,7 +878,10 @@ local function sliding_hit(cost, debt, L, window, c, now)
   local nxt = {index = c.index, current = c.current, previous = c.previous}
   local est = add(c.current, weight)
   local total = add(est, cost)
-  if lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
+  if lt(cost, 0) then -- a return: off the current count only, never below zero
+    nxt.current = imax(add(c.current, cost), 0)
+    d.write = d.write or cmp(nxt.current, c.current) ~= 0
+  elseif lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
     d.limited = true
     if debt and lt(0, cost) then
       nxt.current = add(nxt.current, cost)
@@ -932,6 +938,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
     d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
+    if d.write and cmp(n, 0) == 0 then return reply, {key = key, del = raw ~= nil} end -- a return of the whole count
     if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
     return reply, {key = key}
   end
@@ -950,7 +957,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
   if not after(at, now) then return reply, {key = key, del = raw ~= nil} end
   return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
 end
-local function store(w)
+local function window_store(w)
   if w.set then
     redis.call('SET', w.key, w.set, 'PXAT', string.format('%d', ceil_ms(w.at)))
   elseif w.del then
@@ -1073,9 +1080,6 @@ local function fast_sliding(_, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-local function window_store(w)
-  store(w)
-end
 
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
 local function read_zset(key)
@@ -1105,7 +1109,7 @@ local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local n = now_ns(now)
-  local d = {limited = false, retry = -1, write = false, redate = false, add = 0}
+  local d = {limited = false, retry = -1, write = false, redate = false, add = 0, remove = 0}
   local live = 0
   if size > 0 then live = redis.call('ZCOUNT', key, '(' .. fmt(cutoff_us), '+inf') end
   local newest = nil
@@ -1117,7 +1121,15 @@ local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
     newest, d.redate, d.write = n, true, true
   end
   local total = add(live, cost)
-  if lt(L, cost) or lt(L, total) then
+  if lt(cost, 0) then -- a return: the newest live entries go
+    total = imax(total, 0)
+    d.remove = sub(live, total)
+    d.write = d.write or lt(0, d.remove)
+    if lt(0, total) then -- the newest left: the total-th oldest live entry
+      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(total, 1)), '1', 'WITHSCORES')
+      newest = imin(score_ns(tonumber(r[2])), n)
+    end
+  elseif lt(L, cost) or lt(L, total) then
     d.limited = true
     local charge = debt and lt(0, cost)
     if le(cost, L) or charge then
@@ -1162,10 +1174,11 @@ local function log_limit(_, key, v, reserve, now, ms)
   if herr then return nil, nil, herr end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
-  return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add,
+  return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add, remove = d.remove,
     score = now[1] * 1000000 + math.floor(now[2] / 1000), expire = d.expire}
 end
-local function store_log(w)
+local function log_store(w)
+  if not w.log then return end
   redis.call('ZREMRANGEBYSCORE', w.key, '-inf', fmt(w.cutoff))
   local moved = 0
   local score = string.format('%d', w.score)
@@ -1182,6 +1195,7 @@ local function store_log(w)
     seq = seq + k
     want = sub(want, redis.call('ZADD', unpack(batch)))
   end
+  if lt(0, w.remove) then redis.call('ZREMRANGEBYRANK', w.key, fmt(neg(w.remove)), '-1') end -- a return
   local q, r = quorem(w.expire, 1000000)
   if lt(0, r) then q = add(q, 1) end
   redis.call('PEXPIREAT', w.key, fmt(q))
@@ -1267,9 +1281,6 @@ local function fast_log(_, key, v, now, ms, peek)
     redis.call('PEXPIREAT', key, string.format('%d', q))
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
-end
-local function log_store(w)
-  if w.log then store_log(w) end
 end
 
 local function lease_expiry(ns)
@@ -1698,7 +1709,7 @@ local function parse_all(name, keys, args, peek)
   if err then return nil, nil, nil, err end
   local entries = 0
   for _, l in ipairs(lims) do
-    if l.family == 'sl' and (debt or not lt(l.v[1], l.v[3])) then entries = sat_add(entries, l.v[3]) end
+    if l.family == 'sl' and lt(0, l.v[3]) and (debt or not lt(l.v[1], l.v[3])) then entries = sat_add(entries, l.v[3]) end
   end
   if lt(MAX_LOG_ADD, entries) then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
   return lims, ms, each, nil, upto, debt
@@ -1854,4 +1865,4 @@ redis.register_function{function_name = 'rl_peek', callback = function(keys, arg
 redis.register_function{function_name = 'conc_acquire', callback = function(keys, args) return conc_command("acquire", "conc.acquire", false, keys, args) end}
 redis.register_function{function_name = 'conc_release', callback = function(keys, args) return conc_command("release", "conc.release", false, keys, args) end}
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+b3f1545ac3f70371' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+62ef97cf318a081d' end, flags = {'no-writes'}}

@@ -133,7 +133,7 @@ func store(o *engine.Outcome, c *C.rl_call) {
 			n := copy(unsafe.Slice((*byte)(unsafe.Pointer(&k.set_val[0])), len(k.set_val)), w.Value[:w.ValueLen])
 			k.set_len = C.size_t(n)
 		case engine.WriteZLog:
-			k.z_redate, k.z_add = cBool(w.ZRedate), C.longlong(w.ZAdd)
+			k.z_redate, k.z_add, k.z_remove = cBool(w.ZRedate), C.longlong(w.ZAdd), C.longlong(w.ZRemove)
 		case engine.WriteConc:
 			k.conc_id_arg = C.int(w.ConcID)
 			k.conc_add, k.conc_remove = cBool(w.ConcAdd), cBool(w.ConcRemove)

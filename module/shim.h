@@ -50,6 +50,7 @@ typedef struct rl_key {
     long long z_add;       /* RL_WRITE_ZLOG: entries to add, scored z_score_us */
     long long z_score_us;
     int z_redate; /* RL_WRITE_ZLOG: move the entries scored after z_score_us to it */
+    long long z_remove; /* RL_WRITE_ZLOG: then remove the newest z_remove entries (a return) */
     /* RL_WRITE_CONC: remove up to RL_CONC_SWEEP holders scored at or below
      * z_cutoff_us (never the caller's first slot), then set the caller's
      * slots 1 to conc_to (argument conc_id_arg; rl_slot_member names them)

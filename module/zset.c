@@ -223,11 +223,46 @@ static long long rl_zlog_remove(RedisModuleCtx *ctx, rl_key *k, double min, int 
     return removed;
 }
 
+/* Removes the newest n entries of a sliding log (a return), replicated as
+ * ZREMRANGEBYRANK key -n -1, which removes the same ones on a replica (its
+ * set is the same), with that command's events. */
+static void rl_zlog_pop(RedisModuleCtx *ctx, rl_key *k, long long n) {
+    RedisModuleKey *key = (RedisModuleKey *)k->key;
+    RedisModuleString *name = (RedisModuleString *)k->name;
+    RedisModuleString *batch[RL_ZBATCH];
+    long long removed = 0;
+    while (removed < n) {
+        int got = 0;
+        if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET &&
+            RM_ZsetLastInScoreRange(key, -INFINITY, INFINITY, 0, 0) == REDISMODULE_OK) {
+            while (!RM_ZsetRangeEndReached(key) && got < RL_ZBATCH && removed + got < n) {
+                batch[got++] = RM_ZsetRangeCurrentElement(key, NULL);
+                if (!RM_ZsetRangePrev(key)) break;
+            }
+            RM_ZsetRangeStop(key);
+        }
+        for (int i = 0; i < got; i++) {
+            RM_ZsetRem(key, batch[i], NULL);
+            RM_FreeString(ctx, batch[i]);
+        }
+        removed += got;
+        if (got == 0) break;
+    }
+    if (removed == 0) return;
+    char from[24];
+    snprintf(from, sizeof from, "%lld", -removed);
+    RM_Replicate(ctx, "ZREMRANGEBYRANK", "scc", name, from, "-1");
+    RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_ZSET, "zremrangebyrank", name);
+    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_EMPTY)
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "del", name);
+}
+
 /* A sliding-log write: remove the entries that left the window, move the
  * ones dated after now to now (z_redate: a clock stepped back), add z_add
- * entries scored z_score_us (members "<score>-<n>", unique), expire the key
- * when its newest entry leaves, and replicate exactly that, with the events
- * the replicated commands emit on a replica. */
+ * entries scored z_score_us (members "<score>-<n>", unique), remove the
+ * newest z_remove (a return), expire the key when its newest entry leaves
+ * (unless it is gone), and replicate exactly that, with the events the
+ * replicated commands emit on a replica. */
 void rl_zlog_write(RedisModuleCtx *ctx, rl_key *k) {
     RedisModuleKey *key = (RedisModuleKey *)k->key;
     RedisModuleString *name = (RedisModuleString *)k->name;
@@ -266,9 +301,12 @@ void rl_zlog_write(RedisModuleCtx *ctx, rl_key *k) {
             n = 0;
         }
     }
-    RM_SetAbsExpire(key, k->expire_ms);
-    RM_Replicate(ctx, "PEXPIREAT", "sl", name, k->expire_ms);
-    RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
+    if (k->z_remove > 0) rl_zlog_pop(ctx, k, k->z_remove);
+    if (RM_KeyType(key) == REDISMODULE_KEYTYPE_ZSET) {
+        RM_SetAbsExpire(key, k->expire_ms);
+        RM_Replicate(ctx, "PEXPIREAT", "sl", name, k->expire_ms);
+        RM_NotifyKeyspaceEvent(ctx, REDISMODULE_NOTIFY_GENERIC, "expire", name);
+    }
     RM_SignalModifiedKey(ctx, name);
 }
 

@@ -17,6 +17,7 @@ import (
 // (past NearLimitRatio of it), within it, and refused in shadow mode.
 type metrics struct {
 	totalHits, overLimit, nearLimit, withinLimit, shadowMode *prometheus.CounterVec
+	negativeHits                                             *prometheus.CounterVec
 
 	redisSeconds  *prometheus.HistogramVec
 	errors        *prometheus.CounterVec
@@ -61,6 +62,8 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		nearLimit:   perKey("near_limit", "Hits past the near-limit share of the limit and within it."),
 		withinLimit: perKey("within_limit", "Hits admitted."),
 		shadowMode:  perKey("shadow_mode", "Hits a shadow_mode limit would have refused."),
+		negativeHits: perKey("total_negative_hits",
+			"Hits given back (a descriptor's hits_addend with is_negative_hits, Envoy's refund); not in total_hits."),
 		redisSeconds: prometheus.NewHistogramVec(prometheus.HistogramOpts{
 			Name:    "ratelimit_service_redis_call_seconds",
 			Help:    "Time of each Redis call deciding a request, by outcome (ok, error).",
@@ -90,7 +93,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 		maxPerValue: defaultMetricKeys,
 	}
 	if reg != nil {
-		reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode,
+		reg.MustRegister(m.totalHits, m.overLimit, m.nearLimit, m.withinLimit, m.shadowMode, m.negativeHits,
 			m.redisSeconds, m.errors, m.cacheHits, m.globalShadowN, m.configLoads, m.breakers, m.localDecided, m.localUnits)
 	}
 	return m
@@ -98,7 +101,7 @@ func newMetrics(reg prometheus.Registerer) *metrics {
 
 // keyCounters are one domain and key's counters, looked up once.
 type keyCounters struct {
-	total, over, near, within, shadow prometheus.Counter
+	total, over, near, within, shadow, negative prometheus.Counter
 }
 
 type labels struct{ domain, key string }
@@ -125,6 +128,8 @@ func (m *metrics) of(domain, key string, perValue bool) *keyCounters {
 		near:   m.nearLimit.WithLabelValues(domain, key),
 		within: m.withinLimit.WithLabelValues(domain, key),
 		shadow: m.shadowMode.WithLabelValues(domain, key),
+
+		negative: m.negativeHits.WithLabelValues(domain, key),
 	}
 	actual, loaded := m.byKey.LoadOrStore(labels{domain, key}, c)
 	if loaded && perValue {
@@ -136,6 +141,13 @@ func (m *metrics) of(domain, key string, perValue bool) *keyCounters {
 func (m *metrics) hit(domain string, it *item) {
 	it.counters = m.of(domain, it.stat, it.perValue)
 	it.counters.total.Add(float64(it.Cost))
+}
+
+// negative counts a refund's hits (is_negative_hits; it.Cost < 0), as the
+// peer's total_negative_hits.
+func (m *metrics) negative(domain string, it *item) {
+	it.counters = m.of(domain, it.stat, it.perValue)
+	it.counters.negative.Add(float64(-it.Cost))
 }
 
 // decided counts a descriptor's outcome as the peer splits hits (a

@@ -17,15 +17,20 @@ descriptors:
     rate_limit: {unit: minute, requests_per_unit: 3, algorithm: token_bucket}
   - key: fw
     rate_limit: {unit: minute, requests_per_unit: 3}
+  - key: sw
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_window}
+  - key: sl
+    rate_limit: {unit: minute, requests_per_unit: 3, algorithm: sliding_log}
 `
 
 // TestNegativeHits: a descriptor with is_negative_hits gives its hits back
 // (Envoy's refund, as the peer's), on the fake at a fixed instant. GCRA and
 // the token bucket take them back at once, and a request refused before
-// is admitted after; a fixed window keeps its count (a refund is not sent,
-// and answers OK); a refund goes all or nothing with the request's other
-// descriptors (refused by one, it is not kept); a refund is no hit
-// (total_hits), and forgets a remembered refusal.
+// is admitted after; the windows take them off the current window's count
+// (the sliding log its newest entries); a refund goes all or nothing with
+// the request's other descriptors (refused by one, it is not kept); a
+// refund is no hit (total_hits, total_negative_hits), and forgets a
+// remembered refusal.
 func TestNegativeHits(t *testing.T) {
 	s, _ := onFake(t, refundConfig, Options{RefusalCache: 10})
 	hitOf := func(key, user string, n uint64) *rlv3.RateLimitDescriptor {
@@ -51,8 +56,18 @@ func TestNegativeHits(t *testing.T) {
 		{[]*rlv3.RateLimitDescriptor{back("tb", 3)}, "OK OK/3:3:0s"},
 		{[]*rlv3.RateLimitDescriptor{hit("tb", 3)}, "OK OK/3:0:60s"},
 		{[]*rlv3.RateLimitDescriptor{hit("fw", 3)}, "OK OK/3:0:40s"},
-		{[]*rlv3.RateLimitDescriptor{back("fw", 3)}, "OK OK/3:0"},
+		{[]*rlv3.RateLimitDescriptor{hit("fw", 1)}, "OVER_LIMIT OVER_LIMIT/3:0:40s"}, // remembered
+		{[]*rlv3.RateLimitDescriptor{back("fw", 2)}, "OK OK/3:2:40s"},
+		{[]*rlv3.RateLimitDescriptor{hit("fw", 2)}, "OK OK/3:0:40s"},
+		{[]*rlv3.RateLimitDescriptor{back("fw", 5)}, "OK OK/3:3:40s"}, // never below zero
+		{[]*rlv3.RateLimitDescriptor{hit("fw", 3)}, "OK OK/3:0:40s"},
 		{[]*rlv3.RateLimitDescriptor{hit("fw", 1)}, "OVER_LIMIT OVER_LIMIT/3:0:40s"},
+		{[]*rlv3.RateLimitDescriptor{hit("sw", 3)}, "OK OK/3:0:100s"},
+		{[]*rlv3.RateLimitDescriptor{back("sw", 1)}, "OK OK/3:1:100s"},
+		{[]*rlv3.RateLimitDescriptor{hit("sw", 1)}, "OK OK/3:0:100s"},
+		{[]*rlv3.RateLimitDescriptor{hit("sl", 3)}, "OK OK/3:0:60s"},
+		{[]*rlv3.RateLimitDescriptor{back("sl", 3)}, "OK OK/3:3:0s"},
+		{[]*rlv3.RateLimitDescriptor{hit("sl", 3)}, "OK OK/3:0:60s"},
 		// All or nothing: a window refuses (in the same RL.ALL), so the
 		// GCRA's refund is not kept; then one refused from the refusal cache.
 		{[]*rlv3.RateLimitDescriptor{hitOf("fw", "u2", 3)}, "OK OK/3:0:40s"},
@@ -64,9 +79,12 @@ func TestNegativeHits(t *testing.T) {
 			t.Errorf("step %d: %s, want %s", i, got, step.want)
 		}
 	}
-	for key, want := range map[string]float64{"d.gcra": 7, "d.tb": 6, "d.fw": 9} {
-		if got := testutil.ToFloat64(s.m.totalHits.WithLabelValues("d", key)); got != want {
-			t.Errorf("total_hits of %s: %v, want %v (the refunds not counted)", key, got, want)
+	for key, want := range map[string][2]float64{"d.gcra": {7, 4}, "d.tb": {6, 3}, "d.fw": {15, 7}, "d.sw": {4, 1}, "d.sl": {6, 3}} {
+		if got := testutil.ToFloat64(s.m.totalHits.WithLabelValues("d", key)); got != want[0] {
+			t.Errorf("total_hits of %s: %v, want %v (the refunds not counted)", key, got, want[0])
+		}
+		if got := testutil.ToFloat64(s.m.negativeHits.WithLabelValues("d", key)); got != want[1] {
+			t.Errorf("total_negative_hits of %s: %v, want %v", key, got, want[1])
 		}
 	}
 }

@@ -291,11 +291,8 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
 		if d.GetIsNegativeHits() && it.Cost > 0 { // a refund: its hits given back, not counted
-			if r.perUnit > 0 && !admit.Refunds(r.limit) {
-				resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, CurrentLimit: r.proto}
-				continue // a window keeps its count: nothing is sent
-			}
 			it.Cost, it.Debt = -it.Cost, false
+			s.m.negative(req.Domain, it)
 		} else {
 			s.m.hit(req.Domain, it)
 		}

@@ -4,7 +4,14 @@
 // in how far a burst at a window boundary can push them.
 //
 // Windows are aligned to multiples of the window since the Unix epoch.
-// Refused hits are never counted. For all three, RetryAfter is the exact
+// Refused hits are never counted. A negative cost gives units back (a
+// return, the module's negative cost): it takes them off the current
+// window's count only — the window they were taken in, while it is current
+// — never below zero, and is never refused. With limit 10 per 60 s, a count
+// of 7 and a cost of −3, the count is 4; a cost of −9 leaves 0. Units taken
+// in an earlier window stay where they were: that window's count is what
+// the sliding window weighs, and a fixed window's is gone already. The
+// sliding log removes its newest entries inside the trailing window. For all three, RetryAfter is the exact
 // time until this same hit would be admitted (if nothing else arrives), and
 // ResetAfter the time until the count is zero again. A charge (Charge, the
 // module's DEBT) is counted even past the limit; the fixed window's and the
@@ -60,7 +67,7 @@ const MaxWindow = ratelimit.MaxSeconds
 
 var (
 	// ErrRange means an argument is outside its range.
-	ErrRange = errors.New("argument out of range: limit >= 1, 1 <= window <= 9223372036, cost >= 0")
+	ErrRange = errors.New("argument out of range: limit >= 1, 1 <= window <= 9223372036, counts >= 0")
 	// ErrOverflow means the window's end overflows 64-bit nanoseconds.
 	ErrOverflow = errors.New("the window overflows 64-bit nanoseconds: the window is too long")
 )
@@ -101,6 +108,15 @@ func (p params) decision() Decision {
 	return Decision{Verdict: ratelimit.Verdict{Limit: p.limit, RetryAfter: Never}}
 }
 
+// giveBack is count less what a return of cost (< 0) gives back, never
+// below zero: 7 and −3 give 4, 7 and −9 give 0.
+func giveBack(count, cost int64) int64 {
+	if cost <= -count { // count ≥ 0: −count cannot overflow
+		return 0
+	}
+	return count + cost
+}
+
 // MaxCount is the most a window's count holds, 2^63 − 1: a charge (DEBT)
 // that would count past it counts MaxCount, far past any limit.
 const MaxCount = math.MaxInt64
@@ -127,8 +143,12 @@ func NewFixedWindow(limit, window int64) (FixedWindow, error) {
 // changed behind the limiter's back): it counts as the current window's, so
 // the step costs at most one window, and Write is set, even for a refused or
 // zero-cost hit, so that it is stored again expiring at the window's end.
+//
+// A negative cost is a return: the count less −cost, never below zero,
+// never Limited; Write when the count changed (a count of 0 need not be
+// stored: the key may go).
 func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount, end int64, err error) {
-	if cost < 0 || count < 0 {
+	if count < 0 {
 		return Decision{}, 0, 0, ErrRange
 	}
 	d = f.p.decision()
@@ -142,8 +162,10 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 	}
 	d.Write = count > 0 && expires > end
 	left := time.Duration(end - now)
-	newCount, ok = checked.Add(count, cost)
-	if cost > f.p.limit || !ok || newCount > f.p.limit {
+	if cost < 0 {
+		newCount = giveBack(count, cost)
+		d.Write = d.Write || newCount != count
+	} else if newCount, ok = checked.Add(count, cost); cost > f.p.limit || !ok || newCount > f.p.limit {
 		d.Limited = true
 		if cost <= f.p.limit {
 			d.RetryAfter = left // the next window starts empty
@@ -222,8 +244,13 @@ func NewSlidingWindow(limit, window int64) (SlidingWindow, error) {
 // stepped back: they count as the current window's, so the step costs at
 // most one window, and Write is set, even for a refused or zero-cost hit, so
 // that they are stored again under the current window's index.
+//
+// A negative cost is a return: it takes units off the current window's
+// count only, never below zero, never Limited; the previous count stays.
+// With 42 in the previous minute and 18 in the current one, a return of 5
+// leaves 13 current, and 15 s in the estimate is ⌊42 × 45/60⌋ + 13 = 44.
 func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, expire int64, err error) {
-	if cost < 0 || c.Current < 0 || c.Previous < 0 {
+	if c.Current < 0 || c.Previous < 0 {
 		return Decision{}, c, 0, ErrRange
 	}
 	W, L := s.p.window, s.p.limit
@@ -254,7 +281,10 @@ func (s SlidingWindow) Hit(c Counts, now, cost int64) (d Decision, next Counts, 
 	next = c
 	est, ok := checked.Add(c.Current, weight())
 	total, ok2 := checked.Add(est, cost)
-	if cost > L || !ok || !ok2 || total > L {
+	if cost < 0 {
+		next.Current = giveBack(c.Current, cost)
+		d.Write = d.Write || next.Current != c.Current
+	} else if cost > L || !ok || !ok2 || total > L {
 		d.Limited = true
 		if cost <= L {
 			d.RetryAfter = time.Duration(s.retry(c, e, cost))
@@ -388,6 +418,9 @@ type LogDecision struct {
 	// stepped back leaves. They count as entries at now; when Redate is set
 	// (and with it Write), the caller moves them to now.
 	Redate bool
+	// Remove is how many entries a return takes off: the caller removes
+	// the newest Remove entries (after moving, when Redate).
+	Remove int64
 }
 
 // Hit admits cost units at now (Unix ns) when the log holds at most
@@ -397,10 +430,13 @@ type LogDecision struct {
 // Entries after now count as entries at now, so a clock that steps back
 // costs at most one window; Redate (and Write) is then set, even for a
 // refused or zero-cost hit, so that the caller moves them to now.
+//
+// A negative cost is a return: the newest −cost entries inside the
+// trailing window go (Remove, and Write), never more than it holds, and the
+// hit is never Limited. Which entries were the returned units the log
+// cannot tell; the newest are the latest to leave, so removing them frees
+// the units the returned ones would have held longest.
 func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
-	if cost < 0 {
-		return LogDecision{}, ErrRange
-	}
 	W, L := l.p.window, l.p.limit
 	cutoff, ok := checked.Sub(now, W)
 	if !ok {
@@ -415,7 +451,14 @@ func (l SlidingLog) Hit(log Log, now, cost int64) (LogDecision, error) {
 		d.Write = true
 	}
 	total, ok := checked.Add(live, cost)
-	if cost > L || !ok || total > L {
+	if cost < 0 {
+		total = giveBack(live, cost)
+		d.Remove = live - total
+		d.Write = d.Write || d.Remove > 0
+		if total > 0 { // the newest left: the total-th oldest live entry
+			newest = min(log.Nth(cutoff, total), now)
+		}
+	} else if cost > L || !ok || total > L {
 		d.Limited = true
 		if cost <= L {
 			// Wait until the (live + cost − L)-th oldest entry leaves.

@@ -93,8 +93,9 @@ func (s *logStore) hit(t *testing.T, l SlidingLog, now, cost int64) Decision {
 	}
 	if d.Write {
 		kept := s.entries[len(s.entries)-int(s.entries.Count(d.Cutoff)):]
-		s.entries = append(slices.Clone(kept), make([]int64, cost)...)
-		for i := range cost {
+		kept = kept[:len(kept)-int(d.Remove)]
+		s.entries = append(slices.Clone(kept), make([]int64, d.Add)...)
+		for i := range d.Add {
 			s.entries[len(s.entries)-1-int(i)] = now
 		}
 		s.expire = d.Expire
@@ -199,6 +200,88 @@ func TestSlidingLog(t *testing.T) {
 	}
 }
 
+// A negative cost gives units back to the current window only, never
+// below zero, and is never refused.
+func TestReturn(t *testing.T) {
+	s := time.Second
+	t.Run("fixed", func(t *testing.T) {
+		f, _ := NewFixedWindow(10, 60)
+		var st fixedStore
+		for i, c := range []step{
+			{0, 7, false, 3, Never, 60 * s},
+			{1 * sec, -3, false, 6, Never, 59 * s}, // 7 − 3 = 4
+			{2 * sec, 6, false, 0, Never, 58 * s},
+			{3 * sec, 1, true, 0, 57 * s, 57 * s},
+			{4 * sec, -1, false, 1, Never, 56 * s}, // the unit it gave back admits one more
+			{5 * sec, 1, false, 0, Never, 55 * s},
+			{6 * sec, -25, false, 10, Never, 0}, // never below zero
+			{7 * sec, math.MinInt64, false, 10, Never, 0},
+			{8 * sec, 10, false, 0, Never, 52 * s},
+			// In the next window the count is gone: nothing to give back.
+			{61 * sec, -4, false, 10, Never, 0},
+		} {
+			check(t, i, c, st.hit(t, f, w0+c.at, c.cost))
+		}
+		if st.count != 0 {
+			t.Fatalf("count %d after returning everything", st.count)
+		}
+		// A return that changes nothing writes nothing.
+		if d, _, _, _ := f.Hit(0, 0, w0, -3); d.Write {
+			t.Fatal("a return on an empty window writes")
+		}
+	})
+	t.Run("sliding", func(t *testing.T) {
+		w, _ := NewSlidingWindow(50, 60)
+		idx := w0 / (60 * sec)
+		// Cloudflare's numbers: 42 before, 18 now, 15 s in.
+		d, next, exp, err := w.Hit(Counts{Index: idx, Current: 18, Previous: 42}, w0+15*sec, -5)
+		if err != nil || d.Limited || !d.Write || next != (Counts{Index: idx, Current: 13, Previous: 42}) ||
+			d.Remaining != 50-44 || d.RetryAfter != Never || exp != w0+120*sec {
+			t.Fatalf("return 5: %+v %+v %d %v", d, next, exp, err)
+		}
+		// The previous window's count stays: a return of more than the
+		// current count leaves the current at 0 and the weight as it was.
+		d, next, exp, _ = w.Hit(Counts{Index: idx, Current: 18, Previous: 42}, w0+15*sec, -100)
+		if next != (Counts{Index: idx, Previous: 42}) || d.Remaining != 50-31 || exp != w0+60*sec {
+			t.Fatalf("return 100: %+v %+v %d", d, next, exp)
+		}
+		// Counts of the window before: what they hold is now the previous
+		// count, and nothing is current to give back.
+		d, next, _, _ = w.Hit(Counts{Index: idx - 1, Current: 18}, w0+15*sec, -5)
+		if d.Write || next != (Counts{Index: idx, Previous: 18}) {
+			t.Fatalf("return after the window: %+v %+v", d, next)
+		}
+		// Nothing left: the key's work ends now.
+		_, _, exp, _ = w.Hit(Counts{Index: idx, Current: 3}, w0+15*sec, -3)
+		if exp != w0+15*sec {
+			t.Fatalf("emptied counts expire at %d", exp-w0)
+		}
+	})
+	t.Run("log", func(t *testing.T) {
+		l, _ := NewSlidingLog(5, 10)
+		var st logStore
+		for i, c := range []step{
+			{0, 2, false, 3, Never, 10 * s},
+			{4 * sec, 3, false, 0, Never, 10 * s},
+			{5 * sec, -2, false, 2, Never, 9 * s}, // the newest two (at 4 s) go: one at 4 s stays
+			{6 * sec, -2, false, 4, Never, 4 * s}, // the one at 4 s and one at 0 s: one at 0 s left, leaving at 10 s
+			{7 * sec, -9, false, 5, Never, 0},
+			{8 * sec, 5, false, 0, Never, 10 * s},
+		} {
+			check(t, i, c, st.hit(t, l, w0+c.at, c.cost))
+		}
+		if len(st.entries) != 5 {
+			t.Fatalf("log %v", st.entries)
+		}
+		// Entries that left the window are not given back: they are gone.
+		st = logStore{entries: sliceLog{w0, w0 + 8*sec}, expire: w0 + 18*sec}
+		d, err := l.Hit(st.entries, w0+12*sec, -2)
+		if err != nil || d.Remove != 1 || d.Remaining != 5 || d.Expire != w0+12*sec {
+			t.Fatalf("return past the window: %+v %v", d, err)
+		}
+	})
+}
+
 func TestErrors(t *testing.T) {
 	for _, c := range [][2]int64{{0, 1}, {1, 0}, {1, MaxWindow + 1}, {-1, 5}} {
 		if _, err := NewFixedWindow(c[0], c[1]); err != ErrRange {
@@ -221,8 +304,8 @@ func TestErrors(t *testing.T) {
 	if _, _, _, err := f.Hit(0, 0, math.MaxInt64-1, 1); err != ErrOverflow {
 		t.Errorf("fixed window overflow: %v", err)
 	}
-	if _, _, _, err := f.Hit(0, 0, w0, -1); err != ErrRange {
-		t.Errorf("negative cost: %v", err)
+	if _, _, _, err := f.Hit(-1, w0+sec, w0, 1); err != ErrRange {
+		t.Errorf("negative count: %v", err)
 	}
 }
 

@@ -235,10 +235,11 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	}
 	// One call adds at most maxLogAdd sliding-log entries: 16 logs of
 	// 100000 each would stall the server for seconds. A log adds its cost
-	// when it can admit it, and with DEBT whatever it is.
+	// when it can admit it, and with DEBT whatever it is; a return adds
+	// none.
 	var entries int64
 	for j := range n {
-		if l := &lims[j]; l.family == famSL && (l.debt || l.sl().cost <= l.sl().limit) {
+		if l := &lims[j]; l.family == famSL && l.sl().cost > 0 && (l.debt || l.sl().cost <= l.sl().limit) {
 			entries = checked.SatAdd(entries, l.sl().cost)
 		}
 	}

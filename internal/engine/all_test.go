@@ -206,7 +206,7 @@ func TestAllErrors(t *testing.T) {
 		{"1", []string{"a"}, []string{"sw", "5", "60"}, "ERR limiter 1 (SW) takes 3 arguments: limit window cost"},
 		{"1", []string{"a"}, []string{"GCRA", "5", "0", "60", "1"}, "ERR limiter 1 (GCRA): count must be an integer from 1 to 9223372036854775807"},
 		{"1", []string{"a"}, []string{"SL", "100001", "60", "1"}, "ERR limiter 1 (SL): limit must be an integer from 1 to 100000"},
-		{"1", []string{"a"}, []string{"FW", "5", "60", "-1"}, "ERR limiter 1 (FW): cost must be an integer from 0 to 9223372036854775807"},
+		{"1", []string{"a"}, []string{"FW", "5", "60", "1e3"}, "ERR limiter 1 (FW): cost must be an integer from -9223372036854775808 to 9223372036854775807"},
 		{"1", []string{"a"}, append(append([]string{}, g...), "NX"), `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n, DEBT and EACH`},
 		{"1", []string{"a"}, append(append([]string{}, g...), "UPTO"), "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
 		{"1", []string{"a"}, append(append([]string{}, g...), "UPTO", "0"), "ERR UPTO must be an integer from 1 to 1000000"},

@@ -87,10 +87,11 @@ type KeyWrite struct {
 	Value    [protocol.SetMax]byte //
 	// WriteZLog: remove the entries scored at or below zCutoff, move those
 	// scored after zScore to zScore when zRedate, add zAdd entries scored
-	// zScore (Unix microseconds); zGrowth is the entries the write costs in
-	// memory (zAdd, and the whole log when it leaves the compact encoding).
-	ZCutoff, ZAdd, ZScore, ZGrowth int64
-	ZRedate                        bool
+	// zScore (Unix microseconds), remove the newest zRemove entries (a
+	// return); zGrowth is the entries the write costs in memory (zAdd, and
+	// the whole log when it leaves the compact encoding).
+	ZCutoff, ZAdd, ZScore, ZGrowth, ZRemove int64
+	ZRedate                                 bool
 	// WriteConc: remove up to ConcSweep holders scored at or below zCutoff
 	// (never the caller's first slot), then set the caller's slots 1 to
 	// ConcTo (SlotMember of argument ConcID) scored zScore (ConcAdd), or

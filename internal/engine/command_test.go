@@ -569,6 +569,8 @@ func FuzzCommand(f *testing.F) {
 		f.Add(uint8(op), "4 1 1 2 UPTO 3", "1700000002000000000", t0)
 		f.Add(uint8(op), "4 1 1 9 DEBT", "1700000002000000000", t0)
 		f.Add(uint8(op), "4 1 1 -1", "1700000009000000000:debt", t0)
+		f.Add(uint8(op), "5 60 -3", "4", t0) // a window's return
+		f.Add(uint8(op), "5 60 -9223372036854775808 RESERVE 2", "28333333:4:2", t0)
 	}
 	f.Fuzz(func(t *testing.T, op8 uint8, line, stored string, now int64) {
 		if now <= 0 {
@@ -675,8 +677,11 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome, charge boo
 			t.Fatalf("DEL of a missing key, or by a refusal: %+v", o)
 		}
 	case resZLog:
-		if op != spec.OpSLHit || o.w.ZScore*1000 > now || o.w.ExpireMs*1e6 <= now || o.w.ZCutoff >= o.w.ZScore ||
-			(!refused && !charge && o.w.ZAdd < 1) || (refused && (o.w.ZAdd != 0 || !o.w.ZRedate)) {
+		// A return (ZRemove) adds nothing, and one that empties the log
+		// leaves no key to expire.
+		if op != spec.OpSLHit || o.w.ZScore*1000 > now || (o.w.ExpireMs*1e6 <= now && o.w.ZRemove == 0) || o.w.ZCutoff >= o.w.ZScore ||
+			(!refused && !charge && o.w.ZAdd < 1 && o.w.ZRemove < 1) || (refused && (o.w.ZAdd != 0 || o.w.ZRemove != 0 || !o.w.ZRedate)) ||
+			(o.w.ZAdd > 0 && o.w.ZRemove > 0) {
 			t.Fatalf("sliding log write %+v at now %d", o, now)
 		}
 	case resSet:
@@ -688,8 +693,9 @@ func checkOutcome(t *testing.T, op spec.Op, k *fakeKey, out *Outcome, charge boo
 		case spec.OpSWHit:
 			c, ok := parseCounts(v)
 			old, _ := parseCounts(stored.Value)
-			repair := old.Index > c.Index // a window from a stepped-back clock, stored as now's
-			if !ok || (!repair && (refused || c.Current < 1)) {
+			repair := old.Index > c.Index                               // a window from a stepped-back clock, stored as now's
+			returned := old.Index == c.Index && c.Current < old.Current // a return: the current count lowered
+			if !ok || (!repair && (refused || (c.Current < 1 && !returned))) {
 				t.Fatalf("wrote counts %q over %q", v, stored.Value)
 			}
 		case spec.OpFWHit:

@@ -105,7 +105,13 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 		return chargeErr(err, l)
 	}
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
-	if d.Write {
+	switch {
+	case !d.Write:
+	case n == 0: // a return gave back the whole count: the key has no work left
+		if st.Kind != KeyEmpty {
+			w.Action = WriteDel
+		}
+	default:
 		w.setInt(n, end)
 	}
 	return nil
@@ -164,6 +170,7 @@ func runSlidingLog(l *limit, st *KeyState, r Reader, i int, ms bool, rep *[5]int
 		}
 	}
 	w.ZRedate = d.Redate
+	w.ZRemove = d.Remove
 	w.ZCutoff = FloorDiv(d.Cutoff, 1000)
 	w.ZScore = FloorDiv(st.Now, 1000)
 	w.ExpireMs = ceilMs(d.Expire)

@@ -28,6 +28,7 @@ import (
 	"encoding/hex"
 	"errors"
 	"fmt"
+	"maps"
 	"net"
 	"reflect"
 	"slices"
@@ -643,6 +644,13 @@ func (s *Server) write(k string, w *engine.KeyWrite, a []string) {
 			if _, there := v.z[m]; !there {
 				v.z[m] = float64(w.ZScore)
 				added++
+			}
+		}
+		if w.ZRemove > 0 { // a return: the newest entries go, as ZREMRANGEBYRANK -n -1
+			members := slices.Collect(maps.Keys(v.z))
+			slices.SortFunc(members, func(x, y string) int { return compare(v.z, x, y) })
+			for _, m := range members[max(len(members)-int(w.ZRemove), 0):] {
+				delete(v.z, m)
 			}
 		}
 		s.settle(k, v, w.ExpireMs)

@@ -96,6 +96,8 @@ type Family struct {
 	Cost  Arg    // the optional argument after them
 	Def   int64  // the cost when it is absent
 	Costs string // what the cost does beyond its range: "0 reports, negative gives back"
+	// Refund: a negative cost undoes a take exactly (Refundable).
+	Refund bool
 	// Reserve: RESERVE n is an option; n runs from 0 to Args[0] + LimitPlus,
 	// what the limiter admits at once from a full state (GCRA's max_burst
 	// + 1, the shaper's queue and the one leaving, a capacity or a limit).
@@ -165,8 +167,16 @@ func (f Family) leased() Family {
 	return f
 }
 
-// Refundable reports a family that takes a negative cost: a refund.
-func (f *Family) Refundable() bool { return f.Cost.Min < 0 }
+// Refundable reports a family whose negative cost undoes a take exactly,
+// whenever it comes: GCRA and the token bucket, whose state is a time a
+// refund moves back. A window takes a negative cost too (Returns), but
+// gives back only to the window still current, so a take it undoes late
+// stays counted.
+func (f *Family) Refundable() bool { return f.Refund }
+
+// Returns reports a family that takes a negative cost: units given back,
+// exactly (Refundable) or to the current window only.
+func (f *Family) Returns() bool { return f.Cost.Min < 0 }
 
 // The families, indexed by their number.
 const (
@@ -248,9 +258,9 @@ func windowFamily(name, kind string, limit int64, state, stateName string, run R
 			{Name: "limit", Min: 1, Max: limit, Summary: "hits admitted per window"},
 			period("window", "the window in whole seconds, aligned to the Unix epoch"),
 		},
-		Cost:    Arg{Name: "cost", Min: 0, Max: maxInt64, Summary: "the cost of this hit"},
+		Cost:    Arg{Name: "cost", Min: minInt64, Max: maxInt64, Summary: "the cost of this hit"},
 		Def:     1,
-		Costs:   "0 reports",
+		Costs:   "0 reports, negative gives back to the current window",
 		Reserve: true, UpTo: true, Debt: true, InAll: true,
 		State: state, StateName: stateName,
 		Errors: windowErrors, Go: [3]string{"limit", "", "window"},
@@ -266,9 +276,9 @@ var Families = [NumFamilies]Family{
 			{Name: "count", Min: 1, Max: maxInt64, Summary: "requests admitted per period"},
 			period("period", "the period in whole seconds"),
 		},
-		Cost:    Arg{Name: "quantity", Min: minInt64, Max: maxInt64, Summary: "the cost of this call"},
-		Def:     1,
-		Costs:   "0 reports, negative gives back",
+		Cost:  Arg{Name: "quantity", Min: minInt64, Max: maxInt64, Summary: "the cost of this call"},
+		Def:   1,
+		Costs: "0 reports, negative gives back", Refund: true,
 		Reserve: true, LimitPlus: 1, UpTo: true, Debt: true, InAll: true, Lease: true,
 		State: "GCRA state (a Unix time in nanoseconds)", StateName: "GCRA_STATE",
 		Run: RunInstant, Part: "instant", Fast: "fast_instant",
@@ -281,9 +291,9 @@ var Families = [NumFamilies]Family{
 			{Name: "refill_tokens", Min: 1, Max: maxInt64, Summary: "tokens added per refill_period, continuously"},
 			period("refill_period", "the refill period in whole seconds"),
 		},
-		Cost:    Arg{Name: "tokens", Min: minInt64, Max: maxInt64, Summary: "tokens to take"},
-		Def:     1,
-		Costs:   "0 reports, negative puts back",
+		Cost:  Arg{Name: "tokens", Min: minInt64, Max: maxInt64, Summary: "tokens to take"},
+		Def:   1,
+		Costs: "0 reports, negative puts back", Refund: true,
 		Reserve: true, UpTo: true, Debt: true, InAll: true, Lease: true,
 		State: "token bucket state (a Unix time in nanoseconds)", StateName: "BUCKET_STATE",
 		Run: RunInstant, Part: "instant", Fast: "fast_instant",

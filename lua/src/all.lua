@@ -73,7 +73,7 @@ local function parse_all(name, keys, args, peek)
   -- One call adds at most MAX_LOG_ADD sliding-log entries (the module's maxLogAdd).
   local entries = 0
   for _, l in ipairs(lims) do
-    if l.family == 'sl' and (debt or not lt(l.v[1], l.v[3])) then entries = sat_add(entries, l.v[3]) end
+    if l.family == 'sl' and lt(0, l.v[3]) and (debt or not lt(l.v[1], l.v[3])) then entries = sat_add(entries, l.v[3]) end
   end
   if lt(MAX_LOG_ADD, entries) then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
   return lims, ms, each, nil, upto, debt

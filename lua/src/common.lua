@@ -277,11 +277,11 @@ local function sat_add(a, b)
 end
 
 -- reserved is hit(cost, debt, ...) as a family's HitReserve and Charge:
--- first at cost + reserve when there is a reserve, then, unless refused,
--- at cost (a charge when the reserve is DEBT).
+-- first at cost + reserve when there is a reserve and cost >= 0, then,
+-- unless refused, at cost (a charge when the reserve is DEBT).
 local function reserved(hit, cost, reserve, ...)
   local d, n, at, err
-  if lt(0, reserve) then d, n, at, err = hit(sat_add(cost, reserve), false, ...) end
+  if lt(0, reserve) and le(0, cost) then d, n, at, err = hit(sat_add(cost, reserve), false, ...) end
   if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT, ...) end
   return d, n, at, err
 end

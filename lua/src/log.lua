@@ -4,9 +4,8 @@
 
 local MAX_SCORE = 9007199254740992 -- 2^53 µs, the year 2255
 
--- read_zset returns what the module reads of a key whose state is a sorted
--- set: its type ('none', 'zset' or 'other'), expiry (Unix ms, -1: none)
--- and size.
+-- read_zset returns what the module reads of a sorted-set state: its type
+-- ('none', 'zset' or 'other'), expiry (Unix ms, -1: none) and size.
 local function read_zset(key)
   local n = redis.pcall('ZCARD', key)
   if type(n) == 'table' then return 'other', -1, 0 end
@@ -41,13 +40,13 @@ end
 local function now_ns(now) return add(mul(now[1], SECOND), now[2]) end
 
 -- log_hit is the log's decision at now: {limited, retry, remaining, reset,
--- write, redate, expire (ns), add (entries)} or an error; with debt, a
--- charge (SlidingLog.Charge) added past the limit.
+-- write, redate, expire (ns), add and remove (entries)} or an error; with
+-- debt, a charge (SlidingLog.Charge) added past the limit; a cost < 0 returns.
 local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
   local W = mul(window, SECOND)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
   local n = now_ns(now)
-  local d = {limited = false, retry = -1, write = false, redate = false, add = 0}
+  local d = {limited = false, retry = -1, write = false, redate = false, add = 0, remove = 0}
   local live = 0
   if size > 0 then live = redis.call('ZCOUNT', key, '(' .. fmt(cutoff_us), '+inf') end
   local newest = nil
@@ -59,7 +58,15 @@ local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
     newest, d.redate, d.write = n, true, true
   end
   local total = add(live, cost)
-  if lt(L, cost) or lt(L, total) then
+  if lt(cost, 0) then -- a return: the newest live entries go
+    total = imax(total, 0)
+    d.remove = sub(live, total)
+    d.write = d.write or lt(0, d.remove)
+    if lt(0, total) then -- the newest left: the total-th oldest live entry
+      local r = redis.call('ZRANGE', key, '(' .. fmt(cutoff_us), '+inf', 'BYSCORE', 'LIMIT', fmt(sub(total, 1)), '1', 'WITHSCORES')
+      newest = imin(score_ns(tonumber(r[2])), n)
+    end
+  elseif lt(L, cost) or lt(L, total) then
     d.limited = true
     local charge = debt and lt(0, cost)
     if le(cost, L) or charge then
@@ -87,9 +94,8 @@ local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
   return d
 end
 
--- log_limit runs a sliding log on its key (its first argument, the
--- family, is the same for every log): the five integers and the write
--- to make, or an error.
+-- log_limit runs a sliding log on its key (the first argument, the family,
+-- is the same for every log): the five integers and the write, or an error.
 local function log_limit(_, key, v, reserve, now, ms)
   local L, window, cost = v[1], v[2], v[3]
   if reserve == DEBT and lt(MAX_LOG_ADD, cost) then return nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(cost))) end
@@ -109,16 +115,18 @@ local function log_limit(_, key, v, reserve, now, ms)
   if herr then return nil, nil, herr end
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
-  return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add,
+  return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add, remove = d.remove,
     score = now[1] * 1000000 + math.floor(now[2] / 1000), expire = d.expire}
 end
 
--- store_log writes the log as the module does: remove the entries that
--- left the window, move those dated after now to now (a clock that stepped
--- back), add the new entries "<score>-<n>" numbered from the set's size,
--- skipping members that exist, and expire the key at its newest entry's
--- end, rounded up to the ms.
-local function store_log(w)
+-- log_store makes a sliding log's write, when there is one, as the module
+-- does: remove the entries that left the window, move those dated after now
+-- to now (a clock that stepped back), add the new entries "<score>-<n>"
+-- numbered from the set's size, skipping members that exist, remove the
+-- newest w.remove (a return), and expire the key at its newest entry's end,
+-- rounded up to the ms.
+local function log_store(w)
+  if not w.log then return end
   redis.call('ZREMRANGEBYSCORE', w.key, '-inf', fmt(w.cutoff))
   local moved = 0
   local score = string.format('%d', w.score)
@@ -135,6 +143,7 @@ local function store_log(w)
     seq = seq + k
     want = sub(want, redis.call('ZADD', unpack(batch)))
   end
+  if lt(0, w.remove) then redis.call('ZREMRANGEBYRANK', w.key, fmt(neg(w.remove)), '-1') end -- a return
   local q, r = quorem(w.expire, 1000000)
   if lt(0, r) then q = add(q, 1) end
   redis.call('PEXPIREAT', w.key, fmt(q))
@@ -149,16 +158,13 @@ local function fast_entry(member, score)
   return #member - #p <= 18 and string.sub(member, 1, #p) == p and string.find(member, '^%d+$', #p + 1) ~= nil
 end
 
--- fast_log is log_limit and store_log on plain numbers, for the common
--- call (what fast_args reads: a cost of 0 or more, no RESERVE) on the
--- common key (empty, or a log whose oldest and newest entries are its own,
--- that expires, its entries within 104 days of now), while the window is
--- below 9000000 s: times are nanoseconds from now, below 2^53, so every
--- step is exact in a double and equal to the exact path's. It also leaves
--- out the calls whose answer it knows: the newest entry read once, ZCOUNT
--- and the trim when the oldest entry is live, ZCARD after the trim. It
--- gives the reply (or WRONGTYPE), or nil for any other call or key, which
--- the exact path decides; it writes only when it decides.
+-- fast_log is log_limit and store_log on plain numbers, for the common call
+-- (fast_args: a cost of 0 or more, no RESERVE) on the common key (empty, or
+-- a log whose ends are its own, that expires, within 104 days of now) and
+-- windows below 9000000 s: ns from now stay below 2^53, exact in a double.
+-- It skips the calls whose answer it knows (the newest read once, ZCOUNT
+-- and the trim when the oldest is live, ZCARD after the trim). It gives the
+-- reply (or WRONGTYPE), or nil for the exact path; it writes when it decides.
 local function fast_log(_, key, v, now, ms, peek)
   local L, window, cost = v[1], v[2], v[3]
   if window >= 9000000 or now[1] >= MAX_SECONDS - 2 * 9000000 then return nil end
@@ -235,9 +241,4 @@ local function fast_log(_, key, v, now, ms, peek)
     redis.call('PEXPIREAT', key, string.format('%d', q))
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
-end
-
--- log_store makes a sliding log's write, when there is one.
-local function log_store(w)
-  if w.log then store_log(w) end
 end

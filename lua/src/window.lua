@@ -31,7 +31,10 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   d.write = lt(0, count) and expire > stop * 1000
   local left = since({stop, 0}, now)
   local n = add(count, cost)
-  if lt(L, cost) or not fits(n) or lt(L, n) then
+  if lt(cost, 0) then -- a return: never below zero
+    n = imax(n, 0)
+    d.write = d.write or cmp(n, count) ~= 0
+  elseif lt(L, cost) or not fits(n) or lt(L, n) then
     d.limited = true
     if debt and lt(0, cost) then
       if not fits(n) then n = MAXI end -- a count past 2^63 - 1 stops there
@@ -50,8 +53,7 @@ end
 
 -- sliding_hit is the sliding window counter's decision on counts c at now:
 -- decision, the counts to store, when the key's work ends; with debt, a
--- charge (SlidingWindow.Charge) counted past the limit, and retry is then
--- one unit's on what it leaves.
+-- charge (SlidingWindow.Charge) past the limit, retry one unit's after it.
 local function sliding_hit(cost, debt, L, window, c, now)
   local W = mul(window, SECOND)
   local d = {limited = false, retry = -1, write = false}
@@ -72,7 +74,10 @@ local function sliding_hit(cost, debt, L, window, c, now)
   local nxt = {index = c.index, current = c.current, previous = c.previous}
   local est = add(c.current, weight)
   local total = add(est, cost)
-  if lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
+  if lt(cost, 0) then -- a return: off the current count only, never below zero
+    nxt.current = imax(add(c.current, cost), 0)
+    d.write = d.write or cmp(nxt.current, c.current) ~= 0
+  elseif lt(L, cost) or not fits(est) or not fits(total) or lt(L, total) then
     d.limited = true
     if debt and lt(0, cost) then
       nxt.current = add(nxt.current, cost)
@@ -134,6 +139,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
     d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
+    if d.write and cmp(n, 0) == 0 then return reply, {key = key, del = raw ~= nil} end -- a return of the whole count
     if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
     return reply, {key = key}
   end
@@ -153,8 +159,8 @@ local function window_limit(kind, key, v, reserve, now, ms)
   return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
 end
 
--- store applies one key's write.
-local function store(w)
+-- window_store applies a window limit's write.
+local function window_store(w)
   if w.set then
     redis.call('SET', w.key, w.set, 'PXAT', string.format('%d', ceil_ms(w.at)))
   elseif w.del then
@@ -162,14 +168,12 @@ local function store(w)
   end
 end
 
--- The fast paths: fixed_hit and sliding_hit with their reads and writes on
--- plain numbers, for the common call (what fast_args reads: a cost of 0 or
--- more, no RESERVE) on the common key (empty, or a state of plain counts of
--- at most 15 digits that expires), while the window is below 9000000 s and
--- every product below is under 2^53: each step is then exact in a double,
--- and so equal to the exact path's. Each gives the reply (or WRONGTYPE), or
--- nil for any other call or key, which the exact path decides; it writes
--- only when it decides.
+-- The fast paths: fixed_hit and sliding_hit on plain numbers, for the common
+-- call (fast_args: a cost of 0 or more, no RESERVE) on the common key (empty,
+-- or plain counts of at most 15 digits that expire), windows below 9000000 s
+-- and products under 2^53: exact in a double, so equal to the exact path.
+-- Each gives the reply (or WRONGTYPE), or nil for the exact path to decide;
+-- it writes only when it decides.
 
 -- fast_read reads a window state's raw value and expiry: nil for an empty
 -- key, false for one the fast path leaves to the exact path, or WRONGTYPE.
@@ -292,9 +296,4 @@ local function fast_sliding(_, key, v, now, ms, peek)
     end
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
-end
-
--- window_store makes a window limit's write.
-local function window_store(w)
-  store(w)
 end
