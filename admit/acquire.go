@@ -21,7 +21,7 @@ type Held struct {
 // Acquire takes a slot of the concurrency limit l at w's key for the
 // holder id (w.Reserve slots kept for others; w.Shadow changes nothing
 // here: the caller decides what a shadow refusal means): through the local
-// tier on a key hot on this process (no Reserve), else at the limiter in
+// tier on a key hot on this process (w.Lease, no Reserve), else at the limiter in
 // Redis, within Timeout and the breakers, as Decide's calls. Decided, w's
 // Result says whether a slot was free, and the Held (nil when refused) is
 // released after the request, whatever happens to it. When Redis cannot
@@ -31,7 +31,7 @@ type Held struct {
 func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id string) (*Held, Outcome, error) {
 	var res client.Result
 	err := g.run(ctx, func() []string { return []string{w.Key} }, func(ctx context.Context) (err error) {
-		if g.leased != nil && w.Reserve == 0 {
+		if g.leased != nil && w.Lease && w.Reserve == 0 {
 			res, err = g.leased.Acquire(ctx, w.Key, l, id)
 			return err
 		}
@@ -63,6 +63,20 @@ func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id st
 		return &Held{g: g, key: w.Key, id: id, local: true}, Decided, nil
 	}
 	return nil, Failed, err
+}
+
+// Release frees the slot id holds at key, taken by an Acquire without
+// Lease, of this Gate or of another process's (Envoy's second call when a
+// request's stream ends, which another replica may answer): at the limiter
+// within Timeout and the breakers, as Decide's calls. It reports whether a
+// live slot was freed (false: none held, or its lease had lapsed).
+func (g *Gate) Release(ctx context.Context, key, id string) (bool, error) {
+	var freed bool
+	err := g.run(ctx, func() []string { return []string{key} }, func(ctx context.Context) (err error) {
+		freed, err = g.c.Release(ctx, key, id)
+		return err
+	})
+	return freed, err
 }
 
 // Release frees the slot: in this process when Local or the local tier

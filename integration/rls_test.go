@@ -479,7 +479,8 @@ descriptors:
 // TestRLSNegativeHits: Envoy's refund (is_negative_hits) through the rls
 // binary on every server: a GCRA and a token bucket take the hits back, so
 // a request refused before is admitted after; a refund in a request that
-// another descriptor refuses is not kept; a fixed window keeps its count.
+// another descriptor refuses is not kept; a fixed window takes hits off
+// its current count (the module's return).
 func TestRLSNegativeHits(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
 		p := startRLS(t, s.addr(), map[string]string{"r.yaml": refundConfig})
@@ -499,8 +500,9 @@ func TestRLSNegativeHits(t *testing.T) {
 		expectBrief(t, "a GCRA's refund beside a refusal", p.ask(t, "r", hits("gcra", 1, true), hits("fw", 1, false)),
 			"OVER_LIMIT [OK r=0 3/DAY] [OVER_LIMIT r=0 3/DAY]")
 		expectBrief(t, "the GCRA after", p.ask(t, "r", hits("gcra", 1, false)), "OVER_LIMIT [OVER_LIMIT r=0 3/DAY]")
-		expectBrief(t, "fw 3 back", p.ask(t, "r", hits("fw", 3, true)), "OK [OK r=0 3/DAY]")
-		expectBrief(t, "fw after", p.ask(t, "r", hits("fw", 1, false)), "OVER_LIMIT [OVER_LIMIT r=0 3/DAY]")
+		expectBrief(t, "fw 2 back", p.ask(t, "r", hits("fw", 2, true)), "OK [OK r=2 3/DAY]")
+		expectBrief(t, "fw after", p.ask(t, "r", hits("fw", 3, false)), "OVER_LIMIT [OVER_LIMIT r=0 3/DAY]")
+		expectBrief(t, "fw 2 again", p.ask(t, "r", hits("fw", 2, false)), "OK [OK r=0 3/DAY]")
 	})
 }
 
@@ -978,4 +980,84 @@ func TestRLSContainerSwap(t *testing.T) {
 	if err != nil || st.ExitCode != 0 {
 		t.Fatalf("after docker stop: %+v %v", st, err)
 	}
+}
+
+// holdConfig holds 3 requests of a user at once, each named by its
+// request id, each for at most 2 s unless released.
+const holdConfig = `
+domain: h
+descriptors:
+  - key: user
+    descriptors:
+      - key: request_id
+        holder: true
+        rate_limit: {algorithm: concurrency, limit: 3, hold_ttl: 2s}
+`
+
+// TestRLSHolds: algorithm: concurrency through two rls processes on every
+// server, with requests as Envoy builds them: the request phase's
+// descriptor (user, then x-request-id) takes a slot named by the request
+// id; the stream-done call (is_negative_hits) gives it back. 12 requests
+// at once through both take exactly 3 slots; a release through the other
+// process frees one; killing a process (SIGKILL) loses nothing, since the
+// holds are in Redis; holds never released (an Envoy gone mid-request)
+// lapse after hold_ttl.
+func TestRLSHolds(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		prefix := key(t, "rls") + ":" // one for both: two replicas of one service
+		a := startRLS(t, s.addr(), map[string]string{"h.yaml": holdConfig}, "-prefix", prefix)
+		b := startRLS(t, s.addr(), map[string]string{"h.yaml": holdConfig}, "-prefix", prefix)
+		u := key(t, "u")
+		hold := func(id string, done bool) *rlv3.RateLimitDescriptor {
+			d := desc("user", u, "request_id", id)
+			d.IsNegativeHits = done
+			return d
+		}
+		var wg sync.WaitGroup
+		codes := make([]pb.RateLimitResponse_Code, 12)
+		errs := make([]error, 12)
+		for i := range 12 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				p := []*rlsProc{a, b}[i%2]
+				r, err := p.rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "h", Descriptors: []*rlv3.RateLimitDescriptor{hold(fmt.Sprint("r", i), false)}})
+				codes[i], errs[i] = r.GetOverallCode(), err
+			})
+		}
+		wg.Wait()
+		var holders []string
+		for i, c := range codes {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if c == pb.RateLimitResponse_OK {
+				holders = append(holders, fmt.Sprint("r", i))
+			}
+		}
+		if len(holders) != 3 {
+			t.Fatalf("%d of 12 requests at once took a slot of 3: %v", len(holders), codes)
+		}
+		expectBrief(t, "a fourth", a.ask(t, "h", hold("late", false)), "OVER_LIMIT [OVER_LIMIT r=0 3/UNKNOWN]")
+		expectBrief(t, "a holder's retry renews", b.ask(t, "h", hold(holders[0], false)), "OK [OK r=0 3/UNKNOWN]")
+		// The stream ends: released through the other process.
+		expectBrief(t, "stream done", b.ask(t, "h", hold(holders[0], true)), "OK [OK r=0 3/UNKNOWN]")
+		expectBrief(t, "a slot free", a.ask(t, "h", hold("late", false)), "OK [OK r=0 3/UNKNOWN]")
+		// An rls killed mid-request: the holds are Redis's, released
+		// through the one left.
+		if err := a.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		expectBrief(t, "released after a kill", b.ask(t, "h", hold("late", true)), "OK [OK r=0 3/UNKNOWN]")
+		expectBrief(t, "taken again", b.ask(t, "h", hold("next", false)), "OK [OK r=0 3/UNKNOWN]")
+		// Nobody releases the rest: within hold_ttl (2 s) after their
+		// last acquire, three new requests are admitted.
+		time.Sleep(2100 * time.Millisecond)
+		for i := range 3 {
+			expectBrief(t, "after the holds lapsed", b.ask(t, "h", hold(fmt.Sprint("new", i), false)), fmt.Sprintf("OK [OK r=%d 3/UNKNOWN]", 2-i))
+		}
+		if got := b.metric(t, `ratelimit_service_rate_limit_total_negative_hits{domain="h",key="h.user.request_id"}`); got != "2" {
+			t.Errorf("total_negative_hits %q on the process that released twice, want 2", got)
+		}
+	})
 }

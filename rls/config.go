@@ -6,6 +6,7 @@ import (
 	"os"
 	"path/filepath"
 	"slices"
+	"strconv"
 	"strings"
 	"time"
 
@@ -30,12 +31,23 @@ const (
 	SlidingLog    Algorithm = "sliding_log"    // exact: one entry per admitted request (requests_per_unit at most 100000)
 	GCRA          Algorithm = "gcra"           // requests_per_unit at once, then one every unit/requests_per_unit
 	TokenBucket   Algorithm = "token_bucket"   // a bucket of requests_per_unit refilled requests_per_unit per unit
+	// Concurrency holds a slot per request: limit holders at once, each
+	// named by the request's value of the descriptor marked holder: true,
+	// held until released (the stream-done call, is_negative_hits) or
+	// until hold_ttl lapses (CONC.ACQUIRE, CONC.RELEASE).
+	Concurrency Algorithm = "concurrency"
 )
 
+// algorithms are those that count requests per unit; Concurrency counts
+// holders, and is named apart.
 var algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, GCRA, TokenBucket}
 
-// maxLogLimit is the sliding log's largest limit (the module's bound).
-const maxLogLimit = 100000
+// maxLogLimit is the sliding log's largest limit (the module's bound),
+// maxHolders the concurrency limiter's.
+const (
+	maxLogLimit = 100000
+	maxHolders  = 100000
+)
 
 // units are the peer's units and their lengths.
 var units = map[string]pb.RateLimitResponse_RateLimit_Unit{
@@ -104,9 +116,14 @@ type rule struct {
 	detailed  bool
 	debt      bool // hits are counted even past the limit (the module's DEBT)
 	lease     bool // decided through the local tier where the service has one (Options.Lease)
-	name      string
-	replaces  []string
-	statKey   string // domain.key_value.key: the peer's stat key
+	// conc is a Concurrency rule's limit (Limit 0 for the others), holder
+	// the position of the request's entry that names the hold, left out of
+	// the key.
+	conc     client.Concurrency
+	holder   int
+	name     string
+	replaces []string
+	statKey  string // domain.key_value.key: the peer's stat key
 }
 
 // field is a key of a config's mapping and where its scalar goes, read
@@ -258,18 +275,20 @@ type descriptorForm struct {
 	line             int   // where it starts
 	key, value       string
 	shadow, detailed bool
+	holder           bool           // its value names a hold, not a limit's key (Concurrency)
 	rateLimit        *rateLimitForm // nil: none
 	descriptors      []descriptorForm
 }
 
 // rateLimitForm is a descriptor's rate_limit as read.
 type rateLimitForm struct {
-	err                                                       error // named before any of it is checked
-	line                                                      int   // where the mapping starts
-	perUnit                                                   uint32
-	unit, name, algorithm                                     string
+	err                                                       error  // named before any of it is checked
+	line                                                      int    // where the mapping starts
+	perUnit, limit                                            uint32 // limit: Concurrency's holders
+	unit, name, algorithm, holdTTL                            string
 	unlimited, debt, lease                                    bool
 	perUnitLine, unitLine, algorithmLine, debtLine, leaseLine int
+	limitLine, holdTTLLine                                    int
 	replaces                                                  []replaceForm
 }
 
@@ -293,7 +312,7 @@ func build(f *fileForm) (string, *node, error) {
 		return "", nil, b.errAt(f.domainLine, "config file cannot have empty domain")
 	}
 	root := &node{children: make(map[string]*node, len(f.descriptors))}
-	if err := b.descriptors(root, f.descriptors, f.domain); err != nil {
+	if err := b.descriptors(root, f.descriptors, f.domain, 0, -1); err != nil {
 		return "", nil, err
 	}
 	return f.domain, root, nil
@@ -307,8 +326,9 @@ func (b builder) errAt(line int, format string, args ...any) error {
 }
 
 // descriptors adds a list of descriptors under parent, whose stat key is
-// parentKey.
-func (b builder) descriptors(parent *node, list []descriptorForm, parentKey string) error {
+// parentKey, at depth (a request's entry of that position matches them);
+// holder is the depth of the descriptor above marked holder: true, or -1.
+func (b builder) descriptors(parent *node, list []descriptorForm, parentKey string, depth, holder int) error {
 	for i := range list {
 		d := &list[i]
 		if d.err != nil {
@@ -334,19 +354,37 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 		if len(d.descriptors) > 0 {
 			child.children = make(map[string]*node, len(d.descriptors))
 		}
+		holds := holder
+		if d.holder {
+			if holder >= 0 {
+				return b.errAt(d.line, "holder: true on '%s' under another holder: one entry of a request names its hold", statKey)
+			}
+			if d.value != "" {
+				return b.errAt(d.line, "holder: true on '%s' with a value: the holder's value is the request's own (e.g. x-request-id)", statKey)
+			}
+			holds = depth
+		}
 		if d.rateLimit != nil {
 			r, err := b.rateLimit(d.rateLimit, statKey)
 			if err != nil {
 				return err
 			}
-			r.shadow, r.detailed = d.shadow, d.detailed
+			switch conc := r.algorithm == Concurrency; {
+			case conc && holds < 0:
+				return b.errAt(d.rateLimit.line, "algorithm: concurrency for '%s' needs a descriptor marked holder: true, itself or above it, whose value (e.g. x-request-id) names each request's hold", statKey)
+			case !conc && holds >= 0:
+				return b.errAt(d.rateLimit.line, "'%s' is under holder: true, which names holds: its algorithm must be concurrency", statKey)
+			}
+			r.shadow, r.detailed, r.holder = d.shadow, d.detailed, holds
 			child.rule = r
+		} else if d.holder && len(d.descriptors) == 0 {
+			return b.errAt(d.line, "holder: true on '%s', which has no rate_limit of algorithm: concurrency below it", statKey)
 		}
 		if strings.Contains(final, "*") {
 			parent.wild = append(parent.wild, wildcard{key: final, parts: strings.Split(final, "*")})
 		}
 		parent.children[final] = child
-		if err := b.descriptors(child, d.descriptors, statKey); err != nil {
+		if err := b.descriptors(child, d.descriptors, statKey, depth+1, holds); err != nil {
 			return err
 		}
 	}
@@ -356,6 +394,13 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if f.err != nil {
 		return nil, f.err
+	}
+	if f.algorithm == string(Concurrency) {
+		return b.concurrency(f, statKey)
+	}
+	if f.limit > 0 || f.holdTTL != "" {
+		line := max(f.limitLine, f.holdTTLLine)
+		return nil, b.errAt(line, "limit and hold_ttl are algorithm: concurrency's; '%s' counts requests_per_unit per unit", statKey)
 	}
 	unit, validUnit := unitNamed(f.unit)
 	if f.unlimited {
@@ -383,7 +428,7 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if f.algorithm != "" {
 		r.algorithm = Algorithm(f.algorithm)
 		if !slices.Contains(algorithms, r.algorithm) {
-			return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)", f.algorithm, statKey)
+			return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra, token_bucket or concurrency)", f.algorithm, statKey)
 		}
 	}
 	if f.lease && (!leases(r.algorithm) || f.debt) {
@@ -413,6 +458,52 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	return r, nil
 }
 
+// concurrency is a rate_limit of algorithm: concurrency: limit holders at
+// once (1 to 100000), each held for hold_ttl (whole seconds: "30s", "2m"
+// or 30) unless released; requests_per_unit, unit, unlimited, debt, lease
+// and replaces do not go with it.
+func (b builder) concurrency(f *rateLimitForm, statKey string) (*rule, error) {
+	switch {
+	case f.perUnit > 0 || f.unit != "":
+		return nil, b.errAt(max(f.perUnitLine, f.unitLine), "algorithm: concurrency for '%s' takes limit (holders at once) and hold_ttl, not requests_per_unit and unit", statKey)
+	case f.unlimited || f.debt || f.lease || len(f.replaces) > 0:
+		return nil, b.errAt(f.line, "algorithm: concurrency for '%s' takes only limit, hold_ttl and name", statKey)
+	case f.limit < 1 || f.limit > maxHolders:
+		return nil, b.errAt(max(f.limitLine, f.line), "algorithm: concurrency for '%s' needs limit, the holders at once, from 1 to %d", statKey, maxHolders)
+	}
+	ttl, ok := holdTTL(f.holdTTL)
+	if !ok {
+		return nil, b.errAt(max(f.holdTTLLine, f.line), "algorithm: concurrency for '%s' needs hold_ttl, how long a hold lasts unless released: whole seconds from 1 s to %d s (\"30s\", \"2m\" or 30), not %q", statKey, maxHoldSeconds, f.holdTTL)
+	}
+	return &rule{
+		proto:     &pb.RateLimitResponse_RateLimit{Name: f.name, RequestsPerUnit: f.limit},
+		perUnit:   int64(f.limit),
+		unit:      ttl,
+		algorithm: Concurrency,
+		conc:      client.Concurrency{Limit: int64(f.limit), Lease: ttl},
+		name:      f.name,
+		statKey:   statKey,
+	}, nil
+}
+
+// maxHoldSeconds bounds hold_ttl: a year, far past any request, well
+// within what a lease holds.
+const maxHoldSeconds = 365 * 24 * 3600
+
+// holdTTL reads hold_ttl: a duration of whole seconds ("30s", "2m") or
+// a number of seconds, from 1 s to a year.
+func holdTTL(s string) (time.Duration, bool) {
+	d, err := time.ParseDuration(s)
+	if err != nil {
+		n, err := strconv.ParseInt(s, 10, 64)
+		if err != nil || n < 1 || n > maxHoldSeconds {
+			return 0, false
+		}
+		d = time.Duration(n) * time.Second
+	}
+	return d, d >= time.Second && d <= maxHoldSeconds*time.Second && d%time.Second == 0
+}
+
 // loader decodes one YAML file into its form.
 type loader struct{ name string }
 
@@ -429,8 +520,8 @@ func (l loader) errAt(n *yaml.Node, format string, args ...any) error {
 // would otherwise behave differently without a word.
 var (
 	rootKeys       = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric"}
-	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder"}
+	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl"}
 	replacesKeys   = []string{"name"}
 	unsupported    = []string{"quota_mode", "value_to_metric", "share_threshold", "metadata"}
 )
@@ -546,7 +637,7 @@ func (l loader) descriptors(list *yaml.Node, prefix string) (out []descriptorFor
 			d.err = err
 			return out, false
 		}
-		for _, kv := range []field{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}} {
+		for _, kv := range []field{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}, {"holder", &d.holder}} {
 			if n := f[kv.name]; n != nil {
 				if err := l.scalar(n, kv.name, kv.dst); err != nil {
 					d.err = err
@@ -580,7 +671,8 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 		r.err = err
 		return r
 	}
-	for _, kv := range []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited}, {"debt", &r.debt}, {"lease", &r.lease}} {
+	for _, kv := range []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited},
+		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}} {
 		if v := f[kv.name]; v != nil {
 			if err := l.scalar(v, kv.name, kv.dst); err != nil {
 				r.err = err
@@ -590,6 +682,7 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 	}
 	r.perUnitLine, r.unitLine, r.algorithmLine = lineOf(f["requests_per_unit"]), lineOf(f["unit"]), lineOf(f["algorithm"])
 	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
+	r.limitLine, r.holdTTLLine = lineOf(f["limit"]), lineOf(f["hold_ttl"])
 	v := f["replaces"]
 	if v == nil {
 		return r

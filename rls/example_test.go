@@ -43,5 +43,5 @@ descriptors:
 `)})
 	fmt.Println(err)
 	// Output:
-	// apis.yaml:5: unknown algorithm 'leaky' for 'apis.remote_address' (fixed_window, sliding_window, sliding_log, gcra or token_bucket)
+	// apis.yaml:5: unknown algorithm 'leaky' for 'apis.remote_address' (fixed_window, sliding_window, sliding_log, gcra, token_bucket or concurrency)
 }

@@ -1,7 +1,10 @@
 package rls
 
 import (
+	"cmp"
 	"context"
+	"crypto/sha256"
+	"encoding/hex"
 	"errors"
 	"log/slog"
 	"math"
@@ -223,6 +226,10 @@ type item struct {
 	stat     string
 	perValue bool      // stat is made of the request's own values
 	started  time.Time // when the request was taken up, before any call was sent
+	// id names a Concurrency item's hold (the holder entry's value);
+	// release: the request gives it back (is_negative_hits).
+	id      string
+	release bool
 
 	counters *keyCounters
 }
@@ -290,6 +297,10 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
 		}
+		if r.algorithm == Concurrency { // a hold: one slot, taken, or given back
+			it.Cost, it.Debt, it.Lease, it.id = 1, false, false, holdID(d.Entries[r.holder].Value)
+			it.release = d.GetIsNegativeHits()
+		}
 		if d.GetIsNegativeHits() && it.Cost > 0 { // a refund: its hits given back, not counted
 			it.Cost, it.Debt = -it.Cost, false
 			s.m.negative(req.Domain, it)
@@ -341,7 +352,10 @@ func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus
 	var pick *pb.RateLimitResponse_DescriptorStatus
 	least := uint32(math.MaxUint32)
 	for _, st := range statuses {
-		if st.CurrentLimit != nil && st.LimitRemaining < least {
+		if st.CurrentLimit == nil || st.CurrentLimit.Unit == pb.RateLimitResponse_RateLimit_UNKNOWN {
+			continue // none, or a hold's (concurrency has no unit)
+		}
+		if st.LimitRemaining < least {
 			pick, least = st, st.LimitRemaining
 		}
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
@@ -432,7 +446,10 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 	b.WriteString(s.opts.Prefix)
 	b.WriteString(domain)
 	b.WriteByte('_')
-	for _, e := range d.Entries {
+	for i, e := range d.Entries {
+		if r.algorithm == Concurrency && i == r.holder {
+			continue // the hold's name: every request's hold counts at one key
+		}
 		b.WriteString(e.Key)
 		b.WriteByte('_')
 		b.WriteString(e.Value)
@@ -443,7 +460,25 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 	return b.String()
 }
 
-var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl", GCRA: "gcra", TokenBucket: "tb"}
+var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl", GCRA: "gcra", TokenBucket: "tb", Concurrency: "conc"}
+
+// holdID is the holder id of a hold named value: itself when 1 to 128
+// bytes (the module's bound), else "sha256:" and the hex of its first 24
+// bytes' worth of SHA-256, the same for every call naming it; an empty
+// value is "-".
+func holdID(value string) string {
+	switch {
+	case value == "":
+		return "-"
+	case len(value) <= maxID:
+		return value
+	}
+	sum := sha256.Sum256([]byte(value))
+	return "sha256:" + hex.EncodeToString(sum[:24])
+}
+
+// maxID is the longest holder id CONC.ACQUIRE takes.
+const maxID = 128
 
 // decide decides the items through the gate: the enforcing ones all or
 // nothing, the shadow ones each on its own. A limit of 0 refuses here,
@@ -457,11 +492,73 @@ func (s *Service) decide(ctx context.Context, enforcing, shadow []*item) error {
 	if len(enforcing)+len(shadow) == 0 {
 		return nil
 	}
+	held, refused, err := s.hold(ctx, enforcing, shadow)
+	if err != nil {
+		return err
+	}
+	err = s.decideLimits(ctx, enforcing, shadow, refused)
+	if err != nil || slices.ContainsFunc(enforcing, func(it *item) bool { return it.Known && it.Result.Limited && !it.Debt }) {
+		for _, h := range held { // a request refused, or failed, holds nothing
+			h.Release(ctx)
+		}
+	}
+	return err
+}
+
+// hold gives back the holds of the request's Concurrency items that say
+// is_negative_hits (Envoy's call when the stream ends), then takes a
+// slot for each of the others, enforcing ones first, until one refuses
+// (the rest of the request is then not asked). It returns the slots taken,
+// whether an enforcing one refused, and the first failure (the slots it
+// took are given back then). A hold is never decided in this service
+// (-fail-local): another call, to any replica, must be able to release it.
+func (s *Service) hold(ctx context.Context, enforcing, shadow []*item) (held []*admit.Held, refused bool, err error) {
+	for _, it := range slices.Concat(enforcing, shadow) {
+		if it.r.algorithm != Concurrency || !it.release {
+			continue
+		}
+		if _, err := s.gate.Release(ctx, it.Key, it.id); err != nil {
+			return nil, false, err
+		}
+	}
+	for _, list := range [][]*item{enforcing, shadow} {
+		for _, it := range list {
+			if it.r.algorithm != Concurrency || it.release || refused {
+				continue
+			}
+			h, out, err := s.gate.Acquire(ctx, &it.Want, it.r.conc, it.id)
+			if err == nil && it.Local {
+				h.Release(ctx) // counted in this process: no other call could find it
+				it.Known, err = false, errLocalHold
+			}
+			if out != admit.Decided || err != nil {
+				for _, h := range held {
+					h.Release(ctx)
+				}
+				return nil, false, cmp.Or(err, errLocalHold)
+			}
+			if h != nil {
+				held = append(held, h)
+			}
+			refused = refused || (it.Result.Limited && !it.Shadow && !it.r.shadow)
+		}
+	}
+	return held, refused, nil
+}
+
+// errLocalHold is a hold asked while Redis could not decide under
+// -fail-local: a hold is released by a later call, perhaps to another
+// replica, which a count in this service could not see.
+var errLocalHold = errors.New("redis could not decide a hold (algorithm: concurrency), which is never decided in this service")
+
+// decideLimits decides the items that are not holds (see decide), refused
+// already when a hold refused.
+func (s *Service) decideLimits(ctx context.Context, enforcing, shadow []*item, refused bool) error {
 	now := s.now()
-	refused := false
 	var remote, charged, wants []*admit.Want
 	for _, it := range enforcing {
 		switch {
+		case it.r.algorithm == Concurrency:
 		case it.r.perUnit == 0:
 			refused = refused || s.zero(it, now)
 		case it.Debt: // counted whatever the others decide, never from the remembered refusals
@@ -475,6 +572,9 @@ func (s *Service) decide(ctx context.Context, enforcing, shadow []*item) error {
 	}
 	wants = append(wants, charged...)
 	for _, it := range shadow {
+		if it.r.algorithm == Concurrency {
+			continue
+		}
 		if it.r.perUnit == 0 {
 			s.zero(it, now)
 			continue
@@ -621,7 +721,7 @@ func headers(enforcing, shadow []*item) []*core.HeaderValue {
 	var policy, state []string
 	for _, list := range [][]*item{enforcing, shadow} {
 		for _, it := range list {
-			if !it.Known {
+			if !it.Known || it.r.algorithm == Concurrency { // holders at once: no quota per window to state
 				continue
 			}
 			name := it.r.name
