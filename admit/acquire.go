@@ -35,8 +35,10 @@ func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id st
 			res, err = g.leased.Acquire(ctx, w.Key, l, id)
 			return err
 		}
-		res, err = g.c.Acquire(ctx, w.Key, l, id, client.Reserve(w.Reserve))
-		return err
+		return g.traced(ctx, "CONC.ACQUIRE", func() (err error) {
+			res, err = g.c.Acquire(ctx, w.Key, l, id, client.Reserve(w.Reserve))
+			return err
+		})
 	})
 	switch {
 	case err == nil:
@@ -72,9 +74,11 @@ func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id st
 // live slot was freed (false: none held, or its lease had lapsed).
 func (g *Gate) Release(ctx context.Context, key, id string) (bool, error) {
 	var freed bool
-	err := g.run(ctx, func() []string { return []string{key} }, func(ctx context.Context) (err error) {
-		freed, err = g.c.Release(ctx, key, id)
-		return err
+	err := g.run(ctx, func() []string { return []string{key} }, func(ctx context.Context) error {
+		return g.traced(ctx, "CONC.RELEASE", func() (err error) {
+			freed, err = g.c.Release(ctx, key, id)
+			return err
+		})
 	})
 	return freed, err
 }
@@ -106,8 +110,10 @@ func (h *Held) Release(ctx context.Context) {
 		}
 	}
 	g.run(ctx, func() []string { return []string{h.key} }, func(ctx context.Context) error {
-		_, err := g.c.Release(ctx, h.key, h.id)
-		return err
+		return g.traced(ctx, "CONC.RELEASE", func() error {
+			_, err := g.c.Release(ctx, h.key, h.id)
+			return err
+		})
 	})
 }
 

@@ -119,6 +119,13 @@ type Options struct {
 	Event func(Event)
 	// Now is the clock remembered refusals are read at (nil: time.Now).
 	Now func() time.Time
+	// Trace, when set, is called as each Redis call of a request starts —
+	// a step of a decision (named by its command: RL.ALL, GCRA.THROTTLE,
+	// MULTI for a transaction), CONC.ACQUIRE, CONC.RELEASE — with the
+	// request's context; the function it returns is called with the call's
+	// error when the answer came (a pipelined step: its round trip shared
+	// with other requests'). rls makes an OpenTelemetry span of each.
+	Trace func(ctx context.Context, command string) func(error)
 }
 
 // EventKind is what an Event reports.
@@ -275,12 +282,16 @@ func New(c Redis, o Options) *Gate {
 // sendStep sends one step of a decision within StepTimeout: in the next
 // pipelined round trip, or, a transaction (a watched step) or without
 // Pipeline, on its own.
-func (g *Gate) sendStep(parent context.Context, st step) error {
+func (g *Gate) sendStep(parent context.Context, st step) (err error) {
 	ctx, cancel := parent, context.CancelFunc(func() {})
 	if g.o.StepTimeout > 0 {
 		ctx, cancel = context.WithTimeout(parent, g.o.StepTimeout)
 	}
 	defer cancel()
+	if g.o.Trace != nil {
+		end := g.o.Trace(parent, st.command())
+		defer func() { end(err) }()
+	}
 	if g.pipe == nil || st.watched {
 		start := time.Now()
 		err := g.plan.send(ctx, st)
@@ -288,6 +299,17 @@ func (g *Gate) sendStep(parent context.Context, st step) error {
 		return err
 	}
 	return g.pipe.do(ctx, st)
+}
+
+// traced runs call, reported to Trace as command.
+func (g *Gate) traced(ctx context.Context, command string, call func() error) error {
+	if g.o.Trace == nil {
+		return call()
+	}
+	end := g.o.Trace(ctx, command)
+	err := call()
+	end(err)
+	return err
 }
 
 // breakerKinds are the breakers' events as the Gate's.

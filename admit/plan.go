@@ -33,6 +33,32 @@ type step struct {
 	watched bool
 }
 
+// command names the step as Redis runs it: MULTI for a transaction,
+// RL.ALL for several limits, else its limit's consuming command.
+func (st step) command() string {
+	switch {
+	case st.watched:
+		return "MULTI"
+	case len(st.wants) == 1:
+		if f := spec.Named(st.wants[0].Limit.Family()); f != nil {
+			return takeCommand[f.Name]
+		}
+	}
+	return "RL.ALL"
+}
+
+// takeCommand is each family's consuming command, by its name: "GCRA" is
+// "GCRA.THROTTLE".
+var takeCommand = func() map[string]string {
+	m := map[string]string{}
+	for _, c := range spec.Commands {
+		if c.Family >= 0 && !c.Peek && !c.Alias && c.Exec == spec.ExecOne {
+			m[spec.Families[c.Family].Name] = c.Name
+		}
+	}
+	return m
+}()
+
 // sendFunc sends one step of a decision and fills its wants.
 type sendFunc func(ctx context.Context, s step) error
 

@@ -229,3 +229,37 @@ func TestStartupDecideSteps(t *testing.T) {
 		})
 	}
 }
+
+// TestTrace: Options.Trace sees each call of a request with the request's
+// context, named by its command, and its error.
+func TestTrace(t *testing.T) {
+	f := fakeredis.New()
+	rdb := f.Client()
+	defer rdb.Close()
+	type key struct{}
+	var seen []string
+	g := New(client.New(rdb), Options{Pipeline: true, StepTimeout: 5 * time.Second, Trace: func(ctx context.Context, command string) func(error) {
+		return func(err error) { seen = append(seen, fmt.Sprintf("%v %s %v", ctx.Value(key{}), command, err)) }
+	}})
+	defer g.Close(context.Background())
+	ctx := context.WithValue(context.Background(), key{}, "r1")
+	one := []*Want{{Key: "a", Limit: client.PerSecond(5), Cost: 1}}
+	two := []*Want{{Key: "{s}b", Limit: client.PerSecond(5), Cost: 1}, {Key: "{s}c", Limit: client.FixedWindow(5, time.Second), Cost: 1}}
+	for _, ws := range [][]*Want{one, two} {
+		if out, err := g.Decide(ctx, ws); out != Decided || err != nil {
+			t.Fatal(out, err)
+		}
+	}
+	h, _, err := g.Acquire(ctx, &Want{Key: "conc"}, client.Concurrency{Limit: 2, Lease: time.Second}, "id1")
+	if err != nil {
+		t.Fatal(err)
+	}
+	h.Release(ctx)
+	if _, err := g.Release(ctx, "conc", "id1"); err != nil {
+		t.Fatal(err)
+	}
+	want := []string{"r1 GCRA.THROTTLE <nil>", "r1 RL.ALL <nil>", "r1 CONC.ACQUIRE <nil>", "r1 CONC.RELEASE <nil>", "r1 CONC.RELEASE <nil>"}
+	if !slices.Equal(seen, want) {
+		t.Fatalf("traced %q, want %q", seen, want)
+	}
+}

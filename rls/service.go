@@ -19,6 +19,9 @@ import (
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/otel/attribute"
+	otelcodes "go.opentelemetry.io/otel/codes"
+	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
 	"google.golang.org/protobuf/types/known/durationpb"
@@ -111,6 +114,13 @@ type Options struct {
 	// Checks (the descriptor's hits_addend 0) and requests with no
 	// hits_addend at all are decided as without it.
 	DebtCharges bool
+	// TracerProvider, when set, makes an OpenTelemetry span of each Redis
+	// call a request makes — a client span "redis <command>" (RL.ALL,
+	// GCRA.THROTTLE, CONC.ACQUIRE, …) under the request's span, its round
+	// trip shared with other requests' when pipelined — and sets the
+	// request's span's attributes (the domain, the descriptors, the overall
+	// code). cmd/rls sets it from the peer's TRACING_* variables; nil: none.
+	TracerProvider trace.TracerProvider
 	// Registerer receives the service's metrics (nil: none are kept).
 	Registerer prometheus.Registerer
 	// Logger receives config reloads and Redis failures (nil: slog's default).
@@ -182,6 +192,7 @@ func New(rdb redis.UniversalClient, cfg *Config, o Options) *Service {
 		StepTimeout:       o.Timeout,
 		Event:             s.gateEvent,
 		Now:               func() time.Time { return s.now() },
+		Trace:             redisSpans(o.TracerProvider),
 	})
 	if o.Lease != nil && o.Registerer != nil {
 		leaseMetrics(o.Registerer, func() lease.Stats { return s.gate.Stats().Lease })
@@ -259,6 +270,10 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		return nil, s.fail(err)
 	}
 	s.respond(resp, enforcing, shadow)
+	if span := trace.SpanFromContext(ctx); span.IsRecording() {
+		span.SetAttributes(attribute.String("ratelimit.domain", req.Domain), attribute.Int("ratelimit.descriptors", len(req.Descriptors)),
+			attribute.String("ratelimit.overall_code", resp.OverallCode.String()))
+	}
 	return resp, nil
 }
 
@@ -592,6 +607,27 @@ func (s *Service) decideLimits(ctx context.Context, enforcing, shadow []*item, r
 		s.m.localDecision()
 	}
 	return nil
+}
+
+// redisSpans makes the gate's Trace of tp: a client span per Redis call,
+// named "redis <command>", with the OpenTelemetry database attributes;
+// nil without tp.
+func redisSpans(tp trace.TracerProvider) func(context.Context, string) func(error) {
+	if tp == nil {
+		return nil
+	}
+	tracer := tp.Tracer("github.com/seed-6b3823f5/ratelimit/rls")
+	return func(ctx context.Context, command string) func(error) {
+		_, span := tracer.Start(ctx, "redis "+command, trace.WithSpanKind(trace.SpanKindClient),
+			trace.WithAttributes(attribute.String("db.system.name", "redis"), attribute.String("db.operation.name", command)))
+		return func(err error) {
+			if err != nil {
+				span.RecordError(err)
+				span.SetStatus(otelcodes.Error, err.Error())
+			}
+			span.End()
+		}
+	}
 }
 
 // localTimeout is the gate's own bound on a decision's calls: none (each

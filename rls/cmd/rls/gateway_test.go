@@ -67,7 +67,7 @@ func TestEnvoyGatewayEnvDocumented(t *testing.T) {
 // stops it at start, naming the variable.
 func TestPeerValuesRefused(t *testing.T) {
 	for _, c := range [][2]string{
-		{"USE_STATSD", "true"}, {"TRACING_ENABLED", "true"}, {"RUNTIME_IGNOREDOTFILES", "false"}, {"RUNTIME_WATCH_ROOT", "yes please"},
+		{"USE_STATSD", "true"}, {"TRACING_EXPORTER_PROTOCOL", "zipkin"}, {"TRACING_SAMPLING_RATE", "1.5"}, {"RUNTIME_IGNOREDOTFILES", "false"}, {"RUNTIME_WATCH_ROOT", "yes please"},
 		{"REDIS_SOCKET_TYPE", "udp"}, {"CONFIG_TYPE", "FILES"}, {"CONFIG_GRPC_XDS_NODE_METADATA", "zone:a"},
 		{"CONFIG_GRPC_XDS_CLIENT_ADDITIONAL_HEADERS", "x-token"}, {"XDS_CLIENT_BACKOFF_INITIAL_INTERVAL", "0s"},
 		{"XDS_MAX_DESCRIPTORS", "0"},
@@ -80,7 +80,7 @@ func TestPeerValuesRefused(t *testing.T) {
 			}
 		})
 	}
-	for _, c := range [][2]string{{"USE_STATSD", "false"}, {"TRACING_ENABLED", "false"}, {"RUNTIME_IGNOREDOTFILES", "true"}, {"RUNTIME_WATCH_ROOT", "false"}, {"REDIS_SOCKET_TYPE", "tcp"}, {"CONFIG_TYPE", "grpc_xds_sotw"}} {
+	for _, c := range [][2]string{{"USE_STATSD", "false"}, {"TRACING_ENABLED", "true"}, {"TRACING_EXPORTER_PROTOCOL", "grpc"}, {"RUNTIME_IGNOREDOTFILES", "true"}, {"RUNTIME_WATCH_ROOT", "false"}, {"REDIS_SOCKET_TYPE", "tcp"}, {"CONFIG_TYPE", "grpc_xds_sotw"}} {
 		t.Setenv(c[0], c[1])
 	}
 	if _, err := parse(nil); err != nil {

@@ -43,6 +43,8 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 	"github.com/redis/go-redis/v9"
+	"go.opentelemetry.io/contrib/instrumentation/google.golang.org/grpc/otelgrpc"
+	noopmetric "go.opentelemetry.io/otel/metric/noop"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials"
 	"google.golang.org/grpc/credentials/insecure"
@@ -110,6 +112,10 @@ type flags struct {
 	prometheus               bool
 	prometheusAddr, promPath string
 	debtCharges              string
+	// OpenTelemetry tracing (tracing.go).
+	tracing                                                         bool
+	serviceName, serviceNamespace, serviceInstance, tracingProtocol string
+	samplingRate                                                    float64
 }
 
 // defaultHandshakes is -grpc-handshakes's default: a connection held in
@@ -179,6 +185,12 @@ func settings(f *flags) []setting {
 		{"xds-max-msg-size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", "the largest xDS response taken, in bytes (0: gRPC's 4 MiB)", &f.xdsMaxMsg, false},
 		{"xds-max-descriptors", "XDS_MAX_DESCRIPTORS", "100000", "the most descriptors (nested ones counted) an xDS update may hold: a larger one is refused with a NACK naming this limit; -1: none", &f.xdsMaxDescriptors, false},
 		{"force-start", "FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "with GRPC_XDS_SOTW, serve at once, answering OK with no limit until the first config comes (else wait for it)", &f.forceStart, false},
+		{"tracing", "TRACING_ENABLED", "false", "export OpenTelemetry spans over OTLP (one per request, one per Redis call under it); the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT and the SDK's other OTEL_EXPORTER_OTLP_* variables", &f.tracing, false},
+		{"tracing-exporter-protocol", "TRACING_EXPORTER_PROTOCOL", "http", "http (OTLP over HTTP, protobuf) or grpc", &f.tracingProtocol, true},
+		{"tracing-service-name", "TRACING_SERVICE_NAME", "RateLimit", "the spans' service.name", &f.serviceName, false},
+		{"tracing-service-namespace", "TRACING_SERVICE_NAMESPACE", "", "the spans' service.namespace", &f.serviceNamespace, false},
+		{"tracing-service-instance-id", "TRACING_SERVICE_INSTANCE_ID", "", "the spans' service.instance.id (default: a random UUID per start)", &f.serviceInstance, false},
+		{"tracing-sampling-rate", "TRACING_SAMPLING_RATE", "1", "the share of traces started here that are sampled, 0 to 1; a request whose caller sent a trace context follows its sampling decision", &f.samplingRate, false},
 		{"debt-charges", "DEBT_CHARGES", "auto", "true: a descriptor with a hits_addend of its own above 0, or with none of its own in a request whose hits_addend is above 0 (Envoy's cost, as Envoy Gateway's cost.response and AI Gateway's token budgets send after the response), is counted even past its limit, as under debt: true; auto: true with GRPC_XDS_SOTW, false with FILE", &f.debtCharges, true},
 		{"grpc-tls", "GRPC_SERVER_USE_TLS", "false", "serve gRPC over TLS (certificate and key read again when their files change)", &f.grpcTLS, false},
 		{"grpc-tls-cert", "GRPC_SERVER_TLS_CERT", "", "PEM file of the gRPC server's certificate", &f.grpcCert, false},
@@ -229,13 +241,8 @@ var peerVars = []peerVar{
 		}
 		return nil
 	}},
-	{"PROMETHEUS_MAPPER_YAML", nil}, // the series already have the names it gives
-	{"TRACING_ENABLED", refuseBool(true, "rls exports no traces: set false")},
-	{"TRACING_SERVICE_NAME", nil}, // read only by tracing, refused above
-	{"TRACING_SERVICE_NAMESPACE", nil},
-	{"TRACING_SERVICE_INSTANCE_ID", nil},
-	{"TRACING_SAMPLING_RATE", nil},
-	{"OTEL_EXPORTER_OTLP_ENDPOINT", nil},
+	{"PROMETHEUS_MAPPER_YAML", nil},      // the series already have the names it gives
+	{"OTEL_EXPORTER_OTLP_ENDPOINT", nil}, // read by the OTLP exporter itself (-tracing)
 }
 
 func isBool(v string) error {
@@ -341,6 +348,12 @@ func parse(args []string) (*flags, error) {
 	}
 	if f.debtCharges != "auto" && isBool(f.debtCharges) != nil {
 		return nil, fmt.Errorf("%s %q: auto, true or false", named("debt-charges"), f.debtCharges)
+	}
+	if f.tracingProtocol != "http" && f.tracingProtocol != "grpc" {
+		return nil, fmt.Errorf("%s %q: http or grpc", named("tracing-exporter-protocol"), f.tracingProtocol)
+	}
+	if f.samplingRate < 0 || f.samplingRate > 1 {
+		return nil, fmt.Errorf("%s %v: from 0 to 1", named("tracing-sampling-rate"), f.samplingRate)
 	}
 	var err error
 	if f.xdsMeta, err = pairs(f.xdsNodeMeta, "="); err != nil {
@@ -566,6 +579,20 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 			Reset:     env("LIMIT_RESET_HEADER", "RateLimit-Reset"),
 		}
 	}
+	tr, err := newTracer(ctx, f)
+	if err != nil {
+		return err
+	}
+	if tr != nil {
+		o.TracerProvider = tr.provider
+		defer func() { // what is buffered goes out, within 5 s
+			sctx, scancel := context.WithTimeout(context.WithoutCancel(ctx), 5*time.Second)
+			defer scancel()
+			if err := tr.provider.Shutdown(sctx); err != nil {
+				log.Warn("rls: tracing: spans not exported at exit", "err", err)
+			}
+		}()
+	}
 	svc := rls.New(rdb, nil, o)
 	defer svc.Close()
 	if cfg != nil {
@@ -629,6 +656,10 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 		grpc.NumStreamWorkers(uint32(4*runtime.GOMAXPROCS(0))), grpc.ConnectionTimeout(f.handshakeTimeout))
 	if serverTLS != nil {
 		opts = append(opts, grpc.Creds(credentials.NewTLS(serverTLS.serverConfig())))
+	}
+	if tr != nil { // a server span per call, its parent the caller's trace context (W3C or b3)
+		opts = append(opts, grpc.StatsHandler(otelgrpc.NewServerHandler(otelgrpc.WithTracerProvider(tr.provider),
+			otelgrpc.WithPropagators(tr.propagators), otelgrpc.WithMeterProvider(noopmetric.NewMeterProvider()))))
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, svc)
