@@ -17,7 +17,20 @@
 //
 // The algorithm is fixed_window (the default: windows ending on multiples
 // of the unit since the epoch, the peer's), sliding_window, sliding_log,
-// gcra or token_bucket; each admits requests_per_unit per unit.
+// gcra or token_bucket; each admits requests_per_unit per unit. A
+// descriptor with is_negative_hits gives its hits back (Envoy's refund).
+//
+// Holds, algorithm: concurrency, keep limit requests in flight at once,
+// each named by the value of the request's entry marked holder: true (a
+// request id) and held until Envoy's stream-done call (is_negative_hits)
+// releases it, or for hold_ttl when none comes:
+//
+//	descriptors:
+//	  - key: user
+//	    descriptors:
+//	      - key: request_id
+//	        holder: true
+//	        rate_limit: {algorithm: concurrency, limit: 3, hold_ttl: 2m}
 //
 // Where it differs from envoyproxy/ratelimit, on purpose:
 //

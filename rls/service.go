@@ -502,7 +502,8 @@ const maxID = 128
 // when every enforcing item leases, else by the gate's plan (one
 // RL.ALL per slot; those that can give back first; a transaction past 16
 // windows in a slot; refunds when a later step refuses), its steps
-// pipelined.
+// pipelined. Holds (Concurrency) come first (see hold), and a request
+// refused, or failed, gives back the slots it took.
 func (s *Service) decide(ctx context.Context, enforcing, shadow []*item) error {
 	if len(enforcing)+len(shadow) == 0 {
 		return nil

@@ -667,7 +667,10 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
 	h := &rls.Health{}
-	web := &http.Server{Handler: rls.HTTPHandler(h, reg), ReadHeaderTimeout: 5 * time.Second}
+	mux := http.NewServeMux()
+	mux.Handle("/", rls.HTTPHandler(h, reg))
+	mux.Handle("POST /json", rls.JSONHandler(svc))
+	web := &http.Server{Handler: mux, ReadHeaderTimeout: 5 * time.Second}
 
 	errc := make(chan error, 3)
 	go func() { errc <- gs.Serve(gl) }()

@@ -5,106 +5,23 @@ import (
 	"encoding/hex"
 	"fmt"
 	"io"
-	"net"
 	"net/http"
 	"os"
 	"path/filepath"
 	"slices"
-	"strconv"
-	"sync"
+	"strings"
 	"testing"
 	"time"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
-	collector "go.opentelemetry.io/proto/otlp/collector/trace/v1"
-	commonpb "go.opentelemetry.io/proto/otlp/common/v1"
 	tracepb "go.opentelemetry.io/proto/otlp/trace/v1"
 	"google.golang.org/grpc"
 	"google.golang.org/grpc/credentials/insecure"
 	"google.golang.org/grpc/metadata"
-	"google.golang.org/protobuf/proto"
+
+	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
-
-// receiver is an OTLP trace receiver, over HTTP and gRPC: the spans it
-// was sent, with their resources' service.name.
-type receiver struct {
-	collector.UnimplementedTraceServiceServer
-	mu      sync.Mutex
-	spans   []*tracepb.Span
-	service []string
-}
-
-func (r *receiver) take(req *collector.ExportTraceServiceRequest) {
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	for _, rs := range req.ResourceSpans {
-		for _, a := range rs.GetResource().GetAttributes() {
-			if a.Key == "service.name" {
-				r.service = append(r.service, a.Value.GetStringValue())
-			}
-		}
-		for _, ss := range rs.ScopeSpans {
-			r.spans = append(r.spans, ss.Spans...)
-		}
-	}
-}
-
-func (r *receiver) Export(_ context.Context, req *collector.ExportTraceServiceRequest) (*collector.ExportTraceServiceResponse, error) {
-	r.take(req)
-	return &collector.ExportTraceServiceResponse{}, nil
-}
-
-func (r *receiver) ServeHTTP(w http.ResponseWriter, req *http.Request) {
-	body, _ := io.ReadAll(req.Body)
-	var in collector.ExportTraceServiceRequest
-	if req.URL.Path != "/v1/traces" || proto.Unmarshal(body, &in) != nil {
-		http.Error(w, "not an OTLP trace export", http.StatusBadRequest)
-		return
-	}
-	r.take(&in)
-	out, _ := proto.Marshal(&collector.ExportTraceServiceResponse{})
-	w.Header().Set("Content-Type", "application/x-protobuf")
-	w.Write(out)
-}
-
-// named waits up to 10 s for a span named name and returns it.
-func (r *receiver) named(t *testing.T, name string) *tracepb.Span {
-	t.Helper()
-	for deadline := time.Now().Add(10 * time.Second); time.Now().Before(deadline); time.Sleep(20 * time.Millisecond) {
-		r.mu.Lock()
-		i := slices.IndexFunc(r.spans, func(s *tracepb.Span) bool { return s.Name == name })
-		var s *tracepb.Span
-		if i >= 0 {
-			s = r.spans[i]
-		}
-		r.mu.Unlock()
-		if s != nil {
-			return s
-		}
-	}
-	r.mu.Lock()
-	defer r.mu.Unlock()
-	var names []string
-	for _, s := range r.spans {
-		names = append(names, s.Name)
-	}
-	t.Fatalf("no span %q among %q", name, names)
-	return nil
-}
-
-// attr is a span's attribute key, a string or an integer, as text.
-func attr(s *tracepb.Span, key string) string {
-	for _, a := range s.Attributes {
-		if a.Key == key {
-			if v, ok := a.Value.Value.(*commonpb.AnyValue_IntValue); ok {
-				return strconv.FormatInt(v.IntValue, 10)
-			}
-			return a.Value.GetStringValue()
-		}
-	}
-	return ""
-}
 
 const tracingConfig = `
 domain: d
@@ -114,6 +31,52 @@ descriptors:
   - key: r
     rate_limit: {unit: minute, requests_per_unit: 5}
 `
+
+// serveConfig runs rls in this process with config in its directory and
+// no Redis listening, until the test ends: its gRPC and HTTP addresses.
+func serveConfig(t *testing.T, config string) (grpcAddr, httpAddr string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
+	}
+	grpcAddr, httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
+	args := []string{"-config", dir, "-grpc", grpcAddr, "-http", httpAddr,
+		"-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-log-level", "error"}
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() { done <- serve(ctx, args, io.Discard) }()
+	t.Cleanup(func() {
+		cancel()
+		if err := <-done; err != nil {
+			t.Errorf("rls: %v", err)
+		}
+	})
+	waitListening(t, grpcAddr)
+	return grpcAddr, httpAddr
+}
+
+// TestJSONServed: the binary answers POST /json on -http beside
+// /healthcheck, as the peer's: a limit of 0 is 429 (a JSON body), and a
+// GET of /json is no request.
+func TestJSONServed(t *testing.T) {
+	_, httpAddr := serveConfig(t, tracingConfig)
+	resp, err := http.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(`{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`))
+	if err != nil {
+		t.Fatal(err)
+	}
+	body, _ := io.ReadAll(resp.Body)
+	resp.Body.Close()
+	if resp.StatusCode != http.StatusTooManyRequests || !strings.Contains(strings.ReplaceAll(string(body), " ", ""), `"overallCode":"OVER_LIMIT"`) {
+		t.Errorf("POST /json: %d %s", resp.StatusCode, body)
+	}
+	if resp, err := http.Get("http://" + httpAddr + "/json"); err != nil || resp.StatusCode == http.StatusOK {
+		t.Errorf("GET /json: %v %v", resp, err)
+	}
+	if resp, err := http.Get("http://" + httpAddr + "/healthcheck"); err != nil || resp.StatusCode != http.StatusOK {
+		t.Errorf("GET /healthcheck: %v %v", resp, err)
+	}
+}
 
 // TestTracing: with the peer's variables (TRACING_ENABLED,
 // TRACING_EXPORTER_PROTOCOL http and grpc, OTEL_EXPORTER_OTLP_ENDPOINT)
@@ -125,44 +88,14 @@ descriptors:
 func TestTracing(t *testing.T) {
 	for _, protocol := range []string{"http", "grpc"} {
 		t.Run(protocol, func(t *testing.T) {
-			rcv := &receiver{}
-			l, err := net.Listen("tcp", "127.0.0.1:0")
-			if err != nil {
-				t.Fatal(err)
-			}
-			if protocol == "http" {
-				srv := &http.Server{Handler: rcv}
-				go srv.Serve(l)
-				t.Cleanup(func() { srv.Close() })
-			} else {
-				gs := grpc.NewServer()
-				collector.RegisterTraceServiceServer(gs, rcv)
-				go gs.Serve(l)
-				t.Cleanup(gs.Stop)
-			}
+			rcv := rlstest.StartCollector(t, protocol)
 			for k, v := range map[string]string{
 				"TRACING_ENABLED": "true", "TRACING_EXPORTER_PROTOCOL": protocol, "TRACING_SERVICE_NAME": "rls-under-test",
-				"OTEL_EXPORTER_OTLP_ENDPOINT": "http://" + l.Addr().String(), "OTEL_BSP_SCHEDULE_DELAY": "50",
+				"OTEL_EXPORTER_OTLP_ENDPOINT": rcv.Endpoint, "OTEL_BSP_SCHEDULE_DELAY": "50",
 			} {
 				t.Setenv(k, v)
 			}
-			dir := t.TempDir()
-			if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(tracingConfig), 0o600); err != nil {
-				t.Fatal(err)
-			}
-			grpcAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t))
-			args := []string{"-config", dir, "-grpc", grpcAddr, "-http", fmt.Sprintf("127.0.0.1:%d", freePort(t)),
-				"-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-log-level", "error"}
-			ctx, cancel := context.WithCancel(context.Background())
-			done := make(chan error, 1)
-			go func() { done <- serve(ctx, args, io.Discard) }()
-			t.Cleanup(func() {
-				cancel()
-				if err := <-done; err != nil {
-					t.Errorf("rls: %v", err)
-				}
-			})
-			waitListening(t, grpcAddr)
+			grpcAddr, _ := serveConfig(t, tracingConfig)
 			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
@@ -182,23 +115,21 @@ func TestTracing(t *testing.T) {
 			if _, err := ask("r"); err == nil {
 				t.Fatal("answered with no Redis")
 			}
-			server := rcv.named(t, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
+			server, _ := rcv.Named(t, "envoy.service.ratelimit.v3.RateLimitService/ShouldRateLimit")
 			if got := hex.EncodeToString(server.TraceId); got != traceID || hex.EncodeToString(server.ParentSpanId) != parent {
 				t.Errorf("server span in trace %s under %x, want the b3 context's %s under %s", got, server.ParentSpanId, traceID, parent)
 			}
-			if server.Kind != tracepb.Span_SPAN_KIND_SERVER || attr(server, "ratelimit.domain") != "d" || attr(server, "ratelimit.descriptors") != "1" || attr(server, "ratelimit.overall_code") != "OVER_LIMIT" {
+			if server.Kind != tracepb.Span_SPAN_KIND_SERVER || rlstest.Attr(server, "ratelimit.domain") != "d" || rlstest.Attr(server, "ratelimit.descriptors") != "1" || rlstest.Attr(server, "ratelimit.overall_code") != "OVER_LIMIT" {
 				t.Errorf("server span %v", server)
 			}
-			redis := rcv.named(t, "redis FW.HIT")
+			redis, spans := rcv.Named(t, "redis FW.HIT")
 			if hex.EncodeToString(redis.TraceId) != traceID || redis.Kind != tracepb.Span_SPAN_KIND_CLIENT ||
-				redis.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || attr(redis, "db.system.name") != "redis" || attr(redis, "db.operation.name") != "FW.HIT" {
+				redis.Status.GetCode() != tracepb.Status_STATUS_CODE_ERROR || rlstest.Attr(redis, "db.system.name") != "redis" || rlstest.Attr(redis, "db.operation.name") != "FW.HIT" {
 				t.Errorf("redis span %v", redis)
 			}
-			rcv.mu.Lock()
-			defer rcv.mu.Unlock()
 			// The Redis span's parent is the second request's server span.
 			var parents []string
-			for _, s := range rcv.spans {
+			for _, s := range spans {
 				if s.Name == server.Name {
 					parents = append(parents, hex.EncodeToString(s.SpanId))
 				}
@@ -206,8 +137,8 @@ func TestTracing(t *testing.T) {
 			if !slices.Contains(parents, hex.EncodeToString(redis.ParentSpanId)) {
 				t.Errorf("the Redis span's parent %x is no request's span (%v)", redis.ParentSpanId, parents)
 			}
-			if !slices.Contains(rcv.service, "rls-under-test") {
-				t.Errorf("service.name %v", rcv.service)
+			if services := rcv.Services(); !slices.Contains(services, "rls-under-test") {
+				t.Errorf("service.name %v", services)
 			}
 		})
 	}
