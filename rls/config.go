@@ -12,6 +12,7 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
+	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
@@ -124,6 +125,23 @@ type rule struct {
 	name     string
 	replaces []string
 	statKey  string // domain.key_value.key: the peer's stat key
+	// levels are the descriptors from the domain to this one, when one of
+	// them says value_to_metric or share_threshold (nil otherwise).
+	levels []level
+	// quota: quota_mode, the descriptor is one of the request's quotas, of
+	// which one admitting is enough; metadata: the descriptor's, sent back
+	// in dynamic_metadata when it passes (Options.DynamicMetadata).
+	quota    bool
+	metadata *structpb.Struct
+}
+
+// level is one descriptor on a rule's path, as share_threshold and
+// value_to_metric read it.
+type level struct {
+	key, value string // value: the config's ("" for a key alone), '*'s and all
+	wildcard   bool   // value holds a '*'
+	toMetric   bool   // value_to_metric: the stat key takes the request's value
+	share      bool   // share_threshold: every value the wildcard matches counts at one key
 }
 
 // field is a key of a config's mapping and where its scalar goes, read
@@ -275,7 +293,10 @@ type descriptorForm struct {
 	line             int   // where it starts
 	key, value       string
 	shadow, detailed bool
-	holder           bool           // its value names a hold, not a limit's key (Concurrency)
+	toMetric, share  bool // value_to_metric, share_threshold
+	holder           bool // its value names a hold, not a limit's key (Concurrency)
+	quota            bool // quota_mode
+	metadata         *structpb.Struct
 	rateLimit        *rateLimitForm // nil: none
 	descriptors      []descriptorForm
 }
@@ -312,7 +333,7 @@ func build(f *fileForm) (string, *node, error) {
 		return "", nil, b.errAt(f.domainLine, "config file cannot have empty domain")
 	}
 	root := &node{children: make(map[string]*node, len(f.descriptors))}
-	if err := b.descriptors(root, f.descriptors, f.domain, 0, -1); err != nil {
+	if err := b.descriptors(root, f.descriptors, f.domain, 0, -1, nil); err != nil {
 		return "", nil, err
 	}
 	return f.domain, root, nil
@@ -327,8 +348,9 @@ func (b builder) errAt(line int, format string, args ...any) error {
 
 // descriptors adds a list of descriptors under parent, whose stat key is
 // parentKey, at depth (a request's entry of that position matches them);
-// holder is the depth of the descriptor above marked holder: true, or -1.
-func (b builder) descriptors(parent *node, list []descriptorForm, parentKey string, depth, holder int) error {
+// holder is the depth of the descriptor above marked holder: true, or -1;
+// path the descriptors above.
+func (b builder) descriptors(parent *node, list []descriptorForm, parentKey string, depth, holder int, path []level) error {
 	for i := range list {
 		d := &list[i]
 		if d.err != nil {
@@ -350,6 +372,10 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 		if _, dup := parent.children[final]; dup {
 			return b.errAt(d.line, "duplicate descriptor composite key '%s'", statKey)
 		}
+		if d.share && !strings.Contains(final, "*") {
+			return b.errAt(d.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", final)
+		}
+		here := append(slices.Clip(path), level{key: d.key, value: d.value, wildcard: strings.Contains(final, "*"), toMetric: d.toMetric, share: d.share})
 		child := &node{}
 		if len(d.descriptors) > 0 {
 			child.children = make(map[string]*node, len(d.descriptors))
@@ -375,8 +401,13 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 			case !conc && holds >= 0:
 				return b.errAt(d.rateLimit.line, "'%s' is under holder: true, which names holds: its algorithm must be concurrency", statKey)
 			}
-			r.shadow, r.detailed, r.holder = d.shadow, d.detailed, holds
+			r.shadow, r.detailed, r.holder, r.quota, r.metadata = d.shadow, d.detailed, holds, d.quota, d.metadata
+			if slices.ContainsFunc(here, func(l level) bool { return l.toMetric || l.share }) {
+				r.levels = here
+			}
 			child.rule = r
+		} else if d.quota || d.metadata != nil {
+			return b.errAt(d.line, "quota_mode and metadata on '%s', which has no rate_limit: they say something of its limit", statKey)
 		} else if d.holder && len(d.descriptors) == 0 {
 			return b.errAt(d.line, "holder: true on '%s', which has no rate_limit of algorithm: concurrency below it", statKey)
 		}
@@ -384,7 +415,7 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 			parent.wild = append(parent.wild, wildcard{key: final, parts: strings.Split(final, "*")})
 		}
 		parent.children[final] = child
-		if err := b.descriptors(child, d.descriptors, statKey, depth+1, holds); err != nil {
+		if err := b.descriptors(child, d.descriptors, statKey, depth+1, holds, here); err != nil {
 			return err
 		}
 	}
@@ -515,22 +546,15 @@ func (l loader) errAt(n *yaml.Node, format string, args ...any) error {
 	return &ConfigError{File: l.name, Line: line, Msg: fmt.Sprintf(format, args...)}
 }
 
-// Keys each level accepts. The peer's keys this service does not implement
-// are refused by name rather than ignored: a config that relies on one
-// would otherwise behave differently without a word.
+// Keys each level accepts: every key of the peer's, and rls's own; any
+// other is refused by name rather than ignored.
 var (
 	rootKeys       = []string{"domain", "descriptors"}
-	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder"}
-	rateLimitKeys  = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl"}
-	replacesKeys   = []string{"name"}
-	unsupported    = []string{"quota_mode", "value_to_metric", "share_threshold", "metadata"}
+	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder", "value_to_metric", "share_threshold",
+		"quota_mode", "metadata"}
+	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl"}
+	replacesKeys  = []string{"name"}
 )
-
-// unsupportedKey is the fault of a key of the peer's this service does not
-// take.
-func unsupportedKey(key, where string) string {
-	return fmt.Sprintf("config error, '%s' in %s is envoyproxy/ratelimit's and not supported by this service", key, where)
-}
 
 // fields checks a mapping's keys against those allowed and returns the
 // values by key.
@@ -544,11 +568,7 @@ func (l loader) fields(n *yaml.Node, where string, allowed []string) (map[string
 		if k.Kind != yaml.ScalarNode {
 			return nil, l.errAt(k, "config error, key is not a string in %s", where)
 		}
-		switch {
-		case slices.Contains(allowed, k.Value):
-		case slices.Contains(unsupported, k.Value):
-			return nil, l.errAt(k, "%s", unsupportedKey(k.Value, where))
-		default:
+		if !slices.Contains(allowed, k.Value) {
 			return nil, l.errAt(k, "config error, unknown key '%s' in %s", k.Value, where)
 		}
 		if _, dup := out[k.Value]; dup {
@@ -637,7 +657,8 @@ func (l loader) descriptors(list *yaml.Node, prefix string) (out []descriptorFor
 			d.err = err
 			return out, false
 		}
-		for _, kv := range []field{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}, {"holder", &d.holder}} {
+		for _, kv := range []field{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}, {"holder", &d.holder},
+			{"value_to_metric", &d.toMetric}, {"share_threshold", &d.share}, {"quota_mode", &d.quota}} {
 			if n := f[kv.name]; n != nil {
 				if err := l.scalar(n, kv.name, kv.dst); err != nil {
 					d.err = err
@@ -648,6 +669,12 @@ func (l loader) descriptors(list *yaml.Node, prefix string) (out []descriptorFor
 		statKey := prefix + d.key
 		if d.value != "" {
 			statKey += "_" + d.value
+		}
+		if n := f["metadata"]; n != nil {
+			if d.metadata, err = l.metadata(n); err != nil {
+				d.err = err
+				return out, false
+			}
 		}
 		if n := f["rate_limit"]; n != nil {
 			d.rateLimit = l.rateLimit(n, statKey)
@@ -660,6 +687,20 @@ func (l loader) descriptors(list *yaml.Node, prefix string) (out []descriptorFor
 		}
 	}
 	return out, true
+}
+
+// metadata reads a descriptor's metadata: any mapping, sent back as it is
+// in dynamic_metadata (a protobuf Struct: numbers are doubles).
+func (l loader) metadata(n *yaml.Node) (*structpb.Struct, error) {
+	var m map[string]any
+	if n.Kind != yaml.MappingNode || n.Decode(&m) != nil {
+		return nil, l.errAt(n, "config error, 'metadata' must be a mapping")
+	}
+	st, err := structpb.NewStruct(m)
+	if err != nil {
+		return nil, l.errAt(n, "config error, 'metadata': %v", err)
+	}
+	return st, nil
 }
 
 // rateLimit decodes a descriptor's rate_limit: its err, or its last
@@ -799,16 +840,41 @@ func (c *Config) lookup(domain string, d *rlv3.RateLimitDescriptor) (r *rule, st
 	if r == nil {
 		return nil, ""
 	}
-	if !r.detailed {
+	if !r.detailed && r.levels == nil {
 		return r, r.statKey
 	}
 	var b strings.Builder
 	b.WriteString(domain)
-	for _, e := range d.Entries {
+	for i, e := range d.Entries {
 		b.WriteByte('.')
 		b.WriteString(e.Key)
-		b.WriteByte('_')
-		b.WriteString(e.Value)
+		if v, ok := statValue(r, i, e.Value); ok {
+			b.WriteByte('_')
+			b.WriteString(v)
+		}
 	}
 	return r, b.String()
+}
+
+// statValue is what the stat key says of the request's i-th entry, of
+// value v, and whether it says anything, as the peer's: a share_threshold
+// wildcard its pattern; else under detailed_metric the value; a wildcard
+// the value with value_to_metric, else its pattern; a key and value of the
+// config its value; a key alone the value with value_to_metric, else
+// nothing.
+func statValue(r *rule, i int, v string) (string, bool) {
+	if r.levels == nil {
+		return v, true // detailed_metric
+	}
+	switch l := r.levels[i]; {
+	case l.share:
+		return l.value, true
+	case r.detailed:
+		return v, true
+	case l.wildcard && !l.toMetric:
+		return l.value, true
+	case l.value == "" && !l.toMetric:
+		return "", false
+	}
+	return v, true
 }

@@ -6,6 +6,7 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"errors"
+	"fmt"
 	"log/slog"
 	"math"
 	"slices"
@@ -24,7 +25,9 @@ import (
 	"go.opentelemetry.io/otel/trace"
 	"google.golang.org/grpc/codes"
 	"google.golang.org/grpc/status"
+	"google.golang.org/protobuf/proto"
 	"google.golang.org/protobuf/types/known/durationpb"
+	"google.golang.org/protobuf/types/known/structpb"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
@@ -114,6 +117,14 @@ type Options struct {
 	// Checks (the descriptor's hits_addend 0) and requests with no
 	// hits_addend at all are decided as without it.
 	DebtCharges bool
+	// QuotaMode makes every descriptor with a limit a quota, as quota_mode
+	// does one (the peer's QUOTA_MODE).
+	QuotaMode bool
+	// DynamicMetadata sets each response's dynamic_metadata as the peer's
+	// RESPONSE_DYNAMIC_METADATA does: the domain, each descriptor's entries
+	// ("key=value"), hits_addend and Envoy's limit, and the config's
+	// metadata of every descriptor that passed, merged (the first wins).
+	DynamicMetadata bool
 	// TracerProvider, when set, makes an OpenTelemetry span of each Redis
 	// call a request makes — a client span "redis <command>" (RL.ALL,
 	// GCRA.THROTTLE, CONC.ACQUIRE, …) under the request's span, its round
@@ -265,11 +276,14 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 		return nil, errNoConfig
 	}
 	resp := &pb.RateLimitResponse{Statuses: make([]*pb.RateLimitResponse_DescriptorStatus, len(req.Descriptors))}
-	enforcing, shadow := s.match(cfg, req, resp)
-	if err := s.decide(ctx, enforcing, shadow); err != nil {
+	m := s.match(cfg, req, resp)
+	if err := s.decide(ctx, m); err != nil {
 		return nil, s.fail(err)
 	}
-	s.respond(resp, enforcing, shadow)
+	s.respond(resp, m)
+	if s.opts.DynamicMetadata {
+		resp.DynamicMetadata = dynamicMetadata(req, resp, m.rules)
+	}
 	if span := trace.SpanFromContext(ctx); span.IsRecording() {
 		span.SetAttributes(attribute.String("ratelimit.domain", req.Domain), attribute.Int("ratelimit.descriptors", len(req.Descriptors)),
 			attribute.String("ratelimit.overall_code", resp.OverallCode.String()))
@@ -277,11 +291,20 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 	return resp, nil
 }
 
-// match finds each descriptor's limit under cfg: the items to decide,
-// enforcing and shadow, and in resp the statuses of those with none (or
-// unlimited, or replaced by another matched limit).
-func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimitResponse) (enforcing, shadow []*item) {
+// matched is a request's descriptors with a limit, as match finds them:
+// the items to decide, enforcing, shadow and quota (quota_mode: one of
+// them admitting is enough), and each descriptor's rule (nil: none).
+type matched struct {
+	enforcing, shadow, quota []*item
+	rules                    []*rule
+}
+
+// match finds each descriptor's limit under cfg: the items to decide, and
+// in resp the statuses of those with none (or unlimited, or replaced by
+// another matched limit).
+func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimitResponse) (m matched) {
 	rules := make([]*rule, len(req.Descriptors))
+	m.rules = rules
 	stats := make([]string, len(req.Descriptors))
 	perValue := make([]bool, len(req.Descriptors))
 	var replaced map[string]bool // names of limits other matched limits replace
@@ -322,25 +345,23 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 		} else {
 			s.m.hit(req.Domain, it)
 		}
-		if r.shadow {
-			shadow = append(shadow, it)
-		} else {
-			enforcing = append(enforcing, it)
+		switch {
+		case r.shadow:
+			m.shadow = append(m.shadow, it)
+		case (r.quota || s.opts.QuotaMode) && r.algorithm != Concurrency:
+			m.quota = append(m.quota, it)
+		default:
+			m.enforcing = append(m.enforcing, it)
 		}
 	}
-	return enforcing, shadow
+	return m
 }
 
 // respond fills resp with each item's status, remembers refusals, and
 // sets the overall code and the headers asked for.
-func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item) {
-	over := false
-	for _, it := range enforcing {
-		if it.Known && it.Result.Limited {
-			over = true
-		}
-	}
-	for _, list := range [][]*item{enforcing, shadow} {
+func (s *Service) respond(resp *pb.RateLimitResponse, m matched) {
+	over := refused(m)
+	for _, list := range [][]*item{m.enforcing, m.shadow, m.quota} {
 		for _, it := range list {
 			resp.Statuses[it.i] = statusOf(it)
 			s.m.decided(it, s.opts.NearLimitRatio)
@@ -353,7 +374,7 @@ func (s *Service) respond(resp *pb.RateLimitResponse, enforcing, shadow []*item)
 		s.m.globalShadow()
 	}
 	if s.opts.Headers {
-		resp.ResponseHeadersToAdd = headers(enforcing, shadow)
+		resp.ResponseHeadersToAdd = headers(m.enforcing, m.shadow, m.quota)
 	}
 	if s.opts.LimitHeaders.Limit != "" {
 		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses)...)
@@ -392,12 +413,13 @@ func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus
 // ruleOf is a descriptor's rule: Envoy's override where the descriptor
 // carries one (a fixed window, as the peer counts it), else the config's;
 // its stat key; and whether that key is made of the request's own values
-// (an override's, or detailed_metric's), whose metric series are bounded.
+// (an override's, detailed_metric's or value_to_metric's), whose metric
+// series are bounded.
 func (s *Service) ruleOf(cfg *Config, domain string, d *rlv3.RateLimitDescriptor) (*rule, string, bool) {
 	o := d.GetLimit()
 	if o == nil {
 		r, stat := cfg.lookup(domain, d)
-		return r, stat, r != nil && r.detailed
+		return r, stat, r != nil && (r.detailed || slices.ContainsFunc(r.levels, func(l level) bool { return l.toMetric }))
 	}
 	if _, ok := cfg.domains[domain]; !ok {
 		return nil, "", false // the peer looks up the domain first
@@ -467,7 +489,11 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 		}
 		b.WriteString(e.Key)
 		b.WriteByte('_')
-		b.WriteString(e.Value)
+		if r.levels != nil && r.levels[i].share {
+			b.WriteString(r.levels[i].value) // share_threshold: every value matched counts at the pattern's key
+		} else {
+			b.WriteString(e.Value)
+		}
 		b.WriteByte('_')
 	}
 	b.WriteString(algCode[r.algorithm])
@@ -504,21 +530,67 @@ const maxID = 128
 // windows in a slot; refunds when a later step refuses), its steps
 // pipelined. Holds (Concurrency) come first (see hold), and a request
 // refused, or failed, gives back the slots it took.
-func (s *Service) decide(ctx context.Context, enforcing, shadow []*item) error {
-	if len(enforcing)+len(shadow) == 0 {
+func (s *Service) decide(ctx context.Context, m matched) error {
+	if len(m.enforcing)+len(m.shadow)+len(m.quota) == 0 {
 		return nil
 	}
-	held, refused, err := s.hold(ctx, enforcing, shadow)
+	held, refusedHold, err := s.hold(ctx, m.enforcing, m.shadow)
 	if err != nil {
 		return err
 	}
-	err = s.decideLimits(ctx, enforcing, shadow, refused)
-	if err != nil || slices.ContainsFunc(enforcing, func(it *item) bool { return it.Known && it.Result.Limited && !it.Debt }) {
+	err = s.decideQuotas(ctx, m.quota, refusedHold)
+	if err == nil {
+		err = s.decideLimits(ctx, m.enforcing, m.shadow, refusedHold || refused(matched{quota: m.quota}))
+	}
+	if err != nil || refused(m) {
 		for _, h := range held { // a request refused, or failed, holds nothing
 			h.Release(ctx)
 		}
+		var taken []*admit.Want // nor keeps what its quotas took (where they can give back)
+		for _, it := range m.quota {
+			taken = append(taken, &it.Want)
+		}
+		s.gate.Refund(ctx, taken)
 	}
 	return err
+}
+
+// refused reports a request m refuses: an enforcing item refused (a
+// charge taken past its limit too), or every quota refused.
+func refused(m matched) bool {
+	if slices.ContainsFunc(m.enforcing, func(it *item) bool { return it.Known && it.Result.Limited }) {
+		return true
+	}
+	return len(m.quota) > 0 && !slices.ContainsFunc(m.quota, func(it *item) bool { return !it.Known || !it.Result.Limited })
+}
+
+// decideQuotas decides a request's quota_mode items, each on its own (one
+// admitting is enough, as the peer's: a quota refused is not counted, one
+// admitted is), unless a hold refused the request first.
+func (s *Service) decideQuotas(ctx context.Context, quota []*item, refused bool) error {
+	if len(quota) == 0 || refused {
+		return nil
+	}
+	wants := make([]*admit.Want, 0, len(quota))
+	now := s.now()
+	for _, it := range quota {
+		if it.r.perUnit == 0 {
+			s.zero(it, now)
+			continue
+		}
+		it.Shadow = true // each on its own
+		wants = append(wants, &it.Want)
+	}
+	if len(wants) == 0 {
+		return nil
+	}
+	if out, err := s.gate.Decide(ctx, wants); out != admit.Decided {
+		return err
+	}
+	for _, w := range wants { // counted when admitted: given back if the request is refused
+		w.Taken = w.Known && !w.Result.Limited && !w.Local
+	}
+	return nil
 }
 
 // hold gives back the holds of the request's Concurrency items that say
@@ -700,6 +772,61 @@ func (s *Service) fail(err error) error {
 	return status.Error(codes.Internal, "redis: "+err.Error())
 }
 
+// dynamicMetadata is a response's dynamic_metadata, as the peer makes it
+// (Options.DynamicMetadata): {domain, descriptors: [{entries: ["k=v", …],
+// limit, hitsAddend}], hitsAddend, metadata}, metadata the config's of
+// every descriptor whose status is not OVER_LIMIT, merged in order (nested
+// mappings merged, the first value of a key kept).
+func dynamicMetadata(req *pb.RateLimitRequest, resp *pb.RateLimitResponse, rules []*rule) *structpb.Struct {
+	descriptors := make([]*structpb.Value, 0, len(req.Descriptors))
+	for _, d := range req.Descriptors {
+		entries := make([]*structpb.Value, len(d.Entries))
+		for i, e := range d.Entries {
+			entries[i] = structpb.NewStringValue(e.Key + "=" + e.Value)
+		}
+		f := map[string]*structpb.Value{"entries": structpb.NewListValue(&structpb.ListValue{Values: entries})}
+		if l := d.GetLimit(); l != nil {
+			f["limit"] = structpb.NewStringValue(fmt.Sprintf("requests_per_unit:%d unit:%s", l.GetRequestsPerUnit(), l.GetUnit()))
+		}
+		if h := d.GetHitsAddend(); h != nil {
+			f["hitsAddend"] = structpb.NewNumberValue(float64(h.GetValue()))
+		}
+		descriptors = append(descriptors, structpb.NewStructValue(&structpb.Struct{Fields: f}))
+	}
+	fields := map[string]*structpb.Value{
+		"domain":      structpb.NewStringValue(req.Domain),
+		"descriptors": structpb.NewListValue(&structpb.ListValue{Values: descriptors}),
+	}
+	if h := req.GetHitsAddend(); h != 0 {
+		fields["hitsAddend"] = structpb.NewNumberValue(float64(h))
+	}
+	passed := &structpb.Struct{Fields: map[string]*structpb.Value{}}
+	for i, r := range rules {
+		if r != nil && r.metadata != nil && resp.Statuses[i].Code != pb.RateLimitResponse_OVER_LIMIT {
+			merge(passed, r.metadata)
+		}
+	}
+	if len(passed.Fields) > 0 {
+		fields["metadata"] = structpb.NewStructValue(passed)
+	}
+	return &structpb.Struct{Fields: fields}
+}
+
+// merge adds src's fields to dst's: a key dst has keeps its value, but two
+// mappings are merged likewise. src is the config's and never changed: a
+// mapping taken whole is copied.
+func merge(dst, src *structpb.Struct) {
+	for k, v := range src.Fields {
+		have, ok := dst.Fields[k]
+		switch {
+		case !ok:
+			dst.Fields[k] = proto.Clone(v).(*structpb.Value)
+		case have.GetStructValue() != nil && v.GetStructValue() != nil:
+			merge(have.GetStructValue(), v.GetStructValue())
+		}
+	}
+}
+
 // statusOf is a descriptor's status as the peer fills it: the code, the
 // limit, what remains and how long until the limit resets (when refused,
 // until the same request would be admitted), in whole seconds rounded up.
@@ -754,9 +881,9 @@ func untilEdge(now time.Time, unit time.Duration) time.Duration {
 
 // headers are the IETF RateLimit-Policy and RateLimit fields for every
 // descriptor with a limit.
-func headers(enforcing, shadow []*item) []*core.HeaderValue {
+func headers(lists ...[]*item) []*core.HeaderValue {
 	var policy, state []string
-	for _, list := range [][]*item{enforcing, shadow} {
+	for _, list := range lists {
 		for _, it := range list {
 			if !it.Known || it.r.algorithm == Concurrency { // holders at once: no quota per window to state
 				continue

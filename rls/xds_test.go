@@ -107,7 +107,7 @@ func TestXDS(t *testing.T) {
 	}{
 		{&rlcfg.RateLimitConfig{Name: "first-listener", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{RequestsPerUnit: 3}}}}, "first-listener: "},
 		{xdsLimit("first-listener", 3, map[string]any{"algorithm": "leaky"}), "unknown algorithm 'leaky'"},
-		{xdsLimit("first-listener", 3, map[string]any{"response": "x"}), "'metadata'"},
+		{&rlcfg.RateLimitConfig{Name: "first-listener", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k", QuotaMode: true}}}, "quota_mode and metadata on 'd.k'"},
 	} {
 		errorsBefore := testutil.ToFloat64(s.m.configLoads.WithLabelValues("error"))
 		version := fmt.Sprint(3 + i)
@@ -262,9 +262,9 @@ func xdsFaults() []xdsFault {
 		{&rlcfg.RateLimitConfig{Name: "r"}, "r: config file cannot have empty domain"},
 		{one(&rlcfg.RateLimitDescriptor{Value: "v"}), "r: descriptor has empty key"},
 		{&rlcfg.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "k"}, {Key: "k"}}}, "duplicate descriptor composite key 'd.k'"},
-		{one(&rlcfg.RateLimitDescriptor{Key: "k", QuotaMode: true}), "'quota_mode' in a descriptor is envoyproxy/ratelimit's"},
-		{limit(map[string]any{"x": 1, "algorithm": "gcra"}), "'metadata' in a descriptor"},
-		{one(&rlcfg.RateLimitDescriptor{Key: "k", QuotaMode: true, Metadata: mustStruct(map[string]any{"y": true})}), "'metadata' in a descriptor"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", QuotaMode: true}), "quota_mode and metadata on 'd.k', which has no rate_limit"},
+		{limit(map[string]any{"x": 1, "algorithm": "gcra"}), ""}, // x is the descriptor's metadata, algorithm rls's
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", QuotaMode: true, Metadata: mustStruct(map[string]any{"y": true})}), "quota_mode and metadata on 'd.k'"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", Metadata: mustStruct(map[string]any{"debt": true, "algorithm": "gcra"})}), `descriptor "k": metadata algorithm, debt without a rate_limit`},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{RequestsPerUnit: 1}}), "invalid rate limit unit 'unknown' for 'd.k'"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unit: 42, RequestsPerUnit: 1}}), "invalid rate limit unit '42' for 'd.k'"},

@@ -397,19 +397,15 @@ func (r resourceReader) descriptors(ds []*rlcfg.RateLimitDescriptor) []descripto
 	out := make([]descriptorForm, len(ds))
 	for i, d := range ds {
 		f := &out[i]
-		f.key, f.value, f.shadow, f.detailed = d.GetKey(), d.GetValue(), d.GetShadowMode(), d.GetDetailedMetric()
+		f.key, f.value, f.shadow, f.detailed, f.quota = d.GetKey(), d.GetValue(), d.GetShadowMode(), d.GetDetailedMetric(), d.GetQuotaMode()
 		md := d.GetMetadata().GetFields()
-		for k := range md {
+		for k, v := range md { // the keys not rls's own are the descriptor's metadata, as the peer reads it
 			if !isExtension(k) {
-				f.err = r.fault(unsupportedKey("metadata", "a descriptor"))
-				break
+				if f.metadata == nil {
+					f.metadata = &structpb.Struct{Fields: map[string]*structpb.Value{}}
+				}
+				f.metadata.Fields[k] = v
 			}
-		}
-		if f.err == nil && d.GetQuotaMode() {
-			f.err = r.fault(unsupportedKey("quota_mode", "a descriptor"))
-		}
-		if f.err != nil {
-			return out[:i+1] // the rest is never looked at
 		}
 		if p := d.GetRateLimit(); p != nil {
 			f.rateLimit = r.rateLimit(p, md)

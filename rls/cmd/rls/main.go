@@ -109,9 +109,10 @@ type flags struct {
 	xdsMaxMsg                                            int
 	xdsMaxDescriptors                                    int
 	// A Prometheus listener of the peer's.
-	prometheus               bool
-	prometheusAddr, promPath string
-	debtCharges              string
+	prometheus                 bool
+	prometheusAddr, promPath   string
+	debtCharges                string
+	quotaMode, dynamicMetadata bool
 	// OpenTelemetry tracing (tracing.go).
 	tracing                                                         bool
 	serviceName, serviceNamespace, serviceInstance, tracingProtocol string
@@ -185,6 +186,8 @@ func settings(f *flags) []setting {
 		{"xds-max-msg-size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", "the largest xDS response taken, in bytes (0: gRPC's 4 MiB)", &f.xdsMaxMsg, false},
 		{"xds-max-descriptors", "XDS_MAX_DESCRIPTORS", "100000", "the most descriptors (nested ones counted) an xDS update may hold: a larger one is refused with a NACK naming this limit; -1: none", &f.xdsMaxDescriptors, false},
 		{"force-start", "FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "with GRPC_XDS_SOTW, serve at once, answering OK with no limit until the first config comes (else wait for it)", &f.forceStart, false},
+		{"quota-mode", "QUOTA_MODE", "false", "every descriptor with a limit is a quota, as quota_mode: true makes one: the request passes while one of its quotas admits it", &f.quotaMode, false},
+		{"response-dynamic-metadata", "RESPONSE_DYNAMIC_METADATA", "false", "set each response's dynamic_metadata as the peer does: the domain, the descriptors, and the config's metadata of those that passed", &f.dynamicMetadata, false},
 		{"tracing", "TRACING_ENABLED", "false", "export OpenTelemetry spans over OTLP (one per request, one per Redis call under it); the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT and the SDK's other OTEL_EXPORTER_OTLP_* variables", &f.tracing, false},
 		{"tracing-exporter-protocol", "TRACING_EXPORTER_PROTOCOL", "http", "http (OTLP over HTTP, protobuf) or grpc", &f.tracingProtocol, true},
 		{"tracing-service-name", "TRACING_SERVICE_NAME", "RateLimit", "the spans' service.name", &f.serviceName, false},
@@ -560,6 +563,7 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 		RefusalCache: f.refusalCache, RefusalCacheBytes: f.refusalCacheBytes, MetricKeys: f.metricKeys,
 		BreakerFailures: f.breakerFailures, BreakerCooldown: f.breakerCooldown, FailLocal: f.failLocal,
 		Headers: f.headers, Engine: engine, Registerer: reg, Logger: log,
+		QuotaMode: f.quotaMode, DynamicMetadata: f.dynamicMetadata,
 	}
 	if f.debtCharges == "auto" {
 		o.DebtCharges = f.configType == "GRPC_XDS_SOTW"
