@@ -601,12 +601,14 @@ func (s *Service) decideQuotas(ctx context.Context, quota []*item, refused bool)
 // took are given back then). A hold is never decided in this service
 // (-fail-local): another call, to any replica, must be able to release it.
 func (s *Service) hold(ctx context.Context, enforcing, shadow []*item) (held []*admit.Held, refused bool, err error) {
-	for _, it := range slices.Concat(enforcing, shadow) {
-		if it.r.algorithm != Concurrency || !it.release {
-			continue
-		}
-		if _, err := s.gate.Release(ctx, it.Key, it.id); err != nil {
-			return nil, false, err
+	for _, list := range [][]*item{enforcing, shadow} {
+		for _, it := range list {
+			if it.r.algorithm != Concurrency || !it.release {
+				continue
+			}
+			if _, err := s.gate.Release(ctx, it.Key, it.id); err != nil {
+				return nil, false, err
+			}
 		}
 	}
 	for _, list := range [][]*item{enforcing, shadow} {

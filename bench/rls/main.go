@@ -60,6 +60,17 @@ descriptors:
     rate_limit: {unit: hour, requests_per_unit: 10}
 `
 
+// holdConfig is rls's alone (the peer refuses the file, and with it
+// every other): holds of up to 100,000 requests of a user at once.
+const holdConfig = `domain: hold
+descriptors:
+  - key: user
+    descriptors:
+      - key: request_id
+        holder: true
+        rate_limit: {algorithm: concurrency, limit: 100000, hold_ttl: 60s}
+`
+
 // service is one rate limit service under test.
 type service struct {
 	name string
@@ -131,8 +142,14 @@ func main() {
 	if err := os.MkdirAll(cfgDir, 0o755); err != nil {
 		log.Fatal(err)
 	}
-	if err := os.WriteFile(filepath.Join(cfgDir, "bench.yaml"), []byte(config), 0o644); err != nil {
+	rlsCfg := filepath.Join(runtime, "rls-config") // the peer's config and the holds
+	if err := os.MkdirAll(rlsCfg, 0o755); err != nil {
 		log.Fatal(err)
+	}
+	for _, f := range []struct{ dir, name, text string }{{cfgDir, "bench.yaml", config}, {rlsCfg, "bench.yaml", config}, {rlsCfg, "hold.yaml", holdConfig}} {
+		if err := os.WriteFile(filepath.Join(f.dir, f.name), []byte(f.text), 0o644); err != nil {
+			log.Fatal(err)
+		}
 	}
 	redisAddr := fmt.Sprintf("127.0.0.1:%d", port)
 	peerEnv := func(extra ...string) []string {
@@ -166,7 +183,7 @@ func main() {
 	}
 	// rlsArgs are rls's flags in every run, then extra.
 	rlsArgs := func(extra ...string) []string {
-		return append([]string{"-config", cfgDir, "-redis", redisAddr, "-log-level", "warn"}, extra...)
+		return append([]string{"-config", rlsCfg, "-redis", redisAddr, "-log-level", "warn"}, extra...)
 	}
 	rlsTLS := []string{"-grpc-tls", "-grpc-tls-cert", ca.Path("tls.crt"), "-grpc-tls-key", ca.Path("tls.key")}
 	starts := map[string]func() *service{
@@ -201,6 +218,7 @@ func main() {
 		services []string
 		req      func(r *rand.Rand) *pb.RateLimitRequest
 		ref      string // the service the others are held to ("": envoyproxy/ratelimit)
+		refIn    string // the scenario ref was measured in ("": this one)
 	}
 	one := func(r *rand.Rand) *pb.RateLimitRequest {
 		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("a", r.IntN(100000))}}
@@ -211,6 +229,18 @@ func main() {
 	}
 	hot := func(r *rand.Rand) *pb.RateLimitRequest {
 		return &pb.RateLimitRequest{Domain: "bench", Descriptors: []*rlv3.RateLimitDescriptor{desc("hot", 1)}}
+	}
+	// A hold: each request's descriptor takes a slot named by its id, and
+	// the stream-done call (is_negative_hits) gives it back; calls
+	// alternate, so every id is taken once and released once (by whichever
+	// caller comes next: a release may come first, and release nothing).
+	var holds atomic.Int64
+	hold := func(r *rand.Rand) *pb.RateLimitRequest {
+		n := holds.Add(1)
+		d := &rlv3.RateLimitDescriptor{Entries: []*rlv3.RateLimitDescriptor_Entry{
+			{Key: "user", Value: strconv.FormatInt(n/2%1000, 10)}, {Key: "request_id", Value: strconv.FormatInt(n/2, 10)}}}
+		d.IsNegativeHits = n%2 == 1
+		return &pb.RateLimitRequest{Domain: "hold", Descriptors: []*rlv3.RateLimitDescriptor{d}}
 	}
 	normal := []string{"envoyproxy/ratelimit", "rls (module)", "rls (Lua library)"}
 	if *baseline != "" {
@@ -224,10 +254,13 @@ func main() {
 		normal = append(normal, "rls (module), baseline")
 	}
 	scenarios := []scenario{
-		{"one descriptor", normal, one, ""},
-		{"three descriptors", normal, three, ""},
-		{"a flood against one key over its limit", []string{"envoyproxy/ratelimit", "envoyproxy/ratelimit, local cache", "rls (module)", "rls (module), refusal cache"}, hot, ""},
-		{"one descriptor, gRPC over TLS", []string{"envoyproxy/ratelimit", "rls (module)", "envoyproxy/ratelimit, TLS", "rls (module), TLS", "rls (module), mutual TLS"}, one, "envoyproxy/ratelimit, TLS"},
+		{"one descriptor", normal, one, "", ""},
+		{"three descriptors", normal, three, "", ""},
+		{"a flood against one key over its limit", []string{"envoyproxy/ratelimit", "envoyproxy/ratelimit, local cache", "rls (module)", "rls (module), refusal cache"}, hot, "", ""},
+		{"one descriptor, gRPC over TLS", []string{"envoyproxy/ratelimit", "rls (module)", "envoyproxy/ratelimit, TLS", "rls (module), TLS", "rls (module), mutual TLS"}, one, "envoyproxy/ratelimit, TLS", ""},
+		// The peer has no holds (algorithm: concurrency): held to one
+		// descriptor's fixed window on rls.
+		{"a hold and its release (half the calls each)", []string{"rls (module)", "rls (Lua library)"}, hold, "rls (module)", "one descriptor"},
 	}
 
 	results := map[string]map[string][]result{}
@@ -264,9 +297,13 @@ func main() {
 		"(INFO commandstats) per ShouldRateLimit, not those a function runs inside: the peer pipelines INCRBY and EXPIRE per descriptor, "+
 		"rls sends one FW.HIT, or one RL.ALL for several descriptors (FCALL on the Lua library).\n\n")
 	for _, sc := range scenarios {
-		ref := cmp.Or(sc.ref, "envoyproxy/ratelimit")
-		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ %s | p50 | p99 | service CPU per request | %s's ÷ this | Redis commands per request |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", capital(sc.name), ref, ref)
-		peer := median(results[sc.name][ref])
+		ref, refIn := cmp.Or(sc.ref, "envoyproxy/ratelimit"), cmp.Or(sc.refIn, sc.name)
+		refName := ref
+		if refIn != sc.name {
+			refName += " (" + refIn + ")"
+		}
+		fmt.Fprintf(&b, "## %s\n\n| service | calls/s | ÷ %s | p50 | p99 | service CPU per request | %s's ÷ this | Redis commands per request |\n|---|---:|---:|---:|---:|---:|---:|---:|\n", capital(sc.name), refName, refName)
+		peer := median(results[refIn][ref])
 		for _, name := range sc.services {
 			m := median(results[sc.name][name])
 			fmt.Fprintf(&b, "| %s | %.0f | %.2f× | %v | %v | %.1f µs | %.2f× | %.4f |\n", name, m.perSecond, m.perSecond/peer.perSecond,
