@@ -403,19 +403,17 @@ func fill(wants []*Want, each []client.Result, limited bool) {
 	}
 }
 
-// Refunds reports whether a Want of l may have a negative cost, units
-// given back (a refund): true of GCRA and the token bucket, as the command
-// table says of their families; a window keeps its count.
-// Refunds(client.PerSecond(10)) is true, Refunds(client.FixedWindow(10,
-// time.Second)) false.
-func Refunds(l client.Limit) bool {
-	f := spec.Named(l.Family())
-	return f != nil && f.Refundable()
-}
+// Refunds reports whether a Want of l undoes a take exactly with a
+// negative cost (a refund), whenever it comes: true of GCRA and the token
+// bucket, as the command table says of their families. A window takes a
+// negative cost too, but gives back to its current window only, so a take
+// it undoes late stays counted: false. Refunds(client.PerSecond(10)) is
+// true, Refunds(client.FixedWindow(10, time.Second)) false.
+func Refunds(l client.Limit) bool { return spec.Refunds(l.Family()) }
 
 // refund gives back what wants took (Taken), where their limits can
-// (GCRA and the token bucket take a negative cost; a window keeps its
-// count), each in a step of its own sent by send, and records the state
+// exactly (Refunds: GCRA and the token bucket; a window's count stays),
+// each in a step of its own sent by send, and records the state
 // each leaves in its Result (Remaining and ResetAfter). A refund that
 // fails leaves its want Taken.
 func refund(ctx context.Context, wants []*Want, send sendFunc) {
@@ -431,9 +429,9 @@ func refund(ctx context.Context, wants []*Want, send sendFunc) {
 	}
 }
 
-// Refund gives back what wants took (Taken) where their limits can (GCRA
-// and the token bucket take a negative cost; a window keeps its count, a
-// Debt its charge), each in a call of its own through the gate's sender,
+// Refund gives back what wants took (Taken) where their limits can exactly
+// (Refunds: GCRA and the token bucket; a window's count stays, as does a
+// Debt's charge), each in a call of its own through the gate's sender,
 // and records the state each leaves in its Result (Remaining and
 // ResetAfter). A refund that fails leaves its want Taken; one that
 // succeeds forgets its key's remembered refusal. httplimit gives back a

@@ -64,10 +64,7 @@ func Leases(l client.Limit) bool {
 
 // refunds reports whether l takes a negative cost back (GCRA and the
 // token bucket), as the command table says of its family.
-func refunds(l client.Limit) bool {
-	f := spec.Named(l.Family())
-	return f != nil && f.Refundable()
-}
+func refunds(l client.Limit) bool { return spec.Refunds(l.Family()) }
 
 // limitN is l's first parameter: a GCRA's burst, a bucket's capacity, a
 // window's limit.

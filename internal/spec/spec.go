@@ -174,6 +174,13 @@ func (f Family) leased() Family {
 // stays counted.
 func (f *Family) Refundable() bool { return f.Refund }
 
+// Refunds reports whether the family named name (client.Limit's Family)
+// is Refundable; false for no family.
+func Refunds(name string) bool {
+	f := Named(name)
+	return f != nil && f.Refundable()
+}
+
 // Returns reports a family that takes a negative cost: units given back,
 // exactly (Refundable) or to the current window only.
 func (f *Family) Returns() bool { return f.Cost.Min < 0 }
