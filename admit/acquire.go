@@ -36,6 +36,12 @@ func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id st
 			return err
 		}
 		return g.traced(ctx, "CONC.ACQUIRE", func() (err error) {
+			if g.pipe != nil {
+				c := &concCall{acquire: true, key: w.Key, id: id, limit: l, reserve: w.Reserve}
+				err = g.piped(ctx, c)
+				res = c.res
+				return err
+			}
 			res, err = g.c.Acquire(ctx, w.Key, l, id, client.Reserve(w.Reserve))
 			return err
 		})
@@ -76,11 +82,32 @@ func (g *Gate) Release(ctx context.Context, key, id string) (bool, error) {
 	var freed bool
 	err := g.run(ctx, func() []string { return []string{key} }, func(ctx context.Context) error {
 		return g.traced(ctx, "CONC.RELEASE", func() (err error) {
-			freed, err = g.c.Release(ctx, key, id)
+			freed, err = g.release(ctx, key, id)
 			return err
 		})
 	})
 	return freed, err
+}
+
+// release is CONC.RELEASE of id's slot at key: pipelined with the
+// decisions' steps under Pipeline, else on its own.
+func (g *Gate) release(ctx context.Context, key, id string) (bool, error) {
+	if g.pipe == nil {
+		return g.c.Release(ctx, key, id)
+	}
+	c := &concCall{key: key, id: id}
+	err := g.piped(ctx, c)
+	return c.freed, err
+}
+
+// piped sends c with the pipeline, within StepTimeout as a step is.
+func (g *Gate) piped(ctx context.Context, c *concCall) error {
+	if g.o.StepTimeout > 0 {
+		var cancel context.CancelFunc
+		ctx, cancel = context.WithTimeout(ctx, g.o.StepTimeout)
+		defer cancel()
+	}
+	return g.pipe.slot(ctx, c)
 }
 
 // Release frees the slot: in this process when Local or the local tier
@@ -111,7 +138,7 @@ func (h *Held) Release(ctx context.Context) {
 	}
 	g.run(ctx, func() []string { return []string{h.key} }, func(ctx context.Context) error {
 		return g.traced(ctx, "CONC.RELEASE", func() error {
-			_, err := g.c.Release(ctx, h.key, h.id)
+			_, err := g.release(ctx, h.key, h.id)
 			return err
 		})
 	})

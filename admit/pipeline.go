@@ -26,9 +26,21 @@ const (
 type job struct {
 	ctx  context.Context // the request's: a request gone is not sent
 	step step
+	conc *concCall // instead of step: a concurrency slot taken or freed
 	call *client.Call
 	each []client.Result // the call's results per limit, for a step of several
 	done chan error
+}
+
+// concCall is CONC.ACQUIRE (acquire) or CONC.RELEASE as a job carries it,
+// and its answer: res for an acquire, freed for a release.
+type concCall struct {
+	acquire bool
+	key, id string
+	limit   client.Concurrency
+	reserve int64
+	res     client.Result
+	freed   bool
 }
 
 type pipeline struct {
@@ -48,7 +60,17 @@ func newPipeline(c *client.Client, timeout time.Duration, sent func(time.Duratio
 
 // do decides a step in the next round trip, or fails when ctx ends first.
 func (p *pipeline) do(ctx context.Context, st step) error {
-	j := &job{ctx: ctx, step: st, done: make(chan error, 1)}
+	return p.wait(ctx, &job{ctx: ctx, step: st, done: make(chan error, 1)})
+}
+
+// slot sends c in the next round trip (c holds its answer), or fails when
+// ctx ends first.
+func (p *pipeline) slot(ctx context.Context, c *concCall) error {
+	return p.wait(ctx, &job{ctx: ctx, conc: c, done: make(chan error, 1)})
+}
+
+// wait queues j and waits for its answer.
+func (p *pipeline) wait(ctx context.Context, j *job) error {
 	select {
 	case p.jobs <- j:
 	case <-ctx.Done():
@@ -104,7 +126,14 @@ func (p *pipeline) exec(batch []*job) {
 			j.done <- err // the caller is gone: Redis is not asked
 			continue
 		}
-		j.call, j.each = queue(b, j.step.wants)
+		switch c := j.conc; {
+		case c == nil:
+			j.call, j.each = queue(b, j.step.wants)
+		case c.acquire:
+			j.call = b.Acquire(c.key, c.limit, c.id, client.Reserve(c.reserve))
+		default:
+			j.call = b.Release(c.key, c.id)
+		}
 		sent++
 	}
 	if sent == 0 {
@@ -122,9 +151,17 @@ func (p *pipeline) exec(batch []*job) {
 		if j.call == nil {
 			continue
 		}
-		r, err := j.call.Result()
-		if err == nil {
-			j.answer(r)
+		var err error
+		switch c := j.conc; {
+		case c == nil:
+			var r client.Result
+			if r, err = j.call.Result(); err == nil {
+				j.answer(r)
+			}
+		case c.acquire:
+			c.res, err = j.call.Result()
+		default:
+			c.freed, err = j.call.Released()
 		}
 		j.done <- err
 	}

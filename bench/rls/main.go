@@ -84,6 +84,7 @@ func main() {
 	callers := flag.Int("c", 32, "concurrent callers")
 	out := flag.String("out", "bench/BENCHMARKS-RLS.md", "the report")
 	module := flag.String("module", "build/ratelimit.so", "the module")
+	only := flag.String("only", "", "run only the scenarios whose name holds this text, and those they are held to (the report then has only them: write it elsewhere with -out)")
 	baseline := flag.String("baseline", "", "an rls binary of another build, measured beside this one's with one and three descriptors (rls (module), baseline)")
 	flag.Parse()
 	log.SetFlags(0)
@@ -263,6 +264,15 @@ func main() {
 		{"a hold and its release (half the calls each)", []string{"rls (module)", "rls (Lua library)"}, hold, "rls (module)", "one descriptor"},
 	}
 
+	if *only != "" {
+		var kept []scenario
+		for _, sc := range scenarios {
+			if strings.Contains(sc.name, *only) || slices.ContainsFunc(scenarios, func(o scenario) bool { return strings.Contains(o.name, *only) && o.refIn == sc.name }) {
+				kept = append(kept, sc)
+			}
+		}
+		scenarios = kept
+	}
 	results := map[string]map[string][]result{}
 	for _, sc := range scenarios {
 		results[sc.name] = map[string][]result{}
