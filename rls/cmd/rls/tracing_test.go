@@ -23,12 +23,8 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/rls/rlstest"
 )
 
-const tracingConfig = `
-domain: d
-descriptors:
-  - key: k
-    rate_limit: {unit: minute, requests_per_unit: 0}
-  - key: r
+// tracingConfig adds to zeroConfig a limit Redis must decide.
+const tracingConfig = zeroConfig + `  - key: r
     rate_limit: {unit: minute, requests_per_unit: 5}
 `
 
