@@ -38,8 +38,9 @@ func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id st
 		return g.traced(ctx, "CONC.ACQUIRE", func() (err error) {
 			if g.pipe != nil {
 				c := &concCall{acquire: true, key: w.Key, id: id, limit: l, reserve: w.Reserve}
-				err = g.piped(ctx, c)
-				res = c.res
+				if err = g.piped(ctx, c); err == nil { // else the sender may still write c
+					res = c.res
+				}
 				return err
 			}
 			res, err = g.c.Acquire(ctx, w.Key, l, id, client.Reserve(w.Reserve))
@@ -96,8 +97,10 @@ func (g *Gate) release(ctx context.Context, key, id string) (bool, error) {
 		return g.c.Release(ctx, key, id)
 	}
 	c := &concCall{key: key, id: id}
-	err := g.piped(ctx, c)
-	return c.freed, err
+	if err := g.piped(ctx, c); err != nil {
+		return false, err // the sender may still write c
+	}
+	return c.freed, nil
 }
 
 // piped sends c with the pipeline, within StepTimeout as a step is.
