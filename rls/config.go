@@ -16,6 +16,7 @@ import (
 	"gopkg.in/yaml.v3"
 
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
@@ -43,11 +44,11 @@ const (
 // holders, and is named apart.
 var algorithms = []Algorithm{FixedWindow, SlidingWindow, SlidingLog, GCRA, TokenBucket}
 
-// maxLogLimit is the sliding log's largest limit (the module's bound),
-// maxHolders the concurrency limiter's.
+// maxLogLimit is the sliding log's largest limit, maxHolders the
+// concurrency limiter's: the command table's bounds.
 const (
-	maxLogLimit = 100000
-	maxHolders  = 100000
+	maxLogLimit = spec.MaxLogLimit
+	maxHolders  = spec.MaxConcLimit
 )
 
 // units are the peer's units and their lengths.
@@ -138,10 +139,10 @@ type rule struct {
 // level is one descriptor on a rule's path, as share_threshold and
 // value_to_metric read it.
 type level struct {
-	key, value string // value: the config's ("" for a key alone), '*'s and all
-	wildcard   bool   // value holds a '*'
-	toMetric   bool   // value_to_metric: the stat key takes the request's value
-	share      bool   // share_threshold: every value the wildcard matches counts at one key
+	value    string // the config's ("" for a key alone), '*'s and all
+	wildcard bool   // its key_value holds a '*'
+	toMetric bool   // value_to_metric: the stat key takes the request's value
+	share    bool   // share_threshold: every value the wildcard matches counts at one key
 }
 
 // field is a key of a config's mapping and where its scalar goes, read
@@ -375,7 +376,7 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 		if d.share && !strings.Contains(final, "*") {
 			return b.errAt(d.line, "share_threshold can only be used with wildcard values (containing '*'), but found key '%s'", final)
 		}
-		here := append(slices.Clip(path), level{key: d.key, value: d.value, wildcard: strings.Contains(final, "*"), toMetric: d.toMetric, share: d.share})
+		here := append(slices.Clip(path), level{value: d.value, wildcard: strings.Contains(final, "*"), toMetric: d.toMetric, share: d.share})
 		child := &node{}
 		if len(d.descriptors) > 0 {
 			child.children = make(map[string]*node, len(d.descriptors))

@@ -9,6 +9,8 @@ import (
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus/testutil"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
 const holdConfig = `
@@ -92,7 +94,7 @@ func TestHolds(t *testing.T) {
 // gives it back.
 func TestHoldID(t *testing.T) {
 	long := strings.Repeat("x", 200)
-	if a, b := holdID(long), holdID(long); a != b || len(a) > maxID || a == holdID(long+"y") {
+	if a, b := holdID(long), holdID(long); a != b || len(a) > spec.MaxID || a == holdID(long+"y") {
 		t.Fatalf("holdID: %q, %q", a, b)
 	}
 	if holdID("r1") != "r1" || holdID("") != "-" {

@@ -32,6 +32,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lease"
 )
 
@@ -511,15 +512,12 @@ func holdID(value string) string {
 	switch {
 	case value == "":
 		return "-"
-	case len(value) <= maxID:
+	case len(value) <= spec.MaxID:
 		return value
 	}
 	sum := sha256.Sum256([]byte(value))
 	return "sha256:" + hex.EncodeToString(sum[:24])
 }
-
-// maxID is the longest holder id CONC.ACQUIRE takes.
-const maxID = 128
 
 // decide decides the items through the gate: the enforcing ones all or
 // nothing, the shadow ones each on its own. A limit of 0 refuses here,

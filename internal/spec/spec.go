@@ -169,9 +169,9 @@ func (f Family) leased() Family {
 
 // Refundable reports a family whose negative cost undoes a take exactly,
 // whenever it comes: GCRA and the token bucket, whose state is a time a
-// refund moves back. A window takes a negative cost too (Returns), but
-// gives back only to the window still current, so a take it undoes late
-// stays counted.
+// refund moves back. A window takes a negative cost too (its Cost.Min is
+// negative), but gives back only to the window still current, so a take
+// it undoes late stays counted.
 func (f *Family) Refundable() bool { return f.Refund }
 
 // Refunds reports whether the family named name (client.Limit's Family)
@@ -180,10 +180,6 @@ func Refunds(name string) bool {
 	f := Named(name)
 	return f != nil && f.Refundable()
 }
-
-// Returns reports a family that takes a negative cost: units given back,
-// exactly (Refundable) or to the current window only.
-func (f *Family) Returns() bool { return f.Cost.Min < 0 }
 
 // The families, indexed by their number.
 const (

@@ -42,13 +42,21 @@ func startRLS(t *testing.T, env map[string]string, wait bool) string {
 // (/metrics) as well.
 func startRLSArgs(t *testing.T, env map[string]string, wait bool, extra ...string) (string, string) {
 	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(zeroConfig), 0o600); err != nil {
-		t.Fatal(err)
-	}
 	env["LOG_LEVEL"] = "error"
 	for k, v := range env {
 		t.Setenv(k, v)
+	}
+	return serveIn(t, zeroConfig, wait, extra...)
+}
+
+// serveIn runs rls in this process with config in its directory (no
+// Redis listening) and extra flags until the test ends, and returns its
+// gRPC and HTTP addresses; with wait, once it listens.
+func serveIn(t *testing.T, config string, wait bool, extra ...string) (string, string) {
+	t.Helper()
+	dir := t.TempDir()
+	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(config), 0o600); err != nil {
+		t.Fatal(err)
 	}
 	grpcAddr, httpAddr := fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
 	args := append([]string{"-config", dir, "-grpc", grpcAddr, "-http", httpAddr, "-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t))}, extra...)

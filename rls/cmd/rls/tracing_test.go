@@ -3,11 +3,8 @@ package main
 import (
 	"context"
 	"encoding/hex"
-	"fmt"
 	"io"
 	"net/http"
-	"os"
-	"path/filepath"
 	"slices"
 	"strings"
 	"testing"
@@ -28,35 +25,11 @@ const tracingConfig = zeroConfig + `  - key: r
     rate_limit: {unit: minute, requests_per_unit: 5}
 `
 
-// serveConfig runs rls in this process with config in its directory and
-// no Redis listening, until the test ends: its gRPC and HTTP addresses.
-func serveConfig(t *testing.T, config string) (grpcAddr, httpAddr string) {
-	t.Helper()
-	dir := t.TempDir()
-	if err := os.WriteFile(filepath.Join(dir, "d.yaml"), []byte(config), 0o600); err != nil {
-		t.Fatal(err)
-	}
-	grpcAddr, httpAddr = fmt.Sprintf("127.0.0.1:%d", freePort(t)), fmt.Sprintf("127.0.0.1:%d", freePort(t))
-	args := []string{"-config", dir, "-grpc", grpcAddr, "-http", httpAddr,
-		"-redis", fmt.Sprintf("127.0.0.1:%d", freePort(t)), "-log-level", "error"}
-	ctx, cancel := context.WithCancel(context.Background())
-	done := make(chan error, 1)
-	go func() { done <- serve(ctx, args, io.Discard) }()
-	t.Cleanup(func() {
-		cancel()
-		if err := <-done; err != nil {
-			t.Errorf("rls: %v", err)
-		}
-	})
-	waitListening(t, grpcAddr)
-	return grpcAddr, httpAddr
-}
-
 // TestJSONServed: the binary answers POST /json on -http beside
 // /healthcheck, as the peer's: a limit of 0 is 429 (a JSON body), and a
 // GET of /json is no request.
 func TestJSONServed(t *testing.T) {
-	_, httpAddr := serveConfig(t, tracingConfig)
+	_, httpAddr := serveIn(t, tracingConfig, true, "-log-level", "error")
 	resp, err := http.Post("http://"+httpAddr+"/json", "application/json", strings.NewReader(`{"domain": "d", "descriptors": [{"entries": [{"key": "k", "value": "v"}]}]}`))
 	if err != nil {
 		t.Fatal(err)
@@ -91,7 +64,7 @@ func TestTracing(t *testing.T) {
 			} {
 				t.Setenv(k, v)
 			}
-			grpcAddr, _ := serveConfig(t, tracingConfig)
+			grpcAddr, _ := serveIn(t, tracingConfig, true, "-log-level", "error")
 			conn, err := grpc.NewClient(grpcAddr, grpc.WithTransportCredentials(insecure.NewCredentials()))
 			if err != nil {
 				t.Fatal(err)
