@@ -114,7 +114,9 @@ func specLua() string {
 	fmt.Fprintf(&b, "local ALL_OPTIONS, PEEK_OPTIONS = %s, %s -- RL.ALL's and RL.PEEK's, for errors\n", luaString(spec.AllOptions), luaString(spec.PeekOptions))
 	fmt.Fprintf(&b, "local MAX_ID = %d -- a holder id's bytes\n", spec.MaxID)
 	fmt.Fprintf(&b, "local MAX_CONC_LIMIT = %d -- the most holders of one concurrency limit\n", spec.MaxConcLimit)
-	fmt.Fprintf(&b, "local CONC_SWEEP = %d -- the most lapsed holders one concurrency write removes\n\n", spec.ConcSweep)
+	fmt.Fprintf(&b, "local CONC_SWEEP = %d -- the most lapsed holders one concurrency write removes\n", spec.ConcSweep)
+	fmt.Fprintf(&b, "local HOLD_TTL, HOLD_COSTS = %s, {%s, %s} -- RL.HOLD's ttl, the names of the costs held and settled\n\n",
+		luaArg(spec.HoldTTLArg), luaString(spec.HoldCosts[0]), luaString(spec.HoldCosts[1]))
 
 	var names []string
 	for f, fam := range spec.Families {
@@ -267,7 +269,7 @@ func appendPart(parts []string, more ...string) []string {
 // family's parts.
 func recipeOf(c *spec.Command) recipe {
 	switch c.Exec {
-	case spec.ExecAll:
+	case spec.ExecAll, spec.ExecHold, spec.ExecSettle:
 		var parts []string
 		for _, f := range spec.Families {
 			if f.InAll {
@@ -275,7 +277,10 @@ func recipeOf(c *spec.Command) recipe {
 				parts = appendPart(parts, f.Part+".lua")
 			}
 		}
-		return recipe{append(parts, dispatch, "all.lua"), "all_command", "all"}
+		if c.Exec == spec.ExecAll {
+			return recipe{append(parts, dispatch, "all.lua"), "all_command", "all"}
+		}
+		return recipe{append(parts, dispatch, "all.lua"), "hold_command", strings.ToLower(c.Name[3:])} // hold, settle
 	case spec.ExecOne:
 		f := &spec.Families[c.Family]
 		return recipe{append(appendPart(slices.Clone(f.Needs), f.Part+".lua"), dispatch, "one.lua"), "one_command", f.Kind}
@@ -359,22 +364,16 @@ func library(suffix, version string) string {
 	var b strings.Builder
 	fmt.Fprintf(&b, "#!lua name=%s%s\n", LibraryName, suffix)
 	fmt.Fprintf(&b, "-- ratelimit.lua: %s\n", generated)
-	fmt.Fprintf(&b, "--\n-- ratelimit %s (Apache License 2.0)\n", ratelimit.Version)
-	b.WriteString(`--
--- The ratelimit module's commands as a FUNCTION library (Redis 7+, Valkey):
--- FUNCTION LOAD once per primary, then FCALL <command> with exactly the
--- command's keys and arguments, FCALL_RO for a peek:
---
---   GCRA.THROTTLE user:42 15 30 60 1 MS
---   FCALL gcra_throttle 1 user:42 15 30 60 1 MS
---
--- Replies, errors and stored state are the module's, byte for byte.
+	fmt.Fprintf(&b, "-- ratelimit %s (Apache License 2.0): the module's commands as a FUNCTION library (Redis 7+,\n", ratelimit.Version)
+	b.WriteString(`-- Valkey). FUNCTION LOAD once per primary, then FCALL <command> with exactly the command's keys
+-- and arguments, FCALL_RO for a peek: GCRA.THROTTLE user:42 15 30 60 1 MS is
+-- FCALL gcra_throttle 1 user:42 15 30 60 1 MS. Replies, errors and stored state are the module's,
+-- byte for byte. The sources, with their comments, are lua/src/*.lua; here, their code, then one
+-- function per command.
 `)
-	b.WriteString("-- The sources, with their comments, are lua/src/*.lua.\n")
 	for _, p := range libraryParts {
-		b.WriteString("\n" + code(partOf(p, libraryParts)))
+		b.WriteString(code(partOf(p, libraryParts)))
 	}
-	b.WriteString("\n-- One function per command.\n")
 	for i := range spec.Commands {
 		c := &spec.Commands[i]
 		flags := ""

@@ -162,6 +162,7 @@ func TestTextsFromTheCatalogue(t *testing.T) {
 	own := []string{
 		`"ERR wrong number of arguments for '"`,
 		`'ERR this script takes one key: call it with numkeys 1'`,
+		`'ERR this script takes two keys: call it with numkeys 2'`,
 		`'ERR ' .. where .. ': '`,
 		`string.sub(err.err, 1, 4) == 'ERR '`,
 	}

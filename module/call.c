@@ -257,7 +257,7 @@ int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx)
     c.ctx = ctx;
 
     /* Every key, then the clock: one read each, before the one crossing. */
-    c.nkeys = def->numkeys ? rl_numkeys(c.argv[1].ptr, c.argv[1].len, argc) : 1;
+    c.nkeys = def->numkeys ? rl_numkeys(c.argv[1].ptr, c.argv[1].len, argc) : def->hold && argc >= 3 ? 2 : 1;
     int first = def->numkeys ? 2 : 1;
     for (int i = 0; i < c.nkeys; i++) rl_read_key(ctx, &c.keys[i], argv[first + i], def->readonly);
     c.now_ns = rl_now_ns();

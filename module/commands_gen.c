@@ -24,6 +24,13 @@ RedisModuleCommandInfoVersion rl_info_version = {
 RedisModuleCommandKeySpec rl_keys_write[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RW, RL_ONE_KEY);
 RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RO, RL_ONE_KEY);
 
+/* RL.HOLD, RL.SETTLE: the limiter's key is argument 1, the hold's 2. */
+#define RL_HOLD_SPEC(notes_, pos_)                                                                       \
+    {.notes = notes_, .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = pos_, \
+     RL_ONE_KEY}
+RedisModuleCommandKeySpec rl_keys_hold[] = {RL_HOLD_SPEC("the limiter's state", 1),
+                                            RL_HOLD_SPEC("the hold: the estimate held", 2), {0}};
+
 /* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
 #define RL_NUMKEYS .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM, .fk.keynum = {0, 1, 1}
 RedisModuleCommandKeySpec rl_keys_all_write[] =
@@ -200,79 +207,104 @@ static RedisModuleCommandArg rl_args_conc_peek[] = {
     RL_RESERVE_ARG,
     {0}};
 
+static RedisModuleCommandArg rl_args_rl_hold[] = {
+    RL_KEY_ARG,
+    {.name = "hold", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 1},
+    {.name = "ttl", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "whole seconds the hold waits for RL.SETTLE; unsettled by then, the estimate stands as taken (1 to 31536000)"},
+    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one limiter as RL.ALL writes it, its cost the estimate (0 to 9007199254740991)",
+     .flags = REDISMODULE_CMD_ARG_MULTIPLE},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    {0}};
+
+static RedisModuleCommandArg rl_args_rl_settle[] = {
+    RL_KEY_ARG,
+    {.name = "hold", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 1},
+    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one limiter as RL.ALL writes it, its cost the actual (0 to 9007199254740991)",
+     .flags = REDISMODULE_CMD_ARG_MULTIPLE},
+    RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    {0}};
+
 const rl_command_def rl_commands[RL_NCOMMANDS] = {
-    {.name = "gcra.throttle", .info_name = "gcra_throttle", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply",
+    {.name = "gcra.throttle", .info_name = "gcra_throttle", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply",
      .complexity = "O(1)",
      .args = rl_args_gcra},
-    {.name = "cl.throttle", .info_name = "cl_throttle", .readonly = 0, .alias = 1, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "redis-cell compatible alias of GCRA.THROTTLE",
+    {.name = "cl.throttle", .info_name = "cl_throttle", .readonly = 0, .alias = 1, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "redis-cell compatible alias of GCRA.THROTTLE",
      .complexity = "O(1)",
      .args = rl_args_gcra},
-    {.name = "gcra.peek", .info_name = "gcra_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "What GCRA.THROTTLE would reply now, changing nothing",
+    {.name = "gcra.peek", .info_name = "gcra_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "What GCRA.THROTTLE would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_gcra_peek},
-    {.name = "tb.take", .info_name = "tb_take", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
+    {.name = "tb.take", .info_name = "tb_take", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
      .complexity = "O(1)",
      .args = rl_args_tb},
-    {.name = "tb.peek", .info_name = "tb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "What TB.TAKE would reply now, changing nothing",
+    {.name = "tb.peek", .info_name = "tb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "What TB.TAKE would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_tb_peek},
-    {.name = "lb.enqueue", .info_name = "lb_enqueue", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
+    {.name = "lb.enqueue", .info_name = "lb_enqueue", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
      .complexity = "O(1)",
      .args = rl_args_lb},
-    {.name = "lb.peek", .info_name = "lb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "What LB.ENQUEUE would reply now, changing nothing",
+    {.name = "lb.peek", .info_name = "lb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "What LB.ENQUEUE would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_lb},
-    {.name = "sw.hit", .info_name = "sw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
-     .summary = "Sliding window counter: the previous window weighted by its overlap plus the current one",
+    {.name = "sw.hit", .info_name = "sw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -4, .summary = "Sliding window counter: the previous window weighted by its overlap plus the current one",
      .complexity = "O(1)",
      .args = rl_args_sw},
-    {.name = "sw.peek", .info_name = "sw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
-     .summary = "What SW.HIT would reply now, changing nothing",
+    {.name = "sw.peek", .info_name = "sw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -4, .summary = "What SW.HIT would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_sw_peek},
-    {.name = "fw.hit", .info_name = "fw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
-     .summary = "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary",
+    {.name = "fw.hit", .info_name = "fw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -4, .summary = "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary",
      .complexity = "O(1)",
      .args = rl_args_fw},
-    {.name = "fw.peek", .info_name = "fw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
-     .summary = "What FW.HIT would reply now, changing nothing",
+    {.name = "fw.peek", .info_name = "fw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -4, .summary = "What FW.HIT would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_fw_peek},
-    {.name = "sl.hit", .info_name = "sl_hit", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
-     .summary = "Sliding log: the exact count of hits in the trailing window, in a sorted set",
+    {.name = "sl.hit", .info_name = "sl_hit", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -4, .summary = "Sliding log: the exact count of hits in the trailing window, in a sorted set",
      .complexity = "O(log N + M)",
      .args = rl_args_sl},
-    {.name = "sl.peek", .info_name = "sl_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -4,
-     .summary = "What SL.HIT would reply now, changing nothing",
+    {.name = "sl.peek", .info_name = "sl_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -4, .summary = "What SL.HIT would reply now, changing nothing",
      .complexity = "O(log N + M)",
      .args = rl_args_sl_peek},
-    {.name = "rl.all", .info_name = "rl_all", .readonly = 0, .alias = 0, .numkeys = 1, .frees = 0, .arity = -2,
-     .summary = "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding limit's five integers and its position",
+    {.name = "rl.all", .info_name = "rl_all", .readonly = 0, .alias = 0, .numkeys = 1, .hold = 0, .frees = 0,
+     .arity = -2, .summary = "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding limit's five integers and its position",
      .complexity = "O(N) for N keys, O(log N + M) per sliding log",
      .args = rl_args_rl_all},
-    {.name = "rl.peek", .info_name = "rl_peek", .readonly = 1, .alias = 0, .numkeys = 1, .frees = 0, .arity = -2,
-     .summary = "What RL.ALL would reply now, changing nothing",
+    {.name = "rl.peek", .info_name = "rl_peek", .readonly = 1, .alias = 0, .numkeys = 1, .hold = 0, .frees = 0,
+     .arity = -2, .summary = "What RL.ALL would reply now, changing nothing",
      .complexity = "O(N) for N keys, O(log N + M) per sliding log",
      .args = rl_args_rl_peek},
-    {.name = "conc.acquire", .info_name = "conc_acquire", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 0, .arity = -5,
-     .summary = "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
+    {.name = "conc.acquire", .info_name = "conc_acquire", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -5, .summary = "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
      .complexity = "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse; O(S log N) when the id holds or takes S slots (UPTO), each written",
      .args = rl_args_conc_acquire},
-    {.name = "conc.release", .info_name = "conc_release", .readonly = 0, .alias = 0, .numkeys = 0, .frees = 1, .arity = -3,
-     .summary = "Free id's slots at once (n of them, default all): reply how many live slots it released",
+    {.name = "conc.release", .info_name = "conc_release", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 1,
+     .arity = -3, .summary = "Free id's slots at once (n of them, default all): reply how many live slots it released",
      .complexity = "O(log N), plus up to 64 lapsed holders removed; O(S log N) for S slots released",
      .args = rl_args_conc_release},
-    {.name = "conc.peek", .info_name = "conc_peek", .readonly = 1, .alias = 0, .numkeys = 0, .frees = 0, .arity = -3,
-     .summary = "What CONC.ACQUIRE by a new id would reply now, changing nothing",
+    {.name = "conc.peek", .info_name = "conc_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
+     .arity = -3, .summary = "What CONC.ACQUIRE by a new id would reply now, changing nothing",
      .complexity = "O(log N + K)",
      .args = rl_args_conc_peek},
+    {.name = "rl.hold", .info_name = "rl_hold", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 1, .frees = 0,
+     .arity = -5, .summary = "Take an estimate from a limiter (written as in RL.ALL) and keep it in a hold key until RL.SETTLE charges the actual cost: reply the limiter's five integers",
+     .complexity = "O(1), O(log N + M) for a sliding log",
+     .args = rl_args_rl_hold},
+    {.name = "rl.settle", .info_name = "rl_settle", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 1, .frees = 0,
+     .arity = -4, .summary = "Settle a hold at the actual cost: take what the estimate missed (past the limit, as DEBT) or give back what it did not use, and delete the hold; reply the five integers and the estimate settled, -1 for none",
+     .complexity = "O(1), O(log N + M) for a sliding log",
+     .args = rl_args_rl_settle},
 };
 
 static int rl_handler_0(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
@@ -329,6 +361,12 @@ static int rl_handler_16(RedisModuleCtx *ctx, RedisModuleString **argv, int argc
 static int rl_handler_17(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
     return rl_command(ctx, argv, argc, 17);
 }
+static int rl_handler_18(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return rl_command(ctx, argv, argc, 18);
+}
+static int rl_handler_19(RedisModuleCtx *ctx, RedisModuleString **argv, int argc) {
+    return rl_command(ctx, argv, argc, 19);
+}
 const RedisModuleCmdFunc rl_handlers[RL_NCOMMANDS] = {
     rl_handler_0, /* GCRA.THROTTLE */
     rl_handler_1, /* CL.THROTTLE */
@@ -348,4 +386,6 @@ const RedisModuleCmdFunc rl_handlers[RL_NCOMMANDS] = {
     rl_handler_15, /* CONC.ACQUIRE */
     rl_handler_16, /* CONC.RELEASE */
     rl_handler_17, /* CONC.PEEK */
+    rl_handler_18, /* RL.HOLD */
+    rl_handler_19, /* RL.SETTLE */
 };

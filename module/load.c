@@ -72,7 +72,7 @@ static int rl_register(RedisModuleCtx *ctx, int i) {
         flags = def->readonly ? "readonly fast getkeys-api" : "write deny-oom fast getkeys-api";
     }
     int key = def->numkeys ? 0 : 1;
-    if (RM_CreateCommand(ctx, def->name, rl_handlers[i], flags, key, key, key) != REDISMODULE_OK) {
+    if (RM_CreateCommand(ctx, def->name, rl_handlers[i], flags, key, def->hold ? 2 : key, key) != REDISMODULE_OK) {
         RM_Log(ctx, "warning", "ratelimit: cannot register %s (is another module using the name?)", def->name);
         return REDISMODULE_ERR;
     }
@@ -87,6 +87,7 @@ static int rl_register(RedisModuleCtx *ctx, int i) {
             .since = "1.0.0",
             .arity = def->arity,
             .key_specs = def->numkeys ? (def->readonly ? rl_keys_all_read : rl_keys_all_write)
+                         : def->hold  ? rl_keys_hold
                                       : (def->readonly ? rl_keys_read : rl_keys_write),
             .args = def->args,
         };

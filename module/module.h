@@ -27,6 +27,7 @@ typedef struct {
     int readonly;          /* a peek: readonly, opens its keys for reading only */
     int alias;             /* registered only while the CL.THROTTLE alias is on */
     int numkeys;           /* the keys follow numkeys at argument 1 (else the key is argument 1) */
+    int hold;              /* a second key, the hold, is argument 2 (RL.HOLD, RL.SETTLE) */
     int frees;             /* only frees memory: allowed past maxmemory (no deny-oom) */
     int arity;
     const char *summary;
@@ -38,7 +39,8 @@ typedef struct {
 extern RL_HIDDEN const rl_command_def rl_commands[RL_NCOMMANDS];
 extern RL_HIDDEN const RedisModuleCmdFunc rl_handlers[RL_NCOMMANDS];
 extern RL_HIDDEN RedisModuleCommandInfoVersion rl_info_version;
-extern RL_HIDDEN RedisModuleCommandKeySpec rl_keys_write[], rl_keys_read[], rl_keys_all_write[], rl_keys_all_read[];
+extern RL_HIDDEN RedisModuleCommandKeySpec rl_keys_write[], rl_keys_read[], rl_keys_all_write[], rl_keys_all_read[],
+    rl_keys_hold[];
 
 /* Each command's counters, for INFO ratelimit. */
 typedef struct {

@@ -7,7 +7,7 @@
 #ifndef RL_PROTOCOL_GEN_H
 #define RL_PROTOCOL_GEN_H
 
-#define RL_NCOMMANDS 18 /* the rows of rl_commands */
+#define RL_NCOMMANDS 20 /* the rows of rl_commands */
 #define RL_MEMBER_MAX 64 /* a sorted-set member longer than this - 1 can't be a sliding log's */
 #define RL_MAX_ARGS 128 /* the most arguments a command takes, command name included */
 #define RL_MAX_KEYS 16 /* the most keys one command names (RL.ALL's numkeys) */

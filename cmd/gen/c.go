@@ -71,6 +71,17 @@ func limiterSummary() string {
 	return "one per key, in order: " + strings.Join(forms, " | ")
 }
 
+// holdLimiterSummary is RL.HOLD's and RL.SETTLE's limiter argument's:
+// one limiter as RL.ALL writes it, its cost the estimate or the actual
+// cost.
+func holdLimiterSummary(c *spec.Command) string {
+	cost := spec.HoldCosts[0]
+	if c.Exec == spec.ExecSettle {
+		cost = spec.HoldCosts[1]
+	}
+	return fmt.Sprintf("one limiter as RL.ALL writes it, its cost the %s (0 to %d)", cost, int64(spec.MaxLimit))
+}
+
 // argsName is the C array of a command's arguments: a family's commands
 // share theirs.
 func argsName(c *spec.Command) string {
@@ -104,6 +115,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 	} else {
 		b.WriteString("    RL_KEY_ARG,\n")
 	}
+	if c.Hold {
+		b.WriteString("    {.name = \"hold\", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 1},\n")
+	}
 	for _, a := range c.Args {
 		if a.String {
 			fmt.Fprintf(b, "    {.name = %s, .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = %s},\n",
@@ -118,6 +132,13 @@ func argsC(b *strings.Builder, c *spec.Command) {
 	if c.Cost {
 		f := &spec.Families[c.Family]
 		intArg(b, f.Cost.Name, costSummary(f), true)
+	}
+	if c.Hold {
+		fmt.Fprintf(b, "    {.name = \"limiter\", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = %s,\n"+
+			"     .flags = REDISMODULE_CMD_ARG_MULTIPLE},\n", cString(holdLimiterSummary(c)))
+		b.WriteString("    RL_TOKEN_ARG(\"ms\", \"MS\", " + cString(msSummary) + "),\n")
+		b.WriteString("    {0}};\n\n")
+		return
 	}
 	if c.Options {
 		b.WriteString("    RL_TOKEN_ARG(\"ms\", \"MS\", " + cString(msSummary) + "),\n")
@@ -166,6 +187,13 @@ RedisModuleCommandInfoVersion rl_info_version = {
 RedisModuleCommandKeySpec rl_keys_write[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RW, RL_ONE_KEY);
 RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RO, RL_ONE_KEY);
 
+/* RL.HOLD, RL.SETTLE: the limiter's key is argument 1, the hold's 2. */
+#define RL_HOLD_SPEC(notes_, pos_)                                                                       \
+    {.notes = notes_, .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = pos_, \
+     RL_ONE_KEY}
+RedisModuleCommandKeySpec rl_keys_hold[] = {RL_HOLD_SPEC("the limiter's state", 1),
+                                            RL_HOLD_SPEC("the hold: the estimate held", 2), {0}};
+
 /* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
 #define RL_NUMKEYS .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM, .fk.keynum = {0, 1, 1}
 RedisModuleCommandKeySpec rl_keys_all_write[] =
@@ -197,9 +225,9 @@ RedisModuleCommandKeySpec rl_keys_all_read[] =
 	b.WriteString("const rl_command_def rl_commands[RL_NCOMMANDS] = {\n")
 	for i := range spec.Commands {
 		c := &spec.Commands[i]
-		fmt.Fprintf(&b, "    {.name = %s, .info_name = %s, .readonly = %d, .alias = %d, .numkeys = %d, .frees = %d, .arity = %d,\n"+
-			"     .summary = %s,\n     .complexity = %s,\n     .args = %s},\n",
-			cString(strings.ToLower(c.Name)), cString(c.File()), cInt(c.Peek), cInt(c.Alias), cInt(c.NumKeys), cInt(c.Frees),
+		fmt.Fprintf(&b, "    {.name = %s, .info_name = %s, .readonly = %d, .alias = %d, .numkeys = %d, .hold = %d, .frees = %d,\n"+
+			"     .arity = %d, .summary = %s,\n     .complexity = %s,\n     .args = %s},\n",
+			cString(strings.ToLower(c.Name)), cString(c.File()), cInt(c.Peek), cInt(c.Alias), cInt(c.NumKeys), cInt(c.Hold), cInt(c.Frees),
 			c.Arity(), cString(c.Summary), cString(c.Complexity), argsName(c))
 	}
 	b.WriteString("};\n\n")

@@ -147,7 +147,7 @@ func later(a, b int64) bool {
 //
 // upto, where not nil (RL.ALL), receives UPTO's n (0 when absent), and
 // DEBT sets every limit's debt.
-func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) (int, error) {
+func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) (n int, err error) {
 	if len(args) < 2 || len(args) > MaxArgs {
 		return 0, errArity
 	}
@@ -155,7 +155,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	if !ok || n64 < 1 || n64 > MaxKeys {
 		return 0, fail(spec.Fill(spec.TNumKeys, MaxKeys))
 	}
-	n := int(n64)
+	n = int(n64)
 	if 2+n > len(args) {
 		return 0, fail(spec.Fill(spec.TNumKeysArgs, n, len(args)-2))
 	}
@@ -171,29 +171,9 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 		if i >= len(args) || isWord(args[i]) {
 			return 0, fail(spec.Fill(spec.TFewLimiters, n, j))
 		}
-		f := spec.FamilyNamed(args[i])
-		switch f {
-		case -1:
-			return 0, fail(spec.Fill(spec.TUnknownLimiter, quote(args[i]), j+1, limiters))
-		case famLB:
-			return 0, fail(spec.Fill(spec.TShaperNotInAll, j+1))
-		}
-		syn := families[f].syntax
-		words := len(syn.positional) + 1 // the cost is written out
-		if i+1+words > len(args) {
-			return 0, fail(spec.Fill(spec.TLimiterWords, j+1, families[f].name, words, argNames(syn)))
-		}
-		l := &lims[j]
-		l.family = f
-		if err := syn.parseNumbers(args[i+1:i+words], l, j); err != nil {
+		if i, err = parseLimiter(args, i, j, j, &lims[j]); err != nil {
 			return 0, err
 		}
-		c, ok := syn.optional.parse(args[i+words])
-		if !ok {
-			return 0, fail(syn.optional.rangeError(l.prefix(j)))
-		}
-		*l.cost() = c
-		i += 1 + words
 	}
 	if i < len(args) && spec.FamilyNamed(args[i]) >= 0 {
 		return 0, fail(spec.Fill(spec.TManyLimiters, n))
@@ -247,6 +227,35 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 		return 0, fail(spec.Fill(spec.TLogAdd, maxLogAdd, entries))
 	}
 	return n, nil
+}
+
+// parseLimiter reads the j-th limiter, written out at args[i] (its
+// family's name, its arguments, its cost), into l, and returns the index
+// after it; errors name it as limiter j + 1, its numbers' errors only when
+// n ≥ 0 (RL.ALL's n-th).
+func parseLimiter(args []string, i, j, n int, l *limit) (int, error) {
+	f := spec.FamilyNamed(args[i])
+	switch f {
+	case -1:
+		return 0, fail(spec.Fill(spec.TUnknownLimiter, quote(args[i]), j+1, limiters))
+	case famLB:
+		return 0, fail(spec.Fill(spec.TShaperNotInAll, j+1))
+	}
+	syn := families[f].syntax
+	words := len(syn.positional) + 1 // the cost is written out
+	if i+1+words > len(args) {
+		return 0, fail(spec.Fill(spec.TLimiterWords, j+1, families[f].name, words, argNames(syn)))
+	}
+	l.family = f
+	if err := syn.parseNumbers(args[i+1:i+words], l, n); err != nil {
+		return 0, err
+	}
+	c, ok := syn.optional.parse(args[i+words])
+	if !ok {
+		return 0, fail(syn.optional.rangeError(l.prefix(n)))
+	}
+	*l.cost() = c
+	return i + 1 + words, nil
 }
 
 // maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the

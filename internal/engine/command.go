@@ -219,6 +219,8 @@ func Execute(op spec.Op, args []string, r Reader, o *Outcome) {
 			err = executeOne(opFamily[op], args, r, o, opPeek[op])
 		case spec.ExecAll:
 			err = executeAll(args, r, o, opPeek[op])
+		case spec.ExecHold, spec.ExecSettle:
+			err = executeHold(args, r, o, e == spec.ExecSettle)
 		default:
 			err = executeConc(e, args, r, o)
 		}

@@ -728,7 +728,7 @@ var opNames = [spec.NumOps]string{
 	spec.OpLBEnqueue: "lb.enqueue", spec.OpLBPeek: "lb.peek", spec.OpSWHit: "sw.hit", spec.OpSWPeek: "sw.peek",
 	spec.OpFWHit: "fw.hit", spec.OpFWPeek: "fw.peek", spec.OpSLHit: "sl.hit", spec.OpSLPeek: "sl.peek",
 	spec.OpRLAll: "rl.all", spec.OpRLPeek: "rl.peek", spec.OpConcAcquire: "conc.acquire", spec.OpConcRelease: "conc.release",
-	spec.OpConcPeek: "conc.peek",
+	spec.OpConcPeek: "conc.peek", spec.OpRLHold: "rl.hold", spec.OpRLSettle: "rl.settle",
 }
 
 // fakeKeys is a Reader of several keys, each a fakeKey.
@@ -785,6 +785,14 @@ func validCall(op spec.Op) (args []string, st KeyState, log fakeLog) {
 // validReader is a valid call of every command with the keys it reads:
 // RL.ALL and RL.PEEK over a GCRA limit and a sliding window, both live.
 func validReader(op spec.Op) ([]string, Reader) {
+	_, g, _ := validCall(spec.OpGCRAThrottle)
+	switch op {
+	case spec.OpRLHold:
+		return []string{"cmd", "{u}:tpm", "{u}:tpm:req-1", "30", "GCRA", "15", "30", "60", "1", "MS"}, fakeKeys{{st: g}, {st: KeyState{Now: t0}}}
+	case spec.OpRLSettle:
+		return []string{"cmd", "{u}:tpm", "{u}:tpm:req-1", "GCRA", "15", "30", "60", "3", "MS"},
+			fakeKeys{{st: g}, {st: KeyState{Now: t0, Kind: KeyString, Value: "1"}}}
+	}
 	if op >= spec.OpConcAcquire {
 		args, st, _ := validCall(op)
 		return args, &fakeKey{st: st, leases: fakeLeases{"req-1": t0 + 9e9, "req-2": t0 + 20e9, "req-3": t0 - 1e9}}
@@ -793,7 +801,6 @@ func validReader(op spec.Op) ([]string, Reader) {
 		args, st, log := validCall(op)
 		return args, &fakeKey{st: st, entries: log}
 	}
-	_, g, _ := validCall(spec.OpGCRAThrottle)
 	_, w, _ := validCall(spec.OpSWHit)
 	args := []string{"cmd", "2", "{u}:rpm", "{u}:tpm", "GCRA", "15", "30", "60", "1", "SW", "1000", "30", "40", "MS"}
 	return args, fakeKeys{{st: g}, {st: w}}

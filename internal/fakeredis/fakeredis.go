@@ -520,10 +520,13 @@ func (s *Server) run(lower string, args []any) (any, error) {
 	return nil, ReplyError("ERR unknown command '" + a[0] + "', with args beginning with: ")
 }
 
-// keysOf are the keys a module command names: its first argument, or
-// numkeys of them, counted as the module counts them (none when numkeys is
+// keysOf are the keys a module command names: its first argument (and
+// the hold's after it, RL.HOLD and RL.SETTLE), or numkeys of them, counted as the module counts them (none when numkeys is
 // not from 1 to 16 with that many arguments after it).
 func keysOf(c *spec.Command, a []string) []string {
+	if c.Hold && len(a) >= 3 { // the limiter's key and the hold's
+		return a[1:3]
+	}
 	if !c.NumKeys {
 		if len(a) < 2 {
 			return nil

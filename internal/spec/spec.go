@@ -56,6 +56,9 @@ const (
 	// clears any backlog (a crash of every worker at once) 63 times faster
 	// than it can grow, while the work it adds to one call stays bounded.
 	ConcSweep = 64
+	// MaxHoldTTL is the longest RL.HOLD keeps a hold: a year, in seconds.
+	// A hold outliving it is a leak, not a request still running.
+	MaxHoldTTL = 365 * 24 * 3600
 
 	minInt64 = -1 << 63
 	maxInt64 = 1<<63 - 1
@@ -358,6 +361,8 @@ const (
 	OpConcAcquire
 	OpConcRelease
 	OpConcPeek
+	OpRLHold
+	OpRLSettle
 	NumOps
 )
 
@@ -370,6 +375,8 @@ const (
 	ExecAcquire              // the concurrency limiter: take or renew a slot
 	ExecRelease              // free a slot
 	ExecConcPeek             // what an acquire would answer
+	ExecHold                 // take an estimate and keep it in a hold (RL.HOLD)
+	ExecSettle               // settle a hold at the actual cost (RL.SETTLE)
 )
 
 // Command is one command the module registers.
@@ -382,6 +389,10 @@ type Command struct {
 	Alias  bool // registered only while the CL.THROTTLE alias is on
 	// NumKeys: numkeys, its keys, then a limiter per key (RL.ALL).
 	NumKeys bool
+	// Hold: a second key, the hold, follows the key; then Args, then one
+	// limiter written out as RL.ALL writes it, then MS (RL.HOLD,
+	// RL.SETTLE).
+	Hold bool
 	// Args are the arguments after the key; Cost whether the family's cost
 	// follows them; Options whether MS and RESERVE may follow.
 	Args    []Arg
@@ -401,6 +412,8 @@ func (c *Command) Arity() int {
 	switch {
 	case c.NumKeys:
 		return -2
+	case c.Hold: // at least the limiter's family
+		return -(4 + len(c.Args))
 	case !c.Options && !c.Cost && c.Then == nil:
 		return 2 + len(c.Args)
 	}
@@ -482,7 +495,26 @@ var Commands = []Command{
 		Complexity: "O(log N), plus up to 64 lapsed holders removed; O(S log N) for S slots released"},
 	{Name: "CONC.PEEK", Op: OpConcPeek, Exec: ExecConcPeek, Family: CONC, Peek: true, Args: Families[CONC].Args[:1], Options: true,
 		Summary: "What CONC.ACQUIRE by a new id would reply now, changing nothing", Complexity: "O(log N + K)"},
+	{Name: "RL.HOLD", Op: OpRLHold, Exec: ExecHold, Family: -1, Hold: true, Options: true, Args: []Arg{HoldTTLArg},
+		Summary: "Take an estimate from a limiter (written as in RL.ALL) and keep it in a hold key until RL.SETTLE " +
+			"charges the actual cost: reply the limiter's five integers",
+		Complexity: holdComplexity},
+	{Name: "RL.SETTLE", Op: OpRLSettle, Exec: ExecSettle, Family: -1, Hold: true, Options: true,
+		Summary: "Settle a hold at the actual cost: take what the estimate missed (past the limit, as DEBT) or give " +
+			"back what it did not use, and delete the hold; reply the five integers and the estimate settled, -1 for none",
+		Complexity: holdComplexity},
 }
+
+// HoldTTLArg is RL.HOLD's ttl.
+var HoldTTLArg = Arg{Name: "ttl", Min: 1, Max: MaxHoldTTL, Seconds: true,
+	Summary: "whole seconds the hold waits for RL.SETTLE; unsettled by then, the estimate stands as taken"}
+
+// HoldCosts are the names RL.HOLD and RL.SETTLE give their limiter's cost
+// in errors: the estimate held, the actual cost settled. Both run from 0
+// to MaxLimit.
+var HoldCosts = [2]string{"estimate", "actual"}
+
+const holdComplexity = "O(1), O(log N + M) for a sliding log"
 
 // Of is the first command of op (not an alias): its name and family.
 func Of(op Op) *Command {

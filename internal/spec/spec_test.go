@@ -52,8 +52,9 @@ func TestEqualFold(t *testing.T) {
 
 // TestTable holds the table to its own rules: every operation has one
 // command (and CL.THROTTLE, the one alias, shares GCRA.THROTTLE's); Of
-// finds it; peeks are named *.PEEK and flagged; only RL.ALL and RL.PEEK
-// take numkeys; every command's family is one of the table's; every
+// finds it; peeks are named *.PEEK and flagged; the RL. commands, and
+// only they, take numkeys (RL.ALL, RL.PEEK) or a hold key (RL.HOLD,
+// RL.SETTLE) and no family; every command's family is one of the table's; every
 // command of one key has a file name of its own.
 func TestTable(t *testing.T) {
 	ops := map[Op]int{}
@@ -72,8 +73,8 @@ func TestTable(t *testing.T) {
 		if c.Peek != strings.HasSuffix(c.Name, ".PEEK") {
 			t.Errorf("%s: peek %v", c.Name, c.Peek)
 		}
-		if c.NumKeys != strings.HasPrefix(c.Name, "RL.") || c.NumKeys != (c.Family == -1) {
-			t.Errorf("%s: numkeys %v, family %d", c.Name, c.NumKeys, c.Family)
+		if rl := strings.HasPrefix(c.Name, "RL."); rl != (c.Family == -1) || rl != (c.NumKeys || c.Hold) || c.NumKeys && c.Hold {
+			t.Errorf("%s: numkeys %v, hold %v, family %d", c.Name, c.NumKeys, c.Hold, c.Family)
 		}
 		if c.Family >= NumFamilies || c.Family < -1 {
 			t.Errorf("%s: family %d", c.Name, c.Family)

@@ -36,6 +36,8 @@ const (
 	TID                           // a holder id too long or empty
 	TLease                        // a lease ending past what a sorted-set score holds
 	TOtherData                    // a key holding something else than the limiter's state
+	THold                         // a hold key holding something else than a hold
+	THoldFull                     // holds under one key adding up past MaxLimit
 	NumTexts
 )
 
@@ -71,6 +73,8 @@ var Texts = [NumTexts]struct{ Lua, Template string }{
 	TLease: {"LEASE", "ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score " +
 		"held exactly): at most {} seconds from now"},
 	TOtherData: {"OTHER_DATA", "ERR the key holds other data, not {}: {}; the limiter changed nothing (use a key prefix per limiter)"},
+	THold:      {"HOLD", "ERR the hold key {} holds other data, not a hold (an estimate from 0 to {}); nothing changed"},
+	THoldFull:  {"HOLD_FULL", "ERR the hold key {} holds {}: {} more would pass {}; nothing was taken"},
 }
 
 // Fill is text t with its holes filled by args, in order (fmt.Sprint of

@@ -16,7 +16,25 @@ local function arg_names(syn)
   names[#names + 1] = syn.optional.name
   return table.concat(names, ' ')
 end
-
+-- parse_limiter reads limiter j, written out at args[i] (its family, its
+-- arguments, its cost): the limit, the index after it, or an error; its
+-- numbers' errors name it when prefixed (RL.ALL's).
+local function parse_limiter(args, i, j, prefixed)
+  local f = family_named(args[i])
+  if f == nil then return nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(args[i]), j, LIMITERS)) end
+  if f == 'lb' then return nil, nil, fail(text(T_SHAPER_NOT_IN_ALL, j)) end
+  local syn = syntax(f)
+  local words = #syn.positional + 1
+  if i + words > #args then return nil, nil, fail(text(T_LIMITER_WORDS, j, string.upper(f), words, arg_names(syn))) end
+  local prefix, v = prefixed and text(T_LIMITER_PREFIX, j, string.upper(f)) or '', {}
+  for k, a in ipairs(syn.positional) do
+    v[k] = parse_arg(a, args[i + k])
+    if v[k] == nil then return nil, nil, range_error(a, prefix) end
+  end
+  v[words] = parse_arg(syn.optional, args[i + words])
+  if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
+  return {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
+end
 -- parse_all reads the limiters after the keys, and the options: the
 -- limits ({family, v}), ms, each, or an error, in the module's order.
 local function parse_all(name, keys, args, peek)
@@ -28,31 +46,12 @@ local function parse_all(name, keys, args, peek)
       if keys[a] == keys[b] then return nil, nil, nil, fail(text(T_KEY_TWICE, quote(keys[a]))) end
     end
   end
-  local lims, i = {}, 1
+  local lims, i, err = {}, 1, nil
   for j = 1, n do
     local w = args[i]
     if w == nil or optword(w) then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
-    local f = family_named(w)
-    if f == nil then
-      return nil, nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(w), j, LIMITERS))
-    elseif f == 'lb' then
-      return nil, nil, nil, fail(text(T_SHAPER_NOT_IN_ALL, j))
-    end
-    local syn = syntax(f)
-    local words = #syn.positional + 1
-    if i + words > #args then
-      return nil, nil, nil, fail(text(T_LIMITER_WORDS, j, string.upper(f), words, arg_names(syn)))
-    end
-    local prefix = text(T_LIMITER_PREFIX, j, string.upper(f))
-    local v = {}
-    for k, a in ipairs(syn.positional) do
-      v[k] = parse_arg(a, args[i + k])
-      if v[k] == nil then return nil, nil, nil, range_error(a, prefix) end
-    end
-    v[words] = parse_arg(syn.optional, args[i + words])
-    if v[words] == nil then return nil, nil, nil, range_error(syn.optional, prefix) end
-    lims[j] = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}
-    i = i + 1 + words
+    lims[j], i, err = parse_limiter(args, i, j, true)
+    if err then return nil, nil, nil, err end
   end
   if i <= #args and family_named(args[i]) then
     return nil, nil, nil, fail(text(T_MANY_LIMITERS, n))
@@ -78,7 +77,6 @@ local function parse_all(name, keys, args, peek)
   if lt(MAX_LOG_ADD, entries) then return nil, nil, nil, fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(entries))) end
   return lims, ms, each, nil, upto, debt
 end
-
 -- run_limit runs one limit on its key: five integers and a write, or an
 -- error naming the limiter and its key.
 local function run_limit(j, l, key, v, reserve, now, ms)
@@ -93,13 +91,11 @@ local function run_limit(j, l, key, v, reserve, now, ms)
   end
   return reply, w, err
 end
-
 -- later reports whether retry a is later than b: -1 (never) is the latest.
 local function later_retry(a, b)
   if b == -1 then return false end
   return a == -1 or a > b
 end
-
 -- refusing is the refusing limit with the latest retry (the first on a
 -- tie), or nil; fewest the limit with the fewest remaining (the first on a
 -- tie); all_reply the deciding limit's five and position, and with each
@@ -126,7 +122,6 @@ local function all_reply(reps, deciding, each)
   end
   return reply
 end
-
 -- fast_all is RL.ALL and RL.PEEK when every limiter's words are plain
 -- numbers (each read by fast_args) and the options only MS and EACH: each
 -- limit's fast path decides without writing, then the writes are made as
@@ -229,5 +224,46 @@ local function all_command(_, name, peek, keys, args)
     for j, w in ipairs(writes) do LIMIT[lims[j].family].store(w, now) end
   end
   if granted then reply[#reply + 1] = reply[1] == 1 and 0 or granted end -- a refusal grants none
+  return reply
+end
+-- RL.HOLD and RL.SETTLE: one limiter as RL.ALL writes it, its cost the
+-- estimate held or the actual cost, and a hold key holding the estimate
+-- (see the module's hold.go, which this follows step for step).
+local function hold_command(kind, name, _, keys, args)
+  if #keys ~= 2 then return fail('ERR this script takes two keys: call it with numkeys 2') end
+  local settle = kind == 'settle'
+  local i = settle and 1 or 2
+  if #args < i or 3 + #args > MAX_ONE_KEY_ARGS then return arity(name) end
+  local ttl = settle or parse_arg(HOLD_TTL, args[1])
+  if not ttl then return range_error(HOLD_TTL, '') end
+  if keys[1] == keys[2] then return fail(text(T_KEY_TWICE, quote(keys[1]))) end
+  if optword(args[i]) then return fail(text(T_UNKNOWN_LIMITER, quote(args[i]), 1, LIMITERS)) end
+  local l, n, err = parse_limiter(args, i, 1, false)
+  if err then return err end
+  local cost = {name = HOLD_COSTS[3 - i], min = 0, max = MAX_LIMIT} -- the estimate, or the actual cost
+  local c = parse_arg(cost, args[n - 1])
+  if not c then return range_error(cost, '') end
+  local ms, _, _, _, oerr = parse_options(args, n, false, 'MS')
+  if oerr then return oerr end
+  local held, htype, _, hv = -1, read_string(keys[2])
+  if htype == 'other' then return fail(WRONGTYPE) end
+  if htype == 'string' then held = parse_arg(cost, hv) end
+  if not held then return fail(text(T_HOLD, quote(keys[2]), fmt(MAX_LIMIT))) end
+  local v, now, f = l.v, clock(), LIMIT[l.family]
+  if settle then
+    v[#v] = held >= 0 and c - held or 0
+    if v[#v] > MAX_LOG_ADD and l.family == 'sl' then return fail(text(T_LOG_ADD, MAX_LOG_ADD, fmt(v[#v]))) end
+  elseif held > MAX_LIMIT - c then
+    return fail(text(T_HOLD_FULL, quote(keys[2]), fmt(held), fmt(c), fmt(MAX_LIMIT)))
+  end
+  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms)
+  if lerr then return lerr end
+  f.store(w, now)
+  if settle then
+    reply[6] = held
+    if held >= 0 then redis.call('DEL', keys[2]) end
+  elseif reply[1] == 0 then
+    redis.call('SET', keys[2], fmt(math.max(held, 0) + c), 'PXAT', fmt(ceil_ms({now[1] + ttl, now[2]})))
+  end
   return reply
 end

@@ -9,7 +9,6 @@ local function fail(msg) return {err = msg} end
 local function arity(name)
   return fail("ERR wrong number of arguments for '" .. name .. "' command")
 end
-
 -- quote shows untrusted input in an error as the module does: at most 32
 -- bytes, printable ASCII as it is, every other byte as \xNN.
 local function quote(s)
@@ -42,7 +41,6 @@ local function parse_arg(a, s)
   if v == nil or lt(v, a.min) or lt(a.max, v) then return nil end
   return v
 end
-
 -- parse_reserve reads RESERVE's n, 0 to the limit.
 local function parse_reserve(s, limit, prefix)
   local n = parse(s)
@@ -51,7 +49,6 @@ local function parse_reserve(s, limit, prefix)
   end
   return n
 end
-
 -- parse_upto reads UPTO's n, 1 to MAX_UPTO, for a call of cost (a refund takes none).
 local function parse_upto(s, cost, prefix)
   local n = parse(s)
@@ -59,7 +56,6 @@ local function parse_upto(s, cost, prefix)
   if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
   return n
 end
-
 -- parse_options reads MS, RESERVE n (when allowed), EACH (when each), UPTO n and
 -- DEBT (when upto and not no_debt) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's
 -- n's index, an error, and DEBT; DEBT with RESERVE or UPTO is an error.
@@ -83,7 +79,6 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt)
   if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
   return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT
 end
-
 -- zero is v with its cost 0; grant is UPTO's rule (ratelimit.Grant): the most
 -- calls in 0..n of cost each that remaining holds, keeping reserve.
 local function zero(v) local z = {unpack(v)}; z[#z] = 0; return z end
@@ -92,7 +87,6 @@ local function grant(remaining, cost, reserve, n)
   if lt(remaining - reserve, cost) then return 0 end
   return math.min(n, math.floor((remaining - reserve) / cost))
 end
-
 -- parse_one reads a command of one key: args are its arguments after the key;
 -- UPTO n is taken when upto (a consuming command). It returns the values
 -- (positional, then the cost), ms, the reserve and UPTO's n (0 if none), or
@@ -120,13 +114,11 @@ local function parse_one(syn, args, name, upto)
   if err then return nil, nil, nil, nil, err end
   return v, ms, reserve, n
 end
-
 -- The clock: the server's TIME, as an instant {s, ns}.
 local function clock()
   local t = redis.call('TIME')
   return {tonumber(t[1]), tonumber(t[2]) * 1000}
 end
-
 -- fast_first runs a command of one key's fast path, fast(kind, key, v, now,
 -- ms, peek), when fast_args reads its arguments: its reply, or nil and the
 -- instant it read (nil if none), at which the exact path then decides.
@@ -136,7 +128,6 @@ local function fast_first(fast, kind, key, args, peek)
   local now = clock()
   return fast(kind, key, v, now, ms, peek), now
 end
-
 -- Instants are {seconds, nanoseconds} since the Unix epoch: a nanosecond
 -- time does not fit a double, its two parts do.
 local function since(a, b) -- a - b, an exact integer of nanoseconds
@@ -175,7 +166,6 @@ local function reply_time(d, ms)
   if r >= 1000000 then q = add(q, 1) end
   return float(q)
 end
-
 -- fast_time is reply_time for a number of nanoseconds below 2^53.
 local function fast_time(d, ms)
   if d < 0 then return -1 end
@@ -190,7 +180,6 @@ end
 local function five(limited, limit, remaining, retry, reset, ms)
   return {limited and 1 or 0, float(limit), float(remaining), reply_time(retry, ms), reply_time(reset, ms)}
 end
-
 -- read_string returns what the module reads of a key whose state is a
 -- string: its type ('none', 'string' or 'other'), its absolute expiry in
 -- Unix ms (-1: none) and its value. One GET tells all three types apart.
@@ -204,7 +193,6 @@ end
 local function other_data(state, why)
   return fail(text(T_OTHER_DATA, state, why))
 end
-
 -- check_key refuses a key of another type, and one without an expiry.
 local function check_key(kind, expire, want, state)
   if kind ~= 'none' and kind ~= want then return fail(WRONGTYPE) end
@@ -225,7 +213,6 @@ local function split_instant(s)
   if #d <= 9 then return {0, tonumber(d)} end
   return {tonumber(string.sub(d, 1, -10)), tonumber(string.sub(d, -9))}
 end
-
 -- load_instant reads an instant state: nil for an empty key, the instant,
 -- or an error reply; then whether it is owed ("<instant>:debt", where
 -- debt: a family that takes DEBT).
@@ -248,7 +235,6 @@ local function load_instant(key, now, state, tolerance, debt)
   end
   return at, nil, owed
 end
-
 -- store_instant writes an instant state when write is set: SET with an
 -- expiry at the instant (marked when owed), or DEL when it has come (the
 -- limiter has no work left).
@@ -260,7 +246,6 @@ local function store_instant(key, existed, now, at, write, owed)
     redis.call('DEL', key)
   end
 end
-
 -- ahead is how far state runs ahead of now, at most limit unless owed, and
 -- whether it had to be cut to limit (a clock that stepped back).
 local function ahead_of(state, now, limit, owed)
@@ -275,7 +260,6 @@ local function sat_add(a, b)
   if lt(MAXI, c) then return MAXI end
   return c
 end
-
 -- reserved is hit(cost, debt, ...) as a family's HitReserve and Charge:
 -- first at cost + reserve when there is a reserve and cost >= 0, then,
 -- unless refused, at cost (a charge when the reserve is DEBT).
@@ -285,7 +269,6 @@ local function reserved(hit, cost, reserve, ...)
   if not err and (not d or not d.limited) then d, n, at, err = hit(cost, reserve == DEBT, ...) end
   return d, n, at, err
 end
-
 -- parse_count reads a decimal count as the module reads an instant:
 -- digits only, within 64 bits.
 local function parse_count(s)

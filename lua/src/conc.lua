@@ -10,7 +10,6 @@ local function lease_expiry(ns)
   if lt(0, r) then q = add(q, 1) end
   return mul(q, 1000)
 end
-
 -- parse_conc reads CONC.ACQUIRE (op 'acquire'), CONC.PEEK or CONC.RELEASE:
 -- {limit, lease, id, reserve, ms, n (UPTO's, RELEASE's; 0: none)} or an error.
 local function parse_conc(op, name, args)
@@ -49,24 +48,20 @@ local function parse_conc(op, name, args)
   if err then return nil, err end
   return c
 end
-
 -- slot_member is the member of id's k-th slot (the engine's SlotMember).
 local function slot_member(id, k)
   if k <= 1 then return id end
   return id .. string.rep('\0', MAX_ID - #id) .. string.char(#id) .. string.format('%d', k)
 end
-
 -- conc_entry is a member and score a write leaves: an id or a slot's member.
 local function conc_entry(m, s)
   return (#m >= 1 and #m <= MAX_ID or #m > MAX_ID + 1 and #m <= MAX_ID + 8) and state_score(s)
 end
-
 -- lease_ns is a score (µs) in ns; none is 0.
 local function lease_ns(score)
   if score == nil then return 0 end
   return score_ns(score) or MINI
 end
-
 -- read_conc checks the key holds a concurrency state or nothing: its
 -- {kind, expire, size, newest = {member, score}} or an error.
 local function read_conc(key)
@@ -87,7 +82,6 @@ local function read_conc(key)
   k.newest = {last[1], ls}
   return k
 end
-
 -- holder is the caller's lease's end, the latest end of a lease not among
 -- its slots (ns, 0 for none), and the slots it holds (engine.SlotsHeld).
 local function holder(key, k, id)
@@ -111,7 +105,6 @@ local function holder(key, k, id)
   end
   return lease_ns(own), lease_ns(latest), lo
 end
-
 -- decide is the conc package's decide: {limited, remaining, retry}.
 local function conc_decide(key, k, L, held, now, n, reserve)
   local now_us = now[1] * 1000000 + math.floor(now[2] / 1000)
@@ -134,7 +127,6 @@ local function conc_decide(key, k, L, held, now, n, reserve)
   d.remaining = math.min(math.max(d.remaining, 0), L)
   return d
 end
-
 -- sweep removes up to 64 lapsed holders (scored at or before now_us; none
 -- when it is false), never the member id, then sets id's slots from..to at
 -- score, or removes them when score is nil, in the module's batches: its
@@ -158,7 +150,6 @@ local function sweep(key, id, now_us, from, to, score)
   end
   return removed
 end
-
 -- fast_conc_args reads CONC.ACQUIRE's and CONC.RELEASE's arguments as
 -- parse_conc would, for the common call only (plain digits, an id of 1 to
 -- MAX_ID bytes, an optional MS on an acquire): nil for any other call,
@@ -182,7 +173,6 @@ local function fast_conc_args(op, args)
   end
   return {limit = limit, lease = lease, id = id, reserve = 0, ms = ms}
 end
-
 -- fast_conc is CONC.ACQUIRE and CONC.RELEASE on plain numbers, for the
 -- common key (empty, or a state whose oldest and newest holders are ids
 -- scored with whole µs, expiring with its latest lease, every score read

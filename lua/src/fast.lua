@@ -8,7 +8,6 @@ local function fast_number(s)
   if #s > 15 or not string.find(s, '^%d+$') then return nil end
   return tonumber(s)
 end
-
 -- fast_tail reads what follows the positional words at args[i]: an optional
 -- plain cost within [cmin, cmax] into v[i], then an optional MS. It gives
 -- v and ms, or nil for anything else (RESERVE, a sign, an option twice).

@@ -24,7 +24,6 @@ local function schedule(kind, limit, slots, count, period)
   end
   return {kind = kind, limit = limit, slots = slots, interval = interval, tolerance = tolerance}
 end
-
 -- apply takes units (a cost, or a refund below 0) at now from state (an
 -- instant or nil, owed or not): the decision {limited, retry, at, write,
 -- owed}, how far the state was ahead, how far it is ahead after, or an error.
@@ -52,7 +51,6 @@ local function apply(s, state, now, units, owed)
   d.owed = lt(s.tolerance, nxt)
   return d, ahead, nxt
 end
-
 -- decide is one limit's decision with its five integers' parts; a reserve
 -- of DEBT makes it a charge (schedule.Charge): taken past the tolerance.
 local function decide(kind, s, state, now, units, reserve, owed)
@@ -87,7 +85,6 @@ local function new_schedule(kind, v)
   if kind == 'tb' then return schedule(kind, v[1], v[1], v[2], v[3]) end
   return schedule(kind, v[1], add(v[1], 1), v[2], v[3])
 end
-
 -- instant_limit runs one limit of an instant family on its key: the five
 -- integers and the write to make, or an error.
 local function instant_limit(kind, key, v, reserve, now, ms)
@@ -101,7 +98,6 @@ local function instant_limit(kind, key, v, reserve, now, ms)
   local reply = five(d.limited, s.limit, d.remaining, d.retry, d.reset, ms)
   return reply, {key = key, existed = state ~= nil, at = d.at, write = d.write, owed = d.owed}
 end
-
 -- fast_instant is instant_limit and its write on plain numbers, for the
 -- common call (a cost of 0 or more, no RESERVE: what fast_args reads) on
 -- the common key (empty, or a state of 19 digits after 2015 that expires
@@ -173,7 +169,6 @@ local function fast_instant(kind, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, limit, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-
 -- instant_store makes an instant limit's write.
 local function instant_store(w, now)
   store_instant(w.key, w.existed, now, w.at, w.write, w.owed)

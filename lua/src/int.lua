@@ -43,7 +43,6 @@ local function limbs()
     end
     return t
   end
-
   -- small turns limbs back into a number when it is below 2^53. With at
   -- most three limbs each step is exact until the sum reaches 2^53, and a
   -- sum at or above 2^53 cannot round below it.
@@ -56,7 +55,6 @@ local function limbs()
     if v >= TWO53 then return t end
     return t.s * v
   end
-
   -- cmpmag compares magnitudes: -1, 0 or 1.
   local function cmpmag(a, b)
     if #a ~= #b then return #a < #b and -1 or 1 end
@@ -65,7 +63,6 @@ local function limbs()
     end
     return 0
   end
-
   local function addmag(a, b, s)
     local r, carry = {s = s}, 0
     for i = 1, math.max(#a, #b) do
@@ -75,7 +72,6 @@ local function limbs()
     if carry > 0 then r[#r + 1] = carry end
     return r
   end
-
   -- submag is |a| - |b| for |a| >= |b|.
   local function submag(a, b, s)
     local r, borrow = {s = s}, 0
@@ -86,7 +82,6 @@ local function limbs()
     while #r > 0 and r[#r] == 0 do r[#r] = nil end
     return r
   end
-
   local function mulmag(a, b, s)
     local r = {s = s}
     for i = 1, #a + #b do r[i] = 0 end
@@ -110,14 +105,12 @@ local function limbs()
     while #r > 0 and r[#r] == 0 do r[#r] = nil end
     return r
   end
-
   -- approx is a limb number as a double, within a few units in the last place.
   local function approx(t)
     local v = 0
     for i = #t, 1, -1 do v = v * B + t[i] end
     return v
   end
-
   -- divmag is |a| / |b| truncated and the remainder, b not zero: estimates
   -- from doubles, made a little low so that they never overshoot, then
   -- corrected exactly; each round gains about 40 bits.
@@ -134,26 +127,22 @@ local function limbs()
     end
     return q, r
   end
-
   function M.add(a, b)
     a, b = big(a), big(b)
     if a.s == b.s then return small(addmag(a, b, a.s)) end
     if cmpmag(a, b) >= 0 then return small(submag(a, b, a.s)) end
     return small(submag(b, a, b.s))
   end
-
   function M.mul(a, b)
     a, b = big(a), big(b)
     return small(mulmag(a, b, a.s * b.s))
   end
-
   function M.quorem(a, b)
     a, b = big(a), big(b)
     local q, r = divmag(a, b)
     q.s, r.s = a.s * b.s, a.s
     return small(q), small(r)
   end
-
   M.big, M.cmpmag, M.small = big, cmpmag, small
 
   function M.fmt(a)
@@ -161,7 +150,6 @@ local function limbs()
     for i = #a - 1, 1, -1 do parts[#parts + 1] = string.format('%07d', a[i]) end
     return table.concat(parts)
   end
-
   limbs_made = M
   return M
 end
@@ -190,7 +178,6 @@ local function mul(a, b)
   end
   return limbs().mul(a, b)
 end
-
 -- quorem is a / b truncated toward zero and the remainder, with the sign
 -- of a: Go's / and %. b is not zero.
 local function quorem(a, b)
@@ -229,7 +216,6 @@ local function fmt(a)
   if type(a) == 'number' then return string.format('%d', a) end
   return limbs().fmt(a)
 end
-
 -- The 64-bit range the module computes in: 2^63 - 1 and -2^63.
 local MAXI = {s = 1, 4775807, 7203685, 92233}
 local MINI = {s = -1, 4775808, 7203685, 92233}
@@ -255,7 +241,6 @@ local function parse(s)
   if lt(MAXI, v) or lt(v, MINI) then return nil end
   return v
 end
-
 -- fits reports whether an integer is within the 64-bit range.
 local function fits(a) return le(MINI, a) and le(a, MAXI) end
 
@@ -265,7 +250,6 @@ local function whole(n)
   if n < TWO53 and n > -TWO53 then return n end
   return limbs().big(n)
 end
-
 -- float is an integer as the nearest double, as Go's float64(int64) is.
 local function float(a)
   if type(a) == 'number' then return a end

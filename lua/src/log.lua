@@ -12,12 +12,10 @@ local function read_zset(key)
   if n == 0 then return 'none', -1, 0 end
   return 'zset', redis.call('PEXPIRETIME', key), n
 end
-
 -- state_score: a whole number of Unix µs from 2015 to 2^53.
 local function state_score(us)
   return us >= MIN_STATE * 1000000 and us < MAX_SCORE and us == math.floor(us)
 end
-
 -- log_entry reports an entry the log wrote: "<score>-<n>", at most 63
 -- bytes, its score digits (no leading zero) equal to its score.
 local function log_entry(member, score)
@@ -27,7 +25,6 @@ local function log_entry(member, score)
   local us = parse_count(a)
   return us ~= nil and cmp(us, score) == 0 and parse_count(b) ~= nil
 end
-
 -- score_ns is a score (µs, a double) in ns, as the module converts it:
 -- saturated at 2^53 µs, and nil (none) at or below -2^53 or for NaN.
 local function score_ns(us)
@@ -93,7 +90,6 @@ local function log_hit(cost, debt, key, size, L, window, now, cutoff_us)
   end
   return d
 end
-
 -- log_limit runs a sliding log on its key (the first argument, the family,
 -- is the same for every log): the five integers and the write, or an error.
 local function log_limit(_, key, v, reserve, now, ms)
@@ -118,7 +114,6 @@ local function log_limit(_, key, v, reserve, now, ms)
   return reply, {key = key, log = true, cutoff = cutoff_us, redate = d.redate, add = d.add, remove = d.remove,
     score = now[1] * 1000000 + math.floor(now[2] / 1000), expire = d.expire}
 end
-
 -- log_store makes a sliding log's write, when there is one, as the module
 -- does: remove the entries that left the window, move those dated after now
 -- to now (a clock that stepped back), add the new entries "<score>-<n>"
@@ -148,7 +143,6 @@ local function log_store(w)
   if lt(0, r) then q = add(q, 1) end
   redis.call('PEXPIREAT', w.key, fmt(q))
 end
-
 -- fast_entry is log_entry for the fast path: true only for an entry
 -- log_entry accepts ("<score>-<n>", its score's digits, n of at most 18
 -- digits); false sends the call to the exact path, which decides.
@@ -157,7 +151,6 @@ local function fast_entry(member, score)
   local p = string.format('%d', score) .. '-'
   return #member - #p <= 18 and string.sub(member, 1, #p) == p and string.find(member, '^%d+$', #p + 1) ~= nil
 end
-
 -- fast_log is log_limit and store_log on plain numbers, for the common call
 -- (fast_args: a cost of 0 or more, no RESERVE) on the common key (empty, or
 -- a log whose ends are its own, that expires, within 104 days of now) and

@@ -8,7 +8,6 @@ local function muldiv_ceil(a, b, c)
   if lt(0, r) then q = add(q, 1) end
   return q, fits(q)
 end
-
 -- The window holding now: its start (whole seconds, since the window is)
 -- and its end, or nil past the 64-bit range.
 local function window_at(now, window)
@@ -19,7 +18,6 @@ end
 local function in_range(s) -- an instant of whole second s fits 64-bit ns
   return s <= MAX_SECONDS
 end
-
 -- fixed_hit is the fixed window's decision on count (stored, expiring at
 -- expire ms) at now: decision, the count to store, the window's end; with
 -- debt, a charge (FixedWindow.Charge) is counted past the limit.
@@ -50,7 +48,6 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   if lt(0, n) then d.reset = left end
   return d, n, stop
 end
-
 -- sliding_hit is the sliding window counter's decision on counts c at now:
 -- decision, the counts to store, when the key's work ends; with debt, a
 -- charge (SlidingWindow.Charge) past the limit, retry one unit's after it.
@@ -119,7 +116,6 @@ local function sliding_hit(cost, debt, L, window, c, now)
   d.reset = since(expire, now)
   return d, nxt, expire
 end
-
 -- window_limit runs one limit of a window family on its key: the five
 -- integers and the write to make ({key, set = value, at = instant} or
 -- {key, del = true}), or an error.
@@ -158,7 +154,6 @@ local function window_limit(kind, key, v, reserve, now, ms)
   if not after(at, now) then return reply, {key = key, del = raw ~= nil} end
   return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
 end
-
 -- window_store applies a window limit's write.
 local function window_store(w)
   if w.set then
@@ -167,7 +162,6 @@ local function window_store(w)
     redis.call('DEL', w.key)
   end
 end
-
 -- The fast paths: fixed_hit and sliding_hit on plain numbers, for the common
 -- call (fast_args: a cost of 0 or more, no RESERVE) on the common key (empty,
 -- or plain counts of at most 15 digits that expire), windows below 9000000 s
@@ -217,7 +211,6 @@ local function fast_fixed(_, key, v, now, ms, peek)
   end
   return {limited and 1 or 0, L, remaining, fast_time(retry, ms), fast_time(reset, ms)}
 end
-
 -- ceil_div is the ceiling of a / b for 0 <= a < 2^53 and b > 0.
 local function ceil_div(a, b)
   local r = math.fmod(a, b)
