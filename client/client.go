@@ -210,6 +210,7 @@ var algos = func() (as [len(spec.Families) + 1]struct{ take, peek, family, n, m,
 var (
 	cmdAll, cmdPeekAll                  = cmdName(spec.OpRLAll), cmdName(spec.OpRLPeek)
 	cmdAcquire, cmdRelease, cmdPeekConc = cmdName(spec.OpConcAcquire), cmdName(spec.OpConcRelease), cmdName(spec.OpConcPeek)
+	cmdHold, cmdSettle                  = cmdName(spec.OpRLHold), cmdName(spec.OpRLSettle)
 )
 
 func cmdName(op spec.Op) string { return spec.Of(op).Name }
@@ -581,6 +582,109 @@ func allArgs(name string, limits []Keyed, opts []Option) ([]any, error) {
 		args = append(args, k.Cost)
 	}
 	return appendOptions(args, opts), nil
+}
+
+// Hold takes estimate units from l at key for work whose cost is known
+// only once it is done (an LLM response's tokens, a query's rows), and
+// keeps them in a hold named by id (1 to 128 bytes, e.g. the request id)
+// for ttl, whole seconds up to a year (RL.HOLD). It is admitted or
+// refused as Take(estimate) is, and a refused one holds nothing. Holds
+// under one id add up.
+//
+// Settle the hold when the cost is known. A hold not settled within ttl
+// lapses: its estimate stays taken, as if the work had cost exactly that.
+// The hold lives in its own key beside key, in key's cluster slot
+// (HoldKey). l cannot be a Shaper; estimate runs from 0 to 2^53 - 1.
+func (c *Client) Hold(ctx context.Context, key, id string, l Limit, estimate int64, ttl time.Duration) (Result, error) {
+	if err := checkHold(key, id); err != nil {
+		return Result{}, err
+	}
+	args := make([]any, 0, 10)
+	args, err := appendPeriod(append(args, cmdHold, key, HoldKey(key, id)), "ttl", ttl)
+	if err != nil {
+		return Result{}, err
+	}
+	if args, err = holdLimit(args, l, estimate); err != nil {
+		return Result{}, err
+	}
+	return c.run(ctx, args, 1, false)
+}
+
+// Settle settles id's hold at key at the work's actual cost (RL.SETTLE),
+// in one atomic step: what it cost beyond the estimate is taken whatever
+// remains (past the limit the limiter goes into debt, as with Debt, and
+// later calls wait it out), what it did not use is given back (exactly by
+// GCRA and the token bucket; by a window only while the window the units
+// were taken in lasts), and the hold is deleted. So a budget is over its
+// limit by at most the under-estimates of the work in flight, and each is
+// repaid.
+//
+// held is the estimate it settled; -1 when there was no hold (it lapsed,
+// or was settled already), in which case nothing changes: settling twice
+// charges once. Result is the limit's state after the settlement.
+// Estimate 1000, actual 1400: 400 more taken; actual 300: 700 given back.
+func (c *Client) Settle(ctx context.Context, key, id string, l Limit, actual int64) (res Result, held int64, err error) {
+	if err := checkHold(key, id); err != nil {
+		return Result{}, 0, err
+	}
+	args, err := holdLimit(append(make([]any, 0, 9), cmdSettle, key, HoldKey(key, id)), l, actual)
+	if err != nil {
+		return Result{}, 0, err
+	}
+	vals, err := c.send(ctx, args, 1)
+	if err != nil {
+		return Result{}, 0, err
+	}
+	if len(vals) != 6 {
+		return Result{}, 0, fmt.Errorf("ratelimit: %s replied %d integers, want 6", cmdSettle, len(vals))
+	}
+	return result(vals[:5]), vals[5], nil
+}
+
+// holdLimit appends l as RL.HOLD and RL.SETTLE take it (as in RL.ALL),
+// with its cost and MS.
+func holdLimit(args []any, l Limit, cost int64) ([]any, error) {
+	f := algos[l.algo].family
+	if f == "" {
+		return nil, fmt.Errorf("ratelimit: %v cannot hold", l)
+	}
+	args, err := l.appendArgs(append(args, f))
+	if err != nil {
+		return nil, err
+	}
+	return append(args, cost, "MS"), nil
+}
+
+// HoldKey is the key that holds id's hold on key: key's hash tag and
+// ":hold:" and id when key has a tag ("rl:{user:42}:tpm" gives
+// "rl:{user:42}:tpm:hold:r1"), else key itself as the tag
+// ("{rl:tpm}:hold:r1"), so that both keys are in one cluster slot.
+// A key with a "}" but no tag has no such key: Hold and Settle refuse it.
+func HoldKey(key, id string) string {
+	if hashTagged(key) {
+		return key + ":hold:" + id
+	}
+	return "{" + key + "}:hold:" + id
+}
+
+// hashTagged reports whether key has a cluster hash tag: a "{" followed,
+// not at once, by a "}".
+func hashTagged(key string) bool {
+	open := strings.IndexByte(key, '{')
+	return open >= 0 && strings.IndexByte(key[open+1:], '}') > 0
+}
+
+// checkHold refuses what RL.HOLD and RL.SETTLE would not take from the
+// client's hands: an id the module would not take as a holder's, a key
+// whose hold could not share its slot.
+func checkHold(key, id string) error {
+	if len(id) == 0 || len(id) > spec.MaxID {
+		return fmt.Errorf("ratelimit: id must be 1 to %d bytes, not %d", spec.MaxID, len(id))
+	}
+	if !hashTagged(key) && strings.IndexByte(key, '}') >= 0 {
+		return fmt.Errorf("ratelimit: key %q has a \"}\" but no hash tag: give it one, so that its hold shares its slot", key)
+	}
+	return nil
 }
 
 // Concurrency is a concurrency limit: at most Limit holders at once (1 to

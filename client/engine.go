@@ -721,7 +721,10 @@ func luaCmd(ctx context.Context, args []any, i int, verb string) *onceCmd {
 		verb += "_ro"
 	}
 	sargs = append(sargs, verb, name)
-	if !spec.Commands[i].NumKeys { // RL.ALL and RL.PEEK give numkeys themselves
+	switch c := &spec.Commands[i]; {
+	case c.Hold: // the limiter's key and the hold's
+		sargs = append(sargs, 2)
+	case !c.NumKeys: // RL.ALL and RL.PEEK give numkeys themselves
 		sargs = append(sargs, 1)
 	}
 	sargs = append(sargs, args[1:]...)

@@ -3,6 +3,7 @@ package client_test
 import (
 	"context"
 	"fmt"
+	"log"
 	"net/http"
 	"time"
 
@@ -61,6 +62,28 @@ func ExampleClient_Acquire() {
 		}
 		defer c.Release(context.WithoutCancel(r.Context()), "rl:conc:export", id)
 		export(w, r)
+	}
+	_ = handler
+}
+
+// A budget of 40,000 tokens a minute for one user's LLM calls, whose cost
+// is known only when the response is done: hold the request's estimate
+// (its max_tokens) before the call, settle what it used after. A response
+// that used more goes into debt, and the user's next calls wait it out.
+func ExampleClient_Hold() {
+	c := client.New(redis.NewClient(&redis.Options{Addr: "127.0.0.1:6379"}))
+	tpm := client.TokenBucket(40000, 40000, time.Minute)
+	handler := func(w http.ResponseWriter, r *http.Request) {
+		id := r.Header.Get("X-Request-Id")
+		res, err := c.Hold(r.Context(), "rl:{user:42}:tpm", id, tpm, 1200, 10*time.Minute)
+		if err != nil || res.Limited {
+			http.Error(w, "token budget spent", http.StatusTooManyRequests)
+			return
+		}
+		used := int64(1450) // the response's usage, once it is done
+		if _, held, err := c.Settle(context.WithoutCancel(r.Context()), "rl:{user:42}:tpm", id, tpm, used); err == nil && held < 0 {
+			log.Printf("request %s outlived its hold: its estimate stands", id)
+		}
 	}
 	_ = handler
 }

@@ -198,6 +198,10 @@ func TestCluster(t *testing.T) {
 		if r, err := rc.Acquire(ctx, "rl:client:conc", client.Concurrency{Limit: 1, Lease: time.Minute}, "a"); err != nil || r.Limited {
 			t.Fatalf("client Acquire: %+v %v", r, err)
 		}
+		holdOnEverySlot(t, rc, nodes)
+		// RL.HOLD's two keys in two slots: the server's CROSSSLOT error.
+		_, err = cc.Do(ctx, "RL.HOLD", "rl:{user:42}:tpm", "rl:{user:43}:hold", 60, "GCRA", 4, 1, slow, 1).Result()
+		assertErr(t, "RL.HOLD over two slots", err, "CROSSSLOT")
 		if held, err := rc.Release(ctx, "rl:client:conc", "a"); err != nil || !held {
 			t.Fatalf("client Release: %v %v", held, err)
 		}
@@ -323,6 +327,7 @@ func TestClusterFunctions(t *testing.T) {
 			t.Fatalf("Take on key %d: %+v %v", i, r, err)
 		}
 	}
+	holdOnEverySlot(t, rc, nodes)
 	engines := rc.Engines()
 	for _, n := range nodes[:3] {
 		if engines[n.addr()] != client.Functions {
@@ -363,5 +368,31 @@ func TestClusterFunctions(t *testing.T) {
 	})
 	if r, err := rep.rdb.Do(ctx, "FCALL_RO", "sw_peek"+lua.Versioned().Suffix, 1, key, 3, 3600, 0).Int64Slice(); err != nil || r[2] != 2 {
 		t.Fatalf("the key on the new primary: %v %v", r, err)
+	}
+}
+
+// holdOnEverySlot holds and settles through rc on keys spread over every
+// primary, with a hash tag and without: each hold's key (client.HoldKey)
+// shares its limiter key's slot, or the server would refuse the call
+// (CROSSSLOT).
+func holdOnEverySlot(t *testing.T, rc *client.Client, nodes []*server) {
+	t.Helper()
+	tokens := client.TokenBucket(1000, 1000, time.Hour)
+	for i := range 100 {
+		key := fmt.Sprintf("rl:hold:%d", i)
+		if i%2 == 0 {
+			key = fmt.Sprintf("rl:{tenant:%d}:tpm", i)
+		}
+		if r, err := rc.Hold(ctx, key, "req-1", tokens, 300, time.Minute); err != nil || r.Remaining != 700 {
+			t.Fatalf("Hold on %s: %+v %v", key, r, err)
+		}
+		if r, held, err := rc.Settle(ctx, key, "req-1", tokens, 120); err != nil || held != 300 || r.Remaining != 880 {
+			t.Fatalf("Settle on %s: %+v, held %d, %v", key, r, held, err)
+		}
+	}
+	for _, n := range nodes[:3] {
+		if keys, err := n.rdb.Keys(ctx, "*rl:hold:*").Result(); err != nil || len(keys) < 5 {
+			t.Fatalf("%s holds %v (%v): the limiter keys did not spread", n.addr(), keys, err)
+		}
 	}
 }

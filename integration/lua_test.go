@@ -78,10 +78,11 @@ func loadScripts(t *testing.T, c *redis.Client) engines {
 
 // module calls the command (in lower case, as the scripts name themselves
 // in arity errors) and returns its reply or error as text. RL.ALL and
-// RL.PEEK take numkeys and their keys; the others their one key.
+// RL.PEEK take numkeys and their keys; the others their one key (RL.HOLD
+// and RL.SETTLE their two).
 func (e engines) module(c *redis.Client, cmd string, keys, args []string) string {
 	a := []any{cmd}
-	if strings.HasPrefix(cmd, "rl.") {
+	if strings.HasPrefix(cmd, "rl.") && cmd != "rl.hold" && cmd != "rl.settle" {
 		a = append(a, len(keys))
 	}
 	a = append(append(a, anys(keys)...), anys(args)...)
@@ -563,6 +564,72 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 						args = append(args, "EVERY")
 					default:
 						ks = append(ks[:len(ks):len(ks)], fmt.Sprintf("{all%d}:extra", n))
+					}
+				}
+				return cmd, ks, args
+			}}
+		})
+	})
+}
+
+// TestLuaMatchesModuleHold: RL.HOLD and RL.SETTLE on one limiter of every
+// family they take, with two holds that add up, settle above, below and at
+// their estimates, lapse as the clock moves and are settled again, and bad
+// input of every kind they name (ttl, estimate and actual out of range, a
+// shaper, an option in the limiter's place, an option they do not take,
+// one key as both) and on foreign data in the hold key as in the limiter's.
+func TestLuaMatchesModuleHold(t *testing.T) {
+	families := map[string]string{"gcra.throttle": "GCRA", "cl.throttle": "GCRA", "tb.take": "TB", "sw.hit": "SW", "fw.hit": "FW", "sl.hit": "SL"}
+	eachFlavor(t, func(t *testing.T, f flavor) {
+		differential(t, f, 150, func(r *rand.Rand, e engines, probe *redis.Client, n int) sequence {
+			var l diffCase
+			for try := 0; ; try++ {
+				l = randomCase(r)
+				if families[l.cmd] == "" {
+					continue
+				}
+				if try > 8 || r.IntN(12) == 0 || !strings.HasPrefix(e.module(probe, l.peek, []string{"probe"}, l.params), "error") {
+					break
+				}
+			}
+			key := fmt.Sprintf("{hold%d}:k", n)
+			holds := []string{key + ":h1", key + ":h2"}
+			return sequence{keys: append([]string{key}, holds...), next: func(r *rand.Rand) (string, []string, []string) {
+				ks := []string{key, holds[r.IntN(2)]}
+				cmd := "rl.settle"
+				var args []string
+				if r.IntN(2) == 0 {
+					cmd, args = "rl.hold", []string{[]string{"1", "2", "5", "60"}[r.IntN(4)]}
+				}
+				name := families[l.cmd]
+				if r.IntN(4) == 0 {
+					name = strings.ToLower(name)
+				}
+				costs := []int64{0, 1, 2, 3, l.limit / 2, l.limit, l.limit + 1, 1<<53 - 1}
+				args = append(append(append(args, name), l.params...), fmt.Sprint(costs[r.IntN(len(costs))]))
+				if r.IntN(2) == 0 {
+					args = append(args, "MS")
+				}
+				if r.IntN(10) == 0 { // bad input
+					i := 0
+					if cmd == "rl.hold" {
+						i = 1
+					}
+					switch r.IntN(5) {
+					case 0:
+						args[i] = []string{"LB", "XX", "MS", "DEBT", ""}[r.IntN(5)]
+					case 1:
+						args[len(args)-1] = []string{"-1", "9007199254740992", "x", "1.5"}[r.IntN(4)]
+					case 2:
+						args = append(args, []string{"EACH", "DEBT", "MS", "RESERVE"}[r.IntN(4)])
+					case 3:
+						if i == 1 {
+							args[0] = []string{"0", "31536001", "x", "-5"}[r.IntN(4)]
+						} else {
+							args = args[:len(args)-1-r.IntN(min(len(args)-1, 3))]
+						}
+					default:
+						ks[1] = key
 					}
 				}
 				return cmd, ks, args
