@@ -430,6 +430,10 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if f.algorithm == string(Concurrency) {
 		return b.concurrency(f, statKey)
 	}
+	// A misspelt algorithm is named before what it would have allowed.
+	if f.algorithm != "" && !slices.Contains(algorithms, Algorithm(f.algorithm)) {
+		return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra, token_bucket or concurrency)", f.algorithm, statKey)
+	}
 	if f.limit > 0 || f.holdTTL != "" {
 		line := max(f.limitLine, f.holdTTLLine)
 		return nil, b.errAt(line, "limit and hold_ttl are algorithm: concurrency's; '%s' counts requests_per_unit per unit", statKey)
@@ -459,9 +463,6 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	}
 	if f.algorithm != "" {
 		r.algorithm = Algorithm(f.algorithm)
-		if !slices.Contains(algorithms, r.algorithm) {
-			return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra, token_bucket or concurrency)", f.algorithm, statKey)
-		}
 	}
 	if f.lease && (!leases(r.algorithm) || f.debt) {
 		return nil, b.errAt(f.leaseLine, "lease: true for '%s' needs algorithm %s (whose units are spent as they would be one by one) and no debt", statKey, leasing)
@@ -580,17 +581,53 @@ func (l loader) fields(n *yaml.Node, where string, allowed []string) (map[string
 	return out, nil
 }
 
-// scalar decodes a scalar value into v, naming the key on failure.
-func (l loader) scalar(n *yaml.Node, key string, v any) error {
+// scalar decodes a scalar value into v, naming on failure the key and the
+// descriptor it is of (its stat key; "" where there is none, or none yet).
+func (l loader) scalar(n *yaml.Node, key, of string, v any) error {
 	if n.Kind != yaml.ScalarNode {
-		return l.errAt(n, "config error, '%s' must be a single value", key)
+		return l.errAt(n, "%v", notSingle(key, of))
 	}
 	if err := n.Decode(v); err != nil {
-		return l.errAt(n, "config error, '%s': cannot read %q as %s", key, n.Value, kindOf(v))
+		return l.errAt(n, "%v", cannotRead(key, of, n.Value, v))
 	}
 	return nil
 }
 
+// notSingle is the fault of a mapping or a list where the key's one value
+// goes, cannotRead of a value (as text) that is not of the kind v holds:
+// of a file's value (scalar) and of an xDS resource's metadata
+// (metaField) alike, naming the key and the descriptor it is of, by its
+// stat key, where of gives one: 'debt' of 'd.k' (else 'domain').
+func notSingle(key, of string) error {
+	return fmt.Errorf("config error, %s must be a single value", fieldName(key, of))
+}
+
+func cannotRead(key, of, text string, v any) error {
+	return fmt.Errorf("config error, %s: cannot read %q as %s", fieldName(key, of), text, kindOf(v))
+}
+
+func fieldName(key, of string) string {
+	if of == "" {
+		return "'" + key + "'"
+	}
+	return "'" + key + "' of '" + of + "'"
+}
+
+// scalars decodes the fields of a mapping's values given (f) into their
+// places, in the order of the list, stopping at the first that cannot be
+// read; of is as scalar's.
+func (l loader) scalars(f map[string]*yaml.Node, of string, fields []field) error {
+	for _, kv := range fields {
+		if n := f[kv.name]; n != nil {
+			if err := l.scalar(n, kv.name, of, kv.dst); err != nil {
+				return err
+			}
+		}
+	}
+	return nil
+}
+
+// kindOf is what a value decoded into v must be, as a fault says it.
 func kindOf(v any) string {
 	switch v.(type) {
 	case *bool:
@@ -628,7 +665,7 @@ func decodeFile(name string, data []byte) *fileForm {
 		return f
 	}
 	if n := root["domain"]; n != nil {
-		if err := l.scalar(n, "domain", &f.domain); err != nil {
+		if err := l.scalar(n, "domain", "", &f.domain); err != nil {
 			f.err = err
 			return f
 		}
@@ -658,18 +695,20 @@ func (l loader) descriptors(list *yaml.Node, prefix string) (out []descriptorFor
 			d.err = err
 			return out, false
 		}
-		for _, kv := range []field{{"key", &d.key}, {"value", &d.value}, {"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}, {"holder", &d.holder},
-			{"value_to_metric", &d.toMetric}, {"share_threshold", &d.share}, {"quota_mode", &d.quota}} {
-			if n := f[kv.name]; n != nil {
-				if err := l.scalar(n, kv.name, kv.dst); err != nil {
-					d.err = err
-					return out, false
-				}
-			}
+		// Its key and value first: the faults of the others name the
+		// descriptor by them.
+		if err := l.scalars(f, "", []field{{"key", &d.key}, {"value", &d.value}}); err != nil {
+			d.err = err
+			return out, false
 		}
 		statKey := prefix + d.key
 		if d.value != "" {
 			statKey += "_" + d.value
+		}
+		if err := l.scalars(f, statKey, []field{{"shadow_mode", &d.shadow}, {"detailed_metric", &d.detailed}, {"holder", &d.holder},
+			{"value_to_metric", &d.toMetric}, {"share_threshold", &d.share}, {"quota_mode", &d.quota}}); err != nil {
+			d.err = err
+			return out, false
 		}
 		if n := f["metadata"]; n != nil {
 			if d.metadata, err = l.metadata(n); err != nil {
@@ -713,14 +752,10 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 		r.err = err
 		return r
 	}
-	for _, kv := range []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited},
-		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}} {
-		if v := f[kv.name]; v != nil {
-			if err := l.scalar(v, kv.name, kv.dst); err != nil {
-				r.err = err
-				return r
-			}
-		}
+	if err := l.scalars(f, statKey, []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited},
+		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}}); err != nil {
+		r.err = err
+		return r
 	}
 	r.perUnitLine, r.unitLine, r.algorithmLine = lineOf(f["requests_per_unit"]), lineOf(f["unit"]), lineOf(f["algorithm"])
 	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
@@ -742,7 +777,7 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 			return r
 		}
 		if x := rf["name"]; x != nil {
-			if err := l.scalar(x, "name", &rp.name); err != nil {
+			if err := l.scalar(x, "name", statKey, &rp.name); err != nil {
 				rp.err = err
 				return r
 			}

@@ -55,13 +55,20 @@ func onFake(t *testing.T, cfg string, o Options) (*Service, *fakeredis.Server) {
 // 8 with every core busy).
 func onClient(t *testing.T, rdb redis.UniversalClient, cfg string, o Options, now func() time.Time) *Service {
 	t.Helper()
+	return onClientConfig(t, rdb, mustParse(t, map[string]string{"d.yaml": cfg}), o, now)
+}
+
+// onClientConfig is onClient's service answering by a config loaded
+// already (from xDS resources, say).
+func onClientConfig(t *testing.T, rdb redis.UniversalClient, cfg *Config, o Options, now func() time.Time) *Service {
+	t.Helper()
 	if o.Logger == nil {
 		o.Logger = slog.New(slog.DiscardHandler)
 	}
 	if o.Timeout == 0 {
 		o.Timeout = 5 * time.Second
 	}
-	s := New(rdb, mustParse(t, map[string]string{"d.yaml": cfg}), o)
+	s := New(rdb, cfg, o)
 	s.now = now
 	t.Cleanup(s.Close)
 	return s

@@ -115,7 +115,7 @@ func equalJSON(a, b []byte) bool {
 
 // TestXDSQuotaMetadata: over xDS, as the peer reads it, a descriptor's
 // quota_mode is its own and its metadata is the descriptor's, but for
-// the keys rls reads as its rate_limit's (algorithm, debt, lease).
+// the keys rls reads as its own (extensionKeys).
 func TestXDSQuotaMetadata(t *testing.T) {
 	rc := xdsLimit("r", 3, map[string]any{"algorithm": "gcra", "quota": map[string]any{"name": "free"}})
 	rc.Descriptors[0].QuotaMode = true

@@ -118,11 +118,15 @@ const renack = time.Second
 // ends, so that its own wait between connection attempts (up to two
 // minutes after a long outage) does not add to it.
 //
-// The resource has no field for this service's own keys of rate_limit;
-// a descriptor carries them in its metadata, beside its rate_limit:
-// metadata {algorithm: "gcra", debt: true, lease: true} reads as
-// rate_limit {…, algorithm: gcra, debt: true, lease: true}. Other
-// metadata, and quota_mode, are refused as in a file.
+// The resource has no field for this service's own keys, nor for
+// value_to_metric and share_threshold; a descriptor carries them in its
+// metadata (extensionKeys): metadata {algorithm: "gcra", debt: true}
+// beside a rate_limit reads as rate_limit {…, algorithm: gcra, debt:
+// true}, and {holder: true, algorithm: "concurrency", limit: 10,
+// hold_ttl: "30s"} beside an empty one as holder: true and rate_limit
+// {algorithm: concurrency, limit: 10, hold_ttl: 30s}. Its other metadata
+// is the descriptor's metadata, and quota_mode its quota_mode, as in a
+// file; a value a file would refuse is refused in the same words.
 //
 // The channel returned is closed once the first update is in force.
 func (s *Service) WatchXDS(ctx context.Context, x XDS) <-chan struct{} {

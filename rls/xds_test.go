@@ -229,8 +229,10 @@ func dump(c *Config) string {
 	var walk func(path string, n *node)
 	walk = func(path string, n *node) {
 		if r := n.rule; r != nil {
-			fmt.Fprintf(&b, "%s: %d/%v %s unlimited=%v shadow=%v detailed=%v debt=%v lease=%v name=%q replaces=%v stat=%s limit=%+v\n",
-				path, r.perUnit, r.unit, r.algorithm, r.unlimited, r.shadow, r.detailed, r.debt, r.lease, r.name, r.replaces, r.statKey, r.limit)
+			fmt.Fprintf(&b, "%s: %d/%v %s unlimited=%v shadow=%v detailed=%v debt=%v lease=%v name=%q replaces=%v stat=%s limit=%+v"+
+				" conc=%+v holder=%d levels=%+v quota=%v metadata=%v\n",
+				path, r.perUnit, r.unit, r.algorithm, r.unlimited, r.shadow, r.detailed, r.debt, r.lease, r.name, r.replaces, r.statKey, r.limit,
+				r.conc, r.holder, r.levels, r.quota, r.metadata.AsMap())
 		}
 		for _, k := range slices.Sorted(maps.Keys(n.children)) {
 			walk(path+"/"+k, n.children[k])
@@ -249,7 +251,8 @@ type xdsFault struct {
 }
 
 // xdsFaults are resources with each fault a resource can have, a value of
-// each kind in each key the metadata may give rate_limit among them.
+// each kind in each key the metadata may give rls among them (and those
+// of holds, value_to_metric and share_threshold: xdsExtensionFaults).
 func xdsFaults() []xdsFault {
 	one := func(d *rlcfg.RateLimitDescriptor) *rlcfg.RateLimitConfig {
 		return &rlcfg.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{d}}
@@ -282,13 +285,13 @@ func xdsFaults() []xdsFault {
 		{limit(map[string]any{"algorithm": true}), "unknown algorithm 'true' for 'd.k'"},
 		{limit(map[string]any{"algorithm": 1e21}), "unknown algorithm '1e+21' for 'd.k'"},
 		{limit(map[string]any{"algorithm": -0.5}), "unknown algorithm '-0.5' for 'd.k'"},
-		{limit(map[string]any{"algorithm": []any{"gcra"}}), "config error, 'algorithm' must be a single value"},
-		{limit(map[string]any{"algorithm": map[string]any{}}), "config error, 'algorithm' must be a single value"},
-		{limit(map[string]any{"algorithm": []any{}, "debt": "maybe"}), "'algorithm' must be a single value"},
-		{limit(map[string]any{"debt": "maybe", "lease": 1}), `config error, 'debt': cannot read "maybe" as true or false`},
-		{limit(map[string]any{"debt": "true"}), `config error, 'debt': cannot read "true" as true or false`},
-		{limit(map[string]any{"lease": 1}), `config error, 'lease': cannot read "1" as true or false`},
-		{limit(map[string]any{"lease": map[string]any{"a": 1}}), "config error, 'lease' must be a single value"},
+		{limit(map[string]any{"algorithm": []any{"gcra"}}), "config error, 'algorithm' of 'd.k' must be a single value"},
+		{limit(map[string]any{"algorithm": map[string]any{}}), "config error, 'algorithm' of 'd.k' must be a single value"},
+		{limit(map[string]any{"algorithm": []any{}, "debt": "maybe"}), "'algorithm' of 'd.k' must be a single value"},
+		{limit(map[string]any{"debt": "maybe", "lease": 1}), `config error, 'debt' of 'd.k': cannot read "maybe" as true or false`},
+		{limit(map[string]any{"debt": "true"}), `config error, 'debt' of 'd.k': cannot read "true" as true or false`},
+		{limit(map[string]any{"lease": 1}), `config error, 'lease' of 'd.k': cannot read "1" as true or false`},
+		{limit(map[string]any{"lease": map[string]any{"a": 1}}), "config error, 'lease' of 'd.k' must be a single value"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k\nx", Value: "a\r\nb\u2028", RateLimit: minute()}), ""},
 		{&rlcfg.RateLimitConfig{Name: "r", Domain: "d", Descriptors: []*rlcfg.RateLimitDescriptor{
 			{Key: "k", RateLimit: minute(), Descriptors: []*rlcfg.RateLimitDescriptor{{Key: "j", RateLimit: &rlcfg.RateLimitPolicy{}}}},
@@ -300,7 +303,7 @@ func xdsFaults() []xdsFault {
 			out = append(out, xdsFault{limit(map[string]any{k: v}), "?"})
 		}
 	}
-	return out
+	return append(out, xdsExtensionFaults()...)
 }
 
 func mustMarshal(t testing.TB, m proto.Message) []byte {
@@ -402,7 +405,13 @@ func FuzzXDSConfig(f *testing.F) {
 				}
 				if p := d.GetRateLimit(); p != nil {
 					r := child.rule
-					if r == nil || r.unlimited != p.GetUnlimited() || (!p.GetUnlimited() && r.perUnit != int64(p.GetRequestsPerUnit())) {
+					// A concurrency limit's is in the metadata (limit), its
+					// requests_per_unit none.
+					perUnit := int64(p.GetRequestsPerUnit())
+					if r != nil && r.algorithm == Concurrency && perUnit == 0 {
+						perUnit = r.conc.Limit
+					}
+					if r == nil || r.unlimited != p.GetUnlimited() || (!p.GetUnlimited() && r.perUnit != perUnit) {
 						t.Fatalf("%s/%s: rule %+v for %v\n%v", path, k, r, p, rc)
 					}
 				}

@@ -82,14 +82,17 @@ func yamlDescriptors(ds []*rlcfg.RateLimitDescriptor) ([]map[string]any, error) 
 		if md := d.GetMetadata(); md != nil {
 			rest := map[string]any{}
 			for k, v := range md.GetFields() {
-				if !isExtension(k) {
+				switch {
+				case slices.Contains(descriptorExtensions, k):
+					m[k] = v.AsInterface() // the descriptor's own key
+				case !isExtension(k):
 					rest[k] = v.AsInterface()
-					continue
+				default:
+					if ext == nil {
+						ext = map[string]any{}
+					}
+					ext[k] = v.AsInterface()
 				}
-				if ext == nil {
-					ext = map[string]any{}
-				}
-				ext[k] = v.AsInterface()
 			}
 			if len(rest) > 0 {
 				m["metadata"] = rest
@@ -97,7 +100,9 @@ func yamlDescriptors(ds []*rlcfg.RateLimitDescriptor) ([]map[string]any, error) 
 		}
 		if p := d.GetRateLimit(); p != nil {
 			rl := map[string]any{"requests_per_unit": p.GetRequestsPerUnit()}
-			if u := p.GetUnit(); u != rlcfg.RateLimitUnit_UNKNOWN || !p.GetUnlimited() {
+			// A concurrency limit has no unit: UNKNOWN says none.
+			unitless := p.GetUnlimited() || ext["algorithm"] == string(Concurrency)
+			if u := p.GetUnit(); u != rlcfg.RateLimitUnit_UNKNOWN || !unitless {
 				rl["unit"] = strings.ToLower(u.String())
 			}
 			if p.GetUnlimited() {

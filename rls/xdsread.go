@@ -337,10 +337,11 @@ var unitNames = map[rlcfg.RateLimitUnit]string{
 }
 
 // unitName is a policy's unit as a file's rate_limit names it: none for
-// UNKNOWN when unlimited (a file says no unit there); a number the enum
-// does not name, as that number (refused, naming it).
-func unitName(u rlcfg.RateLimitUnit, unlimited bool) string {
-	if u == rlcfg.RateLimitUnit_UNKNOWN && unlimited {
+// UNKNOWN, the proto's default, where a file gives no unit (unitless: an
+// unlimited or concurrency limit); a number the enum does not name, as
+// that number (refused, naming it).
+func unitName(u rlcfg.RateLimitUnit, unitless bool) string {
+	if u == rlcfg.RateLimitUnit_UNKNOWN && unitless {
 		return ""
 	}
 	if name, ok := unitNames[u]; ok {
@@ -349,9 +350,28 @@ func unitName(u rlcfg.RateLimitUnit, unlimited bool) string {
 	return strings.ToLower(u.String())
 }
 
-// extensionKeys are the keys a descriptor's metadata may give its
-// rate_limit.
-var extensionKeys = []string{"algorithm", "debt", "lease"}
+// The keys a descriptor's metadata may give rls, for what the resource
+// has no field for, each read as the file's key of that name is and
+// checked by the same code (build):
+//
+//   - rateLimitExtensions as if inside the descriptor's rate_limit:
+//     algorithm (fixed_window, sliding_window, sliding_log, gcra,
+//     token_bucket or concurrency), debt and lease (true or false), and
+//     concurrency's limit (a whole number, 1 to 100000) and hold_ttl
+//     (whole seconds: "30s", "2m" or 30). A descriptor without a
+//     rate_limit giving one is refused (extensionsWithoutRateLimit).
+//   - descriptorExtensions as the descriptor's own: holder,
+//     value_to_metric and share_threshold (true or false), which a
+//     descriptor without a rate_limit may say of those below it.
+//
+// The resource (ratelimit.config.ratelimit.v3 as go.mod has it) has no
+// field for value_to_metric or share_threshold either. A descriptor's
+// other metadata keys are its metadata, as the peer reads it.
+var (
+	rateLimitExtensions  = []string{"algorithm", "debt", "lease", "limit", "hold_ttl"}
+	descriptorExtensions = []string{"holder", "value_to_metric", "share_threshold"}
+	extensionKeys        = slices.Concat(rateLimitExtensions, descriptorExtensions)
+)
 
 func isExtension(k string) bool { return slices.Contains(extensionKeys, k) }
 
@@ -362,7 +382,7 @@ func extensionsWithoutRateLimit(ds []*rlcfg.RateLimitDescriptor) error {
 		if d.GetRateLimit() == nil {
 			var ext []string
 			for k := range d.GetMetadata().GetFields() {
-				if isExtension(k) {
+				if slices.Contains(rateLimitExtensions, k) {
 					ext = append(ext, k)
 				}
 			}
@@ -382,7 +402,7 @@ func extensionsWithoutRateLimit(ds []*rlcfg.RateLimitDescriptor) error {
 // the form of the config file it stands for.
 func resourceForm(name string, rc *rlcfg.RateLimitConfig) *fileForm {
 	r := resourceReader{name: name}
-	return &fileForm{name: name, domain: rc.GetDomain(), descriptors: r.descriptors(rc.GetDescriptors())}
+	return &fileForm{name: name, domain: rc.GetDomain(), descriptors: r.descriptors(rc.GetDescriptors(), rc.GetDomain()+".")}
 }
 
 // resourceReader reads one resource.
@@ -390,7 +410,11 @@ type resourceReader struct{ name string }
 
 func (r resourceReader) fault(msg string) error { return &ConfigError{File: r.name, Msg: msg} }
 
-func (r resourceReader) descriptors(ds []*rlcfg.RateLimitDescriptor) []descriptorForm {
+// descriptors reads a list of descriptors; prefix is the parent's stat key
+// and a dot (for the faults that name a descriptor). A descriptor whose
+// metadata gives it a value that cannot be read holds the fault (err), as
+// a file's does, and build stops there.
+func (r resourceReader) descriptors(ds []*rlcfg.RateLimitDescriptor, prefix string) []descriptorForm {
 	if len(ds) == 0 {
 		return nil
 	}
@@ -398,7 +422,16 @@ func (r resourceReader) descriptors(ds []*rlcfg.RateLimitDescriptor) []descripto
 	for i, d := range ds {
 		f := &out[i]
 		f.key, f.value, f.shadow, f.detailed, f.quota = d.GetKey(), d.GetValue(), d.GetShadowMode(), d.GetDetailedMetric(), d.GetQuotaMode()
+		statKey := prefix + f.key
+		if f.value != "" {
+			statKey += "_" + f.value
+		}
 		md := d.GetMetadata().GetFields()
+		// In the order a file's are read.
+		if err := r.fields(md, statKey, []field{{"holder", &f.holder}, {"value_to_metric", &f.toMetric}, {"share_threshold", &f.share}}); err != nil {
+			f.err = err
+			continue
+		}
 		for k, v := range md { // the keys not rls's own are the descriptor's metadata, as the peer reads it
 			if !isExtension(k) {
 				if f.metadata == nil {
@@ -408,47 +441,70 @@ func (r resourceReader) descriptors(ds []*rlcfg.RateLimitDescriptor) []descripto
 			}
 		}
 		if p := d.GetRateLimit(); p != nil {
-			f.rateLimit = r.rateLimit(p, md)
+			f.rateLimit = r.rateLimit(p, md, statKey)
 		}
-		f.descriptors = r.descriptors(d.GetDescriptors())
+		f.descriptors = r.descriptors(d.GetDescriptors(), statKey+".")
 	}
 	return out
 }
 
-// rateLimit reads a policy, and the keys its descriptor's metadata gives
-// it, as a file's rate_limit.
-func (r resourceReader) rateLimit(p *rlcfg.RateLimitPolicy, md map[string]*structpb.Value) *rateLimitForm {
-	f := &rateLimitForm{perUnit: p.GetRequestsPerUnit(), name: p.GetName(), unlimited: p.GetUnlimited(),
-		unit: unitName(p.GetUnit(), p.GetUnlimited())}
+// rateLimit reads a policy, and the keys its descriptor's (of stat key
+// statKey) metadata gives it, as a file's rate_limit.
+func (r resourceReader) rateLimit(p *rlcfg.RateLimitPolicy, md map[string]*structpb.Value, statKey string) *rateLimitForm {
+	f := &rateLimitForm{perUnit: p.GetRequestsPerUnit(), name: p.GetName(), unlimited: p.GetUnlimited()}
 	if rs := p.GetReplaces(); len(rs) > 0 {
 		f.replaces = make([]replaceForm, len(rs))
 		for i, rp := range rs {
 			f.replaces[i].name = rp.GetName()
 		}
 	}
-	if len(md) == 0 {
+	// In the order a file's are read.
+	if err := r.fields(md, statKey, []field{{"algorithm", &f.algorithm}, {"debt", &f.debt}, {"lease", &f.lease}, {"limit", &f.limit}, {"hold_ttl", &f.holdTTL}}); err != nil {
+		f.err = err
 		return f
 	}
-	// In the order a file's are read.
-	var err error
-	if v := md["algorithm"]; v != nil {
-		f.algorithm, err = metaText("algorithm", v)
-	}
-	if v := md["debt"]; v != nil && err == nil {
-		f.debt, err = metaBool("debt", v)
-	}
-	if v := md["lease"]; v != nil && err == nil {
-		f.lease, err = metaBool("lease", v)
-	}
-	if err != nil {
-		f.err = r.fault(err.Error())
-	}
+	f.unit = unitName(p.GetUnit(), p.GetUnlimited() || f.algorithm == string(Concurrency))
 	return f
+}
+
+// fields reads the metadata values of the keys listed into their places
+// (as loader.scalars reads a file's), in the order of the list, stopping
+// at the first that cannot be read; of is the descriptor's stat key.
+func (r resourceReader) fields(md map[string]*structpb.Value, of string, fields []field) error {
+	if len(md) == 0 {
+		return nil
+	}
+	for _, kv := range fields {
+		if v := md[kv.name]; v != nil {
+			if err := metaField(v, kv.name, of, kv.dst); err != nil {
+				return r.fault(err.Error())
+			}
+		}
+	}
+	return nil
+}
+
+// metaField reads a metadata value into dst (a *string, *bool or *uint32)
+// as a file's value of the same key is read into it, and a fault in the
+// same words, naming the key and the descriptor it is of (see fieldName).
+func metaField(v *structpb.Value, key, of string, dst any) error {
+	var err error
+	switch p := dst.(type) {
+	case *string:
+		*p, err = metaText(v, key, of)
+	case *bool:
+		*p, err = metaBool(v, key, of)
+	case *uint32:
+		*p, err = metaUint32(v, key, of)
+	default:
+		panic(fmt.Sprintf("rls: metadata read into %T", dst))
+	}
+	return err
 }
 
 // metaText reads a metadata value as a file's text value (see
 // metaNumber), null as nothing.
-func metaText(key string, v *structpb.Value) (string, error) {
+func metaText(v *structpb.Value, key, of string) (string, error) {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_StringValue:
 		return k.StringValue, nil
@@ -457,14 +513,14 @@ func metaText(key string, v *structpb.Value) (string, error) {
 	case *structpb.Value_NumberValue:
 		return metaNumber(k.NumberValue), nil
 	case *structpb.Value_StructValue, *structpb.Value_ListValue:
-		return "", fmt.Errorf("config error, '%s' must be a single value", key)
+		return "", notSingle(key, of)
 	}
 	return "", nil // null
 }
 
 // metaBool reads a metadata value as a file's true or false: a bool, or
 // text of YAML 1.1's (yes, on, n, …), null as false.
-func metaBool(key string, v *structpb.Value) (bool, error) {
+func metaBool(v *structpb.Value, key, of string) (bool, error) {
 	switch k := v.GetKind().(type) {
 	case *structpb.Value_BoolValue:
 		return k.BoolValue, nil
@@ -475,13 +531,37 @@ func metaBool(key string, v *structpb.Value) (bool, error) {
 		case "n", "N", "no", "No", "NO", "off", "Off", "OFF":
 			return false, nil
 		}
-		return false, fmt.Errorf("config error, '%s': cannot read %q as true or false", key, k.StringValue)
+		return false, cannotRead(key, of, k.StringValue, new(bool))
 	case *structpb.Value_NumberValue:
-		return false, fmt.Errorf("config error, '%s': cannot read %q as true or false", key, metaNumber(k.NumberValue))
+		return false, cannotRead(key, of, metaNumber(k.NumberValue), new(bool))
 	case *structpb.Value_StructValue, *structpb.Value_ListValue:
-		return false, fmt.Errorf("config error, '%s' must be a single value", key)
+		return false, notSingle(key, of)
 	}
 	return false, nil // null
+}
+
+// metaUint32 reads a metadata value as a file's whole number from 0 to
+// 4294967295: a number in that range, of which, as YAML reads a number
+// into one, the whole part (2.5 is 2, as limit: 2.5 in a file); text,
+// even of digits, is refused (YAML reads "10" as text), null is 0.
+func metaUint32(v *structpb.Value, key, of string) (uint32, error) {
+	var text string
+	switch k := v.GetKind().(type) {
+	case *structpb.Value_NumberValue:
+		if n := math.Trunc(k.NumberValue); n >= 0 && n <= math.MaxUint32 { // NaN is neither
+			return uint32(n), nil
+		}
+		text = metaNumber(k.NumberValue)
+	case *structpb.Value_StringValue:
+		text = k.StringValue
+	case *structpb.Value_BoolValue:
+		text = strconv.FormatBool(k.BoolValue)
+	case *structpb.Value_StructValue, *structpb.Value_ListValue:
+		return 0, notSingle(key, of)
+	default:
+		return 0, nil // null
+	}
+	return 0, cannotRead(key, of, text, new(uint32))
 }
 
 // metaNumber is a metadata number as a file's text: as YAML writes it,
