@@ -1061,3 +1061,88 @@ func TestRLSHolds(t *testing.T) {
 		}
 	})
 }
+
+const reserveConfig = `
+domain: r
+descriptors:
+  - key: user
+    descriptors:
+      - key: request_id
+        holder: true
+        rate_limit: {unit: day, requests_per_unit: 1000, algorithm: token_bucket, reserve: true, hold_ttl: 2s}
+`
+
+// TestRLSReserve: reserve: true through two rls processes on every server,
+// with requests as Envoy builds them: the request phase holds its
+// hits_addend (the estimate) under the request id, the stream-done call
+// (is_negative_hits) settles it at its hits_addend (the actual cost).
+// 20 requests at once estimating 100 each of a budget of 1000: exactly 10
+// held. Settled at 150 through the other process, each takes 50 more, so
+// the budget ends 500 past its limit and refuses even an estimate of 0;
+// every hold is gone, and a settlement repeated changes nothing. A hold
+// whose rls was killed before its stream ended lapses after hold_ttl.
+func TestRLSReserve(t *testing.T) {
+	each(t, func(t *testing.T, s *server) {
+		prefix := key(t, "rls") + ":"
+		a := startRLS(t, s.addr(), map[string]string{"r.yaml": reserveConfig}, "-prefix", prefix)
+		b := startRLS(t, s.addr(), map[string]string{"r.yaml": reserveConfig}, "-prefix", prefix)
+		u := key(t, "u")
+		req := func(id string, hits uint64, done bool) *rlv3.RateLimitDescriptor {
+			d := desc("user", u, "request_id", id)
+			d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), done
+			return d
+		}
+		var wg sync.WaitGroup
+		codes := make([]pb.RateLimitResponse_Code, 20)
+		errs := make([]error, 20)
+		for i := range 20 {
+			wg.Go(func() {
+				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+				defer cancel()
+				p := []*rlsProc{a, b}[i%2]
+				r, err := p.rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "r", Descriptors: []*rlv3.RateLimitDescriptor{req(fmt.Sprint("q", i), 100, false)}})
+				codes[i], errs[i] = r.GetOverallCode(), err
+			})
+		}
+		wg.Wait()
+		var held []int
+		for i, c := range codes {
+			if errs[i] != nil {
+				t.Fatal(errs[i])
+			}
+			if c == pb.RateLimitResponse_OK {
+				held = append(held, i)
+			}
+		}
+		if len(held) != 10 {
+			t.Fatalf("%d of 20 estimates of 100 held from 1000: %v", len(held), codes)
+		}
+		for _, i := range held { // each settled through the process that did not hold it
+			p := []*rlsProc{b, a}[i%2]
+			expectBrief(t, "a settlement", p.ask(t, "r", req(fmt.Sprint("q", i), 150, true)), "OK [OK r=0 1000/DAY]")
+		}
+		expectBrief(t, "in debt", a.ask(t, "r", req("late", 0, false)), "OVER_LIMIT [OVER_LIMIT r=0 1000/DAY]")
+		if holds := s.rdb.Keys(ctx, "*"+prefix+"*:hold:*").Val(); len(holds) != 0 {
+			t.Fatalf("holds left after every settlement: %v", holds)
+		}
+		tokens := func() string { return s.rdb.Get(ctx, prefix+"r_user_"+u+"_tb86400").Val() }
+		before := tokens()
+		b.ask(t, "r", req(fmt.Sprint("q", held[0]), 999, true))
+		if after := tokens(); after != before || !strings.HasSuffix(after, ":debt") {
+			t.Fatalf("a settlement repeated: the state went from %q to %q", before, after)
+		}
+
+		// A budget with room again (another user's), a hold whose rls dies
+		// before the stream ends: it lapses after hold_ttl (2 s).
+		u = key(t, "u")
+		expectBrief(t, "a hold", a.ask(t, "r", req("z", 300, false)), "OK [OK r=700 1000/DAY]")
+		if err := a.cmd.Process.Kill(); err != nil {
+			t.Fatal(err)
+		}
+		if n := len(s.rdb.Keys(ctx, "*"+prefix+"*"+u+"*:hold:z").Val()); n != 1 {
+			t.Fatalf("%d holds for z", n)
+		}
+		waitFor(t, 10*time.Second, "the hold to lapse", func() bool { return len(s.rdb.Keys(ctx, "*"+prefix+"*"+u+"*:hold:z").Val()) == 0 })
+		expectBrief(t, "settled after the lapse: the estimate stands", b.ask(t, "r", req("z", 10, true)), "OK [OK r=700 1000/DAY]")
+	})
+}

@@ -118,6 +118,11 @@ type rule struct {
 	detailed  bool
 	debt      bool // hits are counted even past the limit (the module's DEBT)
 	lease     bool // decided through the local tier where the service has one (Options.Lease)
+	// reserve: the request phase holds its hits as an estimate for
+	// holdTTL, the stream-done call (is_negative_hits) settles the hold at
+	// its hits, the actual cost (RL.HOLD, RL.SETTLE).
+	reserve bool
+	holdTTL time.Duration
 	// conc is a Concurrency rule's limit (Limit 0 for the others), holder
 	// the position of the request's entry that names the hold, left out of
 	// the key.
@@ -308,9 +313,9 @@ type rateLimitForm struct {
 	line                                                      int    // where the mapping starts
 	perUnit, limit                                            uint32 // limit: Concurrency's holders
 	unit, name, algorithm, holdTTL                            string
-	unlimited, debt, lease                                    bool
+	unlimited, debt, lease, reserve                           bool
 	perUnitLine, unitLine, algorithmLine, debtLine, leaseLine int
-	limitLine, holdTTLLine                                    int
+	limitLine, holdTTLLine, reserveLine                       int
 	replaces                                                  []replaceForm
 }
 
@@ -399,8 +404,10 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 			switch conc := r.algorithm == Concurrency; {
 			case conc && holds < 0:
 				return b.errAt(d.rateLimit.line, "algorithm: concurrency for '%s' needs a descriptor marked holder: true, itself or above it, whose value (e.g. x-request-id) names each request's hold", statKey)
-			case !conc && holds >= 0:
-				return b.errAt(d.rateLimit.line, "'%s' is under holder: true, which names holds: its algorithm must be concurrency", statKey)
+			case r.reserve && holds < 0:
+				return b.errAt(d.rateLimit.line, "reserve: true for '%s' needs a descriptor marked holder: true, itself or above it, whose value (e.g. x-request-id) names each request's hold", statKey)
+			case !conc && !r.reserve && holds >= 0:
+				return b.errAt(d.rateLimit.line, "'%s' is under holder: true, which names holds: its algorithm must be concurrency, or its rate_limit say reserve: true", statKey)
 			}
 			r.shadow, r.detailed, r.holder, r.quota, r.metadata = d.shadow, d.detailed, holds, d.quota, d.metadata
 			if slices.ContainsFunc(here, func(l level) bool { return l.toMetric || l.share }) {
@@ -410,7 +417,7 @@ func (b builder) descriptors(parent *node, list []descriptorForm, parentKey stri
 		} else if d.quota || d.metadata != nil {
 			return b.errAt(d.line, "quota_mode and metadata on '%s', which has no rate_limit: they say something of its limit", statKey)
 		} else if d.holder && len(d.descriptors) == 0 {
-			return b.errAt(d.line, "holder: true on '%s', which has no rate_limit of algorithm: concurrency below it", statKey)
+			return b.errAt(d.line, "holder: true on '%s', which has no rate_limit of algorithm: concurrency or reserve: true below it", statKey)
 		}
 		if strings.Contains(final, "*") {
 			parent.wild = append(parent.wild, wildcard{key: final, parts: strings.Split(final, "*")})
@@ -434,9 +441,9 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if f.algorithm != "" && !slices.Contains(algorithms, Algorithm(f.algorithm)) {
 		return nil, b.errAt(f.algorithmLine, "unknown algorithm '%s' for '%s' (fixed_window, sliding_window, sliding_log, gcra, token_bucket or concurrency)", f.algorithm, statKey)
 	}
-	if f.limit > 0 || f.holdTTL != "" {
+	if f.limit > 0 || f.holdTTL != "" && !f.reserve {
 		line := max(f.limitLine, f.holdTTLLine)
-		return nil, b.errAt(line, "limit and hold_ttl are algorithm: concurrency's; '%s' counts requests_per_unit per unit", statKey)
+		return nil, b.errAt(line, "limit and hold_ttl are algorithm: concurrency's (hold_ttl also reserve: true's); '%s' counts requests_per_unit per unit", statKey)
 	}
 	unit, validUnit := unitNamed(f.unit)
 	if f.unlimited {
@@ -488,7 +495,35 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if !f.unlimited && f.perUnit > 0 {
 		r.limit = limitOf(r.algorithm, r.perUnit, r.unit)
 	}
+	if f.reserve {
+		if err := b.reserve(f, r, statKey); err != nil {
+			return nil, err
+		}
+	}
 	return r, nil
+}
+
+// reserve makes r a reserve: true rule: its hits held as an estimate for
+// hold_ttl, then settled at the stream-done call's. It needs a limit
+// (requests_per_unit 1 or more), and takes no debt (a settlement past the
+// limit is one already), no lease (a hold is settled by a later call,
+// perhaps to another replica) and no sliding_log (whose settlement past
+// the limit would add an entry per hit).
+func (b builder) reserve(f *rateLimitForm, r *rule, statKey string) error {
+	switch {
+	case f.unlimited || f.perUnit == 0:
+		return b.errAt(f.reserveLine, "reserve: true for '%s' needs a limit: requests_per_unit of 1 or more", statKey)
+	case f.debt || f.lease:
+		return b.errAt(f.reserveLine, "reserve: true for '%s' takes no debt and no lease: a settlement past the limit is a charge already, and a hold is settled by a later call", statKey)
+	case r.algorithm == SlidingLog:
+		return b.errAt(f.reserveLine, "reserve: true does not go with sliding_log for '%s' (a settlement past the limit adds an entry per hit): take sliding_window", statKey)
+	}
+	ttl, ok := holdTTL(f.holdTTL)
+	if !ok {
+		return b.errAt(max(f.holdTTLLine, f.reserveLine), "reserve: true for '%s' needs hold_ttl, how long a hold waits for its settlement: whole seconds from 1 s to %d s (\"30s\", \"2m\" or 30), not %q", statKey, maxHoldSeconds, f.holdTTL)
+	}
+	r.reserve, r.holdTTL = true, ttl
+	return nil
 }
 
 // concurrency is a rate_limit of algorithm: concurrency: limit holders at
@@ -499,7 +534,7 @@ func (b builder) concurrency(f *rateLimitForm, statKey string) (*rule, error) {
 	switch {
 	case f.perUnit > 0 || f.unit != "":
 		return nil, b.errAt(max(f.perUnitLine, f.unitLine), "algorithm: concurrency for '%s' takes limit (holders at once) and hold_ttl, not requests_per_unit and unit", statKey)
-	case f.unlimited || f.debt || f.lease || len(f.replaces) > 0:
+	case f.unlimited || f.debt || f.lease || f.reserve || len(f.replaces) > 0:
 		return nil, b.errAt(f.line, "algorithm: concurrency for '%s' takes only limit, hold_ttl and name", statKey)
 	case f.limit < 1 || f.limit > maxHolders:
 		return nil, b.errAt(max(f.limitLine, f.line), "algorithm: concurrency for '%s' needs limit, the holders at once, from 1 to %d", statKey, maxHolders)
@@ -554,7 +589,7 @@ var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder", "value_to_metric", "share_threshold",
 		"quota_mode", "metadata"}
-	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl"}
+	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve"}
 	replacesKeys  = []string{"name"}
 )
 
@@ -753,13 +788,13 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 		return r
 	}
 	if err := l.scalars(f, statKey, []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited},
-		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}}); err != nil {
+		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}, {"reserve", &r.reserve}}); err != nil {
 		r.err = err
 		return r
 	}
 	r.perUnitLine, r.unitLine, r.algorithmLine = lineOf(f["requests_per_unit"]), lineOf(f["unit"]), lineOf(f["algorithm"])
 	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
-	r.limitLine, r.holdTTLLine = lineOf(f["limit"]), lineOf(f["hold_ttl"])
+	r.limitLine, r.holdTTLLine, r.reserveLine = lineOf(f["limit"]), lineOf(f["hold_ttl"]), lineOf(f["reserve"])
 	v := f["replaces"]
 	if v == nil {
 		return r

@@ -109,7 +109,7 @@ func TestHoldConfigErrors(t *testing.T) {
 		{"holder over a window", "domain: d\ndescriptors:\n  - key: k\n    holder: true\n    rate_limit: {unit: second, requests_per_unit: 1}",
 			"a.yaml:5: 'd.k' is under holder: true, which names holds: its algorithm must be concurrency"},
 		{"holder alone", "domain: d\ndescriptors:\n  - key: k\n    holder: true",
-			"a.yaml:3: holder: true on 'd.k', which has no rate_limit of algorithm: concurrency below it"},
+			"a.yaml:3: holder: true on 'd.k', which has no rate_limit of algorithm: concurrency or reserve: true below it"},
 		{"holder with a value", "domain: d\ndescriptors:\n  - key: k\n    value: v\n    holder: true",
 			"a.yaml:3: holder: true on 'd.k_v' with a value"},
 		{"two holders", "domain: d\ndescriptors:\n  - key: k\n    holder: true\n    descriptors:\n      - key: j\n        holder: true",

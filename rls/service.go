@@ -249,10 +249,11 @@ type item struct {
 	stat     string
 	perValue bool      // stat is made of the request's own values
 	started  time.Time // when the request was taken up, before any call was sent
-	// id names a Concurrency item's hold (the holder entry's value);
-	// release: the request gives it back (is_negative_hits).
-	id      string
-	release bool
+	// id names a Concurrency or reserve item's hold (the holder entry's
+	// value); release: the request gives a slot back, settle: it settles a
+	// reserve (is_negative_hits, Envoy's call when the stream ends).
+	id              string
+	release, settle bool
 
 	counters *keyCounters
 }
@@ -340,7 +341,10 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			it.Cost, it.Debt, it.Lease, it.id = 1, false, false, holdID(d.Entries[r.holder].Value)
 			it.release = d.GetIsNegativeHits()
 		}
-		if d.GetIsNegativeHits() && it.Cost > 0 { // a refund: its hits given back, not counted
+		if r.reserve { // its hits held as an estimate, or settled: the actual cost
+			it.Debt, it.Lease, it.id, it.settle = false, false, holdID(d.Entries[r.holder].Value), d.GetIsNegativeHits()
+		}
+		if d.GetIsNegativeHits() && it.Cost > 0 && !r.reserve { // a refund: its hits given back, not counted
 			it.Cost, it.Debt = -it.Cost, false
 			s.m.negative(req.Domain, it)
 		} else {
@@ -349,7 +353,7 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 		switch {
 		case r.shadow:
 			m.shadow = append(m.shadow, it)
-		case (r.quota || s.opts.QuotaMode) && r.algorithm != Concurrency:
+		case (r.quota || s.opts.QuotaMode) && r.algorithm != Concurrency && !r.reserve:
 			m.quota = append(m.quota, it)
 		default:
 			m.enforcing = append(m.enforcing, it)
@@ -485,7 +489,7 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 	b.WriteString(domain)
 	b.WriteByte('_')
 	for i, e := range d.Entries {
-		if r.algorithm == Concurrency && i == r.holder {
+		if (r.algorithm == Concurrency || r.reserve) && i == r.holder {
 			continue // the hold's name: every request's hold counts at one key
 		}
 		b.WriteString(e.Key)
@@ -536,6 +540,14 @@ func (s *Service) decide(ctx context.Context, m matched) error {
 	if err != nil {
 		return err
 	}
+	reserved, refusedReserve, err := s.reserve(ctx, m.enforcing, m.shadow, refusedHold)
+	if err != nil {
+		for _, h := range held {
+			h.Release(ctx)
+		}
+		return err
+	}
+	refusedHold = refusedHold || refusedReserve
 	err = s.decideQuotas(ctx, m.quota, refusedHold)
 	if err == nil {
 		err = s.decideLimits(ctx, m.enforcing, m.shadow, refusedHold || refused(matched{quota: m.quota}))
@@ -544,6 +556,7 @@ func (s *Service) decide(ctx context.Context, m matched) error {
 		for _, h := range held { // a request refused, or failed, holds nothing
 			h.Release(ctx)
 		}
+		s.giveBack(ctx, reserved)
 		var taken []*admit.Want // nor keeps what its quotas took (where they can give back)
 		for _, it := range m.quota {
 			taken = append(taken, &it.Want)
@@ -634,6 +647,57 @@ func (s *Service) hold(ctx context.Context, enforcing, shadow []*item) (held []*
 	return held, refused, nil
 }
 
+// reserve settles the request's reserve: true items that say
+// is_negative_hits (Envoy's call when the stream ends) at their hits, the
+// actual cost, then holds the others' hits as estimates, enforcing ones
+// first, until one refuses (the rest are then not asked; none is when the
+// request is refused already). It returns the holds taken, whether an
+// enforcing one refused, and the first failure (the holds taken are given
+// back then). Like a Concurrency hold, a reserve is never decided in this
+// service: its settlement may come to another replica.
+func (s *Service) reserve(ctx context.Context, enforcing, shadow []*item, refused bool) (held []*item, _ bool, err error) {
+	for _, list := range [][]*item{enforcing, shadow} {
+		for _, it := range list {
+			if !it.r.reserve || !it.settle {
+				continue
+			}
+			if _, err := s.gate.Settle(ctx, &it.Want, it.id); err != nil {
+				return nil, false, err
+			}
+			it.Result.Limited = false // a settlement is never refused: past the limit, the next holds wait
+		}
+	}
+	for _, list := range [][]*item{enforcing, shadow} {
+		for _, it := range list {
+			if !it.r.reserve || it.settle || refused {
+				continue
+			}
+			if err := s.gate.Hold(ctx, &it.Want, it.id, it.r.holdTTL); err != nil {
+				s.giveBack(ctx, held)
+				return nil, false, err
+			}
+			if !it.Result.Limited {
+				held = append(held, it)
+			}
+			refused = refused || (it.Result.Limited && !it.r.shadow)
+		}
+	}
+	return held, refused, nil
+}
+
+// giveBack settles the holds a request took at 0, every estimate given
+// back, when the request was refused or failed. The request's
+// cancellation does not stop it; the holds it cannot reach lapse with
+// hold_ttl, their estimates kept.
+func (s *Service) giveBack(ctx context.Context, held []*item) {
+	ctx = context.WithoutCancel(ctx)
+	for _, it := range held {
+		w := it.Want // the request's answer keeps the hold's result
+		w.Cost = 0
+		s.gate.Settle(ctx, &w, it.id)
+	}
+}
+
 // errLocalHold is a hold asked while Redis could not decide under
 // -fail-local: a hold is released by a later call, perhaps to another
 // replica, which a count in this service could not see.
@@ -646,7 +710,7 @@ func (s *Service) decideLimits(ctx context.Context, enforcing, shadow []*item, r
 	var remote, charged, wants []*admit.Want
 	for _, it := range enforcing {
 		switch {
-		case it.r.algorithm == Concurrency:
+		case it.r.algorithm == Concurrency, it.r.reserve:
 		case it.r.perUnit == 0:
 			refused = refused || s.zero(it, now)
 		case it.Debt: // counted whatever the others decide, never from the remembered refusals
@@ -660,7 +724,7 @@ func (s *Service) decideLimits(ctx context.Context, enforcing, shadow []*item, r
 	}
 	wants = append(wants, charged...)
 	for _, it := range shadow {
-		if it.r.algorithm == Concurrency {
+		if it.r.algorithm == Concurrency || it.r.reserve {
 			continue
 		}
 		if it.r.perUnit == 0 {

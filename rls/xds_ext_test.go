@@ -323,10 +323,10 @@ func xdsExtensionFaults() []xdsFault {
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{RequestsPerUnit: 2}, Metadata: conc(nil)}), "not requests_per_unit and unit"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Unlimited: true}, Metadata: conc(nil)}), "takes only limit, hold_ttl and name"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", RateLimit: &rlcfg.RateLimitPolicy{Name: "n", Replaces: []*rlcfg.RateLimitReplace{{Name: "m"}}}, Metadata: conc(nil)}), "takes only limit, hold_ttl and name"},
-		{window(map[string]any{"limit": 3}), "r: limit and hold_ttl are algorithm: concurrency's; 'd.k' counts requests_per_unit per unit"},
+		{window(map[string]any{"limit": 3}), "r: limit and hold_ttl are algorithm: concurrency's (hold_ttl also reserve: true's); 'd.k' counts requests_per_unit per unit"},
 		{window(map[string]any{"hold_ttl": "30s"}), "limit and hold_ttl are algorithm: concurrency's"},
 		{window(map[string]any{"holder": true}), "r: 'd.k' is under holder: true, which names holds: its algorithm must be concurrency"},
-		{one(&rlcfg.RateLimitDescriptor{Key: "k", Metadata: mustStruct(map[string]any{"holder": true})}), "r: holder: true on 'd.k', which has no rate_limit of algorithm: concurrency below it"},
+		{one(&rlcfg.RateLimitDescriptor{Key: "k", Metadata: mustStruct(map[string]any{"holder": true})}), "r: holder: true on 'd.k', which has no rate_limit of algorithm: concurrency or reserve: true below it"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", Value: "v", RateLimit: &rlcfg.RateLimitPolicy{}, Metadata: conc(nil)}), "r: holder: true on 'd.k_v' with a value"},
 		{one(&rlcfg.RateLimitDescriptor{Key: "k", Metadata: mustStruct(map[string]any{"holder": true}), Descriptors: []*rlcfg.RateLimitDescriptor{
 			{Key: "j", RateLimit: &rlcfg.RateLimitPolicy{}, Metadata: conc(nil)},

@@ -230,9 +230,9 @@ func dump(c *Config) string {
 	walk = func(path string, n *node) {
 		if r := n.rule; r != nil {
 			fmt.Fprintf(&b, "%s: %d/%v %s unlimited=%v shadow=%v detailed=%v debt=%v lease=%v name=%q replaces=%v stat=%s limit=%+v"+
-				" conc=%+v holder=%d levels=%+v quota=%v metadata=%v\n",
+				" conc=%+v holder=%d levels=%+v quota=%v metadata=%v reserve=%v/%v\n",
 				path, r.perUnit, r.unit, r.algorithm, r.unlimited, r.shadow, r.detailed, r.debt, r.lease, r.name, r.replaces, r.statKey, r.limit,
-				r.conc, r.holder, r.levels, r.quota, r.metadata.AsMap())
+				r.conc, r.holder, r.levels, r.quota, r.metadata.AsMap(), r.reserve, r.holdTTL)
 		}
 		for _, k := range slices.Sorted(maps.Keys(n.children)) {
 			walk(path+"/"+k, n.children[k])

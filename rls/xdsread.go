@@ -357,8 +357,9 @@ func unitName(u rlcfg.RateLimitUnit, unitless bool) string {
 //   - rateLimitExtensions as if inside the descriptor's rate_limit:
 //     algorithm (fixed_window, sliding_window, sliding_log, gcra,
 //     token_bucket or concurrency), debt and lease (true or false), and
-//     concurrency's limit (a whole number, 1 to 100000) and hold_ttl
-//     (whole seconds: "30s", "2m" or 30). A descriptor without a
+//     concurrency's limit (a whole number, 1 to 100000), hold_ttl
+//     (whole seconds: "30s", "2m" or 30; concurrency's and a reserve's)
+//     and reserve (true or false). A descriptor without a
 //     rate_limit giving one is refused (extensionsWithoutRateLimit).
 //   - descriptorExtensions as the descriptor's own: holder,
 //     value_to_metric and share_threshold (true or false), which a
@@ -368,7 +369,7 @@ func unitName(u rlcfg.RateLimitUnit, unitless bool) string {
 // field for value_to_metric or share_threshold either. A descriptor's
 // other metadata keys are its metadata, as the peer reads it.
 var (
-	rateLimitExtensions  = []string{"algorithm", "debt", "lease", "limit", "hold_ttl"}
+	rateLimitExtensions  = []string{"algorithm", "debt", "lease", "limit", "hold_ttl", "reserve"}
 	descriptorExtensions = []string{"holder", "value_to_metric", "share_threshold"}
 	extensionKeys        = slices.Concat(rateLimitExtensions, descriptorExtensions)
 )
@@ -459,7 +460,7 @@ func (r resourceReader) rateLimit(p *rlcfg.RateLimitPolicy, md map[string]*struc
 		}
 	}
 	// In the order a file's are read.
-	if err := r.fields(md, statKey, []field{{"algorithm", &f.algorithm}, {"debt", &f.debt}, {"lease", &f.lease}, {"limit", &f.limit}, {"hold_ttl", &f.holdTTL}}); err != nil {
+	if err := r.fields(md, statKey, []field{{"algorithm", &f.algorithm}, {"debt", &f.debt}, {"lease", &f.lease}, {"limit", &f.limit}, {"hold_ttl", &f.holdTTL}, {"reserve", &f.reserve}}); err != nil {
 		f.err = err
 		return f
 	}
