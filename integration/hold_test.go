@@ -21,11 +21,7 @@ import (
 // repaid. With the module, and with the Lua library on a server without it.
 func TestHoldRace(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
-		for _, e := range []struct {
-			name   string
-			module bool
-			engine client.Engine
-		}{{"module", true, client.Module}, {"lua", false, client.Functions}} {
+		for _, e := range bothEngines {
 			s := startFor(t, f, opts{module: e.module})
 			c := client.NewEngine(s.rdb, e.engine)
 			day := 24 * time.Hour

@@ -984,6 +984,35 @@ func TestRLSContainerSwap(t *testing.T) {
 
 // holdConfig holds 3 requests of a user at once, each named by its
 // request id, each for at most 2 s unless released.
+// admittedAtOnce sends n requests of one descriptor each (desc(i)) to
+// domain at once, request i to procs[i % len(procs)], and returns those
+// answered OK, in order.
+func admittedAtOnce(t *testing.T, domain string, n int, procs []*rlsProc, desc func(i int) *rlv3.RateLimitDescriptor) []int {
+	t.Helper()
+	var wg sync.WaitGroup
+	codes := make([]pb.RateLimitResponse_Code, n)
+	errs := make([]error, n)
+	for i := range n {
+		wg.Go(func() {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
+			defer cancel()
+			r, err := procs[i%len(procs)].rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: domain, Descriptors: []*rlv3.RateLimitDescriptor{desc(i)}})
+			codes[i], errs[i] = r.GetOverallCode(), err
+		})
+	}
+	wg.Wait()
+	var ok []int
+	for i, c := range codes {
+		if errs[i] != nil {
+			t.Fatal(errs[i])
+		}
+		if c == pb.RateLimitResponse_OK {
+			ok = append(ok, i)
+		}
+	}
+	return ok
+}
+
 const holdConfig = `
 domain: h
 descriptors:
@@ -1013,30 +1042,12 @@ func TestRLSHolds(t *testing.T) {
 			d.IsNegativeHits = done
 			return d
 		}
-		var wg sync.WaitGroup
-		codes := make([]pb.RateLimitResponse_Code, 12)
-		errs := make([]error, 12)
-		for i := range 12 {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				p := []*rlsProc{a, b}[i%2]
-				r, err := p.rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "h", Descriptors: []*rlv3.RateLimitDescriptor{hold(fmt.Sprint("r", i), false)}})
-				codes[i], errs[i] = r.GetOverallCode(), err
-			})
-		}
-		wg.Wait()
 		var holders []string
-		for i, c := range codes {
-			if errs[i] != nil {
-				t.Fatal(errs[i])
-			}
-			if c == pb.RateLimitResponse_OK {
-				holders = append(holders, fmt.Sprint("r", i))
-			}
+		for _, i := range admittedAtOnce(t, "h", 12, []*rlsProc{a, b}, func(i int) *rlv3.RateLimitDescriptor { return hold(fmt.Sprint("r", i), false) }) {
+			holders = append(holders, fmt.Sprint("r", i))
 		}
 		if len(holders) != 3 {
-			t.Fatalf("%d of 12 requests at once took a slot of 3: %v", len(holders), codes)
+			t.Fatalf("%d of 12 requests at once took a slot of 3: %v", len(holders), holders)
 		}
 		expectBrief(t, "a fourth", a.ask(t, "h", hold("late", false)), "OVER_LIMIT [OVER_LIMIT r=0 3/UNKNOWN]")
 		expectBrief(t, "a holder's retry renews", b.ask(t, "h", hold(holders[0], false)), "OK [OK r=0 3/UNKNOWN]")
@@ -1092,30 +1103,9 @@ func TestRLSReserve(t *testing.T) {
 			d.HitsAddend, d.IsNegativeHits = wrapperspb.UInt64(hits), done
 			return d
 		}
-		var wg sync.WaitGroup
-		codes := make([]pb.RateLimitResponse_Code, 20)
-		errs := make([]error, 20)
-		for i := range 20 {
-			wg.Go(func() {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Second)
-				defer cancel()
-				p := []*rlsProc{a, b}[i%2]
-				r, err := p.rl.ShouldRateLimit(ctx, &pb.RateLimitRequest{Domain: "r", Descriptors: []*rlv3.RateLimitDescriptor{req(fmt.Sprint("q", i), 100, false)}})
-				codes[i], errs[i] = r.GetOverallCode(), err
-			})
-		}
-		wg.Wait()
-		var held []int
-		for i, c := range codes {
-			if errs[i] != nil {
-				t.Fatal(errs[i])
-			}
-			if c == pb.RateLimitResponse_OK {
-				held = append(held, i)
-			}
-		}
+		held := admittedAtOnce(t, "r", 20, []*rlsProc{a, b}, func(i int) *rlv3.RateLimitDescriptor { return req(fmt.Sprint("q", i), 100, false) })
 		if len(held) != 10 {
-			t.Fatalf("%d of 20 estimates of 100 held from 1000: %v", len(held), codes)
+			t.Fatalf("%d of 20 estimates of 100 held from 1000: %v", len(held), held)
 		}
 		for _, i := range held { // each settled through the process that did not hold it
 			p := []*rlsProc{b, a}[i%2]

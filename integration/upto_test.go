@@ -9,6 +9,14 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
+// bothEngines are the module, and the Lua library on a server without it,
+// as the tests that race clients on each run them.
+var bothEngines = []struct {
+	name   string
+	module bool
+	engine client.Engine
+}{{"module", true, client.Module}, {"lua", false, client.Functions}}
+
 // TestUpToRace: 50 clients, each asking UPTO 7 again and again until it is
 // granted none, against one limit: the grants add up to exactly what the
 // limit admits, never more; and against two in one RL.ALL, to the tighter
@@ -16,11 +24,7 @@ import (
 // on a server without it.
 func TestUpToRace(t *testing.T) {
 	eachFlavor(t, func(t *testing.T, f flavor) {
-		for _, e := range []struct {
-			name   string
-			module bool
-			engine client.Engine
-		}{{"module", true, client.Module}, {"lua", false, client.Functions}} {
+		for _, e := range bothEngines {
 			s := startFor(t, f, opts{module: e.module})
 			c := client.NewEngine(s.rdb, e.engine)
 			day := 24 * time.Hour
