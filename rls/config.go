@@ -929,10 +929,11 @@ func (c *Config) lookup(domain string, d *rlv3.RateLimitDescriptor) (r *rule, st
 
 // statValue is what the stat key says of the request's i-th entry, of
 // value v, and whether it says anything, as the peer's: a share_threshold
-// wildcard its pattern; else under detailed_metric the value; a wildcard
-// the value with value_to_metric, else its pattern; a key and value of the
-// config its value; a key alone the value with value_to_metric, else
-// nothing.
+// wildcard its pattern; else under detailed_metric the value (an empty
+// one too, but beside a share_threshold); a wildcard the value with
+// value_to_metric, else its pattern; a key and value of the config its
+// value; a key alone the value with value_to_metric, else nothing; an
+// empty value, nothing.
 func statValue(r *rule, i int, v string) (string, bool) {
 	if r.levels == nil {
 		return v, true // detailed_metric
@@ -941,11 +942,11 @@ func statValue(r *rule, i int, v string) (string, bool) {
 	case l.share:
 		return l.value, true
 	case r.detailed:
-		return v, true
+		return v, v != "" || !slices.ContainsFunc(r.levels, func(l level) bool { return l.share })
 	case l.wildcard && !l.toMetric:
 		return l.value, true
 	case l.value == "" && !l.toMetric:
 		return "", false
 	}
-	return v, true
+	return v, v != ""
 }

@@ -1,6 +1,8 @@
 package rls
 
 import (
+	"regexp"
+	"strings"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -122,20 +124,49 @@ func (m *metrics) of(domain, key string, perValue bool) *keyCounters {
 			return m.of(domain, overflowKey, false)
 		}
 	}
+	d, k := statName(domain), statName(key)
 	c := &keyCounters{
-		total:  m.totalHits.WithLabelValues(domain, key),
-		over:   m.overLimit.WithLabelValues(domain, key),
-		near:   m.nearLimit.WithLabelValues(domain, key),
-		within: m.withinLimit.WithLabelValues(domain, key),
-		shadow: m.shadowMode.WithLabelValues(domain, key),
+		total:  m.totalHits.WithLabelValues(d, k),
+		over:   m.overLimit.WithLabelValues(d, k),
+		near:   m.nearLimit.WithLabelValues(d, k),
+		within: m.withinLimit.WithLabelValues(d, k),
+		shadow: m.shadowMode.WithLabelValues(d, k),
 
-		negative: m.negativeHits.WithLabelValues(domain, key),
+		negative: m.negativeHits.WithLabelValues(d, k),
 	}
 	actual, loaded := m.byKey.LoadOrStore(labels{domain, key}, c)
 	if loaded && perValue {
 		m.perValue.Add(-1) // another request made them first
 	}
 	return actual.(*keyCounters)
+}
+
+// statName is a domain or stat key as the peer names its stats (its
+// utils.SanitizeStatName): ":" and "|" made "_", and so the dots of what
+// reads as an IPv4 address (four runs of 1 to 3 digits), so that a
+// dashboard on the peer's series finds rls's ("d.route_10.0.0.1" is
+// "d.route_10_0_0_1"). Made once per key, when its counters are.
+func statName(s string) string {
+	if !strings.ContainsAny(s, ":|") && !digitDotDigit(s) {
+		return s
+	}
+	return ipv4.ReplaceAllStringFunc(statReplacer.Replace(s), func(ip string) string { return strings.ReplaceAll(ip, ".", "_") })
+}
+
+var (
+	statReplacer = strings.NewReplacer(":", "_", "|", "_")
+	ipv4         = regexp.MustCompile(`\d{1,3}\.\d{1,3}\.\d{1,3}\.\d{1,3}`)
+)
+
+// digitDotDigit reports a dot between two digits in s, which an IPv4
+// address has.
+func digitDotDigit(s string) bool {
+	for i := 1; i+1 < len(s); i++ {
+		if s[i] == '.' && s[i-1] >= '0' && s[i-1] <= '9' && s[i+1] >= '0' && s[i+1] <= '9' {
+			return true
+		}
+	}
+	return false
 }
 
 func (m *metrics) hit(domain string, it *item) {
