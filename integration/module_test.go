@@ -91,9 +91,23 @@ func TestCommandInfoAndDocs(t *testing.T) {
 			}
 		}
 
+		// RL.HOLD and RL.SETTLE: two keys, the limiter's and the hold's,
+		// both written; the docs name the hold and the limiter.
+		for _, c := range [][]any{{"RL.HOLD", "k", "k:hold", 60, "GCRA", 1, 1, 1, 1}, {"RL.SETTLE", "k", "k:hold", "GCRA", 1, 1, 1, 1}} {
+			keys, err := s.rdb.Do(ctx, append([]any{"COMMAND", "GETKEYS"}, c...)...).StringSlice()
+			if err != nil || fmt.Sprint(keys) != "[k k:hold]" {
+				t.Fatalf("COMMAND GETKEYS %s: %v %v", c[0], keys, err)
+			}
+			info := fmt.Sprint(s.rdb.Do(ctx, "COMMAND", "INFO", c[0]).Val())
+			docs := fmt.Sprint(s.rdb.Do(ctx, "COMMAND", "DOCS", c[0]).Val())
+			if !strings.Contains(info, "write") || !strings.Contains(info, "denyoom") || !strings.Contains(docs, "hold") || !strings.Contains(docs, "limiter") {
+				t.Fatalf("%s: COMMAND INFO %s, DOCS %s", c[0], info, docs)
+			}
+		}
+
 		cat, err := s.rdb.Do(ctx, "ACL", "CAT", "ratelimit").StringSlice()
 		if s.aclCategories {
-			extra := []string{"rl.all", "rl.peek", "conc.acquire", "conc.release", "conc.peek"}
+			extra := []string{"rl.all", "rl.peek", "conc.acquire", "conc.release", "conc.peek", "rl.hold", "rl.settle"}
 			if err != nil || len(cat) != len(all)+len(extra) || slices.ContainsFunc(extra, func(c string) bool { return !slices.Contains(cat, c) }) {
 				t.Fatalf("ACL CAT ratelimit: %v %v", cat, err)
 			}
