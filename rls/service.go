@@ -299,6 +299,9 @@ func (s *Service) ShouldRateLimit(ctx context.Context, req *pb.RateLimitRequest)
 type matched struct {
 	enforcing, shadow, quota []*item
 	rules                    []*rule
+	// passes: under QUOTA_MODE, a descriptor without a limit (none,
+	// unlimited or replaced), a quota that always passes, as the peer's.
+	passes bool
 }
 
 // match finds each descriptor's limit under cfg: the items to decide, and
@@ -327,9 +330,11 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 		switch {
 		case r == nil || (r.name != "" && replaced[r.name]):
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK}
+			rules[i], m.passes = nil, m.passes || s.opts.QuotaMode // a replaced limit sends no metadata back
 			continue
 		case r.unlimited:
 			resp.Statuses[i] = &pb.RateLimitResponse_DescriptorStatus{Code: pb.RateLimitResponse_OK, LimitRemaining: math.MaxUint32}
+			rules[i], m.passes = nil, m.passes || s.opts.QuotaMode // nor an unlimited one, as the peer's
 			continue
 		}
 		it := &item{Want: admit.Want{Lease: r.lease}, i: i, r: r, stat: stats[i], perValue: perValue[i], started: now}
@@ -351,10 +356,10 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 			s.m.hit(req.Domain, it)
 		}
 		switch {
+		case (r.quota || s.opts.QuotaMode) && r.algorithm != Concurrency && !r.reserve: // a shadow one too: a quota that passes
+			m.quota = append(m.quota, it)
 		case r.shadow:
 			m.shadow = append(m.shadow, it)
-		case (r.quota || s.opts.QuotaMode) && r.algorithm != Concurrency && !r.reserve:
-			m.quota = append(m.quota, it)
 		default:
 			m.enforcing = append(m.enforcing, it)
 		}
@@ -550,7 +555,7 @@ func (s *Service) decide(ctx context.Context, m matched) error {
 	refusedHold = refusedHold || refusedReserve
 	err = s.decideQuotas(ctx, m.quota, refusedHold)
 	if err == nil {
-		err = s.decideLimits(ctx, m.enforcing, m.shadow, refusedHold || refused(matched{quota: m.quota}))
+		err = s.decideLimits(ctx, m.enforcing, m.shadow, refusedHold || refused(matched{quota: m.quota, passes: m.passes}))
 	}
 	if err != nil || refused(m) {
 		for _, h := range held { // a request refused, or failed, holds nothing
@@ -572,7 +577,7 @@ func refused(m matched) bool {
 	if slices.ContainsFunc(m.enforcing, func(it *item) bool { return it.Known && it.Result.Limited }) {
 		return true
 	}
-	return len(m.quota) > 0 && !slices.ContainsFunc(m.quota, func(it *item) bool { return !it.Known || !it.Result.Limited })
+	return len(m.quota) > 0 && !m.passes && !slices.ContainsFunc(m.quota, func(it *item) bool { return !it.Known || !it.Result.Limited || it.r.shadow })
 }
 
 // decideQuotas decides a request's quota_mode items, each on its own (one
