@@ -35,8 +35,7 @@ import (
 
 // peerVersion is the peer built, as bench/rls builds it: its main branch as
 // the Go module proxy serves it (the project tags no releases as modules).
-// Its source: git --git-dir=/work/.mirror/envoyproxy+ratelimit/repo show
-// 3fb7025:<path>.
+// Its source: github.com/envoyproxy/ratelimit at commit 3fb7025.
 const peerVersion = "v1.4.1-0.20260122083618-3fb702589d36"
 
 var peerBin struct {
@@ -176,26 +175,7 @@ func startPeer(t *testing.T, redisAddr string, files map[string]string, env ...s
 			t.Logf("peer output:\n%s", tail(p.out.String(), 40))
 		}
 	})
-	deadline := time.Now().Add(30 * time.Second)
-	for {
-		resp, err := http.Get(p.web + "/healthcheck")
-		if err == nil {
-			io.Copy(io.Discard, resp.Body)
-			resp.Body.Close()
-			if resp.StatusCode == 200 {
-				break
-			}
-		}
-		select {
-		case <-p.exited:
-			t.Fatalf("the peer exited at start: %v\n%s", p.err, p.out.String())
-		default:
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the peer was not healthy in 30 s:\n%s", p.out.String())
-		}
-		time.Sleep(20 * time.Millisecond)
-	}
+	waitServing(t, "the peer", p.web+"/healthcheck", "", p.exited, &p.err, p.out)
 	p.rl = dialRLS(t, fmt.Sprintf("127.0.0.1:%d", gport))
 	return p
 }

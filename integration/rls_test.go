@@ -168,28 +168,37 @@ func startRLSBinary(t *testing.T, bin string, env []string, redisAddr string, fi
 			t.Logf("rls output:\n%s", tail(p.out.String(), 40))
 		}
 	})
+	waitServing(t, "rls", p.web+"/healthcheck", "OK", p.exited, &p.err, p.out)
+	p.rl = dialRLS(t, fmt.Sprintf("127.0.0.1:%d", gport))
+	return p
+}
+
+// waitServing waits up to 30 s for a service started by the test (what)
+// to answer url with 200 (and body, when not ""), failing the test when
+// it exits first (exited closed, *err its end) or never does; out is its
+// output.
+func waitServing(t *testing.T, what, url, body string, exited <-chan struct{}, err *error, out *syncBuffer) {
+	t.Helper()
 	deadline := time.Now().Add(30 * time.Second)
 	for {
-		resp, err := http.Get(p.web + "/healthcheck")
-		if err == nil {
-			body, _ := io.ReadAll(resp.Body)
+		resp, gerr := http.Get(url)
+		if gerr == nil {
+			b, _ := io.ReadAll(resp.Body)
 			resp.Body.Close()
-			if resp.StatusCode == 200 && string(body) == "OK" {
-				break
+			if resp.StatusCode == 200 && (body == "" || string(b) == body) {
+				return
 			}
 		}
 		select {
-		case <-p.exited:
-			t.Fatalf("rls exited: %v\n%s", p.err, p.out.String())
+		case <-exited:
+			t.Fatalf("%s exited: %v\n%s", what, *err, out.String())
 		default:
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("rls not healthy in 30 s:\n%s", p.out.String())
+			t.Fatalf("%s not healthy in 30 s:\n%s", what, out.String())
 		}
 		time.Sleep(20 * time.Millisecond)
 	}
-	p.rl = dialRLS(t, fmt.Sprintf("127.0.0.1:%d", gport))
-	return p
 }
 
 // dialRLS is a client of the rls whose gRPC listens at addr, closed when
