@@ -29,6 +29,12 @@ type Held struct {
 // in this process decides (w.Local), under Open the request goes on with
 // no slot (FailedOpen), under Closed or Fail it does not.
 func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id string) (*Held, Outcome, error) {
+	return g.AcquireWith(ctx, w, l, id, g.o.OnError)
+}
+
+// AcquireWith is Acquire with onError in place of Options.OnError for this
+// slot.
+func (g *Gate) AcquireWith(ctx context.Context, w *Want, l client.Concurrency, id string, onError Failure) (*Held, Outcome, error) {
 	var res client.Result
 	err := g.run(ctx, func() []string { return []string{w.Key} }, func(ctx context.Context) (err error) {
 		if g.leased != nil && w.Lease && w.Reserve == 0 {
@@ -57,7 +63,7 @@ func (g *Gate) Acquire(ctx context.Context, w *Want, l client.Concurrency, id st
 	case ctx.Err() != nil:
 		return nil, Gone, err
 	}
-	switch g.o.OnError {
+	switch onError {
 	case Open:
 		return nil, FailedOpen, err
 	case Closed:

@@ -270,9 +270,7 @@ func New(c Redis, o Options) *Gate {
 	if o.BreakerFailures > 0 {
 		g.breakers = &breaker.Set{Failures: o.BreakerFailures, Cooldown: o.BreakerCooldown, Event: g.breakerEvent}
 	}
-	if o.OnError == Local {
-		g.local = newLocal(o.LocalKeys)
-	}
+	g.local = newLocal(o.LocalKeys) // DecideWith may ask for Local whatever OnError says
 	if isClient && (g.pipe != nil || o.StepTimeout > 0) {
 		g.send = g.sendStep
 	}
@@ -332,6 +330,13 @@ func (g *Gate) event(e Event) {
 // ended, and for FailedClosed and Failed the error says why Redis did not
 // decide.
 func (g *Gate) Decide(ctx context.Context, wants []*Want) (Outcome, error) {
+	return g.DecideWith(ctx, wants, g.o.OnError)
+}
+
+// DecideWith is Decide with onError in place of Options.OnError for this
+// request: a front-end whose policies fail each their own way (httplimit's
+// Policy.OnError) passes the strictest of the request's.
+func (g *Gate) DecideWith(ctx context.Context, wants []*Want, onError Failure) (Outcome, error) {
 	var now time.Time // for the remembered refusals only: no clock read per request without them
 	if g.refusals != nil {
 		now = g.o.Now()
@@ -363,7 +368,7 @@ func (g *Gate) Decide(ctx context.Context, wants []*Want) (Outcome, error) {
 	case ctx.Err() != nil:
 		return Gone, ctx.Err()
 	}
-	switch g.o.OnError {
+	switch onError {
 	case Open:
 		for _, w := range wants {
 			w.Known, w.Taken = false, false

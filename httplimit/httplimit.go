@@ -79,6 +79,8 @@ import (
 	"fmt"
 	"log/slog"
 	"net/http"
+	"slices"
+	"strconv"
 	"strings"
 	"sync/atomic"
 	"time"
@@ -123,25 +125,75 @@ type Policy struct {
 	// the time until the earliest lease ends (at least a second), which a
 	// release usually beats.
 	ShedRetryAfter time.Duration
+
+	// OnError, when set, is this policy's failure policy in place of
+	// Options.OnError: fail open for reads, closed for /login and the
+	// capacity-critical paths, in one Limiter. A request decided by several
+	// policies fails by the strictest of its enforcing ones (FailClosed,
+	// then FailLocal, then FailOpen); a concurrency policy's slot by its
+	// own.
+	OnError OnError
+	// Quiet hides the policy from the client: it never appears in
+	// RateLimit-Policy, RateLimit or the X-RateLimit fields, and a refusal
+	// it decides gets a generic body ("too many requests") and Retry-After
+	// only: a secondary limit an abuser should not be able to measure. It
+	// is reported to Options.Event as any policy.
+	Quiet bool
+	// Deny, when set, answers the requests this policy refuses in place
+	// of Options.Deny (see there): a shadow ban serving a plausible 200
+	// without calling the handler.
+	Deny func(w http.ResponseWriter, r *http.Request, d Decision)
+	// Count, when set, charges the policy after the handler, by its
+	// response: before the handler the policy takes its Cost (1 when nil)
+	// with the request's other policies, all or nothing, as any policy;
+	// after it, Count(status, r) is what the request really costs, and the
+	// difference is settled in Redis — more charged with DEBT (past the
+	// limit: later requests wait it out), less given back. A /login
+	// counting only failures: Count returns 1 for a 401 and 0 otherwise;
+	// after 5 failures on a limit of 5 the 6th attempt is refused before
+	// its handler runs, and a successful login costs nothing. Report a
+	// count of the handler's own (tokens used) with Use and read it here
+	// with Used. status is 500 when the handler panicked. Not for a
+	// concurrency policy; a request under it is not decided by the local
+	// tier (Options.Lease), and one decided in this process (FailLocal)
+	// or not at all (FailOpen) is not settled.
+	Count func(status int, r *http.Request) int64
+	// LimitFunc, when set, gives the limit of each request: a plan looked
+	// up from key (what Key returned) or from the request — "your account
+	// gets 100 a minute". A zero Limit means the policy's Limit (the
+	// default plan), and with no Limit either, that the policy does not
+	// apply to the request (an unlimited plan). It runs on every request:
+	// wrap a lookup that costs a call in CacheLimits. A Shaper is not a
+	// limit here: the policy then does not apply, and a ConfigError is
+	// reported. Not for a concurrency policy.
+	LimitFunc func(r *http.Request, key string) client.Limit
 }
 
-// Priority orders requests for shedding: Low goes first, Critical never.
+// Priority orders requests for shedding: Lowest goes first, Critical
+// never (Options.ShedAt). Stripe's four tiers are Critical (critical
+// methods), Default (POSTs), Low (GETs) and Lowest (test mode); any other
+// value is a tier of its own for Options.ShedAt.
 type Priority int
 
 const (
-	Low Priority = iota - 1
+	Lowest Priority = iota - 2
+	Low
 	Default
 	Critical
 )
 
 func (p Priority) String() string {
 	switch p {
+	case Lowest:
+		return "lowest"
 	case Low:
 		return "low"
+	case Default:
+		return "default"
 	case Critical:
 		return "critical"
 	}
-	return "default"
+	return "priority(" + strconv.Itoa(int(p)) + ")"
 }
 
 // OnError is what a request meets while Redis cannot decide.
@@ -149,6 +201,8 @@ type OnError int
 
 func (o OnError) String() string {
 	switch o {
+	case 0:
+		return "unset"
 	case FailOpen:
 		return "open"
 	case FailClosed:
@@ -159,9 +213,11 @@ func (o OnError) String() string {
 	return fmt.Sprintf("OnError(%d)", int(o))
 }
 
+// The zero OnError is unset: FailOpen in Options, the Limiter's in a
+// Policy.
 const (
 	// FailOpen serves the request.
-	FailOpen OnError = iota
+	FailOpen OnError = iota + 1
 	// FailClosed answers 503 with Retry-After.
 	FailClosed
 	// FailLocal limits in this process: each policy's quota as a GCRA per
@@ -178,7 +234,8 @@ type Options struct {
 	// decided in one RL.ALL call. In a cluster or a Ring the prefix must
 	// hold no braces: the policy's key must be the key's first hash tag.
 	Prefix string
-	// OnError is the failure policy.
+	// OnError is the failure policy (FailOpen when unset); a policy's own
+	// OnError overrides it.
 	OnError OnError
 	// Timeout bounds each call to Redis (50 ms by default), not counting
 	// the time a call waits for the client's start-up work (at most 2 s,
@@ -193,13 +250,31 @@ type Options struct {
 	// Priority gives a request its priority (Default when nil).
 	Priority func(*http.Request) Priority
 	// MaxInFlight, when above 0, sheds requests with 503 while this
-	// process already serves too many: Low ones from ShedLow of it (0.7 by
-	// default), Default ones from ShedDefault (0.9), Critical never.
+	// process already serves too many (Stripe's worker utilization
+	// shedder): a request of priority p from ShedAt[p] of MaxInFlight on,
+	// one of a priority ShedAt does not name never. By default Lowest from
+	// half of it, Low from ShedLow (0.7 by default), Default from
+	// ShedDefault (0.9), Critical never.
 	MaxInFlight          int
 	ShedLow, ShedDefault float64
+	// ShedAt, when set, is every tier's threshold in place of the
+	// defaults: {Lowest: 0.5, Low: 0.7, Default: 0.9} is the default.
+	ShedAt map[Priority]float64
 	// Refused writes the response to a refused or shed request (a
 	// problem+json body when nil); the status and headers are set.
 	Refused func(w http.ResponseWriter, r *http.Request, d Decision)
+	// Deny, when set, answers every refused or shed request in place of
+	// the default (status, Retry-After, body): nothing is written before
+	// it, but the RateLimit fields an admitted request would carry. A
+	// policy's Deny overrides it. The refusal is reported to Event (and so
+	// to metrics) as any other. A shadow ban pairs it with a Quiet policy:
+	//
+	//	Policy{Name: "abuse", Quiet: true, Limit: client.SlidingWindow(20, time.Minute), Key: httplimit.Account("user"),
+	//		Deny: func(w http.ResponseWriter, r *http.Request, d httplimit.Decision) { io.WriteString(w, `{"ok":false}`) }}
+	Deny func(w http.ResponseWriter, r *http.Request, d Decision)
+	// Headers says which rate limit fields a response carries: IETF (the
+	// default), XRateLimit, or both (IETF|XRateLimit).
+	Headers Headers
 	// BadRequest writes the response to a request a policy cannot count:
 	// its Key failed (no client address), or its Cost is outside 0..the
 	// limit. By default 400 with a problem+json body naming the policy.
@@ -235,12 +310,28 @@ type Options struct {
 	RefusalCache int
 }
 
-// Decision is why a request was refused, for Options.Refused.
+// Decision is why a request was refused, for Options.Refused and Deny.
 type Decision struct {
 	Status     int           // 429, or 503 when shed
 	Policy     string        // the deciding policy ("" for the in-flight shedder or an outage)
 	RetryAfter time.Duration // before the request would pass (ratelimit.Never: never)
 }
+
+// Headers are the rate limit fields a response carries (Options.Headers).
+type Headers int
+
+const (
+	// IETF: RateLimit-Policy and RateLimit
+	// (draft-ietf-httpapi-ratelimit-headers-11), one item per policy.
+	IETF Headers = 1 << iota
+	// XRateLimit: the trio most SDKs and dashboards read, for the policy
+	// that refused the request, else the one with the least remaining:
+	// X-RateLimit-Limit (its quota q), X-RateLimit-Remaining, and
+	// X-RateLimit-Reset, the seconds until it resets (until the request
+	// would pass, refused) — a delay, as redis-cell's reset and Envoy's
+	// field, not a Unix time.
+	XRateLimit
+)
 
 // EventKind says what happened.
 type EventKind int
@@ -324,14 +415,16 @@ type decider interface {
 
 // Limiter is the middleware. It is safe for concurrent use.
 type Limiter struct {
-	c        decider
-	opt      Options
-	policies []Policy
-	header   string      // RateLimit-Policy, the same for every response
-	gate     *admit.Gate // decides the rate policies; its breakers see every call
-	inFlight atomic.Int64
-	log      *slog.Logger
-	logged   [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns
+	c          decider
+	opt        Options
+	policies   []Policy
+	header     string      // RateLimit-Policy, the same for every response ("" when it varies: perRequest)
+	perRequest bool        // a policy has a LimitFunc: RateLimit-Policy is made for each request
+	counts     bool        // a policy has a Count
+	gate       *admit.Gate // decides the rate policies; its breakers see every call
+	inFlight   atomic.Int64
+	log        *slog.Logger
+	logged     [len(eventNames)]atomic.Int64 // when each kind was last logged, Unix ns
 }
 
 // New returns a limiter deciding policies in rdb's Redis: with the
@@ -361,12 +454,29 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 	if opt.ShedDefault <= 0 {
 		opt.ShedDefault = 0.9
 	}
+	if opt.OnError == 0 {
+		opt.OnError = FailOpen
+	}
+	if opt.Headers == 0 {
+		opt.Headers = IETF
+	}
 	if len(policies) == 0 {
 		return nil, errors.New("httplimit: no policy")
 	}
 	seen := map[string]bool{}
 	var items []string
-	for _, p := range policies {
+	policies = slices.Clone(policies)
+	perRequest, counts := false, false
+	for i := range policies {
+		p := &policies[i]
+		if p.OnError == 0 {
+			p.OnError = opt.OnError
+		}
+		if p.OnError < FailOpen || p.OnError > FailLocal {
+			return nil, fmt.Errorf("httplimit: policy %s: OnError %d is not FailOpen, FailClosed or FailLocal", p.Name, int(p.OnError))
+		}
+		perRequest = perRequest || p.LimitFunc != nil
+		counts = counts || p.Count != nil
 		if !validName(p.Name) || seen[p.Name] {
 			return nil, fmt.Errorf("httplimit: policy name %q: want a unique name of letters, digits, '-', '_', '.'", p.Name)
 		}
@@ -375,27 +485,47 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 			return nil, fmt.Errorf("httplimit: policy %s has no Key", p.Name)
 		}
 		isConc := p.Concurrency.Limit > 0
-		q, w := p.Limit.Quota()
+		q, _ := p.Limit.Quota()
 		switch {
 		case isConc && q > 0:
 			return nil, fmt.Errorf("httplimit: policy %s has both a Limit and a Concurrency", p.Name)
-		case !isConc && q == 0:
+		case isConc && (p.LimitFunc != nil || p.Count != nil):
+			return nil, fmt.Errorf("httplimit: policy %s: a concurrency policy takes no LimitFunc or Count", p.Name)
+		case !isConc && q == 0 && p.LimitFunc == nil:
 			return nil, fmt.Errorf("httplimit: policy %s has neither a Limit nor a Concurrency", p.Name)
 		case !isConc && p.Limit.Family() == "LB":
 			return nil, fmt.Errorf("httplimit: policy %s: a Shaper delays rather than refuses; it is not a policy", p.Name)
-		case isConc:
-			items = append(items, ratelimit.ConcurrencyPolicyItem(p.Name, p.Concurrency.Limit))
-		default:
-			items = append(items, ratelimit.PolicyItem(p.Name, q, w))
+		}
+		if item := policyItem(p, p.Limit); item != "" {
+			items = append(items, item)
 		}
 	}
 	c := client.New(rdb)
-	l := &Limiter{c: c, opt: opt, policies: policies, header: strings.Join(items, ", "), log: opt.Logger}
+	l := &Limiter{c: c, opt: opt, policies: policies, perRequest: perRequest, counts: counts, log: opt.Logger}
+	if !perRequest {
+		l.header = strings.Join(items, ", ")
+	}
 	if l.log == nil {
 		l.log = slog.Default()
 	}
 	l.gate = l.newGate()
 	return l, nil
+}
+
+// policyItem is p's RateLimit-Policy item under limit lim ("" when quiet,
+// or with no limit).
+func policyItem(p *Policy, lim client.Limit) string {
+	switch {
+	case p.Quiet:
+		return ""
+	case p.Concurrency.Limit > 0:
+		return ratelimit.ConcurrencyPolicyItem(p.Name, p.Concurrency.Limit)
+	}
+	q, w := lim.Quota()
+	if q == 0 {
+		return ""
+	}
+	return ratelimit.PolicyItem(p.Name, q, w)
 }
 
 // failure is o as the gate's failure policy: FailOpen's for any other

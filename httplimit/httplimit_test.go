@@ -47,7 +47,7 @@ func TestRetryAfterSpread(t *testing.T) {
 	seen := map[int64]bool{}
 	for range 500 {
 		w := httptest.NewRecorder()
-		l.refuse(w, httptest.NewRequest("GET", "/", nil), Decision{Status: http.StatusTooManyRequests, Policy: "p", RetryAfter: 19500 * time.Millisecond})
+		l.refuse(w, httptest.NewRequest("GET", "/", nil), Decision{Status: http.StatusTooManyRequests, Policy: "p", RetryAfter: 19500 * time.Millisecond}, nil)
 		v, err := strconv.ParseInt(w.Header().Get("Retry-After"), 10, 64)
 		if err != nil || v < 20 || v > 22 || w.Code != 429 || !strings.Contains(w.Body.String(), `"status":429`) {
 			t.Fatalf("Retry-After %q, status %d, body %s", w.Header().Get("Retry-After"), w.Code, w.Body)

@@ -6,16 +6,20 @@ import (
 	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
+	"errors"
 	"fmt"
 	"log/slog"
 	mrand "math/rand/v2"
 	"net/http"
+	"slices"
 	"strconv"
 	"strings"
+	"sync/atomic"
 	"time"
 
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
+	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
 // noOutcome marks a policy that reports no decision for a request (it
@@ -33,6 +37,12 @@ type applied struct {
 	outcome EventKind // what is reported for this policy, or noOutcome
 }
 
+// counted reports whether a's take stands in Redis for Count to settle:
+// taken (a shadow policy's take is counted on its own), not decided here.
+func (a *applied) counted() bool {
+	return a.p.Count != nil && !a.Local && !a.Remembered && a.Known && !a.Result.Limited && (a.Taken || a.p.Shadow)
+}
+
 // redisKey is Prefix + "{" + the request's key + "}:" + the policy name; a
 // key longer than 128 bytes (a header is the client's to write) is hashed.
 func (l *Limiter) redisKey(k, name string) (key, tag string) {
@@ -46,14 +56,18 @@ func (l *Limiter) redisKey(k, name string) (key, tag string) {
 // shed reports whether the in-flight shedder drops a request of prio
 // arriving as the n-th in flight.
 func (l *Limiter) shed(prio Priority, n int64) bool {
-	max := float64(l.opt.MaxInFlight)
-	switch prio {
-	case Critical:
-		return false
-	case Low:
-		return float64(n) > max*l.opt.ShedLow
+	at, ok := l.opt.ShedAt[prio]
+	if l.opt.ShedAt == nil {
+		switch prio {
+		case Lowest:
+			at, ok = 0.5, true
+		case Low:
+			at, ok = l.opt.ShedLow, true
+		case Default:
+			at, ok = l.opt.ShedDefault, true
+		}
 	}
-	return float64(n) > max*l.opt.ShedDefault
+	return ok && float64(n) > float64(l.opt.MaxInFlight)*at
 }
 
 // Handler limits the requests to next.
@@ -74,7 +88,7 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		defer l.inFlight.Add(-1)
 		if l.shed(prio, n) {
 			l.event(Event{Kind: Shed})
-			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second})
+			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: time.Second}, nil)
 			return
 		}
 	}
@@ -86,7 +100,11 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 		l.report(rate)
 		l.report(conc)
 	}()
-	w.Header().Set("RateLimit-Policy", l.header)
+	if l.opt.Headers&IETF != 0 {
+		if h := l.policyHeader(rate); h != "" {
+			w.Header().Set("RateLimit-Policy", h)
+		}
+	}
 	if !l.decideRates(w, r, rate) {
 		return
 	}
@@ -97,7 +115,32 @@ func (l *Limiter) serve(w http.ResponseWriter, r *http.Request, next http.Handle
 			return
 		}
 	}
+	if l.counts && slices.ContainsFunc(rate, func(a applied) bool { return a.counted() }) {
+		l.serveCounted(w, r, next, rate)
+		return
+	}
 	next.ServeHTTP(w, r)
+}
+
+// policyHeader is the RateLimit-Policy field: the same for every request,
+// or, with a LimitFunc, each policy's limit for this one (a policy with no
+// limit for it, and a quiet one, left out).
+func (l *Limiter) policyHeader(rate []applied) string {
+	if !l.perRequest {
+		return l.header
+	}
+	var items []string
+	for i := range l.policies {
+		p := &l.policies[i]
+		lim := p.Limit
+		if j := slices.IndexFunc(rate, func(a applied) bool { return a.p == p }); j >= 0 {
+			lim = rate[j].Limit
+		}
+		if item := policyItem(p, lim); item != "" {
+			items = append(items, item)
+		}
+	}
+	return strings.Join(items, ", ")
 }
 
 // collect reads what each policy counts the request against: its rate and
@@ -114,17 +157,30 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 		if k == "" {
 			continue
 		}
-		a := applied{Want: admit.Want{Cost: 1, Reserve: p.Reserve[prio], Shadow: p.Shadow, Lease: true}, p: p, outcome: noOutcome}
+		a := applied{Want: admit.Want{Cost: 1, Reserve: p.Reserve[prio], Shadow: p.Shadow, Lease: p.Count == nil}, p: p, outcome: noOutcome}
 		a.Key, _ = l.redisKey(k, p.Name)
 		a.Limit = p.Limit
 		if p.Concurrency.Limit > 0 {
 			conc = append(conc, a)
 			continue
 		}
+		if p.LimitFunc != nil {
+			if lim := p.LimitFunc(r, k); lim != (client.Limit{}) {
+				a.Limit = lim
+			}
+			if a.Limit.Family() == "LB" {
+				l.event(Event{Kind: ConfigError, Policy: p.Name, Err: errShaper})
+				l.logOnce(ConfigError, slog.LevelError, "ratelimit: a policy's LimitFunc gave a Shaper; the policy does not apply", "policy", p.Name)
+				continue
+			}
+			if q, _ := a.Limit.Quota(); q == 0 {
+				continue // no plan, no default: unlimited
+			}
+		}
 		if p.Cost != nil {
 			a.Cost = p.Cost(r)
 		}
-		if q, _ := p.Limit.Quota(); a.Cost < 0 || a.Cost > q {
+		if q, _ := a.Limit.Quota(); a.Cost < 0 || a.Cost > q {
 			l.badRequest(w, r, p, fmt.Errorf("cost %d is outside 0 to %d, the limit", a.Cost, q))
 			return nil, nil, false
 		}
@@ -144,12 +200,12 @@ func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []app
 		for i := range rate {
 			wants = append(wants, &rate[i].Want)
 		}
-		switch out, _ := l.gate.Decide(r.Context(), wants); out {
+		switch out, _ := l.gate.DecideWith(r.Context(), wants, failure(strictest(rate))); out {
 		case admit.Gone:
 			return false
 		case admit.FailedClosed:
 			mark(rate, FailedClosed)
-			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.gate.RetryAfter(r.Context(), keysOf(rate))})
+			l.refuse(w, r, Decision{Status: http.StatusServiceUnavailable, RetryAfter: l.gate.RetryAfter(r.Context(), keysOf(rate))}, nil)
 			return false
 		case admit.FailedOpen: // no decision, no RateLimit field
 			mark(rate, FailedOpen)
@@ -164,9 +220,125 @@ func (l *Limiter) decideRates(w http.ResponseWriter, r *http.Request, rate []app
 		d.Status = http.StatusServiceUnavailable
 		refused.outcome = Shed
 	}
-	l.refuse(w, r, d)
+	l.refuse(w, r, d, refused.p)
 	return false
 }
+
+// strictest is the failure policy of a request decided by the rate
+// policies in rate: the strictest of its enforcing ones' (closed, then
+// local, then open).
+func strictest(rate []applied) OnError {
+	o := FailOpen
+	for i := range rate {
+		if p := rate[i].p; !p.Shadow && rank(p.OnError) > rank(o) {
+			o = p.OnError
+		}
+	}
+	return o
+}
+
+// rank orders failure policies by strictness.
+func rank(o OnError) int {
+	switch o {
+	case FailClosed:
+		return 2
+	case FailLocal:
+		return 1
+	}
+	return 0
+}
+
+var errShaper = errors.New("a Shaper delays rather than refuses; it is not a policy's limit")
+
+// serveCounted runs next for a request under policies with a Count, then
+// settles each: what Count says the request cost, less what it took
+// before the handler — more charged with DEBT, less given back — in one
+// decision after the handler, within the timeout, whether or not the
+// client is still there.
+func (l *Limiter) serveCounted(w http.ResponseWriter, r *http.Request, next http.Handler, rate []applied) {
+	sw := &statusWriter{ResponseWriter: w}
+	r = r.WithContext(context.WithValue(r.Context(), usedKey{}, new(atomic.Int64)))
+	status := http.StatusInternalServerError // unless the handler returns
+	defer func() { l.settle(r, status, rate) }()
+	next.ServeHTTP(sw, r)
+	status = sw.status
+	if status == 0 {
+		status = http.StatusOK
+	}
+}
+
+// settle charges or gives back the difference between each counted
+// policy's Count and its take.
+func (l *Limiter) settle(r *http.Request, status int, rate []applied) {
+	var wants []*admit.Want
+	for i := range rate {
+		a := &rate[i]
+		if !a.counted() {
+			continue
+		}
+		actual := min(max(a.p.Count(status, r), 0), admit.MaxCost)
+		if d := actual - a.Cost; d != 0 {
+			wants = append(wants, &admit.Want{Key: a.Key, Limit: a.Limit, Cost: d, Debt: d > 0, Shadow: a.p.Shadow})
+		}
+	}
+	if len(wants) > 0 {
+		l.gate.DecideWith(context.WithoutCancel(r.Context()), wants, admit.Fail)
+	}
+}
+
+// usedKey is the context key of the count a handler reports with Use.
+type usedKey struct{}
+
+// Use adds n to what the request used, for a policy's Count to read with
+// Used: a handler reports the tokens a model call spent, the rows an
+// export read. It does nothing to a request that no Count policy decides.
+func Use(r *http.Request, n int64) {
+	if u, ok := r.Context().Value(usedKey{}).(*atomic.Int64); ok {
+		u.Add(n)
+	}
+}
+
+// Used is what the request's handler reported with Use (0 when nothing):
+//
+//	Count: func(_ int, r *http.Request) int64 { return httplimit.Used(r) }
+func Used(r *http.Request) int64 {
+	if u, ok := r.Context().Value(usedKey{}).(*atomic.Int64); ok {
+		return u.Load()
+	}
+	return 0
+}
+
+// statusWriter records the status a handler answers (its first final
+// one), for Count.
+type statusWriter struct {
+	http.ResponseWriter
+	status int
+}
+
+func (s *statusWriter) WriteHeader(code int) {
+	if s.status == 0 && code >= 200 {
+		s.status = code
+	}
+	s.ResponseWriter.WriteHeader(code)
+}
+
+func (s *statusWriter) Write(b []byte) (int, error) {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	return s.ResponseWriter.Write(b)
+}
+
+// Flush lets a streaming handler's w.(http.Flusher) work through it.
+func (s *statusWriter) Flush() {
+	if s.status == 0 {
+		s.status = http.StatusOK
+	}
+	http.NewResponseController(s.ResponseWriter).Flush()
+}
+
+// Unwrap is for http.ResponseController.
+func (s *statusWriter) Unwrap() http.ResponseWriter { return s.ResponseWriter }
 
 // acquireSlots takes a slot of each concurrency policy, released after
 // the handler (release); when one sheds the request, it gives back the
@@ -188,8 +360,19 @@ func (l *Limiter) acquireSlots(w http.ResponseWriter, r *http.Request, rate, con
 		l.refund(ctx, rate)
 		return nil
 	})
-	l.refuse(w, r, d)
+	l.refuse(w, r, d, l.policyNamed(d.Policy))
 	return release, false
+}
+
+// policyNamed is the policy named name, or nil ("": the shedder, an
+// outage).
+func (l *Limiter) policyNamed(name string) *Policy {
+	for i := range l.policies {
+		if l.policies[i].Name == name {
+			return &l.policies[i]
+		}
+	}
+	return nil
 }
 
 // mark reports kind for every policy in as.
@@ -247,7 +430,8 @@ func (l *Limiter) refund(ctx context.Context, rate []applied) {
 // the refusing enforcing policy (nil when admitted). Shadow refusals are
 // reported, not enforced.
 func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
-	var refused *applied
+	var refused, least *applied // least: the shown policy with the least remaining, for XRateLimit
+	var leastR int64
 	var items []string
 	for i := range rate {
 		a := &rate[i]
@@ -273,10 +457,32 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 		case a.Local:
 			a.outcome = LocalAdmitted
 		}
-		items = append(items, field(a))
+		if a.p.Quiet {
+			continue
+		}
+		if l.opt.Headers&IETF != 0 {
+			items = append(items, field(a))
+		}
+		if r, _ := figures(a); least == nil || r < leastR {
+			least, leastR = a, r
+		}
 	}
 	if len(items) > 0 {
 		w.Header().Set("RateLimit", strings.Join(items, ", "))
+	}
+	if l.opt.Headers&XRateLimit != 0 {
+		shown := least
+		if refused != nil && !refused.p.Quiet {
+			shown = refused
+		}
+		if shown != nil {
+			q, _ := shown.Limit.Quota()
+			r, t := figures(shown)
+			h := w.Header()
+			h.Set("X-RateLimit-Limit", strconv.FormatInt(ratelimit.FieldInt(q), 10))
+			h.Set("X-RateLimit-Remaining", strconv.FormatInt(ratelimit.FieldInt(r), 10))
+			h.Set("X-RateLimit-Reset", strconv.FormatInt(ratelimit.FieldInt(ratelimit.FieldSeconds(t)), 10))
+		}
 	}
 	if refused != nil {
 		unmark(rate, Admitted)
@@ -288,6 +494,13 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 // field is one policy's RateLimit item: remaining and the seconds until
 // it resets, or, refused, 0 and the seconds until it would pass.
 func field(a *applied) string {
+	r, t := figures(a)
+	return ratelimit.StateItem(a.p.Name, r, t)
+}
+
+// figures are what a policy's fields state: remaining and the time until
+// it resets, or, refused, 0 and the time until it would pass.
+func figures(a *applied) (remaining int64, reset time.Duration) {
 	r, t := a.Result.Remaining, a.Result.ResetAfter
 	if a.Result.Limited {
 		r = 0
@@ -295,7 +508,7 @@ func field(a *applied) string {
 			t = a.Result.RetryAfter
 		}
 	}
-	return ratelimit.StateItem(a.p.Name, r, t)
+	return r, t
 }
 
 // acquire takes a slot of every concurrency policy; on a refusal (or a
@@ -316,7 +529,7 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 	}
 	for i := range conc {
 		a := &conc[i]
-		h, out, _ := l.gate.Acquire(r.Context(), &a.Want, a.p.Concurrency, id)
+		h, out, _ := l.gate.AcquireWith(r.Context(), &a.Want, a.p.Concurrency, id, failure(a.p.OnError))
 		switch out {
 		case admit.Gone:
 			return release, Decision{}, false
@@ -336,13 +549,16 @@ func (l *Limiter) acquire(r *http.Request, conc []applied) (release func(), d De
 			}
 		case a.Local:
 			if a.outcome = LocalRefused; !a.p.Shadow {
-				return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, time.Second)}, false
+				return release, Decision{Status: concStatus(a.p), Policy: a.p.Name, RetryAfter: shedRetry(a.p, time.Second)}, false
 			}
 		case a.p.Shadow:
 			a.outcome = ShadowRefused
 		default:
-			a.outcome = Shed
-			return release, Decision{Status: http.StatusServiceUnavailable, Policy: a.p.Name, RetryAfter: shedRetry(a.p, a.Result.RetryAfter)}, false
+			d := Decision{Status: concStatus(a.p), Policy: a.p.Name, RetryAfter: shedRetry(a.p, a.Result.RetryAfter)}
+			if a.outcome = Shed; d.Status == http.StatusTooManyRequests {
+				a.outcome = Refused
+			}
+			return release, d, false
 		}
 	}
 	return release, Decision{}, true
@@ -355,6 +571,17 @@ func keysOf(as []applied) []string {
 		keys[i] = as[i].Key
 	}
 	return keys
+}
+
+// concStatus is the status of a request concurrency policy p refuses:
+// 429 when p is keyed per client (the client runs more than its share),
+// 503 when it is one cap shared by every client (Global, Route: the
+// service sheds load).
+func concStatus(p *Policy) int {
+	if shared(p.Key) {
+		return http.StatusServiceUnavailable
+	}
+	return http.StatusTooManyRequests
 }
 
 // shedRetry is the Retry-After of a request p sheds: until the earliest
@@ -372,7 +599,15 @@ func shedRetry(p *Policy, earliest time.Duration) time.Duration {
 // refuse answers a refused or shed request: the status, Retry-After (the
 // wait rounded up plus a random spread of up to a tenth of it, at least a
 // second), and the body.
-func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
+func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, d Decision, p *Policy) {
+	switch {
+	case p != nil && p.Deny != nil:
+		p.Deny(w, r, d)
+		return
+	case l.opt.Deny != nil:
+		l.opt.Deny(w, r, d)
+		return
+	}
 	h := w.Header()
 	if d.RetryAfter >= 0 {
 		s := ratelimit.FieldSeconds(d.RetryAfter)
@@ -385,7 +620,10 @@ func (l *Limiter) refuse(w http.ResponseWriter, r *http.Request, d Decision) {
 		return
 	}
 	detail := "the service is shedding load"
-	if d.Status == http.StatusTooManyRequests {
+	switch {
+	case p != nil && p.Quiet:
+		detail = "too many requests"
+	case d.Status == http.StatusTooManyRequests:
 		detail = fmt.Sprintf("policy %q refused the request", d.Policy)
 	}
 	problem(w, d.Status, detail)
