@@ -17,8 +17,17 @@
 // and a refused one 429 Too Many Requests with r=0, t the seconds until it
 // would pass, and Retry-After that many seconds plus a small random spread
 // (so refused clients do not all return in the same second), and a short
-// problem+json body. A request shed to protect the service — a concurrency
-// limit or the in-flight shedder — gets 503 with Retry-After.
+// problem+json body. A request shed to protect the service — a shared
+// concurrency limit, a reserve or the in-flight shedder — gets 503 with
+// Retry-After.
+//
+// A policy can fail its own way (Policy.OnError: open for reads, closed for
+// /login), stay hidden (Quiet), answer its refusals itself (Deny: a shadow
+// ban), be charged after the handler by the response (Count: only the
+// 401s of a login form), and take its limit from the request (LimitFunc:
+// the account's plan, with CacheLimits). A concurrency policy keyed per
+// client answers 429, one shared by every client (Global, Route) 503.
+// Options.Headers adds the X-RateLimit-Limit/Remaining/Reset trio.
 //
 // # When Redis fails
 //

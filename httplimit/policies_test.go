@@ -309,3 +309,34 @@ func TestConcurrencyStatus(t *testing.T) {
 		}
 	}
 }
+
+// TestPolicyCountConcurrent: ten wrong passwords at once on a limit of 3
+// that counts failures: the check takes a unit rather than peeking, so
+// exactly 3 reach the handler while they run, and the rest are refused.
+func TestPolicyCountConcurrent(t *testing.T) {
+	var ran atomic.Int64
+	h := http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		ran.Add(1)
+		time.Sleep(100 * time.Millisecond) // all ten overlap
+		w.WriteHeader(http.StatusUnauthorized)
+	})
+	srv, _ := fakeServer(t, h, Options{},
+		Policy{Name: "login", Limit: client.FixedWindow(3, time.Minute), Key: Global(),
+			Count: func(status int, _ *http.Request) int64 { return int64(min(max(status-400, 0), 1)) }})
+	var wg sync.WaitGroup
+	var n401, n429 atomic.Int64
+	for range 10 {
+		wg.Go(func() {
+			switch resp, _ := send(t, srv, "POST", "/login"); resp.StatusCode {
+			case 401:
+				n401.Add(1)
+			case 429:
+				n429.Add(1)
+			}
+		})
+	}
+	wg.Wait()
+	if n401.Load() != 3 || n429.Load() != 7 || ran.Load() != 3 {
+		t.Errorf("10 at once: %d 401s, %d 429s, handler ran %d, want 3, 7, 3", n401.Load(), n429.Load(), ran.Load())
+	}
+}
