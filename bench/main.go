@@ -82,6 +82,7 @@ func main() {
 	images := flag.String("images", "", "comma-separated local server images to measure GCRA.THROTTLE on as well (make bench: Redis 8.0 and Valkey 8.1)")
 	out := flag.String("out", "bench/BENCHMARKS.md", "the report")
 	chart := flag.String("chart", "bench/chart.svg", "the chart")
+	only := flag.String("only", "", "measure one part alone and print its table, writing no report: http (the middleware's cost)")
 	flag.Parse()
 	log.SetFlags(0)
 
@@ -104,6 +105,13 @@ func main() {
 	ctx := context.Background()
 
 	host := startHost(ctx, so, cso)
+	if *only == "http" {
+		var b strings.Builder
+		httpSection(&b, measureHTTP(ctx, host, *rounds, *n16/10))
+		host.stop()
+		fmt.Print(b.String())
+		return
+	}
 	works := workloads()
 	measure(ctx, host, works, *rounds, *n16, *n1)
 	conc := measureConc(ctx, host, *rounds, *n16)
