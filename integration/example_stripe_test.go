@@ -5,11 +5,9 @@ import (
 	"fmt"
 	"net/http"
 	"os/exec"
-	"path/filepath"
 	"regexp"
 	"strconv"
 	"strings"
-	"syscall"
 	"testing"
 	"time"
 )
@@ -21,12 +19,7 @@ import (
 // second, so a slow machine changes no assertion.
 func TestExampleStripe(t *testing.T) {
 	s := startFor(t, flavors[1], opts{module: true})
-	bin := filepath.Join(t.TempDir(), "stripe")
-	build := exec.Command("go", "build", "-o", bin, "./stripe")
-	build.Dir = "../examples"
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/stripe: %v\n%s", err, out)
-	}
+	bin := buildExample(t, "stripe")
 	port, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -36,20 +29,7 @@ func TestExampleStripe(t *testing.T) {
 	// second keeps user A's refusals whatever the machine's pace; a
 	// timeout of a second keeps a busy Redis from failing requests open.
 	limits := []string{"-rate", "1", "-burst", "20", "-concurrency", "3", "-fleet-rate", "20", "-fleet-reserve", "0.2", "-max-in-flight", "20"}
-	cmd := exec.Command(bin, append([]string{"-listen", listen, "-redis", s.addr(), "-on-error", "open", "-timeout", "1s"}, limits...)...)
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("examples/stripe printed:\n%s", logs.String())
-		}
-	})
+	ex := startExample(t, bin, append([]string{"-listen", listen, "-redis", s.addr(), "-on-error", "open", "-timeout", "1s"}, limits...)...)
 	base := "http://" + listen
 	waitFor(t, 10*time.Second, "examples/stripe to serve", func() bool {
 		resp, err := http.Get(base + "/v1/balance") // no API key: 401, and no user's quota spent
@@ -119,17 +99,7 @@ func TestExampleStripe(t *testing.T) {
 		return
 	}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
-		t.Fatal(err)
-	}
-	select {
-	case err := <-exited:
-		if err != nil || !strings.Contains(logs.String(), "stopping") {
-			t.Fatalf("SIGTERM: %v", err)
-		}
-	case <-time.After(15 * time.Second):
-		t.Fatal("SIGTERM: still running after 15 s")
-	}
+	ex.stop(t)
 }
 
 // loadLine is one scenario's line of -load's report:

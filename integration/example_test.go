@@ -21,12 +21,7 @@ import (
 // metrics show; SIGTERM stops it gracefully.
 func TestExampleHTTP(t *testing.T) {
 	s := startFor(t, flavors[1], opts{module: true})
-	bin := filepath.Join(t.TempDir(), "http")
-	build := exec.Command("go", "build", "-o", bin, "./http")
-	build.Dir = "../examples"
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("go build ./examples/http: %v\n%s", err, out)
-	}
+	bin := buildExample(t, "http")
 	listenPort, err := freePort()
 	if err != nil {
 		t.Fatal(err)
@@ -36,21 +31,8 @@ func TestExampleHTTP(t *testing.T) {
 		t.Fatal(err)
 	}
 	listen, metrics := fmt.Sprintf("127.0.0.1:%d", listenPort), fmt.Sprintf("127.0.0.1:%d", metricsPort)
-	cmd := exec.Command(bin, "-listen", listen, "-redis", s.addr(), "-on-error", "open", "-metrics", metrics,
+	ex := startExample(t, bin, "-listen", listen, "-redis", s.addr(), "-on-error", "open", "-metrics", metrics,
 		"-header-timeout", "300ms")
-	var logs strings.Builder
-	cmd.Stdout, cmd.Stderr = &logs, &logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Kill()
-		if t.Failed() {
-			t.Logf("examples/http printed:\n%s", logs.String())
-		}
-	})
 	waitFor(t, 10*time.Second, "examples/http to serve", func() bool {
 		resp, err := http.Get("http://" + listen + "/")
 		if err == nil {
@@ -124,13 +106,58 @@ func TestExampleHTTP(t *testing.T) {
 		t.Fatalf("Redis hung: want 5 timeouts (then the breaker):\n%s", grepLines(text, "ratelimit_redis"))
 	}
 	resume()
+	ex.stop(t)
+}
 
-	if err := cmd.Process.Signal(syscall.SIGTERM); err != nil {
+// example is an example's server, running.
+type example struct {
+	cmd    *exec.Cmd
+	logs   *strings.Builder
+	exited chan error
+}
+
+// buildExample builds the example ./name of examples/ (a module of its
+// own) as its users would, and returns the binary.
+func buildExample(t *testing.T, name string) string {
+	t.Helper()
+	bin := filepath.Join(t.TempDir(), name)
+	build := exec.Command("go", "build", "-o", bin, "./"+name)
+	build.Dir = "../examples"
+	if out, err := build.CombinedOutput(); err != nil {
+		t.Fatalf("go build ./examples/%s: %v\n%s", name, err, out)
+	}
+	return bin
+}
+
+// startExample starts bin with args; it is killed when the test ends, and
+// what it printed is logged when the test failed.
+func startExample(t *testing.T, bin string, args ...string) *example {
+	t.Helper()
+	ex := &example{cmd: exec.Command(bin, args...), logs: &strings.Builder{}, exited: make(chan error, 1)}
+	ex.cmd.Stdout, ex.cmd.Stderr = ex.logs, ex.logs
+	if err := ex.cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	go func() { ex.exited <- ex.cmd.Wait() }()
+	t.Cleanup(func() {
+		ex.cmd.Process.Kill()
+		if t.Failed() {
+			t.Logf("%s printed:\n%s", filepath.Base(bin), ex.logs.String())
+		}
+	})
+	return ex
+}
+
+// stop sends SIGTERM: the example must stop gracefully ("stopping"
+// printed, exit 0) within 15 s.
+func (ex *example) stop(t *testing.T) {
+	t.Helper()
+	if err := ex.cmd.Process.Signal(syscall.SIGTERM); err != nil {
 		t.Fatal(err)
 	}
 	select {
-	case err := <-exited:
-		if err != nil || !strings.Contains(logs.String(), "stopping") {
+	case err := <-ex.exited:
+		if err != nil || !strings.Contains(ex.logs.String(), "stopping") {
 			t.Fatalf("SIGTERM: %v", err)
 		}
 	case <-time.After(15 * time.Second):
