@@ -4,14 +4,18 @@ import (
 	"fmt"
 	"html"
 	"io"
+	"slices"
 	"strings"
 )
 
 // The chart: one row per algorithm on one time axis, each bucket's
 // admitted requests as a green bar up and refused ones as a red bar down,
-// the offered traffic as a grey outline, and each row's totals and the
-// most admitted in any window. The page shows it and make charts writes
-// it; the numbers are in data- attributes as well, for the browser test.
+// the offered traffic as a grey outline, and each row's totals, pass rate
+// and the most admitted in any window. The shaper's admitted requests are
+// drawn at their departure (arrival + the delay of the module's reply), so
+// the axis runs on past the traffic while its queue drains. The page shows
+// it and make charts writes it; the numbers are in data- attributes as
+// well, for the browser test.
 const (
 	chartWidth = 960
 	labelWidth = 190
@@ -30,6 +34,11 @@ func WriteSVG(w io.Writer, res *Result) error {
 	for _, n := range res.Offered {
 		peak = max(peak, n)
 	}
+	for _, se := range res.Series { // the shaper's departures may bunch more than arrivals
+		for _, n := range se.Admitted {
+			peak = max(peak, n)
+		}
+	}
 	bw := float64(plot) / float64(res.Buckets)
 	x := func(i int) float64 { return float64(labelWidth) + bw*float64(i) }
 	half := float64(rowHeight-30) / 2
@@ -41,18 +50,18 @@ func WriteSVG(w io.Writer, res *Result) error {
 		html.EscapeString(s.Pattern), res.Requests, s.Duration, s.Limit, s.Window, s.Limit, s.Hold)
 	fmt.Fprintf(&b, `<text x="10" y="33" fill="#555">bars per %.4g s: admitted up (green), refused down (red), offered traffic outlined; from the module's replies on a virtual clock</text>`+"\n",
 		float64(res.BucketMs)/1000)
+	end := float64(labelWidth) + float64(plot)*float64(s.Duration)*1000/float64(res.SpanMs)
 	for r, se := range res.Series {
 		top := float64(headHeight + r*rowHeight)
 		mid := top + 8 + half
-		fmt.Fprintf(&b, `<g class="algorithm" data-algorithm="%s" data-admitted="%d" data-refused="%d" data-most="%d">`+"\n",
-			html.EscapeString(se.Name), se.Total[0], se.Total[1], se.MostIn)
+		fmt.Fprintf(&b, `<g class="algorithm" data-algorithm="%s" data-admitted="%d" data-refused="%d" data-most="%d" data-pass="%.1f" data-drawn="%s">`+"\n",
+			html.EscapeString(se.Name), se.Total[0], se.Total[1], se.MostIn, se.PassRate, se.Drawn)
 		fmt.Fprintf(&b, `<text x="10" y="%.1f" font-weight="bold">%s</text>`+"\n", top+22, html.EscapeString(se.Name))
-		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">admitted %d, refused %d</text>`+"\n", top+38, se.Total[0], se.Total[1])
-		most := fmt.Sprintf("most in any %d s: %d", s.Window, se.MostIn)
-		if se.Bound == 0 {
-			most = "at most " + fmt.Sprint(s.Limit) + " at once"
+		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">admitted %d (%.1f%%), refused %d</text>`+"\n", top+38, se.Total[0], se.PassRate, se.Total[1])
+		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">most in any %d s: %d</text>`+"\n", top+54, s.Window, se.MostIn)
+		if se.Drawn == "departure" {
+			fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#555" font-style="italic">green at departure (arrival + delay)</text>`+"\n", top+70)
 		}
-		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">%s</text>`+"\n", top+54, most)
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#bbb"/>`+"\n", labelWidth, labelWidth+plot, mid, mid)
 		for i := range res.Buckets {
 			off := half * float64(res.Offered[i]) / float64(peak)
@@ -63,25 +72,45 @@ func WriteSVG(w io.Writer, res *Result) error {
 					x(i), mid-off, bw, off)
 			}
 			if se.Admitted[i] > 0 {
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#2e9d57"><title>%d admitted</title></rect>`,
-					x(i), mid-up, max(bw-0.5, 0.5), up, se.Admitted[i])
+				fmt.Fprintf(&b, `<rect class="admitted" data-bucket="%d" data-n="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#2e9d57"><title>%d admitted</title></rect>`,
+					i, se.Admitted[i], x(i), mid-up, max(bw-0.5, 0.5), up, se.Admitted[i])
 			}
 			if se.Refused[i] > 0 {
-				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#d0453f"><title>%d refused</title></rect>`,
-					x(i), mid, max(bw-0.5, 0.5), down, se.Refused[i])
+				fmt.Fprintf(&b, `<rect class="refused" data-bucket="%d" data-n="%d" x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="#d0453f"><title>%d refused</title></rect>`,
+					i, se.Refused[i], x(i), mid, max(bw-0.5, 0.5), down, se.Refused[i])
 			}
 		}
 		b.WriteString("\n</g>\n")
 	}
 	axis := float64(headHeight + rowHeight*len(res.Series))
+	draining := false // the shaper's queue drains after the traffic
+	for _, se := range res.Series {
+		draining = draining || len(se.Departures) > 0 && slices.Max(se.Departures) >= int64(s.Duration)*1000
+	}
+	if draining {
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%d" y2="%.1f" stroke="#777" stroke-dasharray="4 3"/><text x="%.1f" y="%d" fill="#555" text-anchor="end">traffic ends</text>`+"\n",
+			end, end, headHeight, axis, end-3, headHeight+10)
+	}
 	fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#333"/>`+"\n", labelWidth, labelWidth+plot, axis, axis)
-	step := max(1, s.Duration/10)
-	for t := 0; t <= s.Duration; t += step {
-		px := float64(labelWidth) + float64(plot)*float64(t)/float64(s.Duration)
-		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#333"/><text x="%.1f" y="%.1f" text-anchor="middle">%ds</text>`+"\n",
+	span := float64(res.SpanMs) / 1000
+	step := tickStep(span)
+	for t := 0.0; t <= span+1e-9; t += step {
+		px := float64(labelWidth) + float64(plot)*t/span
+		fmt.Fprintf(&b, `<line x1="%.1f" x2="%.1f" y1="%.1f" y2="%.1f" stroke="#333"/><text x="%.1f" y="%.1f" text-anchor="middle">%gs</text>`+"\n",
 			px, px, axis, axis+5, px, axis+18, t)
 	}
 	b.WriteString("</svg>\n")
 	_, err := io.WriteString(w, b.String())
 	return err
+}
+
+// tickStep is the time axis' step, in s: a round number giving at most 12
+// ticks over span seconds.
+func tickStep(span float64) float64 {
+	for _, step := range []float64{1, 2, 5, 10, 15, 30, 60, 120, 300, 600, 900, 1800, 3600} {
+		if span/step <= 12 {
+			return step
+		}
+	}
+	return 7200
 }

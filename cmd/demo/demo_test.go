@@ -5,11 +5,14 @@ import (
 	"context"
 	"encoding/json"
 	"fmt"
+	"html"
 	"net/http"
 	"net/http/httptest"
+	"net/url"
 	"os"
 	"os/exec"
 	"regexp"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
@@ -191,21 +194,23 @@ func TestChart(t *testing.T) {
 	}
 }
 
-var groupRE = regexp.MustCompile(`data-algorithm="([^"]+)" data-admitted="(\d+)" data-refused="(\d+)" data-most="(\d+)"`)
+var groupRE = regexp.MustCompile(`data-algorithm="([^"]+)" data-admitted="(\d+)" data-refused="(\d+)" data-most="(\d+)" data-pass="([\d.]+)"`)
 
-// chartNumbers reads each algorithm's totals from a chart's attributes.
-func chartNumbers(svg string) [][4]string {
-	var out [][4]string
+// chartNumbers reads each algorithm's totals, most in a window and pass
+// rate from a chart's attributes.
+func chartNumbers(svg string) [][5]string {
+	var out [][5]string
 	for _, m := range groupRE.FindAllStringSubmatch(svg, -1) {
-		out = append(out, [4]string{m[1], m[2], m[3], m[4]})
+		out = append(out, [5]string{m[1], m[2], m[3], m[4], m[5]})
 	}
 	return out
 }
 
-func seriesNumbers(series []Series) [][4]string {
-	var out [][4]string
+func seriesNumbers(series []Series) [][5]string {
+	var out [][5]string
 	for _, se := range series {
-		out = append(out, [4]string{se.Name, strconv.Itoa(se.Total[0]), strconv.Itoa(se.Total[1]), strconv.Itoa(se.MostIn)})
+		out = append(out, [5]string{se.Name, strconv.Itoa(se.Total[0]), strconv.Itoa(se.Total[1]), strconv.Itoa(se.MostIn),
+			strconv.FormatFloat(se.PassRate, 'f', 1, 64)})
 	}
 	return out
 }
@@ -238,55 +243,319 @@ func TestLive(t *testing.T) {
 	}
 }
 
-// The page in a real browser: headless Chromium loads it, runs the
-// boundary scenario, and its table and chart show the numbers the
-// endpoint returns for that scenario.
-func TestPageInChromium(t *testing.T) {
-	needServer(t)
-	browser := ""
+// browser is the headless browser the page tests run: Debian's chromium
+// where it is installed.
+func browser(t *testing.T) string {
+	t.Helper()
 	for _, b := range []string{"chromium", "chromium-browser", "google-chrome"} {
 		if p, err := exec.LookPath(b); err == nil {
-			browser = p
-			break
+			return p
 		}
 	}
-	if browser == "" && full {
+	if full {
 		t.Fatal("no browser: install Debian's chromium (make chromium)")
 	}
-	if browser == "" {
-		t.Skip("no browser: install Debian's chromium (make test does: make chromium)")
-	}
-	ts := httptest.NewServer(demo.Handler())
-	defer ts.Close()
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
+	t.Skip("no browser: install Debian's chromium (make test does: make chromium)")
+	return ""
+}
+
+// pageServer serves the demo, and at /test/harness.html a page of the
+// test's that drives the demo's page in a frame (see harness).
+func pageServer(t *testing.T) *httptest.Server {
+	t.Helper()
+	mux := http.NewServeMux()
+	mux.Handle("/", demo.Handler())
+	mux.HandleFunc("GET /test/harness.html", func(w http.ResponseWriter, r *http.Request) {
+		w.Header().Set("Content-Type", "text/html; charset=utf-8")
+		_, _ = w.Write([]byte(harness))
+	})
+	ts := httptest.NewServer(mux)
+	t.Cleanup(ts.Close)
+	return ts
+}
+
+// dumpDOM loads url in headless Chromium and returns its DOM once the
+// page has settled: virtual time runs budget ms with nothing to wait for
+// (time spent waiting for the server does not count), so a busy machine
+// makes it slower, not different.
+func dumpDOM(t *testing.T, url string, budget int) string {
+	t.Helper()
+	b := browser(t)
+	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, browser, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--no-first-run", "--user-data-dir="+t.TempDir(), "--virtual-time-budget=20000", "--dump-dom",
-		ts.URL+"/?autorun&pattern=boundary")
+	cmd := exec.CommandContext(ctx, b, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--user-data-dir="+t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget), "--dump-dom", url)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
-		t.Fatalf("%s: %v\n%s", browser, err, errOut.String())
+		t.Fatalf("%s %s: %v\n%s", b, url, err, errOut.String())
 	}
-	dom := out.String()
-	if !strings.Contains(dom, `data-ran="yes"`) {
-		t.Fatalf("the page did not run the scenario:\n%.2000s", dom)
-	}
-	want := seriesNumbers(simulate(t, DefaultScenario("boundary")).Series)
-	if got := chartNumbers(dom); fmt.Sprint(got) != fmt.Sprint(want) {
-		t.Fatalf("the page's chart shows %v, the endpoint %v", got, want)
-	}
-	rowRE := regexp.MustCompile(`<tr data-algorithm="([^"]+)"><td>[^<]*</td><td class="num admitted" data-field="admitted">(\d+)</td><td class="num refused" data-field="refused">(\d+)</td><td class="num" data-field="most">([^<]+)</td>`)
-	var rows [][4]string
+	return out.String()
+}
+
+var rowRE = regexp.MustCompile(`<tr data-algorithm="([^"]+)"><td>[^<]*</td><td class="num admitted" data-field="admitted">(\d+)</td><td class="num refused" data-field="refused">(\d+)</td><td class="num" data-field="pass">([\d.]+) %</td><td class="num" data-field="most">(\d+)</td>`)
+
+// tableNumbers reads the page's table as chartNumbers reads the chart.
+func tableNumbers(dom string) [][5]string {
+	var rows [][5]string
 	for _, m := range rowRE.FindAllStringSubmatch(dom, -1) {
-		rows = append(rows, [4]string{m[1], m[2], m[3], m[4]})
+		rows = append(rows, [5]string{m[1], m[2], m[3], m[5], m[4]})
 	}
-	for i := range want {
-		if want[i][0] == "Concurrency" {
-			want[i][3] = "—" // no per-window promise: the table shows a dash
+	return rows
+}
+
+// barsRE is a bucket's bar of admitted requests in a chart.
+var barsRE = regexp.MustCompile(`class="admitted" data-bucket="(\d+)" data-n="(\d+)"`)
+
+// rowBars is the admitted bars of one algorithm's row of a chart, as
+// bucket counts.
+func rowBars(t *testing.T, svg, name string, buckets int) []int {
+	t.Helper()
+	at := strings.Index(svg, `data-algorithm="`+name+`"`)
+	if at < 0 {
+		t.Fatalf("the chart has no row for %s", name)
+	}
+	row := svg[at:]
+	row = row[:strings.Index(row, "</g>")]
+	bars := make([]int, buckets)
+	for _, m := range barsRE.FindAllStringSubmatch(row, -1) {
+		i, _ := strconv.Atoi(m[1])
+		n, _ := strconv.Atoi(m[2])
+		if i >= buckets {
+			t.Fatalf("%s: a bar in bucket %d of %d", name, i, buckets)
+		}
+		bars[i] = n
+	}
+	return bars
+}
+
+func seriesOf(t *testing.T, r SimulateResponse, command string) Series {
+	t.Helper()
+	for _, se := range r.Series {
+		if se.Command == command {
+			return se
 		}
 	}
-	if fmt.Sprint(rows) != fmt.Sprint(want) {
+	t.Fatalf("no %s in the result", command)
+	return Series{}
+}
+
+// The shaper's output is smooth: each admitted request departs at its
+// arrival plus the delay of its reply, consecutive departures are
+// W / limit apart (to the ms the replies carry), and that is what its row
+// counts, so it differs from GCRA's, which counts arrivals.
+func TestShaperDepartures(t *testing.T) {
+	needServer(t)
+	for _, s := range []Scenario{DefaultScenario("steady"), DefaultScenario("bursts"),
+		{Pattern: "random", Rate: 7.3, Duration: 120, Limit: 7, Window: 3, Hold: 1, Seed: 3}} {
+		r := simulate(t, s)
+		lb, gcra := seriesOf(t, r, "LB.ENQUEUE"), seriesOf(t, r, "GCRA.THROTTLE")
+		if lb.Drawn != "departure" || gcra.Drawn != "arrival" {
+			t.Fatalf("%s: the shaper drawn at %q, GCRA at %q", s.Pattern, lb.Drawn, gcra.Drawn)
+		}
+		var want []int64
+		for _, rep := range lb.Replies {
+			if !rep.Limited {
+				want = append(want, rep.At+rep.ResetAfter)
+			}
+		}
+		if fmt.Sprint(lb.Departures) != fmt.Sprint(want) || len(want) != lb.Total[0] {
+			t.Fatalf("%s: departures %v, the replies say %v", s.Pattern, lb.Departures, want)
+		}
+		gap := float64(s.Window) * 1000 / float64(s.Limit) // ms between departures at the shaper's rate
+		for i := 1; i < len(want); i++ {
+			if d := float64(want[i] - want[i-1]); d < gap-1 {
+				t.Fatalf("%s: departures %d and %d are %g ms apart, the rate allows one every %g ms", s.Pattern, i-1, i, d, gap)
+			}
+		}
+		if last := want[len(want)-1]; r.SpanMs <= last || r.SpanMs < int64(s.Duration)*1000 {
+			t.Fatalf("%s: the time axis ends at %d ms, the last departure is at %d", s.Pattern, r.SpanMs, last)
+		}
+		if lb.MostIn > int(s.Limit) {
+			t.Fatalf("%s: %d departures in one window of %d s, the limit is %d", s.Pattern, lb.MostIn, s.Window, s.Limit)
+		}
+		if fmt.Sprint(lb.Admitted) == fmt.Sprint(gcra.Admitted) {
+			t.Fatalf("%s: the shaper's row is GCRA's: %v", s.Pattern, lb.Admitted)
+		}
+	}
+}
+
+// mostIn counts instants in half-open intervals [t, t+w).
+func TestMostIn(t *testing.T) {
+	for _, c := range []struct {
+		at   []int64
+		w    int64
+		want int
+	}{
+		{nil, 1000, 0},
+		{[]int64{5}, 1000, 1},
+		{[]int64{0, 0, 0}, 1, 3},                                // one instant, many requests
+		{[]int64{0, 999}, 1000, 2},                              // inside one window
+		{[]int64{0, 1000}, 1000, 1},                             // exactly W apart: never together
+		{[]int64{0, 1000, 2000}, 1001, 2},                       // a step more than W: two at a time
+		{[]int64{0, 500, 1000, 1500, 2000}, 1000, 2},            // steady at twice per W
+		{[]int64{0, 100, 200, 5000, 5001, 5002, 5003}, 1000, 4}, // the later burst is the larger
+		{[]int64{9950, 9950, 10050, 10050}, 10000, 4},           // a boundary attack: both sides of a window's edge
+		{[]int64{0, 0, 10000, 10000}, 10000, 2},                 // bursts a window apart
+	} {
+		if got := mostIn(c.at, c.w); got != c.want {
+			t.Errorf("mostIn(%v, %d) = %d, want %d", c.at, c.w, got, c.want)
+		}
+	}
+}
+
+// The page as a person opens it: the address make demo prints, with
+// nothing pressed, shows the default scenario's chart with a row for every
+// algorithm, and a table with each one's admitted, refused, pass rate and
+// most in any window, all as the endpoint returns them; the shaper's row
+// holds at most one departure a second (its rate, 10 per 10 s), where
+// GCRA's admits two in a second of the same traffic.
+func TestPageInChromium(t *testing.T) {
+	needServer(t)
+	ts := pageServer(t)
+	dom := dumpDOM(t, ts.URL+"/", 20000)
+	if !strings.Contains(dom, `data-ran="yes"`) {
+		t.Fatalf("the page did not run the default scenario on load:\n%.2000s", dom)
+	}
+	r := simulate(t, DefaultScenario("steady"))
+	want := seriesNumbers(r.Series)
+	got := chartNumbers(dom)
+	if fmt.Sprint(got) != fmt.Sprint(want) || len(got) != len(Algorithms) {
+		t.Fatalf("the page's chart shows %v, the endpoint %v", got, want)
+	}
+	if rows := tableNumbers(dom); fmt.Sprint(rows) != fmt.Sprint(want) {
 		t.Fatalf("the page's table shows %v, the endpoint %v", rows, want)
 	}
+	lb := rowBars(t, dom, "Leaky bucket (shaper)", r.Buckets)
+	gcra := rowBars(t, dom, "GCRA", r.Buckets)
+	if fmt.Sprint(lb) != fmt.Sprint(seriesOf(t, r, "LB.ENQUEUE").Admitted) || fmt.Sprint(gcra) != fmt.Sprint(seriesOf(t, r, "GCRA.THROTTLE").Admitted) {
+		t.Fatalf("the page's bars: shaper %v, GCRA %v; the endpoint's buckets differ", lb, gcra)
+	}
+	if r.BucketMs != 1000 || slices.Max(lb) != 1 || slices.Max(gcra) != 2 {
+		t.Fatalf("per %d ms the shaper's row shows at most %d, GCRA's %d; want 1 and 2", r.BucketMs, slices.Max(lb), slices.Max(gcra))
+	}
+}
+
+// harness is the test's page: it opens the page at its src in a frame,
+// waits for its result, then changes the limit control as a person typing
+// "12" does (two input events), waits for the rerun, and writes what it saw
+// into #out: each time, the address, the controls, the chart, the table and
+// how many runs the page finished, and 150 ms (of the page's virtual time)
+// after the keystrokes, whether a run had started.
+const harness = `<!doctype html>
+<meta charset="utf-8">
+<body>
+<iframe id="f" style="width:1100px;height:900px"></iframe>
+<pre id="out"></pre>
+<script>
+'use strict';
+const f = document.getElementById('f');
+const out = {snaps: []};
+const show = () => { document.getElementById('out').textContent = JSON.stringify(out); };
+const sleep = (ms) => new Promise((r) => setTimeout(r, ms));
+const doc = () => f.contentDocument;
+const runs = () => Number(doc().body.dataset.runs || 0);
+async function until(what, cond) {
+  for (let i = 0; i < 400; i++) {
+    try { if (cond()) return; } catch (e) {}
+    await sleep(50);
+  }
+  throw new Error('waited in vain for ' + what + '; the page says: ' + doc().getElementById('status').textContent);
+}
+function snap(name) {
+  const d = doc();
+  out.snaps.push({name, runs: runs(), search: f.contentWindow.location.search,
+    form: Object.fromEntries(new FormData(d.getElementById('scenario'))),
+    chart: d.getElementById('chart').innerHTML, table: d.querySelector('#totals tbody').innerHTML});
+  show();
+}
+function type(name, ...values) {
+  const input = doc().querySelector('#scenario [name="' + name + '"]');
+  for (const v of values) {
+    input.value = v;
+    input.dispatchEvent(new Event('input', {bubbles: true}));
+  }
+}
+async function main() {
+  f.src = new URLSearchParams(location.search).get('src');
+  await until('the first result', () => runs() >= 1);
+  snap('loaded');
+  type('limit', '1', '12');
+  await sleep(150);
+  out.early = {runs: runs(), status: doc().getElementById('status').textContent};
+  await until('the rerun', () => runs() >= 2);
+  await sleep(1500);
+  snap('changed');
+  out.done = true;
+}
+main().catch((e) => { out.error = String(e); }).finally(show);
+</script>
+`
+
+type snapshot struct {
+	Name   string            `json:"name"`
+	Runs   int               `json:"runs"`
+	Search string            `json:"search"`
+	Form   map[string]string `json:"form"`
+	Chart  string            `json:"chart"`
+	Table  string            `json:"table"`
+}
+
+// The address carries the settings: opening an address with settings (and
+// the old ?autorun, now a no-op) restores them in the controls and shows
+// their result, and the address then lists every setting; changing a
+// control reruns once, not before 150 ms after the last keystroke (the
+// page waits 300), shows the new result and puts the new setting in the
+// address.
+func TestPageAddress(t *testing.T) {
+	needServer(t)
+	ts := pageServer(t)
+	s := Scenario{Pattern: "boundary", Rate: 3, Duration: 40, Limit: 8, Window: 5, Hold: 2, Seed: 4}
+	src := "/?autorun&pattern=boundary&rate=3&duration=40&limit=8&window=5&hold=2&seed=4"
+	dom := dumpDOM(t, ts.URL+"/test/harness.html?src="+url.QueryEscape(src), 60000)
+	m := regexp.MustCompile(`(?s)<pre id="out">(.*?)</pre>`).FindStringSubmatch(dom)
+	if m == nil {
+		t.Fatalf("the harness wrote nothing:\n%.2000s", dom)
+	}
+	var out struct {
+		Snaps []snapshot `json:"snaps"`
+		Early struct {
+			Runs   int    `json:"runs"`
+			Status string `json:"status"`
+		} `json:"early"`
+		Done  bool   `json:"done"`
+		Error string `json:"error"`
+	}
+	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &out); err != nil || !out.Done || len(out.Snaps) != 2 {
+		t.Fatalf("the harness did not finish (%v): %s; %d snapshots", err, out.Error, len(out.Snaps))
+	}
+	check := func(snap snapshot, s Scenario, runs int) {
+		t.Helper()
+		form := map[string]string{"pattern": s.Pattern, "rate": fmt.Sprint(s.Rate), "duration": fmt.Sprint(s.Duration),
+			"limit": fmt.Sprint(s.Limit), "window": fmt.Sprint(s.Window), "hold": fmt.Sprint(s.Hold), "seed": fmt.Sprint(s.Seed)}
+		if fmt.Sprint(snap.Form) != fmt.Sprint(form) {
+			t.Fatalf("%s: the controls hold %v, want %v", snap.Name, snap.Form, form)
+		}
+		search := fmt.Sprintf("?pattern=%s&rate=%g&duration=%d&limit=%d&window=%d&hold=%g&seed=%d",
+			s.Pattern, s.Rate, s.Duration, s.Limit, s.Window, s.Hold, s.Seed)
+		if snap.Search != search {
+			t.Fatalf("%s: the address is %q, want %q", snap.Name, snap.Search, search)
+		}
+		want := seriesNumbers(simulate(t, s).Series)
+		if got := chartNumbers(snap.Chart); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: the chart shows %v, the endpoint %v", snap.Name, got, want)
+		}
+		if got := tableNumbers(snap.Table); fmt.Sprint(got) != fmt.Sprint(want) {
+			t.Fatalf("%s: the table shows %v, the endpoint %v", snap.Name, got, want)
+		}
+		if snap.Runs != runs {
+			t.Fatalf("%s: the page ran %d times, want %d", snap.Name, snap.Runs, runs)
+		}
+	}
+	check(out.Snaps[0], s, 1)
+	if out.Early.Runs != 1 || strings.Contains(out.Early.Status, "running") {
+		t.Fatalf("150 ms of the page's time after the keystrokes: %d runs, %q; the rerun should wait 300 ms", out.Early.Runs, out.Early.Status)
+	}
+	s.Limit = 12
+	check(out.Snaps[1], s, 2)
 }

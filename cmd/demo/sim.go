@@ -174,22 +174,34 @@ type Reply struct {
 
 // Series is one algorithm's run.
 type Series struct {
-	Name     string  `json:"name"`
-	Command  string  `json:"command"`
-	Admitted []int   `json:"admitted"` // per bucket
-	Refused  []int   `json:"refused"`
-	Total    [2]int  `json:"total"`    // admitted, refused
-	MostIn   int     `json:"most_in"`  // the most admitted in any window
-	Replies  []Reply `json:"replies"`  // every request's reply
-	Expected string  `json:"expected"` // what the README promises
-	Bound    int64   `json:"bound"`    // that promise as a number (0: none)
+	Name    string `json:"name"`
+	Command string `json:"command"`
+	// Drawn says when an admitted request is counted in Admitted and
+	// MostIn: "arrival", or "departure" for the shaper (its arrival plus
+	// the delay of its reply).
+	Drawn    string  `json:"drawn"`
+	Admitted []int   `json:"admitted"`  // per bucket, at Drawn
+	Refused  []int   `json:"refused"`   // per bucket, at arrival
+	Total    [2]int  `json:"total"`     // admitted, refused
+	PassRate float64 `json:"pass_rate"` // admitted / offered, in %, to 0.1
+	MostIn   int     `json:"most_in"`   // the most admitted (at Drawn) in any interval of the window
+	// Departures are the shaper's admitted requests' departures, ms from
+	// the start, in arrival order: each arrival plus its reply's delay.
+	Departures []int64 `json:"departures,omitempty"`
+	Replies    []Reply `json:"replies"`  // every request's reply
+	Expected   string  `json:"expected"` // what the README promises
+	Bound      int64   `json:"bound"`    // that promise as a number (0: none)
 }
 
 // Result is a simulation's outcome.
 type Result struct {
 	Scenario Scenario `json:"scenario"`
+	// The time axis: Buckets of BucketMs, SpanMs in all. It covers the
+	// traffic's duration and, when the shaper's queue is still draining at
+	// its end, the shaper's last departure.
 	Buckets  int      `json:"buckets"`
 	BucketMs int64    `json:"bucket_ms"`
+	SpanMs   int64    `json:"span_ms"`
 	Offered  []int    `json:"offered"` // requests per bucket
 	Requests int      `json:"requests"`
 	Series   []Series `json:"series"`
@@ -214,18 +226,10 @@ func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock
 	arrivals := s.Arrivals()
 	start := s.simStart().UnixNano()
 	res := &Result{Scenario: s, Requests: len(arrivals), Start: s.simStart().UnixMilli()}
-	res.Buckets = min(s.Duration, 120)
-	res.BucketMs = int64(s.Duration) * 1000 / int64(res.Buckets)
-	res.Offered = make([]int, res.Buckets)
-	bucket := func(ns int64) int { return min(int(ns/1e6/res.BucketMs), res.Buckets-1) }
-	for _, t := range arrivals {
-		res.Offered[bucket(t)]++
-	}
 	keys := make([]string, len(Algorithms))
 	for i, a := range Algorithms {
 		keys[i] = fmt.Sprintf("%s{%s}:%d", prefix, "sim", i)
-		res.Series = append(res.Series, Series{Name: a.Name, Command: a.Command,
-			Admitted: make([]int, res.Buckets), Refused: make([]int, res.Buckets)})
+		res.Series = append(res.Series, Series{Name: a.Name, Command: a.Command, Drawn: "arrival"})
 	}
 	defer func() {
 		rdb.Del(context.WithoutCancel(ctx), keys...)
@@ -268,36 +272,78 @@ func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock
 			r := reply(t/1e6, got)
 			se := &res.Series[i]
 			se.Replies = append(se.Replies, r)
-			if r.Limited {
-				se.Refused[bucket(t)]++
-				se.Total[1]++
-			} else {
-				se.Admitted[bucket(t)]++
-				se.Total[0]++
-				if i == conc {
-					end := t + hold
-					at, _ := slices.BinarySearchFunc(releases, end, func(r release, e int64) int { return int(r.at - e) })
-					releases = slices.Insert(releases, at, release{end, id})
-				}
+			if !r.Limited && i == conc {
+				end := t + hold
+				at, _ := slices.BinarySearchFunc(releases, end, func(r release, e int64) int { return int(r.at - e) })
+				releases = slices.Insert(releases, at, release{end, id})
 			}
 		}
 	}
-	for i := range res.Series {
-		se := &res.Series[i]
-		se.MostIn = mostInWindow(se.Replies, int64(s.Window)*1000)
-		se.Expected, se.Bound = promise(Algorithms[i].Command, s)
-	}
+	res.tally(arrivals)
 	return res, nil
 }
 
-// mostInWindow is the most admitted requests in any interval of w ms.
-func mostInWindow(replies []Reply, w int64) int {
-	var at []int64
-	for _, r := range replies {
-		if !r.Limited {
-			at = append(at, r.At)
+// tally fills in what the replies say: the shaper's departures, the time
+// axis, each bucket's counts, the totals, the pass rates and the most in
+// any window.
+func (res *Result) tally(arrivals []int64) {
+	s := res.Scenario
+	span := int64(s.Duration) * 1000
+	for i := range res.Series {
+		se := &res.Series[i]
+		if se.Command != "LB.ENQUEUE" {
+			continue
+		}
+		se.Drawn = "departure"
+		for _, r := range se.Replies {
+			if !r.Limited {
+				d := r.At + max(r.ResetAfter, 0) // ResetAfter is the shaper's delay
+				se.Departures = append(se.Departures, d)
+				span = max(span, d+1)
+			}
 		}
 	}
+	secs := (span + 999) / 1000
+	res.Buckets = int(min(secs, 120))
+	res.BucketMs = (secs*1000 + int64(res.Buckets) - 1) / int64(res.Buckets)
+	res.SpanMs = res.BucketMs * int64(res.Buckets)
+	bucket := func(ms int64) int { return min(int(ms/res.BucketMs), res.Buckets-1) }
+	res.Offered = make([]int, res.Buckets)
+	for _, t := range arrivals {
+		res.Offered[bucket(t/1e6)]++
+	}
+	for i := range res.Series {
+		se := &res.Series[i]
+		se.Admitted, se.Refused = make([]int, res.Buckets), make([]int, res.Buckets)
+		var admitted []int64 // at Drawn
+		for _, r := range se.Replies {
+			if r.Limited {
+				se.Refused[bucket(r.At)]++
+				se.Total[1]++
+			} else {
+				se.Total[0]++
+				if se.Drawn == "arrival" {
+					admitted = append(admitted, r.At)
+				}
+			}
+		}
+		if se.Drawn == "departure" {
+			admitted = slices.Sorted(slices.Values(se.Departures))
+		}
+		for _, at := range admitted {
+			se.Admitted[bucket(at)]++
+		}
+		if res.Requests > 0 {
+			se.PassRate = math.Round(1000*float64(se.Total[0])/float64(res.Requests)) / 10
+		}
+		se.MostIn = mostIn(admitted, int64(s.Window)*1000)
+		se.Expected, se.Bound = promise(se.Command, s)
+	}
+}
+
+// mostIn is the most instants of at (ms, ascending) in any interval of w
+// ms: [t, t+w) for some t.
+func mostIn(at []int64, w int64) int {
 	most, lo := 0, 0
 	for hi := range at {
 		for at[hi]-at[lo] >= w {
@@ -309,13 +355,15 @@ func mostInWindow(replies []Reply, w int64) int {
 }
 
 // promise is what the README says an algorithm admits at most in any
-// window of the scenario's length (the concurrency limiter bounds holders
-// at once, not requests).
+// window of the scenario's length (the shaper: lets depart; the
+// concurrency limiter bounds holders at once, not requests).
 func promise(command string, s Scenario) (string, int64) {
 	L := s.Limit
 	switch command {
-	case "GCRA.THROTTLE", "TB.TAKE", "LB.ENQUEUE":
+	case "GCRA.THROTTLE", "TB.TAKE":
 		return "at most limit + rate × W = 2 × limit", 2 * L
+	case "LB.ENQUEUE": // counted at departure
+		return "departures W / limit apart: at most limit", L
 	case "FW.HIT":
 		return "up to 2 × limit across a boundary", 2 * L
 	case "SW.HIT":

@@ -27,16 +27,49 @@ function cell(row, text, cls) {
   return td;
 }
 
+// The scenario's controls, in the order the address lists them.
+const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'hold', 'seed'];
+
+// The address of a scenario: the page's own, with every setting in its
+// query, so that a result can be linked.
+function address(s) {
+  const q = new URLSearchParams();
+  for (const k of fields) q.set(k, s[k]);
+  return `${location.pathname}?${q}`;
+}
+
+let runs = 0; // the last run asked for
+let inflight = null; // its request, aborted when a newer run starts
+let debounce = null; // the rerun a control's change has scheduled
+
+// run simulates the scenario in the controls and shows the result; a run
+// that a newer one overtakes shows nothing. After a result, the address
+// carries the settings.
 async function run(event) {
   if (event) event.preventDefault();
+  clearTimeout(debounce);
+  const n = ++runs;
+  if (inflight) inflight.abort();
+  inflight = new AbortController();
+  const s = scenario();
   const status = $('#status');
   status.className = '';
   status.textContent = 'running…';
   const started = performance.now();
-  const resp = await fetch('api/simulate', {
-    method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(scenario()),
-  });
-  const body = await resp.json();
+  let resp, body;
+  try {
+    resp = await fetch('api/simulate', {
+      method: 'POST', headers: {'Content-Type': 'application/json'}, body: JSON.stringify(s),
+      signal: inflight.signal,
+    });
+    body = await resp.json();
+  } catch (e) {
+    if (n !== runs) return;
+    status.className = 'error';
+    status.textContent = `the simulation failed: ${e.message}`;
+    return;
+  }
+  if (n !== runs) return;
   if (!resp.ok) {
     status.className = 'error';
     status.textContent = body.error;
@@ -45,19 +78,29 @@ async function run(event) {
   $('#chart').innerHTML = body.svg;
   const tbody = $('#totals tbody');
   tbody.replaceChildren();
-  for (const s of body.series) {
+  for (const se of body.series) {
     const row = document.createElement('tr');
-    row.dataset.algorithm = s.name;
-    cell(row, s.name);
-    cell(row, s.total[0], 'num admitted').dataset.field = 'admitted';
-    cell(row, s.total[1], 'num refused').dataset.field = 'refused';
-    cell(row, s.bound ? s.most_in : '—', 'num').dataset.field = 'most';
-    cell(row, s.expected);
+    row.dataset.algorithm = se.name;
+    cell(row, se.name);
+    cell(row, se.total[0], 'num admitted').dataset.field = 'admitted';
+    cell(row, se.total[1], 'num refused').dataset.field = 'refused';
+    cell(row, `${se.pass_rate.toFixed(1)} %`, 'num').dataset.field = 'pass';
+    cell(row, se.most_in, 'num').dataset.field = 'most';
+    cell(row, se.expected);
     tbody.appendChild(row);
   }
+  $('#most-head').textContent = `Most in any ${body.scenario.window} s`;
   const ms = Math.round(performance.now() - started);
   status.textContent = `${body.requests} requests × ${body.series.length} algorithms over ${body.scenario.duration} s of virtual time, in ${ms} ms`;
+  history.replaceState(null, '', address(body.scenario));
   document.body.dataset.ran = 'yes';
+  document.body.dataset.runs = Number(document.body.dataset.runs || 0) + 1;
+}
+
+// Every change of a control reruns the scenario, 300 ms after the last.
+function rerun() {
+  clearTimeout(debounce);
+  debounce = setTimeout(run, 300);
 }
 
 async function live(count) {
@@ -97,10 +140,14 @@ async function init() {
     o.value = o.textContent = p;
     $('#pattern').appendChild(o);
   }
+  // An address with settings (as run leaves it) restores them; anything
+  // else in the query (?autorun, from before the page ran on load) is
+  // ignored.
   const params = new URLSearchParams(location.search);
-  for (const [k, v] of params) {
+  for (const k of fields) {
+    const v = params.get(k);
     const input = $(`#scenario [name="${k}"]`);
-    if (input) input.value = v;
+    if (v !== null && input) input.value = v;
   }
   algorithms = d.algorithms.map((a, i) => ({name: a.Name, command: a.Command, i}));
   for (const a of algorithms) {
@@ -109,6 +156,7 @@ async function init() {
     $('#algorithms').appendChild(label);
   }
   $('#scenario').addEventListener('submit', run);
+  $('#scenario').addEventListener('input', rerun); // typing, and picking a pattern
   $('#one').addEventListener('click', () => live(1));
   $('#burst').addEventListener('click', () => live(10));
   $('#steady').addEventListener('click', () => {
@@ -125,7 +173,7 @@ async function init() {
     await fetch('api/live/reset', {method: 'POST'});
     $('#replies tbody').replaceChildren();
   });
-  if (params.get('autorun') !== null) await run();
+  await run(); // the page opens on a result
 }
 
 init();
