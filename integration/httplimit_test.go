@@ -277,7 +277,7 @@ func TestHTTPRedisOutage(t *testing.T) {
 	}
 	var modes []*mode
 	for _, m := range []httplimit.OnError{httplimit.FailOpen, httplimit.FailClosed, httplimit.FailLocal} {
-		md := &mode{name: []string{"open", "closed", "local"}[m], events: make(chan httplimit.Event, 1000)}
+		md := &mode{name: m.String(), events: make(chan httplimit.Event, 1000)}
 		lim, err := httplimit.New(s.rdb, httplimit.Options{
 			Prefix: key(t, md.name), OnError: m, Timeout: 50 * time.Millisecond, BreakerCooldown: 300 * time.Millisecond,
 			Event: func(e httplimit.Event) {
