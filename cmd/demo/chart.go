@@ -10,8 +10,11 @@ import (
 
 // The chart: one row per algorithm on one time axis, each bucket's
 // admitted requests as a green bar up and refused ones as a red bar down,
-// the offered traffic as a grey outline, and each row's totals, pass rate
-// and the most admitted in any window. The shaper's admitted requests are
+// the requests sent to it (retries included) as a grey outline, and each
+// row's totals, pass rate and the most admitted in any window; when the
+// clients retry, the peak-to-mean ratio of what they sent, the retries and
+// the share served; with several clients, Jain's index and the noisy
+// client's share. The shaper's admitted requests are
 // drawn at their departure (arrival + the delay of the module's reply), so
 // the axis runs on past the traffic while its queue drains. The page shows
 // it and make charts writes it; the numbers are in data- attributes as
@@ -29,45 +32,77 @@ func WriteSVG(w io.Writer, res *Result) error {
 	var b strings.Builder
 	s := res.Scenario
 	plot := chartWidth - labelWidth - 20
-	height := headHeight + rowHeight*len(res.Series) + axisHeight
-	peak := 1
-	for _, n := range res.Offered {
-		peak = max(peak, n)
+	retrying, several := s.Retry != "" && s.Retry != "none", s.Clients > 1
+	rowH := rowHeight
+	for _, extra := range []bool{retrying, several} {
+		if extra {
+			rowH += 16
+		}
 	}
-	for _, se := range res.Series { // the shaper's departures may bunch more than arrivals
-		for _, n := range se.Admitted {
-			peak = max(peak, n)
+	height := headHeight + rowH*len(res.Series) + axisHeight
+	peak := 1
+	for _, se := range res.Series { // retries differ per algorithm, and the shaper's departures may bunch more than arrivals
+		for i := range se.Admitted {
+			peak = max(peak, se.Offered[i], se.Admitted[i])
 		}
 	}
 	bw := float64(plot) / float64(res.Buckets)
 	x := func(i int) float64 { return float64(labelWidth) + bw*float64(i) }
-	half := float64(rowHeight-30) / 2
+	half := float64(rowH-30) / 2
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12" role="img" data-requests="%d">`+"\n",
 		chartWidth, height, chartWidth, height, res.Requests)
 	fmt.Fprintf(&b, `<title>%s traffic, %.4g requests/s for %d s, limit %d per %d s</title>`+"\n", s.Pattern, s.Rate, s.Duration, s.Limit, s.Window)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
 	fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s: %d requests over %d s, every algorithm limited to %d per %d s (concurrency: %d at once, each held %.4g s)</text>`+"\n",
 		html.EscapeString(s.Pattern), res.Requests, s.Duration, s.Limit, s.Window, s.Limit, s.Hold)
-	fmt.Fprintf(&b, `<text x="10" y="33" fill="#555">bars per %.4g s: admitted up (green), refused down (red), offered traffic outlined; from the module's replies on a virtual clock</text>`+"\n",
-		float64(res.BucketMs)/1000)
+	if !retrying && !several {
+		fmt.Fprintf(&b, `<text x="10" y="33" fill="#555">bars per %.4g s: admitted up (green), refused down (red), offered traffic outlined; from the module's replies on a virtual clock</text>`+"\n",
+			float64(res.BucketMs)/1000)
+	} else {
+		var who []string
+		if several {
+			who = append(who, fmt.Sprintf("%d clients, one noisy at %d× the rate, %s", s.Clients, NoisyFactor, map[string]string{"shared": "on one key", "per-client": "a key each"}[s.Keys]))
+		}
+		if retrying {
+			who = append(who, "retrying refusals: "+html.EscapeString(s.Retry))
+		}
+		fmt.Fprintf(&b, `<text x="10" y="33" fill="#555">%s; bars per %.4g s: admitted up (green), refused down (red), sent (retries included) outlined</text>`+"\n",
+			strings.Join(who, "; "), float64(res.BucketMs)/1000)
+	}
 	end := float64(labelWidth) + float64(plot)*float64(s.Duration)*1000/float64(res.SpanMs)
 	for r, se := range res.Series {
-		top := float64(headHeight + r*rowHeight)
+		top := float64(headHeight + r*rowH)
 		mid := top + 8 + half
-		fmt.Fprintf(&b, `<g class="algorithm" data-algorithm="%s" data-admitted="%d" data-refused="%d" data-most="%d" data-pass="%.1f" data-drawn="%s">`+"\n",
+		fmt.Fprintf(&b, `<g class="algorithm" data-algorithm="%s" data-admitted="%d" data-refused="%d" data-most="%d" data-pass="%.1f" data-drawn="%s"`,
 			html.EscapeString(se.Name), se.Total[0], se.Total[1], se.MostIn, se.PassRate, se.Drawn)
+		if retrying {
+			fmt.Fprintf(&b, ` data-peak-mean="%.2f" data-retries="%d" data-served="%.1f"`, se.PeakMean, se.Retries, se.Served)
+		}
+		if several {
+			fmt.Fprintf(&b, ` data-jain="%.3f"`, se.Jain)
+		}
+		b.WriteString(">\n")
 		fmt.Fprintf(&b, `<text x="10" y="%.1f" font-weight="bold">%s</text>`+"\n", top+22, html.EscapeString(se.Name))
 		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">admitted %d (%.1f%%), refused %d</text>`+"\n", top+38, se.Total[0], se.PassRate, se.Total[1])
 		fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">most in any %d s: %d</text>`+"\n", top+54, s.Window, se.MostIn)
+		line := top + 70
 		if se.Drawn == "departure" {
-			fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#555" font-style="italic">green at departure (arrival + delay)</text>`+"\n", top+70)
+			fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#555" font-style="italic">green at departure (arrival + delay)</text>`+"\n", line)
+			line += 16
+		}
+		if retrying {
+			fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">sent peak/mean %.2f, %d retries, %.1f%% served</text>`+"\n", line, se.PeakMean, se.Retries, se.Served)
+			line += 16
+		}
+		if several && len(se.Clients) > 0 {
+			fmt.Fprintf(&b, `<text x="10" y="%.1f" fill="#333">Jain %.3f, noisy %.1f%% of admitted</text>`+"\n", line, se.Jain, se.Clients[0].Share)
 		}
 		fmt.Fprintf(&b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#bbb"/>`+"\n", labelWidth, labelWidth+plot, mid, mid)
 		for i := range res.Buckets {
-			off := half * float64(res.Offered[i]) / float64(peak)
+			off := half * float64(se.Offered[i]) / float64(peak)
 			up := half * float64(se.Admitted[i]) / float64(peak)
 			down := half * float64(se.Refused[i]) / float64(peak)
-			if res.Offered[i] > 0 {
+			if se.Offered[i] > 0 {
 				fmt.Fprintf(&b, `<rect x="%.1f" y="%.1f" width="%.1f" height="%.1f" fill="none" stroke="#999" stroke-width="0.6"/>`,
 					x(i), mid-off, bw, off)
 			}
@@ -82,7 +117,7 @@ func WriteSVG(w io.Writer, res *Result) error {
 		}
 		b.WriteString("\n</g>\n")
 	}
-	axis := float64(headHeight + rowHeight*len(res.Series))
+	axis := float64(headHeight + rowH*len(res.Series))
 	draining := false // the shaper's queue drains after the traffic
 	for _, se := range res.Series {
 		draining = draining || len(se.Departures) > 0 && slices.Max(se.Departures) >= int64(s.Duration)*1000

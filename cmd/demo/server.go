@@ -54,7 +54,7 @@ type LiveRequest struct {
 //	GET  /                 the page
 //	GET  /api/defaults     the default scenario, the patterns, the algorithms
 //	POST /api/simulate     a Scenario -> SimulateResponse
-//	GET  /api/chart.svg    the chart of the scenario in the query (pattern, rate, ...)
+//	GET  /api/chart.svg    the chart of the scenario in the query (pattern, rate, ..., retry, clients, keys)
 //	POST /api/live         a LiveRequest -> the replies, at real time
 //	POST /api/live/reset   forget the live keys
 func (d *Demo) Handler() http.Handler {
@@ -63,6 +63,7 @@ func (d *Demo) Handler() http.Handler {
 	mux.HandleFunc("GET /api/defaults", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"scenario": DefaultScenario("steady"), "patterns": Patterns, "algorithms": Algorithms,
+			"retries": Retries, "keys": KeyModes, "max_clients": MaxClients, "noisy_factor": NoisyFactor,
 		})
 	})
 	mux.HandleFunc("POST /api/simulate", func(w http.ResponseWriter, r *http.Request) {
@@ -71,7 +72,7 @@ func (d *Demo) Handler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a scenario in JSON: " + err.Error()})
 			return
 		}
-		d.simulate(w, r, s, false)
+		d.simulate(w, r, s.withDefaults(), false)
 	})
 	mux.HandleFunc("GET /api/chart.svg", func(w http.ResponseWriter, r *http.Request) {
 		s, err := scenarioFromQuery(r)
@@ -122,8 +123,13 @@ func scenarioFromQuery(r *http.Request) (Scenario, error) {
 	if s.Pattern == "" {
 		s.Pattern = "steady"
 	}
+	for name, p := range map[string]*string{"retry": &s.Retry, "keys": &s.Keys} {
+		if q.Has(name) {
+			*p = q.Get(name)
+		}
+	}
 	for name, p := range map[string]any{"rate": &s.Rate, "duration": &s.Duration, "limit": &s.Limit,
-		"window": &s.Window, "hold": &s.Hold, "seed": &s.Seed} {
+		"window": &s.Window, "hold": &s.Hold, "seed": &s.Seed, "clients": &s.Clients} {
 		if v := q.Get(name); v != "" {
 			if _, err := fmt.Sscan(v, p); err != nil {
 				return s, fmt.Errorf("%s: %q is not a number", name, v)
@@ -142,7 +148,7 @@ func (d *Demo) live(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a live request in JSON: " + err.Error()})
 		return
 	}
-	s := Scenario{Pattern: "steady", Rate: 1, Duration: 1, Limit: q.Limit, Window: q.Window, Hold: q.Hold}
+	s := Scenario{Pattern: "steady", Rate: 1, Duration: 1, Limit: q.Limit, Window: q.Window, Hold: q.Hold}.withDefaults()
 	var algo *Algorithm
 	for i := range Algorithms {
 		if Algorithms[i].Command == q.Command {

@@ -16,6 +16,9 @@ function scenario() {
     window: Number(f.get('window')),
     hold: Number(f.get('hold')),
     seed: Number(f.get('seed')),
+    retry: f.get('retry'),
+    clients: Number(f.get('clients')),
+    keys: f.get('keys'),
   };
 }
 
@@ -28,7 +31,11 @@ function cell(row, text, cls) {
 }
 
 // The scenario's controls, in the order the address lists them.
-const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'hold', 'seed'];
+const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'hold', 'seed', 'retry', 'clients', 'keys'];
+
+// What the page calls each retry mode and key mode.
+const retryNames = {none: 'none (open loop)', nojitter: 'after retry_after, no jitter', full: 'full jitter', spread: "the middleware's spread"};
+const keyNames = {shared: 'shared', 'per-client': 'per client'};
 
 // The address of a scenario: the page's own, with every setting in its
 // query, so that a result can be linked.
@@ -86,15 +93,67 @@ async function run(event) {
     cell(row, se.total[1], 'num refused').dataset.field = 'refused';
     cell(row, `${se.pass_rate.toFixed(1)} %`, 'num').dataset.field = 'pass';
     cell(row, se.most_in, 'num').dataset.field = 'most';
+    cell(row, se.peak_mean.toFixed(2), 'num').dataset.field = 'peak';
+    cell(row, se.retries, 'num').dataset.field = 'retries';
+    cell(row, `${se.served.toFixed(1)} %`, 'num').dataset.field = 'served';
+    cell(row, body.scenario.clients > 1 ? se.jain.toFixed(3) : '—', 'num').dataset.field = 'jain';
     cell(row, se.expected);
     tbody.appendChild(row);
   }
   $('#most-head').textContent = `Most in any ${body.scenario.window} s`;
+  showClients(body);
   const ms = Math.round(performance.now() - started);
-  status.textContent = `${body.requests} requests × ${body.series.length} algorithms over ${body.scenario.duration} s of virtual time, in ${ms} ms`;
+  const retries = body.series.reduce((n, se) => n + se.retries, 0);
+  status.textContent = `${body.requests} requests${retries ? ` and ${retries} retries` : ''} × ${body.series.length} algorithms over ${body.scenario.duration} s of virtual time, in ${ms} ms`;
   history.replaceState(null, '', address(body.scenario));
   document.body.dataset.ran = 'yes';
   document.body.dataset.runs = Number(document.body.dataset.runs || 0) + 1;
+}
+
+// showClients fills the per-client table: for each algorithm, Jain's index
+// and each client's share of what it admitted, with its admitted and
+// offered requests; hidden with one client.
+function showClients(body) {
+  const section = $('#clients');
+  const n = body.scenario.clients;
+  section.hidden = n < 2;
+  if (n < 2) return;
+  $('#clients-keys').textContent = body.scenario.keys === 'shared' ? 'all on one key per algorithm' : 'each on a key of its own';
+  const head = $('#clients thead tr');
+  head.replaceChildren();
+  const th = (text) => {
+    const h = document.createElement('th');
+    h.textContent = text;
+    head.appendChild(h);
+  };
+  th('Algorithm');
+  th("Jain's index");
+  for (let c = 0; c < n; c++) th(c === 0 ? 'Client 1 (noisy)' : `Client ${c + 1}`);
+  const tbody = $('#clients tbody');
+  tbody.replaceChildren();
+  const offered = body.series[0].clients.map((cl) => cl.offered);
+  const sum = offered.reduce((a, b) => a + b, 0);
+  const row0 = document.createElement('tr');
+  row0.className = 'offered';
+  cell(row0, 'share of requests');
+  cell(row0, '');
+  for (const o of offered) cell(row0, `${sum ? (100 * o / sum).toFixed(1) : '0.0'} %`, 'num').title = `${o} requests`;
+  tbody.appendChild(row0);
+  for (const se of body.series) {
+    const row = document.createElement('tr');
+    row.dataset.algorithm = se.name;
+    cell(row, se.name);
+    cell(row, se.jain.toFixed(3), 'num').dataset.field = 'jain';
+    se.clients.forEach((cl, c) => {
+      const td = cell(row, `${cl.share.toFixed(1)} %`, 'num');
+      td.dataset.client = c;
+      const small = document.createElement('small');
+      small.textContent = `${cl.admitted}/${cl.offered}`;
+      td.append(document.createElement('br'), small);
+      td.title = `${cl.admitted} of its ${cl.offered} requests admitted; its max-min fair share ${cl.fair}`;
+    });
+    tbody.appendChild(row);
+  }
 }
 
 // Every change of a control reruns the scenario, 300 ms after the last.
@@ -135,11 +194,19 @@ async function live(count) {
 async function init() {
   const resp = await fetch('api/defaults');
   const d = await resp.json();
-  for (const p of d.patterns) {
-    const o = document.createElement('option');
-    o.value = o.textContent = p;
-    $('#pattern').appendChild(o);
-  }
+  const options = (select, values, names) => {
+    for (const v of values) {
+      const o = document.createElement('option');
+      o.value = v;
+      o.textContent = (names && names[v]) || v;
+      $(select).appendChild(o);
+    }
+  };
+  options('#pattern', d.patterns);
+  options('#retry', d.retries, retryNames);
+  options('#keys', d.keys, keyNames);
+  $('#clients-input').max = d.max_clients;
+  $('#noisy').textContent = d.noisy_factor;
   // An address with settings (as run leaves it) restores them; anything
   // else in the query (?autorun, from before the page ran on load) is
   // ignored.
