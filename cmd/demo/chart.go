@@ -10,7 +10,8 @@ import (
 
 // The chart: one row per algorithm on one time axis, each bucket's
 // admitted requests as a green bar up and refused ones as a red bar down,
-// the requests sent to it (retries included) as a grey outline, and each
+// the requests sent to it (retries included) as a grey outline, its own
+// state at the end of each second as a thin purple line below, and each
 // row's totals, pass rate and the most admitted in any window; when the
 // clients retry, the peak-to-mean ratio of what they sent, the retries and
 // the share served; with several clients, Jain's index and the noisy
@@ -25,7 +26,39 @@ const (
 	rowHeight  = 84
 	axisHeight = 34
 	headHeight = 40
+	// stateHeight is the strip under each row's bars where its state is
+	// drawn.
+	stateHeight = 26
 )
+
+// stateNames are what the chart calls each kind of state.
+var stateNames = map[string]string{"remaining": "remaining", "queue": "queue depth", "count": "count in window",
+	"log": "log size", "holders": "holders"}
+
+// writeState draws a row's state (Series.State) as a thin line in the
+// strip from y0 to y1: each second's value at its end, from 0 at y1 to the
+// most of the limit and the values at y0, with the state's name and range
+// at the left. The values are in data-values as well, -1 before the first
+// reply, which the line leaves out.
+func writeState(b *strings.Builder, res *Result, se Series, y0, y1 float64, plot int) {
+	top := res.Scenario.Limit
+	var vals []string
+	for _, v := range se.State {
+		top = max(top, v)
+		vals = append(vals, fmt.Sprint(v))
+	}
+	y := func(v int64) float64 { return y1 - (y1-y0)*float64(v)/float64(top) }
+	fmt.Fprintf(b, `<text x="10" y="%.1f" fill="#6a3d9a" font-size="11">%s, 0 to %d (per s)</text>`, y1-1, stateNames[se.StateOf], top)
+	fmt.Fprintf(b, `<line x1="%d" x2="%d" y1="%.1f" y2="%.1f" stroke="#e4e4e4"/>`, labelWidth, labelWidth+plot, y1, y1)
+	var pts []string
+	for k, v := range se.State {
+		if v >= 0 {
+			pts = append(pts, fmt.Sprintf("%.1f,%.1f", float64(labelWidth)+float64(plot)*float64(k+1)*1000/float64(res.SpanMs), y(v)))
+		}
+	}
+	fmt.Fprintf(b, `<polyline class="state" data-state="%s" data-values="%s" points="%s" fill="none" stroke="#6a3d9a" stroke-width="1"><title>%s at the end of each second</title></polyline>`,
+		se.StateOf, strings.Join(vals, ","), strings.Join(pts, " "), stateNames[se.StateOf])
+}
 
 // WriteSVG draws the result as an SVG document.
 func WriteSVG(w io.Writer, res *Result) error {
@@ -39,6 +72,8 @@ func WriteSVG(w io.Writer, res *Result) error {
 			rowH += 16
 		}
 	}
+	half := float64(rowH-30) / 2 // the bars' height each way
+	rowH += stateHeight
 	height := headHeight + rowH*len(res.Series) + axisHeight
 	peak := 1
 	for _, se := range res.Series { // retries differ per algorithm, and the shaper's departures may bunch more than arrivals
@@ -48,7 +83,6 @@ func WriteSVG(w io.Writer, res *Result) error {
 	}
 	bw := float64(plot) / float64(res.Buckets)
 	x := func(i int) float64 { return float64(labelWidth) + bw*float64(i) }
-	half := float64(rowH-30) / 2
 	fmt.Fprintf(&b, `<svg xmlns="http://www.w3.org/2000/svg" width="%d" height="%d" viewBox="0 0 %d %d" font-family="sans-serif" font-size="12" role="img" data-requests="%d">`+"\n",
 		chartWidth, height, chartWidth, height, res.Requests)
 	fmt.Fprintf(&b, `<title>%s traffic, %.4g requests/s for %d s, limit %d per %d s</title>`+"\n", s.Pattern, s.Rate, s.Duration, s.Limit, s.Window)
@@ -115,6 +149,7 @@ func WriteSVG(w io.Writer, res *Result) error {
 					i, se.Refused[i], x(i), mid, max(bw-0.5, 0.5), down, se.Refused[i])
 			}
 		}
+		writeState(&b, res, se, top+8+2*half+10, top+8+2*half+stateHeight, plot)
 		b.WriteString("\n</g>\n")
 	}
 	axis := float64(headHeight + rowH*len(res.Series))

@@ -3,6 +3,7 @@ package main
 import (
 	"bytes"
 	"context"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
 	"html"
@@ -143,7 +144,7 @@ func TestSimulateClosedLoop(t *testing.T) {
 	} {
 		a, b := simulate(t, s), simulate(t, s)
 		name := fmt.Sprintf("%s/%s/%d %s", s.Pattern, s.Retry, s.Clients, s.Keys)
-		if a.Scenario != s || len(a.Series) != len(Algorithms) || a.Requests == 0 {
+		if a.Scenario != s.withDefaults() || a.Scenario.Engine != "module" || len(a.Series) != len(Algorithms) || a.Requests == 0 {
 			t.Fatalf("%s: scenario %+v, %d series, %d requests", name, a.Scenario, len(a.Series), a.Requests)
 		}
 		retried := 0
@@ -513,7 +514,78 @@ func TestPageInChromium(t *testing.T) {
 	if r.BucketMs != 1000 || slices.Max(lb) != 1 || slices.Max(gcra) != 2 {
 		t.Fatalf("per %d ms the shaper's row shows at most %d, GCRA's %d; want 1 and 2", r.BucketMs, slices.Max(lb), slices.Max(gcra))
 	}
+	for _, se := range r.Series { // each row draws its state as a line, with the endpoint's values
+		row := between(t, dom, `data-algorithm="`+se.Name+`"`, `</g>`)
+		m := stateRE.FindStringSubmatch(row)
+		if m == nil || m[1] != se.StateOf || m[2] != strings.Trim(strings.ReplaceAll(fmt.Sprint(se.State), " ", ","), "[]") || len(m[3]) == 0 {
+			t.Fatalf("%s: the page's chart has no state line with the endpoint's %s %v: %v", se.Name, se.StateOf, se.State, m)
+		}
+	}
+	for _, link := range []string{`id="csv"[^>]*href="api/result\.csv\?pattern=steady&amp;rate=2&amp;duration=60`, `id="svg"[^>]*href="api/chart\.svg\?pattern=steady&amp;rate=2&amp;duration=60`} {
+		if !regexp.MustCompile(link).MatchString(dom) || strings.Contains(dom, `<p id="downloads" hidden`) {
+			t.Fatalf("the page has no download link shown matching %s", link)
+		}
+	}
 }
+
+// The downloads: the CSV has the header and one row per request each
+// algorithm decided, retries included, with the replies' numbers; the SVG
+// is the chart the page shows.
+func TestDownloads(t *testing.T) {
+	needServer(t)
+	s := Scenario{Pattern: "bursts", Rate: 2, Duration: 30, Limit: 10, Window: 10, Hold: 3, Seed: 1, Retry: "nojitter", Clients: 2, Keys: "shared"}
+	q := "pattern=bursts&rate=2&duration=30&limit=10&window=10&hold=3&seed=1&retry=nojitter&clients=2&keys=shared"
+	r := simulate(t, s)
+	get := func(path string) *httptest.ResponseRecorder {
+		rec := httptest.NewRecorder()
+		demo.Handler().ServeHTTP(rec, httptest.NewRequest("GET", path, nil))
+		if rec.Code != http.StatusOK {
+			t.Fatalf("%s: %d %s", path, rec.Code, rec.Body.String())
+		}
+		return rec
+	}
+	rec := get("/api/result.csv?" + q)
+	if ct := rec.Header().Get("Content-Type"); ct != "text/csv; charset=utf-8" {
+		t.Fatalf("csv: Content-Type %q", ct)
+	}
+	rows, err := csv.NewReader(rec.Body).ReadAll()
+	if err != nil || len(rows) == 0 {
+		t.Fatalf("csv: %v, %d rows", err, len(rows))
+	}
+	if h := strings.Join(rows[0], ","); h != "algorithm,client,arrival_ms,decision,remaining,retry_after_ms,departure_ms" {
+		t.Fatalf("csv header %q", h)
+	}
+	decided, k := 0, 1
+	for _, se := range r.Series {
+		decided += se.Total[0] + se.Total[1]
+		for _, rep := range se.Replies {
+			if k >= len(rows) {
+				t.Fatalf("csv: %d rows, fewer than the replies", len(rows)-1)
+			}
+			dep := ""
+			if se.Drawn == "departure" && !rep.Limited {
+				dep = fmt.Sprint(rep.At + rep.ResetAfter)
+			}
+			want := fmt.Sprint([]string{se.Name, fmt.Sprint(rep.Client + 1), fmt.Sprint(rep.At), map[bool]string{false: "admitted", true: "refused"}[rep.Limited],
+				fmt.Sprint(rep.Remaining), fmt.Sprint(rep.RetryAfter), dep})
+			if got := fmt.Sprint(rows[k]); got != want {
+				t.Fatalf("csv row %d: %s, want %s", k, got, want)
+			}
+			k++
+		}
+	}
+	if len(rows)-1 != decided || decided == 0 {
+		t.Fatalf("csv: %d rows, %d requests decided", len(rows)-1, decided)
+	}
+	rec = get("/api/chart.svg?" + q)
+	if rec.Header().Get("Content-Type") != "image/svg+xml" || rec.Body.String() != r.SVG {
+		t.Fatalf("svg: %s, and it differs from the page's chart", rec.Header().Get("Content-Type"))
+	}
+	t.Logf("csv: %d rows for %d requests decided (the traffic's %d to each of %d algorithms, and the retries)", len(rows)-1, decided, r.Requests, len(r.Series))
+}
+
+// stateRE is a row's state line in a chart.
+var stateRE = regexp.MustCompile(`<polyline class="state" data-state="([a-z]+)" data-values="([-\d,]*)" points="([^"]*)"`)
 
 // harness is the test's page: it opens the page at its src in a frame,
 // waits for its result, then changes the limit control as a person typing
@@ -589,8 +661,8 @@ type snapshot struct {
 func TestPageAddress(t *testing.T) {
 	needServer(t)
 	ts := pageServer(t)
-	s := Scenario{Pattern: "boundary", Rate: 3, Duration: 40, Limit: 8, Window: 5, Hold: 2, Seed: 4, Retry: "full", Clients: 3, Keys: "per-client"}
-	src := "/?autorun&pattern=boundary&rate=3&duration=40&limit=8&window=5&hold=2&seed=4&retry=full&clients=3&keys=per-client"
+	s := Scenario{Pattern: "boundary", Rate: 3, Duration: 40, Limit: 8, Window: 5, Hold: 2, Seed: 4, Retry: "full", Clients: 3, Keys: "per-client", Engine: "lua"}
+	src := "/?autorun&pattern=boundary&rate=3&duration=40&limit=8&window=5&hold=2&seed=4&retry=full&clients=3&keys=per-client&engine=lua"
 	dom := dumpDOM(t, ts.URL+"/test/harness.html?src="+url.QueryEscape(src), 60000)
 	m := regexp.MustCompile(`(?s)<pre id="out">(.*?)</pre>`).FindStringSubmatch(dom)
 	if m == nil {
@@ -612,12 +684,12 @@ func TestPageAddress(t *testing.T) {
 		t.Helper()
 		form := map[string]string{"pattern": s.Pattern, "rate": fmt.Sprint(s.Rate), "duration": fmt.Sprint(s.Duration),
 			"limit": fmt.Sprint(s.Limit), "window": fmt.Sprint(s.Window), "hold": fmt.Sprint(s.Hold), "seed": fmt.Sprint(s.Seed),
-			"retry": s.Retry, "clients": fmt.Sprint(s.Clients), "keys": s.Keys}
+			"retry": s.Retry, "clients": fmt.Sprint(s.Clients), "keys": s.Keys, "engine": s.Engine}
 		if fmt.Sprint(snap.Form) != fmt.Sprint(form) {
 			t.Fatalf("%s: the controls hold %v, want %v", snap.Name, snap.Form, form)
 		}
-		search := fmt.Sprintf("?pattern=%s&rate=%g&duration=%d&limit=%d&window=%d&hold=%g&seed=%d&retry=%s&clients=%d&keys=%s",
-			s.Pattern, s.Rate, s.Duration, s.Limit, s.Window, s.Hold, s.Seed, s.Retry, s.Clients, s.Keys)
+		search := fmt.Sprintf("?pattern=%s&rate=%g&duration=%d&limit=%d&window=%d&hold=%g&seed=%d&retry=%s&clients=%d&keys=%s&engine=%s",
+			s.Pattern, s.Rate, s.Duration, s.Limit, s.Window, s.Hold, s.Seed, s.Retry, s.Clients, s.Keys, s.Engine)
 		if snap.Search != search {
 			t.Fatalf("%s: the address is %q, want %q", snap.Name, snap.Search, search)
 		}
@@ -924,4 +996,123 @@ func TestPageRetriesAndClients(t *testing.T) {
 		t.Fatalf("clients=5: the clients' table shows Jain %v and shares %v; the endpoint %v and %v", got, gotShares, want, wantShares)
 	}
 	t.Logf("clients=5, the page: %v", got)
+}
+
+// Each algorithm's state per second, against values worked out by hand
+// from the module's replies to on/off traffic at 2/s (requests at 0, 0.5,
+// 1, 1.5, 4, 4.5, 5, 5.5 s), limit 3 per 4 s, hold 1.5 s. The replies, in
+// that order:
+//
+//	GCRA, TB     remaining 2 1 0 0 | 1 0 0(refused) 0
+//	FW           remaining 2 1 0 0(refused) | 2 1 0 0(refused)
+//	SW, SL       remaining 2 1 0 0(refused) ... 0 from then on
+//	CONC         remaining 2 1 0 0 | 2 1 0 0 (holds end 1.5 s later)
+//	LB (shaper)  departures 0, 1.334, 2.667, 4.001 | 5.334, 6.667, 8.001 (5 s refused)
+//
+// so at the end of second k (the last reply before k+1 s, carried on
+// through the silent seconds 2 and 3, 6 and 7; the shaper's queue from
+// arrivals and departures) the series are these. The axis runs to 9 s:
+// the shaper's last departure is at 8.001 s.
+func TestStateSeries(t *testing.T) {
+	needServer(t)
+	s := Scenario{Pattern: "onoff", Rate: 2, Duration: 8, Limit: 3, Window: 4, Hold: 1.5, Seed: 1}
+	r := simulate(t, s)
+	for _, c := range []struct {
+		command, of string
+		want        []int64
+	}{
+		{"GCRA.THROTTLE", "remaining", []int64{1, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{"TB.TAKE", "remaining", []int64{1, 0, 0, 0, 0, 0, 0, 0, 0}},
+		{"LB.ENQUEUE", "queue", []int64{1, 2, 1, 1, 2, 2, 1, 1, 0}},
+		{"SW.HIT", "count", []int64{2, 3, 3, 3, 3, 3, 3, 3, 3}},
+		{"FW.HIT", "count", []int64{2, 3, 3, 3, 2, 3, 3, 3, 3}},
+		{"SL.HIT", "log", []int64{2, 3, 3, 3, 3, 3, 3, 3, 3}},
+		{"CONC.ACQUIRE", "holders", []int64{2, 3, 3, 3, 2, 3, 3, 3, 3}},
+	} {
+		se := seriesOf(t, r, c.command)
+		if se.StateOf != c.of || fmt.Sprint(se.State) != fmt.Sprint(c.want) {
+			t.Errorf("%s: %s %v, want %s %v", c.command, se.StateOf, se.State, c.of, c.want)
+		}
+	}
+	if t.Failed() {
+		for _, se := range r.Series {
+			t.Logf("%s replies: %+v", se.Command, se.Replies)
+		}
+	}
+}
+
+// stateSeries on replies made up by hand: -1 before the first reply, the
+// last reply of a second counts, a silent second carries the value on,
+// and with a key per client the keys that have replied are summed.
+func TestStateSeriesSteps(t *testing.T) {
+	one := Scenario{Limit: 5, Clients: 1, Keys: "shared"}
+	two := Scenario{Limit: 5, Clients: 2, Keys: "per-client"}
+	for _, c := range []struct {
+		name    string
+		s       Scenario
+		command string
+		replies []Reply
+		secs    int
+		want    []int64
+	}{
+		{"remaining", one, "TB.TAKE", []Reply{{At: 1200, Limit: 5, Remaining: 4}, {At: 1999, Limit: 5, Remaining: 3}, {At: 4000, Limit: 5, Remaining: 5}},
+			5, []int64{-1, 3, 3, 3, 5}},
+		{"count", one, "FW.HIT", []Reply{{At: 0, Limit: 5, Remaining: 4}, {At: 999, Limit: 5, Remaining: 0, Limited: true}, {At: 1000, Limit: 5, Remaining: 4}},
+			3, []int64{5, 1, 1}},
+		{"a key each", two, "CONC.ACQUIRE", []Reply{{At: 0, Limit: 5, Remaining: 4}, {At: 1500, Limit: 5, Remaining: 3, Client: 1}, {At: 2500, Limit: 5, Remaining: 2}},
+			3, []int64{1, 3, 5}},
+		// queue: in it from arrival until departure (arrival + delay), at the end of second k if it arrived before (k+1) s and departs then or later
+		{"queue", one, "LB.ENQUEUE", []Reply{{At: 0, ResetAfter: 0}, {At: 100, ResetAfter: 900}, {At: 200, ResetAfter: 1800}, {At: 300, Limited: true, ResetAfter: 0}, {At: 2500, ResetAfter: 600}},
+			4, []int64{2, 1, 1, 0}},
+	} {
+		se := &Series{Command: c.command, Replies: c.replies}
+		if _, got := stateSeries(se, c.s, c.secs); fmt.Sprint(got) != fmt.Sprint(c.want) {
+			t.Errorf("%s: %v, want %v", c.name, got, c.want)
+		}
+	}
+}
+
+// The engines: the default scenario of every pattern, run through the
+// module's commands and through the Lua FUNCTION library on the same
+// server, gets byte-identical replies (the library is the module's
+// commands in Lua, by design); the page's address carries the engine
+// (TestPageAddress runs the Lua one).
+func TestEngines(t *testing.T) {
+	needServer(t)
+	for _, p := range Patterns {
+		s := DefaultScenario(p)
+		m := simulate(t, s)
+		s.Engine = "lua"
+		l := simulate(t, s)
+		if l.Scenario.Engine != "lua" || m.Scenario.Engine != "module" {
+			t.Fatalf("%s: engines %q and %q", p, m.Scenario.Engine, l.Scenario.Engine)
+		}
+		whole := true // every request on a whole ms
+		for _, a := range s.Arrivals() {
+			whole = whole && a.At%int64(time.Millisecond) == 0
+		}
+		for i := range m.Series {
+			jm, _ := json.Marshal(m.Series[i].Replies)
+			jl, _ := json.Marshal(l.Series[i].Replies)
+			if whole && !bytes.Equal(jm, jl) {
+				t.Fatalf("%s %s: the module's replies differ from the library's:\n%s\n%s", p, m.Series[i].Name, jm, jl)
+			}
+			if !whole && !bytes.Equal(jm, jl) {
+				// Off whole ms, Redis 7.0's module reads the clock in ms and
+				// Lua's TIME in µs (see package client): a time may read 1 ms
+				// apart, and a decision at an edge go the other way.
+				t.Logf("%s %s: off whole ms, the engines' replies differ", p, m.Series[i].Name)
+			}
+		}
+		if p == "steady" && !whole {
+			t.Fatal("the default scenario's requests are not on whole ms")
+		}
+	}
+	libs, err := demo.srv.RDB.Do(context.Background(), "FUNCTION", "LIST").Slice()
+	if err != nil || len(libs) == 0 {
+		t.Fatalf("no FUNCTION library on the server after the Lua runs: %v %v", libs, err)
+	}
+	if code, m, _ := post(t, demo.Handler(), "/api/simulate", Scenario{Pattern: "steady", Rate: 1, Duration: 1, Limit: 1, Window: 1, Hold: 1, Engine: "eval"}); code != http.StatusBadRequest {
+		t.Fatalf("engine eval: %d %v", code, m)
+	}
 }

@@ -26,7 +26,8 @@ import (
 type Server struct {
 	Addr  string
 	RDB   *redis.Client
-	C     *client.Client // the limiter calls, over RDB
+	C     *client.Client // the limiter calls, over RDB: the module's commands
+	Lua   *client.Client // the same calls as FCALLs of the FUNCTION library (loaded on first use)
 	cmd   *exec.Cmd
 	dir   string
 	clock *os.File
@@ -73,6 +74,7 @@ func StartServer(bin, module, shim string) (*Server, error) {
 	}
 	s.RDB = redis.NewClient(&redis.Options{Addr: s.Addr, Protocol: 2})
 	s.C = client.NewEngine(s.RDB, client.Module)
+	s.Lua = client.NewEngine(s.RDB, client.Functions)
 	deadline := time.Now().Add(10 * time.Second)
 	for s.RDB.Ping(context.Background()).Err() != nil {
 		if time.Now().After(deadline) {

@@ -3,8 +3,10 @@ package main
 import (
 	"context"
 	"embed"
+	"encoding/csv"
 	"encoding/json"
 	"fmt"
+	"io"
 	"io/fs"
 	"net/http"
 	"strings"
@@ -31,7 +33,11 @@ func NewDemo(srv *Server) *Demo { return &Demo{srv: srv} }
 func (d *Demo) Simulate(ctx context.Context, s Scenario) (*Result, error) {
 	d.mu.Lock()
 	defer d.mu.Unlock()
-	return Simulate(ctx, d.srv.C, d.srv.RDB, d.srv.SetClock, fmt.Sprintf("demo:run%d:", d.runs.Add(1)), s)
+	c := d.srv.C
+	if s.withDefaults().Engine == "lua" {
+		c = d.srv.Lua
+	}
+	return Simulate(ctx, c, d.srv.RDB, d.srv.SetClock, fmt.Sprintf("demo:run%d:", d.runs.Add(1)), s)
 }
 
 // SimulateResponse is /api/simulate's reply: the result and its chart.
@@ -55,6 +61,7 @@ type LiveRequest struct {
 //	GET  /api/defaults     the default scenario, the patterns, the algorithms
 //	POST /api/simulate     a Scenario -> SimulateResponse
 //	GET  /api/chart.svg    the chart of the scenario in the query (pattern, rate, ..., retry, clients, keys)
+//	GET  /api/result.csv   that scenario's replies, one row per request (see WriteCSV)
 //	POST /api/live         a LiveRequest -> the replies, at real time
 //	POST /api/live/reset   forget the live keys
 func (d *Demo) Handler() http.Handler {
@@ -63,7 +70,7 @@ func (d *Demo) Handler() http.Handler {
 	mux.HandleFunc("GET /api/defaults", func(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"scenario": DefaultScenario("steady"), "patterns": Patterns, "algorithms": Algorithms,
-			"retries": Retries, "keys": KeyModes, "max_clients": MaxClients, "noisy_factor": NoisyFactor,
+			"retries": Retries, "keys": KeyModes, "engines": Engines, "max_clients": MaxClients, "noisy_factor": NoisyFactor,
 		})
 	})
 	mux.HandleFunc("POST /api/simulate", func(w http.ResponseWriter, r *http.Request) {
@@ -81,6 +88,23 @@ func (d *Demo) Handler() http.Handler {
 			return
 		}
 		d.simulate(w, r, s, true)
+	})
+	mux.HandleFunc("GET /api/result.csv", func(w http.ResponseWriter, r *http.Request) {
+		s, err := scenarioFromQuery(r)
+		if err != nil {
+			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
+			return
+		}
+		res, err := d.Simulate(r.Context(), s)
+		if err != nil {
+			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
+			return
+		}
+		var b strings.Builder
+		_ = WriteCSV(&b, res)
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="ratelimit-%s.csv"`, s.Pattern))
+		_, _ = w.Write([]byte(b.String()))
 	})
 	mux.HandleFunc("POST /api/live", d.live)
 	mux.HandleFunc("POST /api/live/reset", func(w http.ResponseWriter, r *http.Request) {
@@ -123,7 +147,7 @@ func scenarioFromQuery(r *http.Request) (Scenario, error) {
 	if s.Pattern == "" {
 		s.Pattern = "steady"
 	}
-	for name, p := range map[string]*string{"retry": &s.Retry, "keys": &s.Keys} {
+	for name, p := range map[string]*string{"retry": &s.Retry, "keys": &s.Keys, "engine": &s.Engine} {
 		if q.Has(name) {
 			*p = q.Get(name)
 		}
@@ -137,6 +161,34 @@ func scenarioFromQuery(r *http.Request) (Scenario, error) {
 		}
 	}
 	return s, s.Check()
+}
+
+// CSVHeader is the first row of WriteCSV's table.
+var CSVHeader = []string{"algorithm", "client", "arrival_ms", "decision", "remaining", "retry_after_ms", "departure_ms"}
+
+// WriteCSV writes one row per request each algorithm decided, retries
+// included, algorithm by algorithm in time order: its name, the client
+// (1 the first, as the page numbers them), the arrival in ms from the
+// start, admitted or refused, remaining and retry_after (ms, -1: none)
+// as the module replied, and for the shaper's admitted requests the
+// departure (arrival + the reply's delay), empty otherwise.
+func WriteCSV(w io.Writer, res *Result) error {
+	cw := csv.NewWriter(w)
+	_ = cw.Write(CSVHeader)
+	for _, se := range res.Series {
+		for _, r := range se.Replies {
+			decision, departure := "admitted", ""
+			if r.Limited {
+				decision = "refused"
+			} else if se.Drawn == "departure" {
+				departure = fmt.Sprint(r.At + max(r.ResetAfter, 0))
+			}
+			_ = cw.Write([]string{se.Name, fmt.Sprint(r.Client + 1), fmt.Sprint(r.At), decision,
+				fmt.Sprint(r.Remaining), fmt.Sprint(r.RetryAfter), departure})
+		}
+	}
+	cw.Flush()
+	return cw.Error()
 }
 
 // live sends the request's calls at real time, one after the other, and

@@ -37,7 +37,15 @@ type Scenario struct {
 	// Keys is shared (every client counts against one key per algorithm)
 	// or per-client (each client its own key, with the whole limit).
 	Keys string `json:"keys"`
+	// Engine is what runs the limiter calls: module (the module's
+	// commands) or lua (the project's FUNCTION library, lua/, loaded
+	// beside the module on the same server and called with FCALL).
+	Engine string `json:"engine"`
 }
+
+// Engines are what may run the limiter calls, in the order the page lists
+// them.
+var Engines = []string{"module", "lua"}
 
 // Patterns are the traffic patterns, in the order the page lists them.
 var Patterns = []string{"steady", "bursts", "boundary", "ramp", "random", "onoff"}
@@ -76,7 +84,7 @@ const (
 // that does not retry.
 func DefaultScenario(pattern string) Scenario {
 	return Scenario{Pattern: pattern, Rate: 2, Duration: 60, Limit: 10, Window: 10, Hold: 3, Seed: 1,
-		Retry: "none", Clients: 1, Keys: "shared"}
+		Retry: "none", Clients: 1, Keys: "shared", Engine: "module"}
 }
 
 // withDefaults is s with the settings it leaves out (as a scenario from
@@ -90,6 +98,9 @@ func (s Scenario) withDefaults() Scenario {
 	}
 	if s.Keys == "" {
 		s.Keys = "shared"
+	}
+	if s.Engine == "" {
+		s.Engine = "module"
 	}
 	return s
 }
@@ -115,6 +126,8 @@ func (s Scenario) Check() error {
 		return fmt.Errorf("clients must be 1 to %d", MaxClients)
 	case !slices.Contains(KeyModes, s.Keys):
 		return fmt.Errorf("keys must be one of %v", KeyModes)
+	case !slices.Contains(Engines, s.Engine):
+		return fmt.Errorf("engine must be one of %v", Engines)
 	case s.Clients == 1 && float64(s.Duration)*s.Rate > MaxRequests:
 		return fmt.Errorf("rate × duration must be at most %d requests", MaxRequests)
 	case s.Clients > 1 && float64(s.Duration)*s.Rate*float64(s.Clients-1+NoisyFactor) > MaxRequests:
@@ -356,9 +369,20 @@ type Series struct {
 	// Departures are the shaper's admitted requests' departures, ms from
 	// the start, in arrival order: each arrival plus its reply's delay.
 	Departures []int64 `json:"departures,omitempty"`
-	Replies    []Reply `json:"replies"`  // every request's reply, retries included, in time order
-	Expected   string  `json:"expected"` // what the README promises
-	Bound      int64   `json:"bound"`    // that promise as a number (0: none)
+	// StateOf names the algorithm's own state that State follows, from its
+	// replies only (see stateSeries): "remaining" (GCRA's allowance, the
+	// token bucket's tokens), "queue" (the shaper's admitted requests not
+	// yet departed), "count" (the windows' requests in the current window,
+	// limit − remaining), "log" (the sliding log's size, limit − remaining)
+	// or "holders" (concurrency: limit − remaining).
+	StateOf string `json:"state_of"`
+	// State is that state at the end of each second of the time axis
+	// (second k: just before (k+1) s), one per second of SpanMs rounded
+	// up; -1 before the first reply.
+	State    []int64 `json:"state"`
+	Replies  []Reply `json:"replies"`  // every request's reply, retries included, in time order
+	Expected string  `json:"expected"` // what the README promises
+	Bound    int64   `json:"bound"`    // that promise as a number (0: none)
 }
 
 // ClientShare is one client's part in an algorithm's run.
@@ -636,11 +660,77 @@ func (res *Result) tally(arrivals []Arrival) {
 			se.Served = math.Round(1000*float64(se.Total[0])/float64(res.Requests)) / 10
 		}
 		se.MostIn = mostIn(admitted, int64(s.Window)*1000)
+		se.StateOf, se.State = stateSeries(se, s, int(secs))
 		se.Expected, se.Bound = promise(se.Command, s)
 		if s.Clients > 1 {
 			se.Clients, se.Jain = fairness(demand, admittedBy)
 		}
 	}
+}
+
+// stateOf is what stateSeries follows for each command.
+var stateOf = map[string]string{"GCRA.THROTTLE": "remaining", "TB.TAKE": "remaining", "LB.ENQUEUE": "queue",
+	"SW.HIT": "count", "FW.HIT": "count", "SL.HIT": "log", "CONC.ACQUIRE": "holders"}
+
+// stateSeries is an algorithm's own state at the end of each of secs
+// seconds, read from its replies only: the value at the instant just
+// before (k+1) s, for second k.
+//
+// The shaper's is its queue: the admitted requests that arrived before
+// that instant and depart at it or later (arrival + the reply's delay).
+// Every other algorithm's is what its last reply before that instant
+// said: remaining for GCRA and the token bucket, limit − remaining for
+// the windows, the sliding log and the concurrency limiter. A second
+// without a reply carries the last value on (the state as last
+// reported: a bucket refills and a window rolls over between replies,
+// unseen); before the first reply the value is -1. With a key per client
+// it is the sum over the keys that have replied.
+func stateSeries(se *Series, s Scenario, secs int) (string, []int64) {
+	what := stateOf[se.Command]
+	out := make([]int64, secs)
+	if what == "queue" {
+		var adm []Reply
+		for _, r := range se.Replies {
+			if !r.Limited {
+				adm = append(adm, r)
+			}
+		}
+		for k := range out {
+			end := int64(k+1) * 1000
+			for _, r := range adm {
+				if r.At < end && r.At+max(r.ResetAfter, 0) >= end {
+					out[k]++
+				}
+			}
+		}
+		return what, out
+	}
+	perKey := s.Keys == "per-client" && s.Clients > 1
+	last := map[int]int64{} // each key's last value: by client with a key each, else one
+	i := 0
+	for k := range out {
+		end := int64(k+1) * 1000
+		for ; i < len(se.Replies) && se.Replies[i].At < end; i++ {
+			r := se.Replies[i]
+			key := 0
+			if perKey {
+				key = r.Client
+			}
+			v := r.Remaining
+			if what != "remaining" {
+				v = r.Limit - r.Remaining
+			}
+			last[key] = v
+		}
+		if len(last) == 0 {
+			out[k] = -1
+			continue
+		}
+		for _, v := range last {
+			out[k] += v
+		}
+	}
+	return what, out
 }
 
 // fairness is each client's share of what an algorithm admitted, and

@@ -19,6 +19,7 @@ function scenario() {
     retry: f.get('retry'),
     clients: Number(f.get('clients')),
     keys: f.get('keys'),
+    engine: f.get('engine'),
   };
 }
 
@@ -31,18 +32,23 @@ function cell(row, text, cls) {
 }
 
 // The scenario's controls, in the order the address lists them.
-const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'hold', 'seed', 'retry', 'clients', 'keys'];
+const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'hold', 'seed', 'retry', 'clients', 'keys', 'engine'];
 
 // What the page calls each retry mode and key mode.
 const retryNames = {none: 'none (open loop)', nojitter: 'after retry_after, no jitter', full: 'full jitter', spread: "the middleware's spread"};
 const keyNames = {shared: 'shared', 'per-client': 'per client'};
+const engineNames = {module: "the module's commands", lua: 'the Lua FUNCTION library'};
 
 // The address of a scenario: the page's own, with every setting in its
 // query, so that a result can be linked.
-function address(s) {
+function query(s) {
   const q = new URLSearchParams();
   for (const k of fields) q.set(k, s[k]);
-  return `${location.pathname}?${q}`;
+  return `?${q}`;
+}
+
+function address(s) {
+  return location.pathname + query(s);
 }
 
 let runs = 0; // the last run asked for
@@ -104,8 +110,13 @@ async function run(event) {
   showClients(body);
   const ms = Math.round(performance.now() - started);
   const retries = body.series.reduce((n, se) => n + se.retries, 0);
-  status.textContent = `${body.requests} requests${retries ? ` and ${retries} retries` : ''} × ${body.series.length} algorithms over ${body.scenario.duration} s of virtual time, in ${ms} ms`;
+  status.textContent = `${body.requests} requests${retries ? ` and ${retries} retries` : ''} × ${body.series.length} algorithms over ${body.scenario.duration} s of virtual time, through ${engineNames[body.scenario.engine]}, in ${ms} ms`;
   history.replaceState(null, '', address(body.scenario));
+  // The downloads: the server runs the same scenario again (the clock is
+  // virtual, so it replies alike).
+  $('#csv').href = `api/result.csv${query(body.scenario)}`;
+  $('#svg').href = `api/chart.svg${query(body.scenario)}`;
+  $('#downloads').hidden = false;
   document.body.dataset.ran = 'yes';
   document.body.dataset.runs = Number(document.body.dataset.runs || 0) + 1;
 }
@@ -205,6 +216,7 @@ async function init() {
   options('#pattern', d.patterns);
   options('#retry', d.retries, retryNames);
   options('#keys', d.keys, keyNames);
+  options('#engine', d.engines, engineNames);
   $('#clients-input').max = d.max_clients;
   $('#noisy').textContent = d.noisy_factor;
   // An address with settings (as run leaves it) restores them; anything
