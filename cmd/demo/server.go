@@ -79,7 +79,7 @@ func (d *Demo) Handler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a scenario in JSON: " + err.Error()})
 			return
 		}
-		d.simulate(w, r, s.withDefaults(), false)
+		d.simulate(w, r, s.withDefaults(), "json")
 	})
 	mux.HandleFunc("GET /api/chart.svg", func(w http.ResponseWriter, r *http.Request) {
 		s, err := scenarioFromQuery(r)
@@ -87,7 +87,7 @@ func (d *Demo) Handler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		d.simulate(w, r, s, true)
+		d.simulate(w, r, s, "svg")
 	})
 	mux.HandleFunc("GET /api/result.csv", func(w http.ResponseWriter, r *http.Request) {
 		s, err := scenarioFromQuery(r)
@@ -95,16 +95,7 @@ func (d *Demo) Handler() http.Handler {
 			writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 			return
 		}
-		res, err := d.Simulate(r.Context(), s)
-		if err != nil {
-			writeJSON(w, http.StatusInternalServerError, map[string]string{"error": err.Error()})
-			return
-		}
-		var b strings.Builder
-		_ = WriteCSV(&b, res)
-		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
-		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="ratelimit-%s.csv"`, s.Pattern))
-		_, _ = w.Write([]byte(b.String()))
+		d.simulate(w, r, s, "csv")
 	})
 	mux.HandleFunc("POST /api/live", d.live)
 	mux.HandleFunc("POST /api/live/reset", func(w http.ResponseWriter, r *http.Request) {
@@ -119,7 +110,9 @@ func (d *Demo) Handler() http.Handler {
 	return mux
 }
 
-func (d *Demo) simulate(w http.ResponseWriter, r *http.Request, s Scenario, svg bool) {
+// simulate runs s and answers its result as format says: "json" (the
+// result and its chart), "svg" (the chart) or "csv" (a row per decision).
+func (d *Demo) simulate(w http.ResponseWriter, r *http.Request, s Scenario, format string) {
 	if err := s.Check(); err != nil {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": err.Error()})
 		return
@@ -130,12 +123,20 @@ func (d *Demo) simulate(w http.ResponseWriter, r *http.Request, s Scenario, svg 
 		return
 	}
 	var b strings.Builder
-	_ = WriteSVG(&b, res)
-	if svg {
+	switch format {
+	case "csv":
+		_ = WriteCSV(&b, res)
+		w.Header().Set("Content-Type", "text/csv; charset=utf-8")
+		w.Header().Set("Content-Disposition", fmt.Sprintf(`attachment; filename="ratelimit-%s.csv"`, s.Pattern))
+		_, _ = w.Write([]byte(b.String()))
+		return
+	case "svg":
+		_ = WriteSVG(&b, res)
 		w.Header().Set("Content-Type", "image/svg+xml")
 		_, _ = w.Write([]byte(b.String()))
 		return
 	}
+	_ = WriteSVG(&b, res)
 	writeJSON(w, http.StatusOK, SimulateResponse{Result: res, SVG: b.String()})
 }
 
