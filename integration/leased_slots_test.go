@@ -16,8 +16,18 @@ import (
 // limit of 32 slots for 1.5 s, each acquiring before and releasing after.
 // The jobs running at once, counted by the jobs themselves, never pass 32;
 // the slots are used (on average at least 80% held), each process gets
-// about a quarter (Jain's index at least 0.85), fewer than 0.05 calls
-// reach Redis per decision, and after Close the key holds nothing.
+// about a quarter once the processes know each other (Jain's index of
+// what each admitted after the first 750 ms at least 0.9), fewer than
+// 0.05 calls reach Redis per decision, and after Close the key holds
+// nothing.
+//
+// The first 750 ms are left out of the share: a process that starts first
+// takes what its holders use before the others come, and keeps it until
+// the key's registry has counted them (a recount 250 ms after it joins)
+// and a renewal of its slots (every half second) has found the key full;
+// over a 1.5 s run on a machine busy with other work that start alone
+// gave one process 6 % of the admissions (Jain's index 0.769), while the
+// second half stays even (0.989 and above measured with both cores busy).
 func TestLeasedSlots(t *testing.T) {
 	each(t, func(t *testing.T, s *server) {
 		k := key(t, "conc")
@@ -30,6 +40,8 @@ func TestLeasedSlots(t *testing.T) {
 		stop := make(chan struct{})
 		var wg sync.WaitGroup
 		var seq atomic.Int64
+		settled := make([]atomic.Int64, len(procs)) // admitted after warm
+		warm := time.Now().Add(750 * time.Millisecond)
 		for i, p := range procs {
 			for range 16 {
 				wg.Go(func() {
@@ -51,6 +63,9 @@ func TestLeasedSlots(t *testing.T) {
 							continue
 						}
 						admitted.Add(1)
+						if time.Now().After(warm) {
+							settled[i].Add(1)
+						}
 						n := running.Add(1)
 						for m := most.Load(); n > m && !most.CompareAndSwap(m, n); m = most.Load() {
 						}
@@ -79,26 +94,25 @@ func TestLeasedSlots(t *testing.T) {
 			t.Fatalf("after Close the key: %+v %v; want every slot free", peek, err)
 		}
 		mean := float64(busy.Load()) / float64(max(samples.Load(), 1))
-		// Each process gets about its share: what each admitted, by Jain's index.
-		var each []float64
-		for _, p := range procs {
-			each = append(each, float64(p.Stats().Local))
+		// Each process gets about its share once they know each other: what
+		// each admitted after the warm-up, by Jain's index; the whole run's
+		// is logged.
+		var each, whole []float64
+		for i, p := range procs {
+			each = append(each, float64(settled[i].Load()))
+			whole = append(whole, float64(p.Stats().Local))
 		}
-		var sum, sum2 float64
-		for _, x := range each {
-			sum, sum2 = sum+x, sum2+x*x
-		}
-		jain := sum * sum / (float64(len(each)) * sum2)
-		if jain < 0.85 {
-			t.Fatalf("each process admitted %v: Jain's index %.3f", each, jain)
+		jain, wholeJain := jainIndex(each), jainIndex(whole)
+		if jain < 0.9 {
+			t.Fatalf("each process admitted %v after the first 750 ms: Jain's index %.3f (%v in the whole run: %.3f)", each, jain, whole, wholeJain)
 		}
 		d, c := decisions.Load(), calls.n.Load()
 		if most.Load() > 32 || mean < 0.8*32 || float64(c)/float64(d) > 0.05 {
 			t.Fatalf("%d jobs at once at most, %.1f on average (limit 32); %d calls for %d decisions; the first process: %+v",
 				most.Load(), mean, c, d, procs[0].Stats())
 		}
-		t.Logf("%d admitted of %d decisions; at most %d at once, %.1f on average as each job started; %d calls (%.4f each); each process admitted %v (Jain %.3f)",
-			admitted.Load(), d, most.Load(), mean, c, float64(c)/float64(d), each, jain)
+		t.Logf("%d admitted of %d decisions; at most %d at once, %.1f on average as each job started; %d calls (%.4f each); each process admitted %v after 750 ms (Jain %.3f), %v in all (Jain %.3f)",
+			admitted.Load(), d, most.Load(), mean, c, float64(c)/float64(d), each, jain, whole, wholeJain)
 	})
 }
 
@@ -132,4 +146,17 @@ func TestLeasedFixedWindow(t *testing.T) {
 		}
 		t.Logf("admitted per window %v; %d decisions, %d calls", perWindow, run.decisions, calls.n.Load())
 	})
+}
+
+// jainIndex is Jain's fairness index of xs: (Σx)² / (n·Σx²), 1 when all
+// are equal, 1/n when one has everything.
+func jainIndex(xs []float64) float64 {
+	var sum, sum2 float64
+	for _, x := range xs {
+		sum, sum2 = sum+x, sum2+x*x
+	}
+	if sum2 == 0 {
+		return 0
+	}
+	return sum * sum / (float64(len(xs)) * sum2)
 }
