@@ -87,8 +87,13 @@ func WriteSVG(w io.Writer, res *Result) error {
 		chartWidth, height, chartWidth, height, res.Requests)
 	fmt.Fprintf(&b, `<title>%s traffic, %.4g requests/s for %d s, limit %d per %d s</title>`+"\n", s.Pattern, s.Rate, s.Duration, s.Limit, s.Window)
 	fmt.Fprintf(&b, `<rect width="100%%" height="100%%" fill="#fff"/>`+"\n")
-	fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s: %d requests over %d s, every algorithm limited to %d per %d s (concurrency: %d at once, each held %.4g s)</text>`+"\n",
-		html.EscapeString(s.Pattern), res.Requests, s.Duration, s.Limit, s.Window, s.Limit, s.Hold)
+	if s.Burst == 0 && s.Lease == 0 {
+		fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s: %d requests over %d s, every algorithm limited to %d per %d s (concurrency: %d at once, each held %.4g s)</text>`+"\n",
+			html.EscapeString(s.Pattern), res.Requests, s.Duration, s.Limit, s.Window, s.Limit, s.Hold)
+	} else { // the settings that differ from the default, shorter
+		fmt.Fprintf(&b, `<text x="10" y="18" font-size="14" font-weight="bold">%s: %d requests over %d s, limit %d per %d s, burst %d (concurrency: %d at once, held %.4g s, lease %d s)</text>`+"\n",
+			html.EscapeString(s.Pattern), res.Requests, s.Duration, s.Limit, s.Window, s.burst(), s.Limit, s.Hold, s.lease())
+	}
 	if !retrying && !several {
 		fmt.Fprintf(&b, `<text x="10" y="33" fill="#555">bars per %.4g s: admitted up (green), refused down (red), offered traffic outlined; from the module's replies on a virtual clock</text>`+"\n",
 			float64(res.BucketMs)/1000)

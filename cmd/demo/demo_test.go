@@ -13,6 +13,7 @@ import (
 	"net/url"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"regexp"
 	"slices"
 	"strconv"
@@ -206,6 +207,154 @@ func TestBoundaryAttack(t *testing.T) {
 	}
 }
 
+// admittedAt is how many requests an algorithm admitted, by the instant
+// (ms) they arrived at.
+func admittedAt(se Series) map[int64]int {
+	n := map[int64]int{}
+	for _, r := range se.Replies {
+		if !r.Limited {
+			n[r.At]++
+		}
+	}
+	return n
+}
+
+// Burst: "10 tokens refilling 5 a second" (limit 5 per 1 s, burst 10),
+// under bursts of 20 at each whole second. The token bucket and GCRA admit
+// the burst at t = 0, then the limit at each later second (the refill),
+// where with burst = limit they admit the limit at t = 0 too; the shaper
+// lets one go and burst − 1 wait, the last W / limit × (burst − 1) later.
+// Burst changes nothing else: the windows, the log and the concurrency
+// limiter reply alike, and burst = limit replies as leaving it out.
+func TestBurst(t *testing.T) {
+	needServer(t)
+	s := Scenario{Pattern: "bursts", Rate: 20, Duration: 4, Limit: 5, Window: 1, Hold: 0.5, Seed: 1, Burst: 10}
+	big := simulate(t, s)
+	s.Burst = s.Limit
+	same := simulate(t, s)
+	s.Burst = 0
+	def := simulate(t, s)
+	for i := range def.Series {
+		jd, _ := json.Marshal(def.Series[i])
+		js, _ := json.Marshal(same.Series[i])
+		if !bytes.Equal(jd, js) {
+			t.Fatalf("%s: burst = limit replies otherwise than burst left out", def.Series[i].Name)
+		}
+	}
+	for i, se := range big.Series {
+		switch se.Command {
+		case "GCRA.THROTTLE", "TB.TAKE":
+			for _, c := range []struct {
+				r     SimulateResponse
+				burst int64
+			}{{big, 10}, {def, s.Limit}} {
+				n := admittedAt(c.r.Series[i])
+				for sec := int64(0); sec < int64(s.Duration); sec++ {
+					want := int(s.Limit) // the refill: limit per window
+					if sec == 0 {
+						want = int(c.burst)
+					}
+					if n[sec*1000] != want {
+						t.Fatalf("%s, burst %d: %d admitted at %d s of 20 sent, want %d (admitted by instant: %v)", se.Name, c.burst, n[sec*1000], sec, want, n)
+					}
+				}
+				if b := c.r.Series[i].Bound; int64(c.r.Series[i].MostIn) > b || b != c.burst+s.Limit {
+					t.Fatalf("%s, burst %d: %d in a window, the promise %d", se.Name, c.burst, c.r.Series[i].MostIn, b)
+				}
+			}
+			t.Logf("%s: admitted by instant, burst 10: %v; burst left out (5): %v", se.Name, admittedAt(se), admittedAt(def.Series[i]))
+		case "LB.ENQUEUE":
+			for _, c := range []struct {
+				r     SimulateResponse
+				burst int64
+			}{{big, 10}, {def, s.Limit}} {
+				var delays []int64
+				for _, r := range c.r.Series[i].Replies {
+					if r.At == 0 && !r.Limited {
+						delays = append(delays, r.ResetAfter)
+					}
+				}
+				last := 1000 * int64(s.Window) * (c.burst - 1) / s.Limit
+				if int64(len(delays)) != c.burst || delays[0] != 0 || abs(delays[len(delays)-1]-last) > 1 {
+					t.Fatalf("shaper, burst %d: at t = 0 delays %v, want %d of them, from 0 to %d ms", c.burst, delays, c.burst, last)
+				}
+				t.Logf("shaper, burst %d: %d admitted at t = 0, the last to go %d ms later", c.burst, len(delays), delays[len(delays)-1])
+			}
+		default:
+			jb, _ := json.Marshal(se.Replies)
+			jd, _ := json.Marshal(def.Series[i].Replies)
+			if !bytes.Equal(jb, jd) {
+				t.Fatalf("%s: burst changed its replies", se.Name)
+			}
+		}
+	}
+}
+
+func abs(n int64) int64 { return max(n, -n) }
+
+// TestBurstLua: the Lua library takes the burst as the module does (the
+// bursts are on whole ms, so the replies are byte-identical).
+func TestBurstLua(t *testing.T) {
+	needServer(t)
+	s := Scenario{Pattern: "bursts", Rate: 20, Duration: 4, Limit: 5, Window: 1, Hold: 0.5, Seed: 1, Burst: 10, Lease: 1}
+	m := simulate(t, s)
+	s.Engine = "lua"
+	l := simulate(t, s)
+	for i := range m.Series {
+		jm, _ := json.Marshal(m.Series[i].Replies)
+		jl, _ := json.Marshal(l.Series[i].Replies)
+		if !bytes.Equal(jm, jl) {
+			t.Fatalf("burst 10, lease 1 s, %s: the module's replies differ from the library's:\n%s\n%s", m.Series[i].Name, jm, jl)
+		}
+	}
+}
+
+// holdersByHold is the most admitted requests of a concurrency run that
+// still worked at one instant: each from its arrival for hold ms.
+func holdersByHold(se Series, hold int64) int {
+	most := 0
+	for _, a := range se.Replies {
+		if a.Limited {
+			continue
+		}
+		n := 0
+		for _, b := range se.Replies {
+			if !b.Limited && b.At <= a.At && a.At < b.At+hold {
+				n++
+			}
+		}
+		most = max(most, n)
+	}
+	return most
+}
+
+// Lease: the concurrency limiter (limit 3, each request working 3 s,
+// steady 2/s) with the default lease (4 s) never has more than 3 at work
+// at once; with a lease of 1 s a slot lapses 1 s after it was taken, while
+// its holder still works, so the replies admit more than 3 at work at once,
+// though the module never reports more than 3 holders.
+func TestLease(t *testing.T) {
+	needServer(t)
+	s := Scenario{Pattern: "steady", Rate: 2, Duration: 20, Limit: 3, Window: 10, Hold: 3, Seed: 1}
+	def := seriesOf(t, simulate(t, s), "CONC.ACQUIRE")
+	s.Lease = 1
+	short := seriesOf(t, simulate(t, s), "CONC.ACQUIRE")
+	hold := int64(s.Hold * 1000)
+	d, sh := holdersByHold(def, hold), holdersByHold(short, hold)
+	t.Logf("at work at once: %d with the default lease (%d admitted), %d with a 1 s lease (%d admitted)", d, def.Total[0], sh, short.Total[0])
+	if d > int(s.Limit) || d == 0 {
+		t.Fatalf("default lease: %d at work at once, the limit is %d", d, s.Limit)
+	}
+	if sh <= int(s.Limit) || short.Total[0] <= def.Total[0] {
+		t.Fatalf("a 1 s lease under a 3 s hold: %d at work at once (limit %d), %d admitted against %d; want slots to lapse", sh, s.Limit, short.Total[0], def.Total[0])
+	}
+	for _, r := range short.Replies {
+		if r.Limit-r.Remaining > s.Limit || r.Limit != s.Limit {
+			t.Fatalf("a 1 s lease: the module reports %d holders of %d at %d ms", r.Limit-r.Remaining, r.Limit, r.At)
+		}
+	}
+}
+
 func TestBadInput(t *testing.T) {
 	needServer(t)
 	h := demo.Handler()
@@ -225,6 +374,10 @@ func TestBadInput(t *testing.T) {
 		{"/api/simulate", Scenario{Pattern: "boundary", Rate: 1, Duration: 600, Limit: 10000, Window: 1, Hold: 1}, "boundary attack sends 2 × limit at each of its 300 window edges"},
 		{"/api/simulate", Scenario{Pattern: "bursts", Rate: 0.01, Duration: 600, Limit: 10, Window: 1, Hold: 1, Clients: 20}, ""}, // 600 bursts of 1 from each client: 12000, allowed
 		{"/api/simulate", Scenario{Pattern: "bursts", Rate: 1.5, Duration: 600, Limit: 10, Window: 1, Hold: 1, Clients: 15}, "the bursts pattern makes 21600 requests here"},
+		{"/api/simulate", Scenario{Pattern: "steady", Rate: 1, Duration: 60, Limit: 10, Window: 10, Hold: 1, Burst: 10001}, "burst must be 1 to 10000"},
+		{"/api/simulate", Scenario{Pattern: "steady", Rate: 1, Duration: 60, Limit: 10, Window: 10, Hold: 1, Burst: -1}, "burst must be 1 to 10000"},
+		{"/api/simulate", Scenario{Pattern: "steady", Rate: 1, Duration: 60, Limit: 10, Window: 10, Hold: 1, Lease: 3601}, "lease must be 1 to 3600 seconds"},
+		{"/api/simulate", Scenario{Pattern: "steady", Rate: 1, Duration: 60, Limit: 10, Window: 10, Hold: 1, Burst: 10000, Lease: 3600}, ""},
 		{"/api/simulate", "{not json", "JSON"},
 		{"/api/live", LiveRequest{Command: "DEL", Count: 1, Limit: 1, Window: 1, Hold: 1}, "GCRA.THROTTLE"},
 		{"/api/live", LiveRequest{Command: "FW.HIT", Count: 0, Limit: 1, Window: 1, Hold: 1}, "count"},
@@ -245,7 +398,8 @@ func TestBadInput(t *testing.T) {
 	if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), "rate") {
 		t.Errorf("chart with rate=x: %d %s", rec.Code, rec.Body)
 	}
-	for q, want := range map[string]string{"clients=x": `clients: \"x\" is not a number`, "retry=": "retry must be one of", "keys=per-key": "keys must be one of"} {
+	for q, want := range map[string]string{"clients=x": `clients: \"x\" is not a number`, "retry=": "retry must be one of", "keys=per-key": "keys must be one of",
+		"burst=x": `burst: \"x\" is not a number`, "burst=20000": "burst must be 1 to 10000", "lease=-2": "lease must be 1 to 3600"} {
 		rec := httptest.NewRecorder()
 		h.ServeHTTP(rec, httptest.NewRequest("GET", "/api/chart.svg?"+q, nil))
 		if rec.Code != http.StatusBadRequest || !strings.Contains(rec.Body.String(), want) {
@@ -354,21 +508,42 @@ func pageServer(t *testing.T) *httptest.Server {
 	return ts
 }
 
+// screenshots is the directory the browser tests save screenshots of what
+// they check into, from DEMO_SCREENSHOTS (make screenshots: docs), or "".
+var screenshots = os.Getenv("DEMO_SCREENSHOTS")
+
 // dumpDOM loads url in headless Chromium and returns its DOM once the
 // page has settled: virtual time runs budget ms with nothing to wait for
 // (time spent waiting for the server does not count), so a busy machine
-// makes it slower, not different.
-func dumpDOM(t *testing.T, url string, budget int) string {
+// makes it slower, not different. With DEMO_SCREENSHOTS set and a name,
+// the same run saves the window, 1100 px wide and height tall, as the DOM
+// is dumped, into simulator-<name>.png there.
+func dumpDOM(t *testing.T, url string, budget int, name string, height int) string {
 	t.Helper()
 	b := browser(t)
 	ctx, cancel := context.WithTimeout(context.Background(), 3*time.Minute)
 	defer cancel()
-	cmd := exec.CommandContext(ctx, b, "--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-		"--no-first-run", "--user-data-dir="+t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget), "--dump-dom", url)
+	args := []string{"--headless", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
+		"--no-first-run", "--user-data-dir=" + t.TempDir(), fmt.Sprintf("--virtual-time-budget=%d", budget)}
+	png := ""
+	if screenshots != "" && name != "" {
+		if err := os.MkdirAll(screenshots, 0o755); err != nil {
+			t.Fatal(err)
+		}
+		png = filepath.Join(screenshots, "simulator-"+name+".png")
+		args = append(args, "--hide-scrollbars", "--force-device-scale-factor=1", fmt.Sprintf("--window-size=1100,%d", height), "--screenshot="+png)
+	}
+	cmd := exec.CommandContext(ctx, b, append(args, "--dump-dom", url)...)
 	var out, errOut bytes.Buffer
 	cmd.Stdout, cmd.Stderr = &out, &errOut
 	if err := cmd.Run(); err != nil {
 		t.Fatalf("%s %s: %v\n%s", b, url, err, errOut.String())
+	}
+	if png != "" {
+		if data, err := os.ReadFile(png); err != nil || !bytes.HasPrefix(data, []byte("\x89PNG")) {
+			t.Fatalf("no screenshot %s (%v):\n%s", png, err, errOut.String())
+		}
+		t.Logf("screenshot: %s", png)
 	}
 	return out.String()
 }
@@ -489,11 +664,13 @@ func TestMostIn(t *testing.T) {
 // algorithm, and a table with each one's admitted, refused, pass rate and
 // most in any window, all as the endpoint returns them; the shaper's row
 // holds at most one departure a second (its rate, 10 per 10 s), where
-// GCRA's admits two in a second of the same traffic.
+// GCRA's admits two in a second of the same traffic; the caption is the
+// endpoint's. With DEMO_SCREENSHOTS set, it saves the page as
+// simulator-default.png.
 func TestPageInChromium(t *testing.T) {
 	needServer(t)
 	ts := pageServer(t)
-	dom := dumpDOM(t, ts.URL+"/", 20000)
+	dom := dumpDOM(t, ts.URL+"/", 20000, "default", 2300)
 	if !strings.Contains(dom, `data-ran="yes"`) {
 		t.Fatalf("the page did not run the default scenario on load:\n%.2000s", dom)
 	}
@@ -521,6 +698,7 @@ func TestPageInChromium(t *testing.T) {
 			t.Fatalf("%s: the page's chart has no state line with the endpoint's %s %v: %v", se.Name, se.StateOf, se.State, m)
 		}
 	}
+	checkCaption(t, dom, r)
 	for _, link := range []string{`id="csv"[^>]*href="api/result\.csv\?pattern=steady&amp;rate=2&amp;duration=60`, `id="svg"[^>]*href="api/chart\.svg\?pattern=steady&amp;rate=2&amp;duration=60`} {
 		if !regexp.MustCompile(link).MatchString(dom) || strings.Contains(dom, `<p id="downloads" hidden`) {
 			t.Fatalf("the page has no download link shown matching %s", link)
@@ -592,7 +770,9 @@ var stateRE = regexp.MustCompile(`<polyline class="state" data-state="([a-z]+)" 
 // "12" does (two input events), waits for the rerun, and writes what it saw
 // into #out: each time, the address, the controls, the chart, the table and
 // how many runs the page finished, and 150 ms (of the page's virtual time)
-// after the keystrokes, whether a run had started.
+// after the keystrokes, whether a run had started. Given more addresses
+// (then, repeated), it opens each in the frame afresh and writes what it
+// shows in out.then. When done, the frame fills the window.
 const harness = `<!doctype html>
 <meta charset="utf-8">
 <body>
@@ -613,11 +793,15 @@ async function until(what, cond) {
   }
   throw new Error('waited in vain for ' + what + '; the page says: ' + doc().getElementById('status').textContent);
 }
-function snap(name) {
+function take(name) {
   const d = doc();
-  out.snaps.push({name, runs: runs(), search: f.contentWindow.location.search,
+  return {name, runs: runs(), search: f.contentWindow.location.search,
     form: Object.fromEntries(new FormData(d.getElementById('scenario'))),
-    chart: d.getElementById('chart').innerHTML, table: d.querySelector('#totals tbody').innerHTML});
+    chart: d.getElementById('chart').innerHTML, table: d.querySelector('#totals tbody').innerHTML,
+    caption: d.getElementById('caption').textContent};
+}
+function snap(name) {
+  out.snaps.push(take(name));
   show();
 }
 function type(name, ...values) {
@@ -637,19 +821,33 @@ async function main() {
   await until('the rerun', () => runs() >= 2);
   await sleep(1500);
   snap('changed');
+  out.then = [];
+  for (const then of new URLSearchParams(location.search).getAll('then')) { // more addresses, each opened afresh in the frame
+    const old = doc();
+    f.src = then;
+    await until('the result at ' + then, () => doc() !== old && runs() >= 1);
+    out.then.push(take(then));
+    show();
+  }
   out.done = true;
 }
-main().catch((e) => { out.error = String(e); }).finally(show);
+main().catch((e) => { out.error = String(e); }).finally(() => {
+  show();
+  // The last page opened fills the window, over #out (a screenshot shows
+  // it).
+  f.style.cssText = 'position:fixed;top:0;left:0;width:100%;height:100%;border:0;background:#fff;z-index:1';
+});
 </script>
 `
 
 type snapshot struct {
-	Name   string            `json:"name"`
-	Runs   int               `json:"runs"`
-	Search string            `json:"search"`
-	Form   map[string]string `json:"form"`
-	Chart  string            `json:"chart"`
-	Table  string            `json:"table"`
+	Name    string            `json:"name"`
+	Runs    int               `json:"runs"`
+	Search  string            `json:"search"`
+	Form    map[string]string `json:"form"`
+	Chart   string            `json:"chart"`
+	Table   string            `json:"table"`
+	Caption string            `json:"caption"`
 }
 
 // The address carries the settings: opening an address with settings (and
@@ -657,13 +855,29 @@ type snapshot struct {
 // their result, and the address then lists every setting; changing a
 // control reruns once, not before 150 ms after the last keystroke (the
 // page waits 300), shows the new result and puts the new setting in the
-// address.
+// address. Two more addresses, opened afresh: one with a burst and a lease
+// (restored, run, listed in the address, named in the chart's title), and
+// one comparing the fixed window and GCRA under the boundary attack, whose
+// chart and table have just those two rows, in that order, and whose
+// caption is the endpoint's. With DEMO_SCREENSHOTS set, it saves the
+// comparison as simulator-compare.png.
 func TestPageAddress(t *testing.T) {
 	needServer(t)
 	ts := pageServer(t)
 	s := Scenario{Pattern: "boundary", Rate: 3, Duration: 40, Limit: 8, Window: 5, Hold: 2, Seed: 4, Retry: "full", Clients: 3, Keys: "per-client", Engine: "lua"}
 	src := "/?autorun&pattern=boundary&rate=3&duration=40&limit=8&window=5&hold=2&seed=4&retry=full&clients=3&keys=per-client&engine=lua"
-	dom := dumpDOM(t, ts.URL+"/test/harness.html?src="+url.QueryEscape(src), 60000)
+	// then: 10 tokens refilling 5 a second, against bursts of 20 a second,
+	// and a concurrency lease of 1 s under a hold of 3 s.
+	then := Scenario{Pattern: "bursts", Rate: 20, Duration: 4, Limit: 5, Window: 1, Burst: 10, Hold: 3, Lease: 1, Seed: 1, Retry: "none", Clients: 1, Keys: "shared", Engine: "module"}
+	thenSrc := "/?pattern=bursts&rate=20&duration=4&limit=5&window=1&burst=10&hold=3&lease=1"
+	// and two algorithms compared: the fixed window and GCRA under the
+	// boundary attack.
+	compare := DefaultScenario("boundary")
+	compare.Compare = "fw,gcra"
+	compareSrc := "/?pattern=boundary&compare=fw,gcra"
+	// The screenshot is of the last address, the comparison, which the
+	// harness shows in the whole window when it is done.
+	dom := dumpDOM(t, ts.URL+"/test/harness.html?src="+url.QueryEscape(src)+"&then="+url.QueryEscape(thenSrc)+"&then="+url.QueryEscape(compareSrc), 60000, "compare", 1500)
 	m := regexp.MustCompile(`(?s)<pre id="out">(.*?)</pre>`).FindStringSubmatch(dom)
 	if m == nil {
 		t.Fatalf("the harness wrote nothing:\n%.2000s", dom)
@@ -674,8 +888,9 @@ func TestPageAddress(t *testing.T) {
 			Runs   int    `json:"runs"`
 			Status string `json:"status"`
 		} `json:"early"`
-		Done  bool   `json:"done"`
-		Error string `json:"error"`
+		Then  []snapshot `json:"then"`
+		Done  bool       `json:"done"`
+		Error string     `json:"error"`
 	}
 	if err := json.Unmarshal([]byte(html.UnescapeString(m[1])), &out); err != nil || !out.Done || len(out.Snaps) != 2 {
 		t.Fatalf("the harness did not finish (%v): %s; %d snapshots", err, out.Error, len(out.Snaps))
@@ -684,16 +899,33 @@ func TestPageAddress(t *testing.T) {
 		t.Helper()
 		form := map[string]string{"pattern": s.Pattern, "rate": fmt.Sprint(s.Rate), "duration": fmt.Sprint(s.Duration),
 			"limit": fmt.Sprint(s.Limit), "window": fmt.Sprint(s.Window), "hold": fmt.Sprint(s.Hold), "seed": fmt.Sprint(s.Seed),
-			"retry": s.Retry, "clients": fmt.Sprint(s.Clients), "keys": s.Keys, "engine": s.Engine}
+			"retry": s.Retry, "clients": fmt.Sprint(s.Clients), "keys": s.Keys, "engine": s.Engine,
+			"burst": optional(s.Burst), "lease": optional(s.Lease), // burst and lease: empty when left out
+			"compare-a": "", "compare-b": ""} // the two compared, or empty
+		if ids := strings.Split(s.Compare, ","); len(ids) == 2 {
+			form["compare-a"], form["compare-b"] = ids[0], ids[1]
+		}
 		if fmt.Sprint(snap.Form) != fmt.Sprint(form) {
 			t.Fatalf("%s: the controls hold %v, want %v", snap.Name, snap.Form, form)
 		}
 		search := fmt.Sprintf("?pattern=%s&rate=%g&duration=%d&limit=%d&window=%d&hold=%g&seed=%d&retry=%s&clients=%d&keys=%s&engine=%s",
 			s.Pattern, s.Rate, s.Duration, s.Limit, s.Window, s.Hold, s.Seed, s.Retry, s.Clients, s.Keys, s.Engine)
+		if s.Burst != 0 || s.Lease != 0 { // listed only when set: burst after the window, lease after the hold
+			search = fmt.Sprintf("?pattern=%s&rate=%g&duration=%d&limit=%d&window=%d%s&hold=%g%s&seed=%d&retry=%s&clients=%d&keys=%s&engine=%s",
+				s.Pattern, s.Rate, s.Duration, s.Limit, s.Window, optionalParam("burst", s.Burst), s.Hold, optionalParam("lease", s.Lease),
+				s.Seed, s.Retry, s.Clients, s.Keys, s.Engine)
+		}
+		if s.Compare != "" { // last, with a plain comma
+			search += "&compare=" + s.Compare
+		}
 		if snap.Search != search {
 			t.Fatalf("%s: the address is %q, want %q", snap.Name, snap.Search, search)
 		}
-		want := seriesNumbers(simulate(t, s).Series)
+		r := simulate(t, s)
+		want := seriesNumbers(r.Series)
+		if snap.Caption != r.Caption {
+			t.Fatalf("%s: the caption reads %q, the endpoint's %q", snap.Name, snap.Caption, r.Caption)
+		}
 		if got := chartNumbers(snap.Chart); fmt.Sprint(got) != fmt.Sprint(want) {
 			t.Fatalf("%s: the chart shows %v, the endpoint %v", snap.Name, got, want)
 		}
@@ -710,6 +942,42 @@ func TestPageAddress(t *testing.T) {
 	}
 	s.Limit = 12
 	check(out.Snaps[1], s, 2)
+	if len(out.Then) != 2 {
+		t.Fatalf("the harness opened %d more addresses, want 2", len(out.Then))
+	}
+	check(out.Then[0], then, 1) // burst and lease restored in the controls, in the result, kept in the address
+	if !strings.Contains(out.Then[0].Chart, "limit 5 per 1 s, burst 10 (concurrency: 5 at once, held 3 s, lease 1 s)") {
+		t.Fatalf("the chart's title does not name the burst and the lease:\n%.600s", out.Then[0].Chart)
+	}
+	// Compared, the chart and the table have exactly the two rows, in the
+	// order asked, and the caption is the endpoint's (check compares the
+	// numbers and the caption).
+	check(out.Then[1], compare, 1)
+	for what, rows := range map[string][][5]string{"chart": chartNumbers(out.Then[1].Chart), "table": tableNumbers(out.Then[1].Table)} {
+		if len(rows) != 2 || rows[0][0] != "Fixed window" || rows[1][0] != "GCRA" {
+			t.Fatalf("compare=fw,gcra: the %s's rows %v, want the fixed window's and GCRA's only", what, rows)
+		}
+	}
+	if strings.Count(out.Then[1].Table, "<tr") != 2 || strings.Count(out.Then[1].Chart, `class="algorithm"`) != 2 {
+		t.Fatalf("compare=fw,gcra: %d rows in the table, %d in the chart", strings.Count(out.Then[1].Table, "<tr"), strings.Count(out.Then[1].Chart, `class="algorithm"`))
+	}
+	t.Logf("compare=fw,gcra, the page's caption: %s", out.Then[1].Caption)
+}
+
+// optional is a burst's or lease's control: empty when left out (0).
+func optional(n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprint(n)
+}
+
+// optionalParam is a burst or lease in an address: nothing when left out.
+func optionalParam(name string, n int64) string {
+	if n == 0 {
+		return ""
+	}
+	return fmt.Sprintf("&%s=%d", name, n)
 }
 
 // On/off traffic sends at the rate in the first half of each window only;
@@ -941,12 +1209,14 @@ func between(t *testing.T, s, from, to string) string {
 // algorithm's peak-to-mean ratio as the endpoint measures it, in the table
 // and in the chart, and the fixed window's herd; at an address with 5
 // clients, it shows Jain's index for each algorithm and a table of each
-// client's share.
+// client's share; each time the caption is the endpoint's. With
+// DEMO_SCREENSHOTS set, it saves the two as simulator-herd.png and
+// simulator-fairness.png.
 func TestPageRetriesAndClients(t *testing.T) {
 	needServer(t)
 	ts := pageServer(t)
 	s := Scenario{Pattern: "steady", Rate: 3, Duration: 60, Limit: 10, Window: 10, Hold: 3, Seed: 1, Retry: "nojitter", Clients: 1, Keys: "shared"}
-	dom := dumpDOM(t, ts.URL+"/?pattern=steady&rate=3&duration=60&limit=10&window=10&hold=3&seed=1&retry=nojitter", 20000)
+	dom := dumpDOM(t, ts.URL+"/?pattern=steady&rate=3&duration=60&limit=10&window=10&hold=3&seed=1&retry=nojitter", 20000, "herd", 2400)
 	r := simulate(t, s)
 	var want, got []string
 	for _, se := range r.Series {
@@ -966,9 +1236,10 @@ func TestPageRetriesAndClients(t *testing.T) {
 		t.Fatalf("retry=nojitter: the fixed window's peak/mean %.2f, want a herd (≥ 5); the clients' table hidden with one client", fw)
 	}
 	t.Logf("retry=nojitter, the page: %v", got)
+	checkCaption(t, dom, r)
 
 	s = Scenario{Pattern: "random", Rate: 0.5, Duration: 60, Limit: 10, Window: 10, Hold: 3, Seed: 1, Retry: "none", Clients: 5, Keys: "shared"}
-	dom = dumpDOM(t, ts.URL+"/?pattern=random&rate=0.5&duration=60&limit=10&window=10&hold=3&seed=1&clients=5", 20000)
+	dom = dumpDOM(t, ts.URL+"/?pattern=random&rate=0.5&duration=60&limit=10&window=10&hold=3&seed=1&clients=5", 20000, "fairness", 2950)
 	r = simulate(t, s)
 	want, got = nil, nil
 	var wantShares, gotShares []string
@@ -996,6 +1267,15 @@ func TestPageRetriesAndClients(t *testing.T) {
 		t.Fatalf("clients=5: the clients' table shows Jain %v and shares %v; the endpoint %v and %v", got, gotShares, want, wantShares)
 	}
 	t.Logf("clients=5, the page: %v", got)
+	checkCaption(t, dom, r)
+}
+
+// checkCaption finds the page's caption the endpoint's.
+func checkCaption(t *testing.T, dom string, r SimulateResponse) {
+	t.Helper()
+	if m := regexp.MustCompile(`<p id="caption">([^<]*)</p>`).FindStringSubmatch(dom); m == nil || html.UnescapeString(m[1]) != r.Caption {
+		t.Fatalf("the page's caption %v, the endpoint's %q", m, r.Caption)
+	}
 }
 
 // Each algorithm's state per second, against values worked out by hand

@@ -53,6 +53,8 @@ type LiveRequest struct {
 	Limit   int64   `json:"limit"`
 	Window  int     `json:"window"`
 	Hold    float64 `json:"hold"`
+	Burst   int64   `json:"burst"` // as Scenario's: 0 is the limit
+	Lease   int64   `json:"lease"` // as Scenario's: 0 is the hold rounded up, plus 1 s
 }
 
 // Handler serves the page and its endpoints:
@@ -60,7 +62,7 @@ type LiveRequest struct {
 //	GET  /                 the page
 //	GET  /api/defaults     the default scenario, the patterns, the algorithms
 //	POST /api/simulate     a Scenario -> SimulateResponse
-//	GET  /api/chart.svg    the chart of the scenario in the query (pattern, rate, ..., retry, clients, keys)
+//	GET  /api/chart.svg    the chart of the scenario in the query (pattern, rate, ..., retry, clients, keys, engine, burst, lease, compare)
 //	GET  /api/result.csv   that scenario's replies, one row per request (see WriteCSV)
 //	POST /api/live         a LiveRequest -> the replies, at real time
 //	POST /api/live/reset   forget the live keys
@@ -71,6 +73,7 @@ func (d *Demo) Handler() http.Handler {
 		writeJSON(w, http.StatusOK, map[string]any{
 			"scenario": DefaultScenario("steady"), "patterns": Patterns, "algorithms": Algorithms,
 			"retries": Retries, "keys": KeyModes, "engines": Engines, "max_clients": MaxClients, "noisy_factor": NoisyFactor,
+			"max_burst": MaxBurst, "max_lease": MaxLease,
 		})
 	})
 	mux.HandleFunc("POST /api/simulate", func(w http.ResponseWriter, r *http.Request) {
@@ -148,13 +151,13 @@ func scenarioFromQuery(r *http.Request) (Scenario, error) {
 	if s.Pattern == "" {
 		s.Pattern = "steady"
 	}
-	for name, p := range map[string]*string{"retry": &s.Retry, "keys": &s.Keys, "engine": &s.Engine} {
+	for name, p := range map[string]*string{"retry": &s.Retry, "keys": &s.Keys, "engine": &s.Engine, "compare": &s.Compare} {
 		if q.Has(name) {
 			*p = q.Get(name)
 		}
 	}
 	for name, p := range map[string]any{"rate": &s.Rate, "duration": &s.Duration, "limit": &s.Limit,
-		"window": &s.Window, "hold": &s.Hold, "seed": &s.Seed, "clients": &s.Clients} {
+		"window": &s.Window, "hold": &s.Hold, "seed": &s.Seed, "clients": &s.Clients, "burst": &s.Burst, "lease": &s.Lease} {
 		if v := q.Get(name); v != "" {
 			if _, err := fmt.Sscan(v, p); err != nil {
 				return s, fmt.Errorf("%s: %q is not a number", name, v)
@@ -201,7 +204,7 @@ func (d *Demo) live(w http.ResponseWriter, r *http.Request) {
 		writeJSON(w, http.StatusBadRequest, map[string]string{"error": "the body must be a live request in JSON: " + err.Error()})
 		return
 	}
-	s := Scenario{Pattern: "steady", Rate: 1, Duration: 1, Limit: q.Limit, Window: q.Window, Hold: q.Hold}.withDefaults()
+	s := Scenario{Pattern: "steady", Rate: 1, Duration: 1, Limit: q.Limit, Window: q.Window, Hold: q.Hold, Burst: q.Burst, Lease: q.Lease}.withDefaults()
 	var algo *Algorithm
 	for i := range Algorithms {
 		if Algorithms[i].Command == q.Command {
@@ -220,7 +223,7 @@ func (d *Demo) live(w http.ResponseWriter, r *http.Request) {
 		return
 	}
 	// Keys per algorithm and parameters, so that changing them starts afresh.
-	key := fmt.Sprintf("demo:live:%s:%d:%d:%g", algo.Command, s.Limit, s.Window, s.Hold)
+	key := fmt.Sprintf("demo:live:%s:%d:%d:%g:%d:%d", algo.Command, s.Limit, s.Window, s.Hold, s.burst(), s.lease())
 	d.mu.Lock()
 	defer d.mu.Unlock()
 	replies := make([]Reply, 0, q.Count)

@@ -8,6 +8,7 @@ import (
 	"math"
 	"math/rand/v2"
 	"slices"
+	"strings"
 	"time"
 
 	"github.com/redis/go-redis/v9"
@@ -27,6 +28,16 @@ type Scenario struct {
 	Window   int     `json:"window"`   // seconds
 	Hold     float64 `json:"hold"`     // seconds each request holds a concurrency slot
 	Seed     uint64  `json:"seed"`     // the random pattern's, and the retries' jitter
+	// Burst is the bucket's size, how many requests may go at once, for
+	// GCRA (Burst at once: max_burst Burst − 1), the token bucket (capacity
+	// Burst, refilled Limit per Window) and the shaper (one goes at once,
+	// Burst − 1 may wait); 0 (left out) is Limit, as before the setting.
+	Burst int64 `json:"burst"`
+	// Lease is the concurrency limiter's lease on a slot, in seconds: a
+	// slot whose holder has not released it by then lapses. 0 (left out)
+	// is the hold rounded up, plus 1 s. A lease shorter than the hold is
+	// allowed: the slot lapses while its holder still works.
+	Lease int64 `json:"lease"`
 	// Retry is what a client does with a refused request: none (the open
 	// loop: it is dropped), nojitter, full or spread (see Retries).
 	Retry string `json:"retry"`
@@ -41,6 +52,11 @@ type Scenario struct {
 	// commands) or lua (the project's FUNCTION library, lua/, loaded
 	// beside the module on the same server and called with FCALL).
 	Engine string `json:"engine"`
+	// Compare is two algorithms' IDs, apart by a comma ("gcra,fw"): only
+	// those two run, in that order, on the same traffic and keys as in the
+	// run of all seven, so their replies are the same. "" (left out) runs
+	// all seven.
+	Compare string `json:"compare"`
 }
 
 // Engines are what may run the limiter calls, in the order the page lists
@@ -77,6 +93,9 @@ const (
 	MaxClients = 20
 	// NoisyFactor is how many times the rate the noisy client sends.
 	NoisyFactor = 5
+	// MaxBurst is the largest Burst, MaxLease the longest Lease (s).
+	MaxBurst = 10000
+	MaxLease = 3600
 )
 
 // DefaultScenario is what the page starts with and make charts draws:
@@ -120,6 +139,10 @@ func (s Scenario) Check() error {
 		return fmt.Errorf("window must be 1 to 3600 seconds")
 	case !(s.Hold > 0 && s.Hold <= 600):
 		return fmt.Errorf("hold must be above 0 and at most 600 seconds")
+	case s.Burst < 0 || s.Burst > MaxBurst:
+		return fmt.Errorf("burst must be 1 to %d (0 or left out: the limit)", MaxBurst)
+	case s.Lease < 0 || s.Lease > MaxLease:
+		return fmt.Errorf("lease must be 1 to %d seconds (0 or left out: the hold rounded up, plus 1)", MaxLease)
 	case !slices.Contains(Retries, s.Retry):
 		return fmt.Errorf("retry must be one of %v", Retries)
 	case s.Clients < 1 || s.Clients > MaxClients:
@@ -128,6 +151,8 @@ func (s Scenario) Check() error {
 		return fmt.Errorf("keys must be one of %v", KeyModes)
 	case !slices.Contains(Engines, s.Engine):
 		return fmt.Errorf("engine must be one of %v", Engines)
+	case s.Compare != "" && len(s.algorithms()) != 2:
+		return fmt.Errorf("compare must be two different algorithms of %v, apart by a comma (compare=gcra,fw), or left out for all seven", algorithmIDs())
 	case s.Clients == 1 && float64(s.Duration)*s.Rate > MaxRequests:
 		return fmt.Errorf("rate × duration must be at most %d requests", MaxRequests)
 	case s.Clients > 1 && float64(s.Duration)*s.Rate*float64(s.Clients-1+NoisyFactor) > MaxRequests:
@@ -262,28 +287,64 @@ func (s Scenario) clientArrivals(c int) []int64 {
 
 // Algorithm is one of the limiters the simulation runs side by side.
 type Algorithm struct {
+	ID      string // its short name in Scenario.Compare and the page's address
 	Name    string // as the page shows it
 	Command string // the command it runs
 }
 
 // Algorithms are the seven limiters, in the order they are shown.
 var Algorithms = []Algorithm{
-	{"GCRA", "GCRA.THROTTLE"}, {"Token bucket", "TB.TAKE"}, {"Leaky bucket (shaper)", "LB.ENQUEUE"},
-	{"Sliding window", "SW.HIT"}, {"Fixed window", "FW.HIT"}, {"Sliding log", "SL.HIT"},
-	{"Concurrency", "CONC.ACQUIRE"},
+	{"gcra", "GCRA", "GCRA.THROTTLE"}, {"tb", "Token bucket", "TB.TAKE"}, {"lb", "Leaky bucket (shaper)", "LB.ENQUEUE"},
+	{"sw", "Sliding window", "SW.HIT"}, {"fw", "Fixed window", "FW.HIT"}, {"sl", "Sliding log", "SL.HIT"},
+	{"conc", "Concurrency", "CONC.ACQUIRE"},
+}
+
+func algorithmIDs() []string {
+	var ids []string
+	for _, a := range Algorithms {
+		ids = append(ids, a.ID)
+	}
+	return ids
+}
+
+// algorithms are the indexes in Algorithms of the algorithms the scenario
+// runs: all seven, or Compare's two in its order (nil when Compare names
+// anything else).
+func (s Scenario) algorithms() []int {
+	if s.Compare == "" {
+		all := make([]int, len(Algorithms))
+		for i := range all {
+			all[i] = i
+		}
+		return all
+	}
+	ids := strings.Split(s.Compare, ",")
+	var out []int
+	for _, id := range ids {
+		i := slices.IndexFunc(Algorithms, func(a Algorithm) bool { return a.ID == id })
+		if i < 0 || slices.Contains(out, i) {
+			return nil
+		}
+		out = append(out, i)
+	}
+	if len(out) != 2 {
+		return nil
+	}
+	return out
 }
 
 // limit is algorithm a's limit for the scenario: Limit per Window, as
-// each algorithm takes it (the concurrency limiter's is concurrency).
+// each algorithm takes it (the concurrency limiter's is concurrency), the
+// buckets' size Burst.
 func (s Scenario) limit(a Algorithm) client.Limit {
-	L, W := s.Limit, time.Duration(s.Window)*time.Second
+	L, B, W := s.Limit, s.burst(), time.Duration(s.Window)*time.Second
 	switch a.Command {
-	case "GCRA.THROTTLE": // L at once, then L per window
-		return client.GCRA(L-1, L, W)
-	case "TB.TAKE":
-		return client.TokenBucket(L, L, W)
-	case "LB.ENQUEUE": // one goes now, L - 1 wait
-		return client.Shaper(L-1, L, W)
+	case "GCRA.THROTTLE": // B at once, then L per window
+		return client.GCRA(B-1, L, W)
+	case "TB.TAKE": // B tokens, refilled L per window
+		return client.TokenBucket(B, L, W)
+	case "LB.ENQUEUE": // one goes now, B - 1 wait
+		return client.Shaper(B-1, L, W)
 	case "SW.HIT":
 		return client.SlidingWindow(L, W)
 	case "FW.HIT":
@@ -320,8 +381,22 @@ func reply(atMs int64, r client.Result) Reply {
 		RetryAfter: ms(r.RetryAfter), ResetAfter: ms(r.ResetAfter)}
 }
 
-// lease is a concurrency slot's lease: the hold, rounded up, and a second.
-func (s Scenario) lease() int64 { return int64(math.Ceil(s.Hold)) + 1 }
+// lease is a concurrency slot's lease: Lease, or when left out the hold,
+// rounded up, and a second.
+func (s Scenario) lease() int64 {
+	if s.Lease > 0 {
+		return s.Lease
+	}
+	return int64(math.Ceil(s.Hold)) + 1
+}
+
+// burst is the buckets' size: Burst, or when left out the limit.
+func (s Scenario) burst() int64 {
+	if s.Burst > 0 {
+		return s.Burst
+	}
+	return s.Limit
+}
 
 // Reply is one command's five integers, times in ms, and which request
 // it answered.
@@ -406,6 +481,9 @@ type Result struct {
 	Requests int      `json:"requests"` // the traffic's requests, retries not counted
 	Series   []Series `json:"series"`
 	Start    int64    `json:"start"` // the virtual clock's start, Unix ms
+	// Caption is what the run shows, in a sentence or a few, from its
+	// figures (see Caption).
+	Caption string `json:"caption"`
 }
 
 // simStart is where the virtual clock starts: the first multiple of the
@@ -421,7 +499,7 @@ func (s Scenario) simStart() time.Time {
 type event struct {
 	at      int64 // ns from the start
 	seq     int   // the order it was scheduled in
-	algo    int   // its algorithm's index
+	algo    int   // its algorithm's index among those the scenario runs
 	req     int   // the request's index in the arrivals
 	try     int   // a retry: how many tries came before it
 	release bool  // the end of a hold, not a retry
@@ -491,22 +569,31 @@ func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock
 	start := s.simStart().UnixNano()
 	end := int64(s.Duration) * int64(time.Second)
 	res := &Result{Scenario: s, Requests: len(arrivals), Start: s.simStart().UnixMilli()}
-	// keys[i][c] is algorithm i's key for client c: one per algorithm when
+	// The algorithms run, by their index in Algorithms: below, algorithm k
+	// is the k-th of them, Algorithms[idx[k]]. Its key and its jitter are
+	// named by idx[k], so that two compared run as they do among all seven.
+	idx := s.algorithms()
+	// keys[k][c] is algorithm k's key for client c: one per algorithm when
 	// the clients share the limit.
-	keys := make([][]string, len(Algorithms))
+	keys := make([][]string, len(idx))
 	var all []string
-	for i, a := range Algorithms {
-		keys[i] = make([]string, s.Clients)
+	conc := -1
+	for k, i := range idx {
+		a := Algorithms[i]
+		keys[k] = make([]string, s.Clients)
 		for c := range s.Clients {
-			keys[i][c] = fmt.Sprintf("%s{%s}:%d", prefix, "sim", i)
+			keys[k][c] = fmt.Sprintf("%s{%s}:%d", prefix, "sim", i)
 			if s.Keys == "per-client" && s.Clients > 1 {
-				keys[i][c] += fmt.Sprintf(":c%d", c)
+				keys[k][c] += fmt.Sprintf(":c%d", c)
 			}
-			if c == 0 || keys[i][c] != keys[i][0] {
-				all = append(all, keys[i][c])
+			if c == 0 || keys[k][c] != keys[k][0] {
+				all = append(all, keys[k][c])
 			}
 		}
 		res.Series = append(res.Series, Series{Name: a.Name, Command: a.Command, Drawn: "arrival"})
+		if a.Command == "CONC.ACQUIRE" {
+			conc = k
+		}
 	}
 	defer func() {
 		rdb.Del(context.WithoutCancel(ctx), all...)
@@ -514,14 +601,13 @@ func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock
 	}()
 
 	hold := int64(s.Hold * float64(time.Second))
-	conc := len(Algorithms) - 1
-	sent := make([]int, len(Algorithms)) // each algorithm's requests, the traffic's all and the retries so far
-	for i := range sent {
-		sent[i] = len(arrivals)
+	sent := make([]int, len(idx)) // each algorithm's requests, the traffic's all and the retries so far
+	for k := range sent {
+		sent[k] = len(arrivals)
 	}
-	jitter := make([]*rand.Rand, len(Algorithms))
-	for i := range jitter {
-		jitter[i] = rand.New(rand.NewPCG(s.Seed, 100+uint64(i)))
+	jitter := make([]*rand.Rand, len(idx))
+	for k := range jitter {
+		jitter[k] = rand.New(rand.NewPCG(s.Seed, 100+uint64(idx[k])))
 	}
 	var queue events
 	seq := 0
@@ -558,15 +644,15 @@ func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock
 		}
 		var asks []ask
 		for ; next < len(arrivals) && arrivals[next].At == t; next++ {
-			for i := range Algorithms {
-				asks = append(asks, ask{event: event{at: t, algo: i, req: next}})
+			for k := range idx {
+				asks = append(asks, ask{event: event{at: t, algo: k, req: next}})
 			}
 		}
 		for _, e := range retries {
 			asks = append(asks, ask{event: e})
 		}
 		for k, a := range asks {
-			asks[k].call = s.add(b, Algorithms[a.algo], keys[a.algo][arrivals[a.req].Client], fmt.Sprint("r", a.req))
+			asks[k].call = s.add(b, Algorithms[idx[a.algo]], keys[a.algo][arrivals[a.req].Client], fmt.Sprint("r", a.req))
 		}
 		if err := b.Exec(ctx); err != nil {
 			return nil, fmt.Errorf("at %v: %w", time.Duration(t), err)
@@ -589,6 +675,7 @@ func Simulate(ctx context.Context, c *client.Client, rdb *redis.Client, setClock
 		}
 	}
 	res.tally(arrivals)
+	res.Caption = Caption(res)
 	return res, nil
 }
 
@@ -628,7 +715,6 @@ func (res *Result) tally(arrivals []Arrival) {
 		se.Offered, se.Admitted, se.Refused = make([]int, res.Buckets), make([]int, res.Buckets), make([]int, res.Buckets)
 		perSecond := make([]int, s.Duration)
 		admittedBy := make([]int, s.Clients)
-		var admitted []int64 // at Drawn
 		for _, r := range se.Replies {
 			se.Offered[bucket(r.At)]++
 			perSecond[min(int(r.At/1000), s.Duration-1)]++
@@ -641,14 +727,9 @@ func (res *Result) tally(arrivals []Arrival) {
 			} else {
 				se.Total[0]++
 				admittedBy[r.Client]++
-				if se.Drawn == "arrival" {
-					admitted = append(admitted, r.At)
-				}
 			}
 		}
-		if se.Drawn == "departure" {
-			admitted = slices.Sorted(slices.Values(se.Departures))
-		}
+		admitted := se.admittedTimes()
 		for _, at := range admitted {
 			se.Admitted[bucket(at)]++
 		}
@@ -666,6 +747,22 @@ func (res *Result) tally(arrivals []Arrival) {
 			se.Clients, se.Jain = fairness(demand, admittedBy)
 		}
 	}
+}
+
+// admittedTimes are the instants (ms from the start, ascending) of the
+// series' admitted requests, at Drawn: their arrival, or the shaper's
+// departure.
+func (se *Series) admittedTimes() []int64 {
+	if se.Drawn == "departure" {
+		return slices.Sorted(slices.Values(se.Departures))
+	}
+	var at []int64
+	for _, r := range se.Replies {
+		if !r.Limited {
+			at = append(at, r.At)
+		}
+	}
+	return at
 }
 
 // stateOf is what stateSeries follows for each command.
@@ -805,6 +902,9 @@ func mostIn(at []int64, w int64) int {
 // per client, that many times as much in all.
 func promise(command string, s Scenario) (string, int64) {
 	text, bound := promise1(command, s.Limit)
+	if b := s.burst(); b != s.Limit && (command == "GCRA.THROTTLE" || command == "TB.TAKE") {
+		text, bound = fmt.Sprintf("at most burst + rate × W = %d + %d", b, s.Limit), b+s.Limit
+	}
 	if n := int64(s.Clients); n > 1 && s.Keys == "per-client" {
 		return fmt.Sprintf("%s, on each of %d keys", text, n), bound * n
 	}

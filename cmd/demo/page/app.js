@@ -14,13 +14,22 @@ function scenario() {
     duration: Number(f.get('duration')),
     limit: Number(f.get('limit')),
     window: Number(f.get('window')),
+    burst: Number(f.get('burst')), // 0 (empty): the limit
     hold: Number(f.get('hold')),
+    lease: Number(f.get('lease')), // 0 (empty): the hold rounded up, plus 1 s
     seed: Number(f.get('seed')),
     retry: f.get('retry'),
     clients: Number(f.get('clients')),
     keys: f.get('keys'),
     engine: f.get('engine'),
+    compare: compare(f.get('compare-a'), f.get('compare-b')),
   };
+}
+
+// compare is two algorithms' IDs apart by a comma ("gcra,fw"), or '' (all
+// seven) unless two different ones are picked.
+function compare(a, b) {
+  return a && b && a !== b ? `${a},${b}` : '';
 }
 
 function cell(row, text, cls) {
@@ -32,7 +41,10 @@ function cell(row, text, cls) {
 }
 
 // The scenario's controls, in the order the address lists them.
-const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'hold', 'seed', 'retry', 'clients', 'keys', 'engine'];
+const fields = ['pattern', 'rate', 'duration', 'limit', 'window', 'burst', 'hold', 'lease', 'seed', 'retry', 'clients', 'keys', 'engine'];
+// The settings the address lists only when set: left out (0), they take
+// their defaults (the limit; the hold rounded up, plus 1 s).
+const optional = new Set(['burst', 'lease']);
 
 // What the page calls each retry mode and key mode.
 const retryNames = {none: 'none (open loop)', nojitter: 'after retry_after, no jitter', full: 'full jitter', spread: "the middleware's spread"};
@@ -43,8 +55,11 @@ const engineNames = {module: "the module's commands", lua: 'the Lua FUNCTION lib
 // query, so that a result can be linked.
 function query(s) {
   const q = new URLSearchParams();
-  for (const k of fields) q.set(k, s[k]);
-  return `?${q}`;
+  for (const k of fields) {
+    if (!(optional.has(k) && !s[k])) q.set(k, s[k]);
+  }
+  // Two algorithms compared, last, their IDs ([a-z]) apart by a plain comma.
+  return `?${q}${s.compare ? `&compare=${s.compare}` : ''}`;
 }
 
 function address(s) {
@@ -88,6 +103,7 @@ async function run(event) {
     status.textContent = body.error;
     return;
   }
+  $('#caption').textContent = body.caption;
   $('#chart').innerHTML = body.svg;
   const tbody = $('#totals tbody');
   tbody.replaceChildren();
@@ -167,8 +183,17 @@ function showClients(body) {
   }
 }
 
+// placeholders shows, in the empty burst and lease controls, the values
+// they then take: the limit; the hold rounded up, plus 1 s.
+function placeholders() {
+  const s = scenario();
+  $('#scenario [name="burst"]').placeholder = s.limit;
+  $('#scenario [name="lease"]').placeholder = Math.ceil(s.hold) + 1;
+}
+
 // Every change of a control reruns the scenario, 300 ms after the last.
 function rerun() {
+  placeholders();
   clearTimeout(debounce);
   debounce = setTimeout(run, 300);
 }
@@ -179,7 +204,7 @@ async function live(count) {
   for (const a of chosen) {
     const resp = await fetch('api/live', {
       method: 'POST', headers: {'Content-Type': 'application/json'},
-      body: JSON.stringify({command: a.command, count, limit: s.limit, window: s.window, hold: s.hold}),
+      body: JSON.stringify({command: a.command, count, limit: s.limit, window: s.window, hold: s.hold, burst: s.burst, lease: s.lease}),
     });
     const body = await resp.json();
     if (!resp.ok) {
@@ -218,6 +243,8 @@ async function init() {
   options('#keys', d.keys, keyNames);
   options('#engine', d.engines, engineNames);
   $('#clients-input').max = d.max_clients;
+  $('#scenario [name="burst"]').max = d.max_burst;
+  $('#scenario [name="lease"]').max = d.max_lease;
   $('#noisy').textContent = d.noisy_factor;
   // An address with settings (as run leaves it) restores them; anything
   // else in the query (?autorun, from before the page ran on load) is
@@ -227,6 +254,16 @@ async function init() {
     const v = params.get(k);
     const input = $(`#scenario [name="${k}"]`);
     if (v !== null && input) input.value = v;
+  }
+  placeholders();
+  const ids = {};
+  for (const a of d.algorithms) ids[a.ID] = a.Name;
+  options('#compare-a', Object.keys(ids), ids);
+  options('#compare-b', Object.keys(ids), ids);
+  const [ca, cb] = (params.get('compare') || '').split(',');
+  if (ca in ids && cb in ids) {
+    $('#compare-a').value = ca;
+    $('#compare-b').value = cb;
   }
   algorithms = d.algorithms.map((a, i) => ({name: a.Name, command: a.Command, i}));
   for (const a of algorithms) {
