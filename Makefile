@@ -42,6 +42,10 @@ demo: build build/clockshift.so redis-server ## serve the simulator page on 127.
 charts: build build/clockshift.so redis-server ## write docs/charts/<pattern>.svg: every algorithm under each traffic pattern, from the module
 	$(GO) run ./cmd/demo -charts docs/charts
 
+.PHONY: screenshots
+screenshots: build build/clockshift.so redis-server chromium ## write docs/simulator-*.png: the demo page as its browser tests check it
+	DEMO_SCREENSHOTS=$(CURDIR)/docs RATELIMIT_FULL_TESTS=1 $(GO) test ./cmd/demo -count=1 -run 'TestPageInChromium|TestPageAddress|TestPageRetriesAndClients'
+
 run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in the foreground
 	@echo "serving ratelimit on 127.0.0.1:$(PORT); in another terminal try:"
 	@echo "  redis-cli -p $(PORT) GCRA.THROTTLE user123 15 30 60"
