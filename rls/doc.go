@@ -57,6 +57,12 @@
 //     request would be admitted; when admitted, until the limit is full
 //     again (for a fixed window, both are the window's end, as the peer's).
 //
+// Quotas serves Envoy's rate limit quota service (RLQS, the
+// rate_limit_quota filter) on a Service's config and Redis: each bucket's
+// limit is shared out over the Envoys reporting it as token buckets whose
+// rates add up to the limit's, fair by demand, and what they admit is
+// charged to the limit in Redis.
+//
 // A Service is safe for concurrent use; Watch reloads its config when the
 // directory changes, keeping the running config when a new one does not
 // load. WatchXDS takes it from an xDS server instead (RateLimitConfig
