@@ -38,6 +38,7 @@ import (
 	"time"
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
+	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
 	pb "github.com/envoyproxy/go-control-plane/envoy/service/ratelimit/v3"
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -113,6 +114,7 @@ type flags struct {
 	prometheusAddr, promPath   string
 	debtCharges                string
 	quotaMode, dynamicMetadata bool
+	rlqs                       bool
 	// OpenTelemetry tracing (tracing.go).
 	tracing                                                         bool
 	serviceName, serviceNamespace, serviceInstance, tracingProtocol string
@@ -186,6 +188,7 @@ func settings(f *flags) []setting {
 		{"xds-max-msg-size", "XDS_CLIENT_MAX_MSG_SIZE_IN_BYTES", "0", "the largest xDS response taken, in bytes (0: gRPC's 4 MiB)", &f.xdsMaxMsg, false},
 		{"xds-max-descriptors", "XDS_MAX_DESCRIPTORS", "100000", "the most descriptors (nested ones counted) an xDS update may hold: a larger one is refused with a NACK naming this limit; -1: none", &f.xdsMaxDescriptors, false},
 		{"force-start", "FORCE_START_WITHOUT_INITIAL_CONFIG", "false", "with GRPC_XDS_SOTW, serve at once, answering OK with no limit until the first config comes (else wait for it)", &f.forceStart, false},
+		{"rlqs", "RLQS_ENABLED", "false", "serve Envoy's rate limit quota service (envoy.service.rate_limit_quota.v3, the rate_limit_quota filter) beside ShouldRateLimit, on the same config: each bucket's limit shared out over the Envoys as token buckets (docs/rls.md, RLQS)", &f.rlqs, false},
 		{"quota-mode", "QUOTA_MODE", "false", "every descriptor with a limit is a quota, as quota_mode: true makes one: the request passes while one of its quotas admits it", &f.quotaMode, false},
 		{"response-dynamic-metadata", "RESPONSE_DYNAMIC_METADATA", "false", "set each response's dynamic_metadata as the peer does: the domain, the descriptors, and the config's metadata of those that passed", &f.dynamicMetadata, false},
 		{"tracing", "TRACING_ENABLED", "false", "export OpenTelemetry spans over OTLP (one per request, one per Redis call under it); the endpoint from OTEL_EXPORTER_OTLP_ENDPOINT and the SDK's other OTEL_EXPORTER_OTLP_* variables", &f.tracing, false},
@@ -667,6 +670,11 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	}
 	gs := grpc.NewServer(opts...)
 	pb.RegisterRateLimitServiceServer(gs, svc)
+	var quotas *rls.Quotas
+	if f.rlqs {
+		quotas = rls.NewQuotas(svc, rdb, rls.QuotaOptions{Registerer: reg})
+		rlqspb.RegisterRateLimitQuotaServiceServer(gs, quotas)
+	}
 	hs := health.NewServer()
 	healthpb.RegisterHealthServer(gs, hs)
 	hs.SetServingStatus("ratelimit", healthpb.HealthCheckResponse_SERVING)
@@ -702,6 +710,9 @@ func serve(ctx context.Context, args []string, stdout io.Writer) error {
 	log.Info("rls: stopping")
 	h.Stop()
 	hs.Shutdown()
+	if quotas != nil { // RLQS streams never end by themselves: each bucket is pushed a TTL of 0 (Envoy's fallback), then they end
+		quotas.Drain()
+	}
 	done := make(chan struct{})
 	go func() { gs.GracefulStop(); close(done) }()
 	select {
