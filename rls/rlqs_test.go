@@ -548,3 +548,70 @@ func TestRLQSDrain(t *testing.T) {
 		t.Fatalf("after Drain the fallback (2 tokens) admitted %d of 5", n)
 	}
 }
+
+// An rls restart: two Envoys at twice their share of 40 a second report
+// to one rls process, which dies at 4 s (stopped, no drain); another,
+// started then, takes their next reports. The Envoys keep their
+// assignments through the gap (until their TTL), the new process counts
+// the old streams' registrations as demand until they lapse (smaller
+// shares, never larger), and the account in Redis carries over: over the
+// 11 s, the admissions are over the exact limiter by at most the bound,
+// and from 9 s on the two admit at least 90 % of the limit again.
+func TestRLQSRestart(t *testing.T) {
+	if testing.Short() {
+		t.Skip("runs 11 s")
+	}
+	h := newRLQSHarness(t, rlqsConfig)
+	first := h.serve(QuotaOptions{})
+	var mu sync.Mutex
+	addr := first.addr
+	id := map[string]string{"tenant": "acme"}
+	var envoys []*fakeEnvoy
+	for range 2 {
+		e := newFakeEnvoy(func() (*grpc.ClientConn, error) {
+			mu.Lock()
+			defer mu.Unlock()
+			return grpc.NewClient(addr, grpc.WithTransportCredentials(insecure.NewCredentials()))
+		}, "envoy", time.Second)
+		t.Cleanup(e.Close)
+		envoys = append(envoys, e)
+	}
+	start := time.Now()
+	stop := make(chan struct{})
+	var wg sync.WaitGroup
+	for _, e := range envoys {
+		drive(&wg, e, id, func() float64 { return 40 }, stop)
+	}
+	time.Sleep(4 * time.Second)
+	first.gs.Stop() // dies: its streams break, nothing is pushed
+	second := h.serve(QuotaOptions{})
+	mu.Lock()
+	addr = second.addr
+	mu.Unlock()
+	time.Sleep(7 * time.Second)
+	close(stop)
+	wg.Wait()
+	end := time.Now()
+	var all []time.Time
+	var after []float64
+	for _, e := range envoys {
+		adm := e.admissions()
+		for _, x := range adm {
+			all = append(all, x.at)
+		}
+		after = append(after, float64(within(adm, start.Add(9*time.Second), end)))
+	}
+	over := excess(t, all, 40, time.Second)
+	allowance := 40 * end.Sub(start.Add(9*time.Second)).Seconds()
+	t.Logf("%d admitted, %d over the exact limiter (bound 160); from 9 s on %v of %.0f; the new process has %v streams",
+		len(all), over, after, allowance, testutil.ToFloat64(second.q.m.streams))
+	if over > 160 {
+		t.Fatalf("%d admissions over the exact limiter, bound 160", over)
+	}
+	if after[0]+after[1] < 0.9*allowance {
+		t.Fatalf("from 9 s on the Envoys admitted %v of %.0f", after, allowance)
+	}
+	if n := testutil.ToFloat64(second.q.m.streams); n != 2 {
+		t.Fatalf("the new process has %v streams", n)
+	}
+}
