@@ -527,7 +527,7 @@ func TestRLQSDrain(t *testing.T) {
 	limited, free := map[string]string{"tenant": "acme"}, map[string]string{"other": "x"}
 	e.Request(limited)
 	e.Request(free)
-	waitUntil(t, "RLQS", func() bool { k, _ := e.assigned(limited); return k == "tb" })
+	waitUntil(t, "the assignment", func() bool { k, _ := e.assigned(limited); return k == "tb" })
 	if k, _ := e.assigned(free); k != "allow" {
 		t.Fatalf("a bucket no rule limits: %q", k)
 	}
@@ -614,4 +614,31 @@ func TestRLQSRestart(t *testing.T) {
 	if n := testutil.ToFloat64(second.q.m.streams); n != 2 {
 		t.Fatalf("the new process has %v streams", n)
 	}
+}
+
+// A bucket with no request for AbandonAfter reports in a row is
+// abandoned: the Envoy forgets it (abandon_action), the server too, and
+// its registration leaves Redis; its next request starts it again.
+func TestRLQSAbandon(t *testing.T) {
+	h := newRLQSHarness(t, rlqsConfig)
+	p := h.serve(QuotaOptions{AbandonAfter: 2})
+	e := h.envoy(p, time.Second)
+	id := map[string]string{"tenant": "acme"}
+	e.Request(id)
+	waitUntil(t, "the assignment", func() bool { k, _ := e.assigned(id); return k == "tb" })
+	reg := registryOf(p.q.key("envoy", descriptorOf(h.cfg, "envoy", id), mustRule(h.cfg)))
+	if n, err := h.rdb.HLen(context.Background(), reg).Result(); err != nil || n != 1 {
+		t.Fatalf("the registry holds %d (%v)", n, err)
+	}
+	waitUntil(t, "the bucket abandoned", func() bool {
+		e.mu.Lock()
+		defer e.mu.Unlock()
+		return e.buckets[bucketName(id)] == nil
+	})
+	waitUntil(t, "the server's bucket and registration gone", func() bool {
+		n, _ := h.rdb.Exists(context.Background(), reg).Result()
+		return testutil.ToFloat64(p.q.m.buckets) == 0 && n == 0
+	})
+	e.Request(id)
+	waitUntil(t, "a new assignment", func() bool { k, _ := e.assigned(id); return k == "tb" })
 }
