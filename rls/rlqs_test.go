@@ -266,6 +266,19 @@ func within(adm []envoyAdmission, from, to time.Time) int {
 	return n
 }
 
+// gather is every admission of the envoys, and what each admitted in
+// [from, to).
+func gather(envoys []*fakeEnvoy, from, to time.Time) (all []time.Time, each []float64) {
+	for _, e := range envoys {
+		adm := e.admissions()
+		for _, x := range adm {
+			all = append(all, x.at)
+		}
+		each = append(each, float64(within(adm, from, to)))
+	}
+	return all, each
+}
+
 func jainOf(xs []float64) float64 {
 	var s, s2 float64
 	for _, x := range xs {
@@ -313,15 +326,7 @@ func TestRLQSGlobalLimit(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	end := time.Now()
-	var all []time.Time
-	var late []float64
-	for _, e := range envoys {
-		adm := e.admissions()
-		for _, x := range adm {
-			all = append(all, x.at)
-		}
-		late = append(late, float64(within(adm, start.Add(2*time.Second), end)))
-	}
+	all, late := gather(envoys, start.Add(2*time.Second), end)
 	over := excess(t, all, 40, time.Second)
 	var sum float64
 	for _, x := range late {
@@ -592,15 +597,7 @@ func TestRLQSRestart(t *testing.T) {
 	close(stop)
 	wg.Wait()
 	end := time.Now()
-	var all []time.Time
-	var after []float64
-	for _, e := range envoys {
-		adm := e.admissions()
-		for _, x := range adm {
-			all = append(all, x.at)
-		}
-		after = append(after, float64(within(adm, start.Add(9*time.Second), end)))
-	}
+	all, after := gather(envoys, start.Add(9*time.Second), end)
 	over := excess(t, all, 40, time.Second)
 	allowance := 40 * end.Sub(start.Add(9*time.Second)).Seconds()
 	t.Logf("%d admitted, %d over the exact limiter (bound 160); from 9 s on %v of %.0f; the new process has %v streams",
