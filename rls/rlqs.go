@@ -204,7 +204,7 @@ func (q *Quotas) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 		case <-q.done:
 			resp := &rlqspb.RateLimitQuotaResponse{}
 			for _, b := range buckets {
-				resp.BucketAction = append(resp.BucketAction, expireNow(b))
+				resp.BucketAction = append(resp.BucketAction, assignment(b, 0)) // a TTL of 0: expired at once
 			}
 			if len(resp.BucketAction) > 0 {
 				_ = st.Send(resp)
@@ -236,9 +236,6 @@ func (q *Quotas) StreamRateLimitQuotas(st grpc.BidiStreamingServer[rlqspb.RateLi
 		}
 	}
 }
-
-// expireNow is b's current assignment with a TTL of 0.
-func expireNow(b *quotaBucket) *rlqspb.RateLimitQuotaResponse_BucketAction { return assignment(b, 0) }
 
 // report takes one report's usages and returns the actions for them.
 func (q *Quotas) report(ctx context.Context, sid, domain string, buckets map[string]*quotaBucket, usages []*rlqspb.RateLimitQuotaUsageReports_BucketQuotaUsage) *rlqspb.RateLimitQuotaResponse {

@@ -51,7 +51,6 @@ type fakeEnvoy struct {
 	// admitted records each admission's instant and bucket.
 	admitted []envoyAdmission
 	actions  int // actions applied
-	skipped  int // actions for buckets not held
 }
 
 type envoyAdmission struct {
@@ -255,7 +254,6 @@ func (e *fakeEnvoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction, now tim
 	name := bucketName(a.GetBucketId().GetBucket())
 	b := e.buckets[name]
 	if b == nil || len(a.GetBucketId().GetBucket()) == 0 {
-		e.skipped++
 		return
 	}
 	if a.GetAbandonAction() != nil {
@@ -266,7 +264,6 @@ func (e *fakeEnvoy) apply(a *rlqspb.RateLimitQuotaResponse_BucketAction, now tim
 	qa := a.GetQuotaAssignmentAction()
 	s := qa.GetRateLimitStrategy()
 	if qa == nil || s == nil || s.GetRequestsPerTimeUnit() != nil {
-		e.skipped++
 		return
 	}
 	e.actions++
