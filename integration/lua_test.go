@@ -174,7 +174,7 @@ func randomCase(r *rand.Rand) diffCase {
 		if r.IntN(2) == 0 {
 			c = diffCase{cmd: "fw.hit", peek: "fw.peek", refunds: true, reserve: true}
 		}
-		c.params = []string{pick(1, 2, 5, 16, 100, 6000, 1<<40, 1<<53-1), pick(1, 2, 10, 60, 3600, 86400, 1e9, 9223372036)}
+		c.params = []string{pick(1, 2, 5, 16, 100, 6000, 1<<40, 1<<53-1), pick(1, 2, 10, 60, 3600, 86400, 1e9, 1e9+1, 9223372036)}
 		c.limit, _ = strconv.ParseInt(c.params[0], 10, 64)
 		return c
 	case 0, 1:
@@ -196,6 +196,9 @@ func randomCase(r *rand.Rand) diffCase {
 	}
 	return c
 }
+
+// spread reports a window that SPREAD shifts: a fixed or sliding window.
+func (c diffCase) spread() bool { return c.cmd == "fw.hit" || c.cmd == "sw.hit" }
 
 // args makes one call's arguments: sometimes a bad one.
 func (c diffCase) args(r *rand.Rand) (cmd string, args []string) {
@@ -223,9 +226,13 @@ func (c diffCase) args(r *rand.Rand) (cmd string, args []string) {
 	if r.IntN(4) == 0 { // DEBT: a charge taken past the limit (refused beside RESERVE or UPTO)
 		args = append(args, []string{"DEBT", "debt"}[r.IntN(2)])
 	}
+	if c.spread() && r.IntN(3) > 0 || r.IntN(40) == 0 { // SPREAD: the key's own windows (the other families refuse it)
+		args = append(args, []string{"SPREAD", "spread"}[r.IntN(2)])
+	}
 	if r.IntN(12) == 0 { // bad input
 		bad := []string{"", "x", "1.5", "1e3", " 1", "0x10", "-1", "0", "9223372036854775808", "-9223372036854775809",
-			"9007199254740991", "9007199254740992", "9223372036", "9223372037", "RESERVE", "reserve", "MS", "EACH", "UPTO", "DEBT", "\xff\"\\", strings.Repeat("a", 40)}
+			"9007199254740991", "9007199254740992", "9223372036", "9223372037", "1000000000", "1000000001",
+			"RESERVE", "reserve", "MS", "EACH", "UPTO", "DEBT", "SPREAD", "\xff\"\\", strings.Repeat("a", 40)}
 		switch r.IntN(4) {
 		case 0:
 			args = args[:r.IntN(len(args))]
@@ -528,6 +535,9 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 						costs = append(costs, -1, -l.limit)
 					}
 					args = append(append(append(args, name), l.params...), fmt.Sprint(costs[r.IntN(len(costs))]))
+					if l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0 { // SPREAD follows its limiter
+						args = append(args, []string{"SPREAD", "spread"}[r.IntN(2)])
+					}
 				}
 				if r.IntN(2) == 0 {
 					args = append(args, "MS")
@@ -607,6 +617,9 @@ func TestLuaMatchesModuleHold(t *testing.T) {
 				}
 				costs := []int64{0, 1, 2, 3, l.limit / 2, l.limit, l.limit + 1, 1<<53 - 1}
 				args = append(append(append(args, name), l.params...), fmt.Sprint(costs[r.IntN(len(costs))]))
+				if l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0 {
+					args = append(args, "SPREAD")
+				}
 				if r.IntN(2) == 0 {
 					args = append(args, "MS")
 				}

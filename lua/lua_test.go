@@ -101,7 +101,10 @@ func TestLibrary(t *testing.T) {
 }
 
 // TestLineBudget: the committed Lua (the sources, the library, the
-// benchmark's recipes) stays within issue 23's 4,000 lines.
+// benchmark's recipes) stays within issue 23's 4,000 lines, raised to
+// 4,400 by issue 50, whose options (SPREAD, overrides, calendar windows)
+// every engine must take: each line of a source counts twice, there and
+// in the library.
 func TestLineBudget(t *testing.T) {
 	var files []string
 	for _, pattern := range []string{"src/*.lua", "*.lua", "../bench/lua/*.lua"} {
@@ -119,8 +122,8 @@ func TestLineBudget(t *testing.T) {
 		}
 		lines += strings.Count(string(b), "\n")
 	}
-	if len(files) < 10 || lines > 4000 {
-		t.Fatalf("%d lines of Lua in %d files, want at most 4,000", lines, len(files))
+	if len(files) < 10 || lines > 4400 {
+		t.Fatalf("%d lines of Lua in %d files, want at most 4,400", lines, len(files))
 	}
 	t.Logf("%d lines of Lua in %d files", lines, len(files))
 }

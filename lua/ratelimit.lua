@@ -248,6 +248,7 @@ local MAX_KEYS = 16 -- RL.ALL's numkeys
 local MAX_ONE_KEY_ARGS = 16 -- a command of one key's arguments, its name included
 local MAX_LOG_ADD = 100000 -- the sliding-log entries one RL.ALL adds
 local MAX_UPTO = 1000000 -- UPTO's n
+local MAX_SPREAD_WINDOW = 1000000000 -- the longest window SPREAD shifts
 local ALL_OPTIONS, PEEK_OPTIONS = 'MS, RESERVE n, UPTO n, DEBT and EACH', 'MS, RESERVE n and EACH' -- RL.ALL's and RL.PEEK's, for errors
 local MAX_ID = 128 -- a holder id's bytes
 local MAX_CONC_LIMIT = 100000 -- the most holders of one concurrency limit
@@ -290,6 +291,8 @@ local T_LEASE = 'ERR lease must end before the year 2255 (2^53 microseconds, the
 local T_OTHER_DATA = 'ERR the key holds other data, not {}: {}; the limiter changed nothing (use a key prefix per limiter)'
 local T_HOLD = 'ERR the hold key {} holds other data, not a hold (an estimate from 0 to {}); nothing changed'
 local T_HOLD_FULL = 'ERR the hold key {} holds {}: {} more would pass {}; nothing was taken'
+local T_SPREAD_WINDOW = 'ERR {}SPREAD shifts windows of 1 to {} seconds, not {}'
+local T_SPREAD_FAMILY = 'ERR limiter {} ({}): SPREAD follows a fixed or sliding window (FW, SW) only'
 local function text(t, ...)
   local args, i = {...}, 0
   return (string.gsub(t, '{}', function() i = i + 1; return tostring(args[i]) end))
@@ -343,7 +346,8 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
+      reserve = true, upto = true, options = 'MS, RESERVE n and SPREAD', upto_options = 'MS, RESERVE n, UPTO n, DEBT and SPREAD',
+      spread = true,
       limit = function(v) return v[1] end,
     }
   elseif kind == 'fw' then
@@ -354,7 +358,8 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
+      reserve = true, upto = true, options = 'MS, RESERVE n and SPREAD', upto_options = 'MS, RESERVE n, UPTO n, DEBT and SPREAD',
+      spread = true,
       limit = function(v) return v[1] end,
     }
   elseif kind == 'sl' then
@@ -470,7 +475,7 @@ local function quote(s)
   return '"' .. s .. '"' .. more
 end
 local function isword(s, word) return string.upper(s) == word end
-local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' end
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' end
 local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 local function range_error(a, prefix)
   if a.seconds then
@@ -496,11 +501,12 @@ local function parse_upto(s, cost, prefix)
   if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
   return n
 end
-local function parse_options(args, i, allowed, names, each, upto, no_debt)
+local function parse_options(args, i, allowed, names, each, upto, no_debt, spread)
   local seen, at = {}, {RESERVE = 0, UPTO = 0}
   while i <= #args do
     local w = string.upper(args[i])
-    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))) then
+    if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))
+        or (spread and w == 'SPREAD')) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
@@ -514,7 +520,16 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt)
   end
   local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
   if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD
+end
+local function spread_offset(key, window)
+  if window > MAX_SPREAD_WINDOW then return nil end
+  local h = redis.sha1hex(key)
+  local x = tonumber(string.sub(h, 1, 7), 16) * 16777216 + tonumber(string.sub(h, 8, 13), 16)
+  return math.fmod(x, window * 1000)
+end
+local function spread_error(window, prefix)
+  return fail(text(T_SPREAD_WINDOW, prefix, MAX_SPREAD_WINDOW, fmt(window)))
 end
 local function zero(v) local z = {unpack(v)}; z[#z] = 0; return z end
 local function grant(remaining, cost, reserve, n)
@@ -522,7 +537,7 @@ local function grant(remaining, cost, reserve, n)
   if lt(remaining - reserve, cost) then return 0 end
   return math.min(n, math.floor((remaining - reserve) / cost))
 end
-local function parse_one(syn, args, name, upto)
+local function parse_one(syn, args, name, upto, key)
   local np = #syn.positional
   if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, nil, arity(name) end
   local v = {}
@@ -538,12 +553,16 @@ local function parse_one(syn, args, name, upto)
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err, debt = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto)
-  local n, reserve = 0, debt and DEBT or 0
+  local ms, reserve_at, _, upto_at, err, debt, spread = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread)
+  local n, reserve, offset = 0, debt and DEBT or 0, nil
+  if not err and spread then
+    offset = spread_offset(key, v[2])
+    if not offset then err = spread_error(v[2], '') end
+  end
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
   if err then return nil, nil, nil, nil, err end
-  return v, ms, reserve, n
+  return v, ms, reserve, n, nil, offset
 end
 local function clock()
   local t = redis.call('TIME')
@@ -913,12 +932,20 @@ local function sliding_hit(cost, debt, L, window, c, now)
   d.reset = since(expire, now)
   return d, nxt, expire
 end
-local function window_limit(kind, key, v, reserve, now, ms)
+local function shifted(a, d)
+  local r = math.fmod(d, 1000) -- of d's sign
+  local s, ns = a[1] + (d - r) / 1000, a[2] + r * 1000000
+  if ns < 0 then s, ns = s - 1, ns + SECOND elseif ns >= SECOND then s, ns = s + 1, ns - SECOND end
+  return {s, ns}
+end
+local function window_limit(kind, key, v, reserve, now, ms, offset)
   local L, window, cost = v[1], v[2], v[3]
   local kindof, expire, raw = read_string(key)
   local state = kind == 'sw' and COUNTER_STATE or FIXED_STATE
   local err = check_key(kindof, expire, 'string', state)
   if err then return nil, nil, err end
+  offset = offset or 0
+  if offset ~= 0 then now, expire = shifted(now, -offset), expire - offset end
   local d, n, at
   if kind == 'fw' then
     local count = 0
@@ -930,7 +957,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write and cmp(n, 0) == 0 then return reply, {key = key, del = raw ~= nil} end -- a return of the whole count
-    if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
+    if d.write then return reply, {key = key, set = fmt(n), at = shifted({at, 0}, offset)} end
     return reply, {key = key}
   end
   local c = {index = 0, current = 0, previous = 0}
@@ -946,7 +973,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
   if not after(at, now) then return reply, {key = key, del = raw ~= nil} end
-  return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
+  return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = shifted(at, offset)}
 end
 local function window_store(w)
   if w.set then
@@ -1614,17 +1641,17 @@ local function one_command(kind, name, peek, keys, args)
   local f = LIMIT[kind]
   local reply, now = fast_first(f.fast, kind, keys[1], args, peek)
   if reply then return reply end
-  local v, ms, reserve, upto, err = parse_one(syntax(kind), args, name, not peek)
+  local v, ms, reserve, upto, err, offset = parse_one(syntax(kind), args, name, not peek, keys[1])
   if err then return err end
   now = now or clock()
   local w, granted
   if upto > 0 then -- the most calls a call of cost 0 leaves room for (limit.remaining)
-    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms)
+    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms, offset)
     if err then return err end
     granted = grant(reply[3], v[#v], reserve, upto)
     if granted > 0 then v[#v] = granted * v[#v] end
   end
-  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms)
+  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms, offset)
   if err then return err end
   if not peek then f.store(w, now) end
   if granted then reply[#reply + 1] = reply[1] == 1 and 0 or granted end -- a refusal grants none
@@ -1642,7 +1669,7 @@ local function arg_names(syn)
   names[#names + 1] = syn.optional.name
   return table.concat(names, ' ')
 end
-local function parse_limiter(args, i, j, prefixed)
+local function parse_limiter(args, i, j, prefixed, key)
   local f = family_named(args[i])
   if f == nil then return nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(args[i]), j, LIMITERS)) end
   if f == 'lb' then return nil, nil, fail(text(T_SHAPER_NOT_IN_ALL, j)) end
@@ -1656,7 +1683,15 @@ local function parse_limiter(args, i, j, prefixed)
   end
   v[words] = parse_arg(syn.optional, args[i + words])
   if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
-  return {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
+  local l, nxt = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
+  if args[nxt] and isword(args[nxt], 'SPREAD') then
+    if not syn.spread then return nil, nil, fail(text(T_SPREAD_FAMILY, j, string.upper(f))) end
+    l.offset = spread_offset(key, v[2])
+    if not l.offset then return nil, nil, spread_error(v[2], prefix) end
+    nxt = nxt + 1
+    if args[nxt] and isword(args[nxt], 'SPREAD') then return nil, nil, fail(text(T_TWICE, 'SPREAD')) end
+  end
+  return l, nxt
 end
 local function parse_all(name, keys, args, peek)
   local n = #keys
@@ -1671,7 +1706,7 @@ local function parse_all(name, keys, args, peek)
   for j = 1, n do
     local w = args[i]
     if w == nil or optword(w) then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
-    lims[j], i, err = parse_limiter(args, i, j, true)
+    lims[j], i, err = parse_limiter(args, i, j, true, keys[j])
     if err then return nil, nil, nil, err end
   end
   if i <= #args and family_named(args[i]) then
@@ -1698,7 +1733,7 @@ local function parse_all(name, keys, args, peek)
   return lims, ms, each, nil, upto, debt
 end
 local function run_limit(j, l, key, v, reserve, now, ms)
-  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
+  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms, l.offset)
   if err then
     local where = text(T_LIMITER_WHERE, j, string.upper(l.family), quote(key))
     if err.err == WRONGTYPE then
@@ -1837,10 +1872,10 @@ local function hold_command(kind, name, _, keys, args)
   if not ttl then return range_error(HOLD_TTL, '') end
   if keys[1] == keys[2] then return fail(text(T_KEY_TWICE, quote(keys[1]))) end
   if optword(args[i]) then return fail(text(T_UNKNOWN_LIMITER, quote(args[i]), 1, LIMITERS)) end
-  local l, n, err = parse_limiter(args, i, 1, false)
+  local l, n, err = parse_limiter(args, i, 1, false, keys[1])
   if err then return err end
   local cost = {name = HOLD_COSTS[3 - i], min = 0, max = MAX_LIMIT} -- the estimate, or the actual cost
-  local c = parse_arg(cost, args[n - 1])
+  local c = parse_arg(cost, args[i + #l.v]) -- the limiter's cost
   if not c then return range_error(cost, '') end
   local ms, _, _, _, oerr = parse_options(args, n, false, 'MS')
   if oerr then return oerr end
@@ -1855,7 +1890,7 @@ local function hold_command(kind, name, _, keys, args)
   elseif held > MAX_LIMIT - c then
     return fail(text(T_HOLD_FULL, quote(keys[2]), fmt(held), fmt(c), fmt(MAX_LIMIT)))
   end
-  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms)
+  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms, l.offset)
   if lerr then return lerr end
   f.store(w, now)
   if settle then
@@ -1886,4 +1921,4 @@ redis.register_function{function_name = 'conc_release', callback = function(keys
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'rl_hold', callback = function(keys, args) return hold_command("hold", "rl.hold", false, keys, args) end}
 redis.register_function{function_name = 'rl_settle', callback = function(keys, args) return hold_command("settle", "rl.settle", false, keys, args) end}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+e07b3c511d1e675f' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ed29ad4ebe705672' end, flags = {'no-writes'}}

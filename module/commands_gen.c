@@ -105,47 +105,51 @@ static RedisModuleCommandArg rl_args_lb[] = {
 static RedisModuleCommandArg rl_args_sw[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
-    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset) (1 to 9223372036)"},
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
+    RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
     {0}};
 
 static RedisModuleCommandArg rl_args_sw_peek[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
-    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset) (1 to 9223372036)"},
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
     {0}};
 
 static RedisModuleCommandArg rl_args_fw[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
-    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset) (1 to 9223372036)"},
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
+    RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
     {0}};
 
 static RedisModuleCommandArg rl_args_fw_peek[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 9007199254740991)"},
-    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset) (1 to 9223372036)"},
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
     {0}};
 
 static RedisModuleCommandArg rl_args_sl[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 100000)"},
-    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset) (1 to 9223372036)"},
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
@@ -156,7 +160,7 @@ static RedisModuleCommandArg rl_args_sl[] = {
 static RedisModuleCommandArg rl_args_sl_peek[] = {
     RL_KEY_ARG,
     {.name = "limit", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "hits admitted per window (1 to 100000)"},
-    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (1 to 9223372036)"},
+    {.name = "window", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset) (1 to 9223372036)"},
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
@@ -165,7 +169,7 @@ static RedisModuleCommandArg rl_args_sl_peek[] = {
 static RedisModuleCommandArg rl_args_rl_all[] = {
     {.name = "numkeys", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "how many keys, and limiters, follow (1 to 16)"},
     {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0, .flags = REDISMODULE_CMD_ARG_MULTIPLE},
-    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost | FW limit window cost | SL limit window cost",
+    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] | SL limit window cost",
      .flags = REDISMODULE_CMD_ARG_MULTIPLE},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
@@ -177,7 +181,7 @@ static RedisModuleCommandArg rl_args_rl_all[] = {
 static RedisModuleCommandArg rl_args_rl_peek[] = {
     {.name = "numkeys", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "how many keys, and limiters, follow (1 to 16)"},
     {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0, .flags = REDISMODULE_CMD_ARG_MULTIPLE},
-    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost | FW limit window cost | SL limit window cost",
+    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] | SL limit window cost",
      .flags = REDISMODULE_CMD_ARG_MULTIPLE},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,

@@ -38,6 +38,7 @@ const (
 	uptoSummary    = "take up to this many calls of the cost, as many as admitted; the reply ends with how many (1 to 1000000)"
 	eachSummary    = "after the six integers, every limit's own five, in order"
 	debtSummary    = "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"
+	spreadSummary  = "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"
 )
 
 // argSummary is what COMMAND DOCS says of a: its meaning and its range.
@@ -66,7 +67,11 @@ func limiterSummary() string {
 		for _, a := range f.Args {
 			words = append(words, a.Name)
 		}
-		forms = append(forms, strings.Join(append(words, f.Cost.Name), " "))
+		words = append(words, f.Cost.Name)
+		if f.Spread {
+			words = append(words, "[SPREAD]")
+		}
+		forms = append(forms, strings.Join(words, " "))
 	}
 	return "one per key, in order: " + strings.Join(forms, " | ")
 }
@@ -153,6 +158,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 		}
 		if c.NumKeys {
 			b.WriteString("    RL_TOKEN_ARG(\"each\", \"EACH\", " + cString(eachSummary) + "),\n")
+		}
+		if !c.NumKeys && spec.Families[c.Family].Spread {
+			b.WriteString("    RL_TOKEN_ARG(\"spread\", \"SPREAD\", " + cString(spreadSummary) + "),\n")
 		}
 	}
 	b.WriteString("    {0}};\n\n")

@@ -171,7 +171,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 		if i >= len(args) || isWord(args[i]) {
 			return 0, fail(spec.Fill(spec.TFewLimiters, n, j))
 		}
-		if i, err = parseLimiter(args, i, j, j, &lims[j]); err != nil {
+		if i, err = parseLimiter(args, i, j, j, &lims[j], args[2+j]); err != nil {
 			return 0, err
 		}
 	}
@@ -185,7 +185,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	if upto != nil {
 		at, names, charge = &uptoAt, spec.AllOptions, &debt
 	}
-	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge); err != nil {
+	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge, nil); err != nil {
 		return 0, err
 	}
 	if err := debtWith(debt, reserveAt, uptoAt); err != nil {
@@ -230,10 +230,10 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 }
 
 // parseLimiter reads the j-th limiter, written out at args[i] (its
-// family's name, its arguments, its cost), into l, and returns the index
-// after it; errors name it as limiter j + 1, its numbers' errors only when
-// n ≥ 0 (RL.ALL's n-th).
-func parseLimiter(args []string, i, j, n int, l *limit) (int, error) {
+// family's name, its arguments, its cost, then SPREAD for a window on
+// key), into l, and returns the index after it; errors name it as limiter
+// j + 1, its numbers' errors only when n ≥ 0 (RL.ALL's n-th).
+func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error) {
 	f := spec.FamilyNamed(args[i])
 	switch f {
 	case -1:
@@ -255,7 +255,19 @@ func parseLimiter(args []string, i, j, n int, l *limit) (int, error) {
 		return 0, fail(syn.optional.rangeError(l.prefix(n)))
 	}
 	*l.cost() = c
-	return i + 1 + words, nil
+	next := i + 1 + words
+	if next < len(args) && isSpread(args[next]) {
+		if !spec.Families[f].Spread {
+			return 0, fail(spec.Fill(spec.TSpreadFamily, j+1, families[f].name))
+		}
+		if err := l.setSpread(key, l.prefix(n)); err != nil {
+			return 0, err
+		}
+		if next++; next < len(args) && isSpread(args[next]) {
+			return 0, twice("SPREAD")
+		}
+	}
+	return next, nil
 }
 
 // maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the

@@ -1,8 +1,11 @@
 package engine
 
 import (
+	"time"
+
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // arg is one integer argument and its accepted range.
@@ -46,13 +49,14 @@ type syntax struct {
 	reserve    bool  // RESERVE n is an option
 	upto       bool  // UPTO n is an option of the consuming command
 	debt       bool  // DEBT is an option of the consuming command
+	spread     bool  // SPREAD is an option
 	// the options' names, for errors: the peek's, the consuming command's
 	options, uptoOptions string
 }
 
 // syntaxOf is family f's syntax.
 func syntaxOf(f *spec.Family) *syntax {
-	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, debt: f.Debt, options: f.Options(), uptoOptions: f.UpToOptions()}
+	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, debt: f.Debt, spread: f.Spread, options: f.Options(), uptoOptions: f.UpToOptions()}
 	for _, a := range f.Args {
 		s.positional = append(s.positional, argOf(a))
 	}
@@ -89,11 +93,20 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	if upto != nil && s.debt {
 		debt = &l.debt
 	}
-	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt); err != nil {
+	var spread *bool
+	if s.spread {
+		spread = new(bool)
+	}
+	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt, spread); err != nil {
 		return err
 	}
 	if err := debtWith(l.debt, reserveAt, uptoAt); err != nil {
 		return err
+	}
+	if spread != nil && *spread {
+		if err := l.setSpread(args[1], ""); err != nil {
+			return err
+		}
 	}
 	if l.debt && l.family == famSL && *l.cost() > maxLogAdd {
 		return fail(spec.Fill(spec.TLogAdd, maxLogAdd, *l.cost()))
@@ -160,12 +173,17 @@ func (l *limit) prefix(n int) string {
 }
 
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
-// allowed, EACH when each is not nil, UPTO n when uptoAt is not nil and
-// DEBT when debt is not nil. reserveAt and uptoAt are set to the index of
-// their n (0 when absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt *bool) error {
+// allowed, EACH when each is not nil, UPTO n when uptoAt is not nil, DEBT
+// when debt is not nil and SPREAD when spread is not nil. reserveAt and
+// uptoAt are set to the index of their n (0 when absent).
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt, spread *bool) error {
 	for ; i < len(args); i++ {
 		switch {
+		case spread != nil && isSpread(args[i]):
+			if *spread {
+				return twice("SPREAD")
+			}
+			*spread = true
 		case isOption(args[i]):
 			if *ms {
 				return twice("MS")
@@ -274,10 +292,24 @@ func isReserve(s string) bool { return spec.EqualFold(s, "RESERVE") }
 // isUpTo reports whether s is the UPTO option, in any case.
 func isUpTo(s string) bool { return spec.EqualFold(s, "UPTO") }
 
+// isSpread reports whether s is the SPREAD option, in any case.
+func isSpread(s string) bool { return spec.EqualFold(s, "SPREAD") }
+
 // isWord reports an option's word where a number may stand (MS, RESERVE,
-// UPTO, DEBT): never read as a cost or a limiter.
+// UPTO, DEBT, SPREAD): never read as a cost or a limiter.
 func isWord(s string) bool {
-	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT")
+	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT") || isSpread(s)
+}
+
+// setSpread starts the windows of l, a window limit on key, at key's
+// offset (window.SpreadOffset); errors start with prefix.
+func (l *limit) setSpread(key, prefix string) error {
+	w := l.fw().window // SW's arguments are FW's
+	if w > spec.MaxSpreadWindow {
+		return fail(spec.Fill(spec.TSpreadWindow, prefix, spec.MaxSpreadWindow, w))
+	}
+	l.offset = window.SpreadOffset(key, w) * int64(time.Millisecond)
+	return nil
 }
 
 // quote shows untrusted input in an error: at most 32 bytes between double

@@ -496,7 +496,8 @@ func TestBucketCommands(t *testing.T) {
 func FuzzParse(f *testing.F) {
 	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff",
 		"15 30 60 2 UPTO 3", "15 30 60 UPTO 1000000 RESERVE 1", "1 1 1 -1 UPTO 2", "1 1 1 1 UPTO 0 MS", "1 1 1 UPTO",
-		"15 30 60 99 DEBT", "1 1 1 DEBT MS", "1 1 1 1 DEBT RESERVE 1", "1 1 1 debt UPTO 2", "3 10 100001 DEBT"} {
+		"15 30 60 99 DEBT", "1 1 1 DEBT MS", "1 1 1 1 DEBT RESERVE 1", "1 1 1 debt UPTO 2", "3 10 100001 DEBT",
+		"5 60 1 SPREAD", "5 60 SPREAD MS", "5 1000000001 SPREAD", "5 60 spread SPREAD", "5 60 2 DEBT SPREAD UPTO 2"} {
 		for op := range spec.NumOps {
 			f.Add(uint8(op), s)
 		}
@@ -531,6 +532,10 @@ func FuzzParse(f *testing.F) {
 			if p.reserve < 0 || p.reserve > p.limit() || (p.reserve > 0 && !syn.reserve) {
 				t.Fatalf("RESERVE %d accepted", p.reserve)
 			}
+			if p.offset != 0 && (!syn.spread || !strings.Contains(strings.ToUpper(line), "SPREAD") || p.offset < 0 ||
+				p.offset >= p.fw().window*int64(time.Second)) {
+				t.Fatalf("SPREAD's offset %d accepted", p.offset)
+			}
 			return
 		}
 		switch o.Action {
@@ -543,7 +548,7 @@ func FuzzParse(f *testing.F) {
 				t.Fatalf("bad error text %q", o.Err)
 			}
 			named := strings.Contains(o.Err, "unknown option") || strings.Contains(o.Err, "RESERVE") || strings.Contains(o.Err, "UPTO") ||
-				strings.Contains(o.Err, "DEBT") || strings.Contains(o.Err, "sliding logs") ||
+				strings.Contains(o.Err, "DEBT") || strings.Contains(o.Err, "SPREAD") || strings.Contains(o.Err, "sliding logs") ||
 				strings.HasPrefix(o.Err, "ERR the option MS is given twice")
 			for _, a := range append(syn.positional, syn.optional) {
 				named = named || strings.HasPrefix(o.Err, "ERR "+a.name+" must be")
@@ -571,6 +576,8 @@ func FuzzCommand(f *testing.F) {
 		f.Add(uint8(op), "4 1 1 -1", "1700000009000000000:debt", t0)
 		f.Add(uint8(op), "5 60 -3", "4", t0) // a window's return
 		f.Add(uint8(op), "5 60 -9223372036854775808 RESERVE 2", "28333333:4:2", t0)
+		f.Add(uint8(op), "5 60 2 SPREAD", "28333333:4:2", t0)
+		f.Add(uint8(op), "5 1000000000 1 SPREAD", "3", int64(1))
 	}
 	f.Fuzz(func(t *testing.T, op8 uint8, line, stored string, now int64) {
 		if now <= 0 {

@@ -43,7 +43,7 @@ func executeHold(args []string, r Reader, o *Outcome, settle bool) error {
 		return fail(spec.Fill(spec.TUnknownLimiter, quote(args[i]), 1, limiters))
 	}
 	var l limit
-	next, err := parseLimiter(args, i, 0, -1, &l)
+	next, err := parseLimiter(args, i, 0, -1, &l, args[1])
 	if err != nil {
 		return err
 	}
@@ -51,13 +51,13 @@ func executeHold(args []string, r Reader, o *Outcome, settle bool) error {
 	if settle {
 		cost = holdCosts[1]
 	}
-	c, ok := cost.parse(args[next-1])
+	c, ok := cost.parse(args[i+1+len(families[l.family].syntax.positional)]) // the limiter's cost
 	if !ok {
 		return fail(cost.rangeError(""))
 	}
 	var ms bool
 	var reserveAt int
-	if err := parseOptions(args, next, false, "MS", &ms, &reserveAt, nil, nil, nil); err != nil {
+	if err := parseOptions(args, next, false, "MS", &ms, &reserveAt, nil, nil, nil, nil); err != nil {
 		return err
 	}
 	if r.Keys() != 2 {

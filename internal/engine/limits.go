@@ -41,7 +41,8 @@ type limit struct {
 	family  int
 	v       [maxWords]int64
 	reserve int64
-	debt    bool // DEBT: the cost is taken whatever remains
+	debt    bool  // DEBT: the cost is taken whatever remains
+	offset  int64 // SPREAD: the key's windows start this many ns after the epoch's alignment
 }
 
 // limit is what the limiter admits at once from a full state, the bound

@@ -59,6 +59,6 @@ func TestUpTo(t *testing.T) {
 		{[]any{"TB.TAKE", "b", 4, 1, 1, 1, "UPTO", "x"}, "ERR UPTO must be an integer from 1 to 1000000"},
 		{[]any{"FW.HIT", "f", 5, 60, "UPTO"}, "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
 		{[]any{"SL.HIT", "l", 3, 10, "XX"}, `ERR cost must be an integer from -9223372036854775808 to 9223372036854775807`},
-		{[]any{"SW.HIT", "s", 3, 10, 1, "NX"}, `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n and DEBT`},
+		{[]any{"SW.HIT", "s", 3, 10, 1, "NX"}, `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n, DEBT and SPREAD`},
 	})
 }

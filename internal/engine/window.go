@@ -37,10 +37,11 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 	var d window.Decision
 	var next window.Counts
 	var expire int64
+	now := st.Now - l.offset // SPREAD: the windows on a clock shifted by the key's offset
 	if l.debt {
-		d, next, expire, err = sw.Charge(counts, st.Now, p.cost)
+		d, next, expire, err = sw.Charge(counts, now, p.cost)
 	} else {
-		d, next, expire, err = sw.HitReserve(counts, st.Now, p.cost, l.reserve)
+		d, next, expire, err = sw.HitReserve(counts, now, p.cost, l.reserve)
 	}
 	if err != nil {
 		return chargeErr(err, l)
@@ -48,7 +49,7 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 	setReply(rep, d.Limited, d.Limit, d.Remaining, d.RetryAfter, d.ResetAfter, ms)
 	switch {
 	case !d.Write:
-	case expire <= st.Now: // nothing counted: the key has no work left
+	case expire <= now: // nothing counted: the key has no work left
 		if st.Kind != KeyEmpty {
 			w.Action = WriteDel
 		}
@@ -60,7 +61,7 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 		b = strconv.AppendInt(b, next.Previous, 10)
 		w.Action = WriteSet
 		w.ValueLen = len(b)
-		w.ExpireMs = ceilMs(expire)
+		w.ExpireMs = ceilMs(expire + l.offset)
 	}
 	return nil
 }
@@ -96,10 +97,11 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 	}
 	var d window.Decision
 	var n, end int64
+	now, expires := st.Now-l.offset, expiryNs(st.ExpireMs)-l.offset // SPREAD: a clock shifted by the key's offset
 	if l.debt {
-		d, n, end, err = f.Charge(count, expiryNs(st.ExpireMs), st.Now, p.cost)
+		d, n, end, err = f.Charge(count, expires, now, p.cost)
 	} else {
-		d, n, end, err = f.HitReserve(count, expiryNs(st.ExpireMs), st.Now, p.cost, l.reserve)
+		d, n, end, err = f.HitReserve(count, expires, now, p.cost, l.reserve)
 	}
 	if err != nil {
 		return chargeErr(err, l)
@@ -112,7 +114,7 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 			w.Action = WriteDel
 		}
 	default:
-		w.setInt(n, end)
+		w.setInt(n, end+l.offset)
 	}
 	return nil
 }

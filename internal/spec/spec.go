@@ -59,6 +59,9 @@ const (
 	// MaxHoldTTL is the longest RL.HOLD keeps a hold: a year, in seconds.
 	// A hold outliving it is a leak, not a request still running.
 	MaxHoldTTL = 365 * 24 * 3600
+	// MaxSpreadWindow is the longest window SPREAD shifts
+	// (window.MaxSpreadWindow).
+	MaxSpreadWindow = window.MaxSpreadWindow
 
 	minInt64 = -1 << 63
 	maxInt64 = 1<<63 - 1
@@ -111,8 +114,12 @@ type Family struct {
 	UpTo bool
 	// Debt: its consuming command takes DEBT, a charge taken even past the
 	// limit (the limiter goes into debt).
-	Debt  bool
-	InAll bool // RL.ALL and RL.PEEK take it
+	Debt bool
+	// Spread: SPREAD starts each key's windows at an offset derived from
+	// the key (window.SpreadOffset), in its commands of one key and after
+	// its limiter in RL.ALL, RL.PEEK, RL.HOLD and RL.SETTLE.
+	Spread bool
+	InAll  bool // RL.ALL and RL.PEEK take it
 	// Lease: a local tier (lease.Tier) may decide it from units granted
 	// ahead. Its units, taken in advance with UPTO and spent one by one
 	// elsewhere, admit what the key would have (GCRA and the token bucket
@@ -221,20 +228,23 @@ func Named(name string) *Family {
 // Options names the options a command of the family takes, for errors:
 // its peek's (and, without UpTo, its consuming command's).
 func (f *Family) Options() string {
-	if f.Reserve {
-		return "MS and RESERVE n"
-	}
-	return "MS"
+	return f.options(false)
 }
 
 // UpToOptions names the options its consuming command takes, UPTO n
 // and DEBT among them where UpTo and Debt.
 func (f *Family) UpToOptions() string {
+	return f.options(true)
+}
+
+// options names the options of the family's peek, or with upto its
+// consuming command's.
+func (f *Family) options(upto bool) string {
 	names := []string{"MS"}
 	for _, o := range []struct {
 		on   bool
 		name string
-	}{{f.Reserve, "RESERVE n"}, {f.UpTo, "UPTO n"}, {f.Debt, "DEBT"}} {
+	}{{f.Reserve, "RESERVE n"}, {upto && f.UpTo, "UPTO n"}, {upto && f.Debt, "DEBT"}, {f.Spread, "SPREAD"}} {
 		if o.on {
 			names = append(names, o.name)
 		}
@@ -256,13 +266,14 @@ func period(name, what string) Arg {
 	return Arg{Name: name, Min: 1, Max: MaxSeconds, Seconds: true, Summary: what}
 }
 
-func windowFamily(name, kind string, limit int64, state, stateName string, run Run, part, fast string) Family {
+func windowFamily(name, kind string, limit int64, spread bool, state, stateName string, run Run, part, fast string) Family {
 	return Family{
-		Run: run, Part: part, Fast: fast,
+		Spread: spread,
+		Run:    run, Part: part, Fast: fast,
 		Name: name, Kind: kind,
 		Args: []Arg{
 			{Name: "limit", Min: 1, Max: limit, Summary: "hits admitted per window"},
-			period("window", "the window in whole seconds, aligned to the Unix epoch"),
+			period("window", "the window in whole seconds, aligned to the Unix epoch (with SPREAD, to the key's offset)"),
 		},
 		Cost:    Arg{Name: "cost", Min: minInt64, Max: maxInt64, Summary: "the cost of this hit"},
 		Def:     1,
@@ -320,9 +331,9 @@ var Families = [NumFamilies]Family{
 		Run: RunInstant, Part: "instant", Fast: "fast_instant",
 		Errors: bucketErrors, Go: [3]string{"capacity", "leak", "period"},
 	},
-	SW: windowFamily("SW", "sw", MaxLimit, "sliding window state (index:current:previous)", "COUNTER_STATE", RunSlidingWindow, "window", "fast_sliding"),
-	FW: windowFamily("FW", "fw", MaxLimit, "fixed window state (a count)", "FIXED_STATE", RunFixedWindow, "window", "fast_fixed").leased(),
-	SL: windowFamily("SL", "sl", MaxLogLimit, "a sliding log (members <score>-<n>, scored in Unix microseconds)", "LOG_STATE", RunLog, "log", "fast_log"),
+	SW: windowFamily("SW", "sw", MaxLimit, true, "sliding window state (index:current:previous)", "COUNTER_STATE", RunSlidingWindow, "window", "fast_sliding"),
+	FW: windowFamily("FW", "fw", MaxLimit, true, "fixed window state (a count)", "FIXED_STATE", RunFixedWindow, "window", "fast_fixed").leased(),
+	SL: windowFamily("SL", "sl", MaxLogLimit, false, "a sliding log (members <score>-<n>, scored in Unix microseconds)", "LOG_STATE", RunLog, "log", "fast_log"),
 	CONC: {
 		Name: "CONC", Kind: "conc",
 		Args: []Arg{

@@ -38,6 +38,8 @@ const (
 	TOtherData                    // a key holding something else than the limiter's state
 	THold                         // a hold key holding something else than a hold
 	THoldFull                     // holds under one key adding up past MaxLimit
+	TSpreadWindow                 // SPREAD on a window too long to shift
+	TSpreadFamily                 // SPREAD after a limiter that has no windows
 	NumTexts
 )
 
@@ -72,9 +74,11 @@ var Texts = [NumTexts]struct{ Lua, Template string }{
 	TID:             {"ID", "ERR id must be 1 to {} bytes (a request id), not {}"},
 	TLease: {"LEASE", "ERR lease must end before the year 2255 (2^53 microseconds, the largest sorted-set score " +
 		"held exactly): at most {} seconds from now"},
-	TOtherData: {"OTHER_DATA", "ERR the key holds other data, not {}: {}; the limiter changed nothing (use a key prefix per limiter)"},
-	THold:      {"HOLD", "ERR the hold key {} holds other data, not a hold (an estimate from 0 to {}); nothing changed"},
-	THoldFull:  {"HOLD_FULL", "ERR the hold key {} holds {}: {} more would pass {}; nothing was taken"},
+	TOtherData:    {"OTHER_DATA", "ERR the key holds other data, not {}: {}; the limiter changed nothing (use a key prefix per limiter)"},
+	THold:         {"HOLD", "ERR the hold key {} holds other data, not a hold (an estimate from 0 to {}); nothing changed"},
+	THoldFull:     {"HOLD_FULL", "ERR the hold key {} holds {}: {} more would pass {}; nothing was taken"},
+	TSpreadWindow: {"SPREAD_WINDOW", "ERR {}SPREAD shifts windows of 1 to {} seconds, not {}"},
+	TSpreadFamily: {"SPREAD_FAMILY", "ERR limiter {} ({}): SPREAD follows a fixed or sliding window (FW, SW) only"},
 }
 
 // Fill is text t with its holes filled by args, in order (fmt.Sprint of

@@ -17,9 +17,10 @@ local function arg_names(syn)
   return table.concat(names, ' ')
 end
 -- parse_limiter reads limiter j, written out at args[i] (its family, its
--- arguments, its cost): the limit, the index after it, or an error; its
--- numbers' errors name it when prefixed (RL.ALL's).
-local function parse_limiter(args, i, j, prefixed)
+-- arguments, its cost, then SPREAD for a window on key): the limit, the
+-- index after it, or an error; its numbers' errors name it when prefixed
+-- (RL.ALL's).
+local function parse_limiter(args, i, j, prefixed, key)
   local f = family_named(args[i])
   if f == nil then return nil, nil, fail(text(T_UNKNOWN_LIMITER, quote(args[i]), j, LIMITERS)) end
   if f == 'lb' then return nil, nil, fail(text(T_SHAPER_NOT_IN_ALL, j)) end
@@ -33,7 +34,15 @@ local function parse_limiter(args, i, j, prefixed)
   end
   v[words] = parse_arg(syn.optional, args[i + words])
   if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
-  return {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
+  local l, nxt = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
+  if args[nxt] and isword(args[nxt], 'SPREAD') then
+    if not syn.spread then return nil, nil, fail(text(T_SPREAD_FAMILY, j, string.upper(f))) end
+    l.offset = spread_offset(key, v[2])
+    if not l.offset then return nil, nil, spread_error(v[2], prefix) end
+    nxt = nxt + 1
+    if args[nxt] and isword(args[nxt], 'SPREAD') then return nil, nil, fail(text(T_TWICE, 'SPREAD')) end
+  end
+  return l, nxt
 end
 -- parse_all reads the limiters after the keys, and the options: the
 -- limits ({family, v}), ms, each, or an error, in the module's order.
@@ -50,7 +59,7 @@ local function parse_all(name, keys, args, peek)
   for j = 1, n do
     local w = args[i]
     if w == nil or optword(w) then return nil, nil, nil, fail(text(T_FEW_LIMITERS, n, j - 1)) end
-    lims[j], i, err = parse_limiter(args, i, j, true)
+    lims[j], i, err = parse_limiter(args, i, j, true, keys[j])
     if err then return nil, nil, nil, err end
   end
   if i <= #args and family_named(args[i]) then
@@ -80,7 +89,7 @@ end
 -- run_limit runs one limit on its key: five integers and a write, or an
 -- error naming the limiter and its key.
 local function run_limit(j, l, key, v, reserve, now, ms)
-  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms)
+  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms, l.offset)
   if err then
     local where = text(T_LIMITER_WHERE, j, string.upper(l.family), quote(key))
     if err.err == WRONGTYPE then
@@ -238,10 +247,10 @@ local function hold_command(kind, name, _, keys, args)
   if not ttl then return range_error(HOLD_TTL, '') end
   if keys[1] == keys[2] then return fail(text(T_KEY_TWICE, quote(keys[1]))) end
   if optword(args[i]) then return fail(text(T_UNKNOWN_LIMITER, quote(args[i]), 1, LIMITERS)) end
-  local l, n, err = parse_limiter(args, i, 1, false)
+  local l, n, err = parse_limiter(args, i, 1, false, keys[1])
   if err then return err end
   local cost = {name = HOLD_COSTS[3 - i], min = 0, max = MAX_LIMIT} -- the estimate, or the actual cost
-  local c = parse_arg(cost, args[n - 1])
+  local c = parse_arg(cost, args[i + #l.v]) -- the limiter's cost
   if not c then return range_error(cost, '') end
   local ms, _, _, _, oerr = parse_options(args, n, false, 'MS')
   if oerr then return oerr end
@@ -256,7 +265,7 @@ local function hold_command(kind, name, _, keys, args)
   elseif held > MAX_LIMIT - c then
     return fail(text(T_HOLD_FULL, quote(keys[2]), fmt(held), fmt(c), fmt(MAX_LIMIT)))
   end
-  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms)
+  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms, l.offset)
   if lerr then return lerr end
   f.store(w, now)
   if settle then

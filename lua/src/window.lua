@@ -116,15 +116,26 @@ local function sliding_hit(cost, debt, L, window, c, now)
   d.reset = since(expire, now)
   return d, nxt, expire
 end
+-- shifted is instant a moved by d ms (d an integer, |d| < 2^53).
+local function shifted(a, d)
+  local r = math.fmod(d, 1000) -- of d's sign
+  local s, ns = a[1] + (d - r) / 1000, a[2] + r * 1000000
+  if ns < 0 then s, ns = s - 1, ns + SECOND elseif ns >= SECOND then s, ns = s + 1, ns - SECOND end
+  return {s, ns}
+end
 -- window_limit runs one limit of a window family on its key: the five
 -- integers and the write to make ({key, set = value, at = instant} or
--- {key, del = true}), or an error.
-local function window_limit(kind, key, v, reserve, now, ms)
+-- {key, del = true}), or an error. With offset (SPREAD), the key's windows
+-- start offset ms after the epoch's alignment: the limit runs on a clock
+-- shifted back by it, and the instants it stores are shifted forward.
+local function window_limit(kind, key, v, reserve, now, ms, offset)
   local L, window, cost = v[1], v[2], v[3]
   local kindof, expire, raw = read_string(key)
   local state = kind == 'sw' and COUNTER_STATE or FIXED_STATE
   local err = check_key(kindof, expire, 'string', state)
   if err then return nil, nil, err end
+  offset = offset or 0
+  if offset ~= 0 then now, expire = shifted(now, -offset), expire - offset end
   local d, n, at
   if kind == 'fw' then
     local count = 0
@@ -136,7 +147,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write and cmp(n, 0) == 0 then return reply, {key = key, del = raw ~= nil} end -- a return of the whole count
-    if d.write then return reply, {key = key, set = fmt(n), at = {at, 0}} end
+    if d.write then return reply, {key = key, set = fmt(n), at = shifted({at, 0}, offset)} end
     return reply, {key = key}
   end
   local c = {index = 0, current = 0, previous = 0}
@@ -152,7 +163,7 @@ local function window_limit(kind, key, v, reserve, now, ms)
   local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
   if not d.write then return reply, {key = key} end
   if not after(at, now) then return reply, {key = key, del = raw ~= nil} end
-  return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = at}
+  return reply, {key = key, set = fmt(n.index) .. ':' .. fmt(n.current) .. ':' .. fmt(n.previous), at = shifted(at, offset)}
 end
 -- window_store applies a window limit's write.
 local function window_store(w)
