@@ -167,6 +167,7 @@ type Limit struct {
 	algo   algo
 	n, m   int64 // the positional integers before the period
 	period time.Duration
+	spread bool // SPREAD: each key's windows start at its own offset
 }
 
 // algo is a limit's family in the command table (spec), plus one: the
@@ -267,17 +268,39 @@ func SlidingLog(limit int64, window time.Duration) Limit {
 	return Limit{algo: algo(spec.SL + 1), n: limit, period: window}
 }
 
-// String describes the limit: "GCRA(burst 9, rate 10, period 1m0s)".
+// Spread is l with its windows spread per key (the module's SPREAD): each
+// key's windows start at an offset of its own, derived from the key (the
+// first 52 bits of its SHA-1 modulo the window), rather than at multiples
+// of the window since the epoch, so that a limit's keys do not all reset,
+// and their clients all retry, at one instant. FixedWindow(100,
+// time.Minute).Spread() on "user:42" runs its minutes from hh:mm:55.114.
+// Each key's promise is unchanged: its limit per window, in windows of its
+// own. Only a FixedWindow or a SlidingWindow of up to 10^9 s spreads; the
+// calls of any other limit fail.
+func (l Limit) Spread() Limit {
+	l.spread = true
+	return l
+}
+
+// Spreads reports whether l's windows are spread per key (Spread).
+func (l Limit) Spreads() bool { return l.spread }
+
+// String describes the limit: "GCRA(burst 9, rate 10, period 1m0s)",
+// "FW(limit 100, window 1m0s, spread)".
 func (l Limit) String() string {
 	a := algos[l.algo]
 	if l.algo == algoNone {
 		return "Limit(none)"
 	}
 	name := a.take[:strings.IndexByte(a.take, '.')]
-	if a.m == "" {
-		return fmt.Sprintf("%s(%s %d, %s %v)", name, a.n, l.n, a.period, l.period)
+	spread := ""
+	if l.spread {
+		spread = ", spread"
 	}
-	return fmt.Sprintf("%s(%s %d, %s %d, %s %v)", name, a.n, l.n, a.m, l.m, a.period, l.period)
+	if a.m == "" {
+		return fmt.Sprintf("%s(%s %d, %s %v%s)", name, a.n, l.n, a.period, l.period, spread)
+	}
+	return fmt.Sprintf("%s(%s %d, %s %d, %s %v%s)", name, a.n, l.n, a.m, l.m, a.period, l.period, spread)
 }
 
 // Family is the limiter l runs, as the command table names it: "GCRA",
@@ -335,11 +358,23 @@ func (l Limit) appendArgs(args []any) ([]any, error) {
 	if l.algo == algoNone {
 		return args, errors.New("ratelimit: the zero Limit: make one with GCRA, TokenBucket, ... ")
 	}
+	if f := l.algo.family(); l.spread && (f == nil || !f.Spread) {
+		return args, fmt.Errorf("ratelimit: %v: only a FixedWindow or a SlidingWindow spreads", l)
+	}
 	args = append(args, l.n)
 	if a.m != "" {
 		args = append(args, l.m)
 	}
 	return appendPeriod(args, a.period, l.period)
+}
+
+// appendCost appends the cost of a call of l, and SPREAD after it when l
+// spreads: where a command of one key, RL.ALL and RL.HOLD all take it.
+func (l Limit) appendCost(args []any, cost int64) []any {
+	if l.spread {
+		return append(args, cost, "SPREAD")
+	}
+	return append(args, cost)
 }
 
 // appendPeriod appends d in whole seconds; the module takes nothing finer,
@@ -492,7 +527,7 @@ func oneArgs(name any, key string, l Limit, cost int64, opts []Option) ([]any, e
 	if err != nil {
 		return nil, err
 	}
-	return appendOptions(append(args, cost), opts), nil
+	return appendOptions(l.appendCost(args, cost), opts), nil
 }
 
 // Keyed is one limit of an All call: its key, its limit and the cost to
@@ -579,7 +614,7 @@ func allArgs(name string, limits []Keyed, opts []Option) ([]any, error) {
 		if args, err = k.Limit.appendArgs(append(args, f)); err != nil {
 			return nil, fmt.Errorf("limit %d: %w", i, err)
 		}
-		args = append(args, k.Cost)
+		args = k.Limit.appendCost(args, k.Cost)
 	}
 	return appendOptions(args, opts), nil
 }
@@ -652,7 +687,7 @@ func holdLimit(args []any, l Limit, cost int64) ([]any, error) {
 	if err != nil {
 		return nil, err
 	}
-	return append(args, cost, "MS"), nil
+	return append(l.appendCost(args, cost), "MS"), nil
 }
 
 // HoldKey is the key that holds id's hold on key: key's hash tag and

@@ -97,3 +97,12 @@ func ExampleLimit_Params() {
 	fmt.Println(l.Family(), n, m, period, q, w)
 	// Output: GCRA 9 10 1m0s 10 1m0s
 }
+
+// A fixed window spread per key: each key's minutes start at an offset of
+// its own, so 10,000 users' quotas do not all refill, and their retries
+// all arrive, at hh:mm:00.
+func ExampleLimit_Spread() {
+	l := client.FixedWindow(100, time.Minute).Spread()
+	fmt.Println(l, l.Spreads())
+	// Output: FW(limit 100, window 1m0s, spread) true
+}
