@@ -117,6 +117,7 @@ type rule struct {
 	shadow    bool
 	detailed  bool
 	debt      bool // hits are counted even past the limit (the module's DEBT)
+	spread    bool // each key's windows start at its own offset (the module's SPREAD)
 	lease     bool // decided through the local tier where the service has one (Options.Lease)
 	// reserve: the request phase holds its hits as an estimate for
 	// holdTTL, the stream-done call (is_negative_hits) settles the hold at
@@ -313,9 +314,9 @@ type rateLimitForm struct {
 	line                                                      int    // where the mapping starts
 	perUnit, limit                                            uint32 // limit: Concurrency's holders
 	unit, name, algorithm, holdTTL                            string
-	unlimited, debt, lease, reserve                           bool
+	unlimited, debt, lease, reserve, spread                   bool
 	perUnitLine, unitLine, algorithmLine, debtLine, leaseLine int
-	limitLine, holdTTLLine, reserveLine                       int
+	limitLine, holdTTLLine, reserveLine, spreadLine           int
 	replaces                                                  []replaceForm
 }
 
@@ -464,6 +465,7 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 		algorithm: FixedWindow,
 		unlimited: f.unlimited,
 		debt:      f.debt,
+		spread:    f.spread,
 		lease:     f.lease,
 		name:      f.name,
 		statKey:   statKey,
@@ -473,6 +475,9 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	}
 	if f.lease && (!leases(r.algorithm) || f.debt) {
 		return nil, b.errAt(f.leaseLine, "lease: true for '%s' needs algorithm %s (whose units are spent as they would be one by one) and no debt", statKey, leasing)
+	}
+	if f.spread && r.algorithm != FixedWindow && r.algorithm != SlidingWindow {
+		return nil, b.errAt(f.spreadLine, "spread: true for '%s' needs algorithm fixed_window or sliding_window (it starts each key's windows at an offset of its own)", statKey)
 	}
 	if r.algorithm == SlidingLog && f.debt {
 		return nil, b.errAt(f.debtLine, "debt: true does not go with sliding_log for '%s' (one entry per hit, at most 100000 in one charge): take sliding_window", statKey)
@@ -494,6 +499,9 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	}
 	if !f.unlimited && f.perUnit > 0 {
 		r.limit = limitOf(r.algorithm, r.perUnit, r.unit)
+		if f.spread {
+			r.limit = r.limit.Spread()
+		}
 	}
 	if f.reserve {
 		if err := b.reserve(f, r, statKey); err != nil {
@@ -589,7 +597,7 @@ var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder", "value_to_metric", "share_threshold",
 		"quota_mode", "metadata"}
-	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve"}
+	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve", "spread"}
 	replacesKeys  = []string{"name"}
 )
 
@@ -788,13 +796,14 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 		return r
 	}
 	if err := l.scalars(f, statKey, []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited},
-		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}, {"reserve", &r.reserve}}); err != nil {
+		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}, {"reserve", &r.reserve}, {"spread", &r.spread}}); err != nil {
 		r.err = err
 		return r
 	}
 	r.perUnitLine, r.unitLine, r.algorithmLine = lineOf(f["requests_per_unit"]), lineOf(f["unit"]), lineOf(f["algorithm"])
 	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
 	r.limitLine, r.holdTTLLine, r.reserveLine = lineOf(f["limit"]), lineOf(f["hold_ttl"]), lineOf(f["reserve"])
+	r.spreadLine = lineOf(f["spread"])
 	v := f["replaces"]
 	if v == nil {
 		return r

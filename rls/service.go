@@ -34,6 +34,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lease"
+	"github.com/seed-6b3823f5/ratelimit/window"
 )
 
 // Options tunes a Service. The zero value is the peer's behaviour with
@@ -387,36 +388,54 @@ func (s *Service) respond(resp *pb.RateLimitResponse, m matched) {
 		resp.ResponseHeadersToAdd = headers(m.enforcing, m.shadow, m.quota)
 	}
 	if s.opts.LimitHeaders.Limit != "" {
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses)...)
+		var offsets map[int]int64 // the spread statuses' offsets
+		for _, list := range [][]*item{m.enforcing, m.shadow, m.quota} {
+			for _, it := range list {
+				if it.r.spread {
+					if offsets == nil {
+						offsets = map[int]int64{}
+					}
+					offsets[it.i] = it.offset()
+				}
+			}
+		}
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses, offsets)...)
 	}
 }
 
 // limitHeaders are the peer's three fields for the status it picks: of
 // those with a limit, the one with the least remaining, or the last over
-// its limit.
-func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus) []*core.HeaderValue {
+// its limit. Its reset is the end of the unit's window: aligned to the
+// epoch, or for a rule that spreads to its key's offset (offsets, by
+// status).
+func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus, offsets map[int]int64) []*core.HeaderValue {
 	var pick *pb.RateLimitResponse_DescriptorStatus
+	picked := -1
 	least := uint32(math.MaxUint32)
-	for _, st := range statuses {
+	for i, st := range statuses {
 		if st.CurrentLimit == nil || st.CurrentLimit.Unit == pb.RateLimitResponse_RateLimit_UNKNOWN {
 			continue // none, or a hold's (concurrency has no unit)
 		}
 		if st.LimitRemaining < least {
-			pick, least = st, st.LimitRemaining
+			pick, picked, least = st, i, st.LimitRemaining
 		}
 		if st.Code == pb.RateLimitResponse_OVER_LIMIT {
-			pick, least = st, 0
+			pick, picked, least = st, i, 0
 		}
 	}
 	if pick == nil {
 		return nil
 	}
 	unit := int64(unitLength(pick.CurrentLimit.Unit) / time.Second)
+	reset := unit - s.now().Unix()%unit
+	if off, ok := offsets[picked]; ok {
+		reset = int64(ceilSecond(untilEdge(s.now(), unitLength(pick.CurrentLimit.Unit), off)) / time.Second)
+	}
 	h := s.opts.LimitHeaders
 	return []*core.HeaderValue{
 		{Key: h.Limit, Value: strconv.FormatUint(uint64(pick.CurrentLimit.RequestsPerUnit), 10)},
 		{Key: h.Remaining, Value: strconv.FormatUint(uint64(pick.LimitRemaining), 10)},
-		{Key: h.Reset, Value: strconv.FormatInt(unit-s.now().Unix()%unit, 10)},
+		{Key: h.Reset, Value: strconv.FormatInt(reset, 10)},
 	}
 }
 
@@ -508,6 +527,9 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 	}
 	b.WriteString(algCode[r.algorithm])
 	b.WriteString(strconv.FormatInt(int64(r.unit/time.Second), 10))
+	if r.spread {
+		b.WriteString("_spread") // windows of other bounds: a state of another kind
+	}
 	return b.String()
 }
 
@@ -787,7 +809,7 @@ func localTimeout(o Options) time.Duration {
 // 0, until the unit's window ends, with no call.
 func (s *Service) zero(it *item, now time.Time) bool {
 	it.Known = true
-	it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: ratelimit.Never, ResetAfter: untilEdge(now, it.r.unit)}}
+	it.Result = client.Result{Verdict: ratelimit.Verdict{Limited: it.Cost > 0, RetryAfter: ratelimit.Never, ResetAfter: it.untilEdge(now)}}
 	return it.Cost > 0
 }
 
@@ -930,7 +952,7 @@ func resetOf(it *item) time.Duration {
 	case r.Limited && r.RetryAfter >= 0:
 		return r.RetryAfter
 	case r.Limited, it.r.algorithm == FixedWindow && r.ResetAfter <= 0:
-		return untilEdge(it.started, it.r.unit)
+		return it.untilEdge(it.started)
 	}
 	return max(r.ResetAfter, 0)
 }
@@ -943,9 +965,25 @@ func ceilSecond(d time.Duration) time.Duration {
 }
 
 // untilEdge is the time from now to the end of the unit's window aligned
-// to the epoch, as the peer reports a reset.
-func untilEdge(now time.Time, unit time.Duration) time.Duration {
-	return unit - time.Duration(now.UnixNano()%int64(unit))
+// to the epoch, as the peer reports a reset, or to the key's offset where
+// the rule spreads (window.SpreadOffset).
+func (it *item) untilEdge(now time.Time) time.Duration {
+	return untilEdge(now, it.r.unit, it.offset())
+}
+
+// offset is where the item's windows start after the epoch's alignment, in
+// ns: its key's offset where its rule spreads, else 0.
+func (it *item) offset() int64 {
+	if !it.r.spread || it.Key == "" {
+		return 0
+	}
+	return window.SpreadOffset(it.Key, int64(it.r.unit/time.Second)) * int64(time.Millisecond)
+}
+
+// untilEdge is the time from now to the end of the unit's window that
+// starts offset ns after the epoch's alignment.
+func untilEdge(now time.Time, unit time.Duration, offset int64) time.Duration {
+	return unit - time.Duration((now.UnixNano()-offset)%int64(unit))
 }
 
 // headers are the IETF RateLimit-Policy and RateLimit fields for every
