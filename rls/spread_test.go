@@ -28,7 +28,7 @@ descriptors:
 func TestSpread(t *testing.T) {
 	s, f := onFake(t, spreadConfig, Options{})
 	for _, step := range []struct {
-		advance time.Duration
+		advance    time.Duration
 		key, value string
 		want       string
 	}{
