@@ -7,13 +7,16 @@ import (
 	"math/rand/v2"
 	"os"
 	"path/filepath"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
+	_ "time/tzdata" // the calendar windows' zones, whatever the machine has
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/calendar"
 	"github.com/seed-6b3823f5/ratelimit/lua"
 )
 
@@ -197,6 +200,58 @@ func randomCase(r *rand.Rand) diffCase {
 	return c
 }
 
+// diffNow is the stopped clocks' time while a sequence makes its call.
+var diffNow int64
+
+// zones are the time zones of the calendar windows the tests send: two
+// with daylight saving on different days, one without.
+var zones = func() (z [3]*time.Location) {
+	for i, name := range []string{"Europe/Berlin", "America/New_York", "Asia/Tokyo"} {
+		var err error
+		if z[i], err = time.LoadLocation(name); err != nil {
+			panic(err)
+		}
+	}
+	return z
+}()
+
+// spanArgs is SPAN start end next for a calendar window: a day (from a
+// billing hour), a week, a month (from a billing day) or a year, in
+// Berlin, New York or Tokyo, holding the clock's time, a time a little
+// behind or ahead of it (a client's clock), one long past, or a day of
+// 2027's daylight-saving changes and month ends (23-, 25-hour days; 28- to
+// 31-day months); sometimes out of order.
+func spanArgs(r *rand.Rand) []string {
+	loc := zones[r.IntN(len(zones))]
+	p := calendar.Period{Unit: calendar.Unit(1 + r.IntN(4)), Location: loc}
+	switch p.Unit {
+	case calendar.Day:
+		p.Anchor.Hour = []int{0, 0, 2, 3, 23}[r.IntN(5)] // 02:00 and 03:00: the hours daylight saving skips or repeats
+	case calendar.Month:
+		p.Anchor.Day = []int{0, 15, 29, 31}[r.IntN(4)]
+	}
+	at := time.Unix(0, diffNow)
+	switch r.IntN(7) {
+	case 0:
+		at = at.Add(-time.Duration(r.Int64N(int64(2 * time.Second)))) // a client behind the server
+	case 1:
+		at = at.Add(time.Duration(r.Int64N(int64(2 * time.Second)))) // ahead
+	case 2:
+		at = at.Add(-400 * 24 * time.Hour) // long past
+	case 3:
+		days := []time.Time{time.Date(2027, 3, 28, 2, 30, 0, 0, loc), time.Date(2027, 10, 31, 2, 30, 0, 0, loc),
+			time.Date(2027, 3, 14, 2, 30, 0, 0, loc), time.Date(2027, 11, 7, 1, 30, 0, 0, loc), time.Date(2027, 2, 28, 12, 0, 0, 0, loc)}
+		at = days[r.IntN(len(days))]
+	}
+	start, end := p.Bounds(at)
+	_, next := p.Bounds(end)
+	b := []int64{start.UnixMilli(), end.UnixMilli(), next.UnixMilli()}
+	if r.IntN(15) == 0 {
+		b[r.IntN(3)] = []int64{0, -1, b[0], b[2] + 1, 9223372036001}[r.IntN(5)]
+	}
+	return []string{[]string{"SPAN", "span"}[r.IntN(2)], fmt.Sprint(b[0]), fmt.Sprint(b[1]), fmt.Sprint(b[2])}
+}
+
 // spread reports a window that SPREAD shifts: a fixed or sliding window.
 func (c diffCase) spread() bool { return c.cmd == "fw.hit" || c.cmd == "sw.hit" }
 
@@ -226,7 +281,11 @@ func (c diffCase) args(r *rand.Rand) (cmd string, args []string) {
 	if r.IntN(4) == 0 { // DEBT: a charge taken past the limit (refused beside RESERVE or UPTO)
 		args = append(args, []string{"DEBT", "debt"}[r.IntN(2)])
 	}
-	if c.spread() && r.IntN(3) > 0 || r.IntN(40) == 0 { // SPREAD: the key's own windows (the other families refuse it)
+	switch {
+	case c.cmd == "fw.hit" && r.IntN(3) == 0 || r.IntN(60) == 0: // SPAN: a window on the calendar (the other families refuse it)
+		args[1] = []string{"90000", "694800", "2682000", "31626000", "60"}[r.IntN(5)] // the longest day, week, month, year; too short
+		args = append(args, spanArgs(r)...)
+	case c.spread() && r.IntN(3) > 0 || r.IntN(40) == 0: // SPREAD: the key's own windows (the other families refuse it)
 		args = append(args, []string{"SPREAD", "spread"}[r.IntN(2)])
 	}
 	if r.IntN(12) == 0 { // bad input
@@ -429,6 +488,7 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 	}
 	r := rand.New(rand.NewPCG(seed, 15))
 	calls, refused, errs, foreign := 0, 0, 0, 0
+	spans, spansDecided := 0, 0 // calls with SPAN, and those decided
 	for n := range seqs {
 		sq := newSeq(r, e, probe, n)
 		if r.IntN(8) == 0 {
@@ -445,6 +505,7 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 		for step := range 30 {
 			now += clockStep(r, res)
 			setClock(now)
+			diffNow = now
 			cmd, keys, args := sq.next(r)
 			viaM := e.module(dbs[0], cmd, keys, args)
 			viaS := e.script(dbs[1], cmd, keys, args)
@@ -467,11 +528,18 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 			case strings.HasPrefix(viaM, "[1 "):
 				refused++
 			}
+			if slices.ContainsFunc(args, func(a string) bool { return strings.EqualFold(a, "SPAN") }) {
+				spans++
+				if !strings.HasPrefix(viaM, "error") {
+					spansDecided++
+				}
+			}
 		}
 	}
-	t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data)", seed, calls, refused, errs, foreign)
-	if refused < calls/20 || errs < calls/50 {
-		t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls", refused, errs, calls)
+	t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data; %d with SPAN, %d of them decided)",
+		seed, calls, refused, errs, foreign, spans, spansDecided)
+	if refused < calls/20 || errs < calls/50 || spansDecided < spans/20 {
+		t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls; %d of %d SPAN calls decided", refused, errs, calls, spansDecided, spans)
 	}
 }
 
@@ -535,7 +603,11 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 						costs = append(costs, -1, -l.limit)
 					}
 					args = append(append(append(args, name), l.params...), fmt.Sprint(costs[r.IntN(len(costs))]))
-					if l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0 { // SPREAD follows its limiter
+					switch {
+					case l.cmd == "fw.hit" && r.IntN(3) == 0 || r.IntN(40) == 0: // SPAN follows its limiter
+						args[len(args)-2] = "2682000"
+						args = append(args, spanArgs(r)...)
+					case l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0: // SPREAD follows its limiter
 						args = append(args, []string{"SPREAD", "spread"}[r.IntN(2)])
 					}
 				}
@@ -617,7 +689,11 @@ func TestLuaMatchesModuleHold(t *testing.T) {
 				}
 				costs := []int64{0, 1, 2, 3, l.limit / 2, l.limit, l.limit + 1, 1<<53 - 1}
 				args = append(append(append(args, name), l.params...), fmt.Sprint(costs[r.IntN(len(costs))]))
-				if l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0 {
+				switch {
+				case l.cmd == "fw.hit" && r.IntN(3) == 0:
+					args[len(args)-2] = "2682000"
+					args = append(args, spanArgs(r)...)
+				case l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0:
 					args = append(args, "SPREAD")
 				}
 				if r.IntN(2) == 0 {

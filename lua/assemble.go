@@ -112,6 +112,7 @@ func specLua() string {
 	fmt.Fprintf(&b, "local MAX_LOG_ADD = %d -- the sliding-log entries one RL.ALL adds\n", spec.MaxLogAdd)
 	fmt.Fprintf(&b, "local MAX_UPTO = %d -- UPTO's n\n", ratelimit.MaxUpTo)
 	fmt.Fprintf(&b, "local MAX_SPREAD_WINDOW = %d -- the longest window SPREAD shifts\n", spec.MaxSpreadWindow)
+	fmt.Fprintf(&b, "local MAX_SPAN_MS = %d -- the latest instant SPAN names: 2^63 - 1 ns, in whole ms\n", int64(spec.MaxSeconds)*1000)
 	fmt.Fprintf(&b, "local ALL_OPTIONS, PEEK_OPTIONS = %s, %s -- RL.ALL's and RL.PEEK's, for errors\n", luaString(spec.AllOptions), luaString(spec.PeekOptions))
 	fmt.Fprintf(&b, "local MAX_ID = %d -- a holder id's bytes\n", spec.MaxID)
 	fmt.Fprintf(&b, "local MAX_CONC_LIMIT = %d -- the most holders of one concurrency limit\n", spec.MaxConcLimit)
@@ -171,6 +172,9 @@ local function syntax(kind)
 		fmt.Fprintf(&b, "      reserve = %v, upto = %v, options = %s, upto_options = %s,\n", f.Reserve, f.UpTo, luaString(f.Options()), luaString(f.UpToOptions()))
 		if f.Spread {
 			b.WriteString("      spread = true,\n")
+		}
+		if f.Span {
+			b.WriteString("      span = true,\n")
 		}
 		if f.Reserve {
 			if f.LimitPlus != 0 {

@@ -249,6 +249,7 @@ local MAX_ONE_KEY_ARGS = 16 -- a command of one key's arguments, its name includ
 local MAX_LOG_ADD = 100000 -- the sliding-log entries one RL.ALL adds
 local MAX_UPTO = 1000000 -- UPTO's n
 local MAX_SPREAD_WINDOW = 1000000000 -- the longest window SPREAD shifts
+local MAX_SPAN_MS = 9223372036000 -- the latest instant SPAN names: 2^63 - 1 ns, in whole ms
 local ALL_OPTIONS, PEEK_OPTIONS = 'MS, RESERVE n, UPTO n, DEBT and EACH', 'MS, RESERVE n and EACH' -- RL.ALL's and RL.PEEK's, for errors
 local MAX_ID = 128 -- a holder id's bytes
 local MAX_CONC_LIMIT = 100000 -- the most holders of one concurrency limit
@@ -293,6 +294,10 @@ local T_HOLD = 'ERR the hold key {} holds other data, not a hold (an estimate fr
 local T_HOLD_FULL = 'ERR the hold key {} holds {}: {} more would pass {}; nothing was taken'
 local T_SPREAD_WINDOW = 'ERR {}SPREAD shifts windows of 1 to {} seconds, not {}'
 local T_SPREAD_FAMILY = 'ERR limiter {} ({}): SPREAD follows a fixed or sliding window (FW, SW) only'
+local T_SPAN = 'ERR {}SPAN needs start end next: Unix ms with 0 <= start < end < next <= {}, each span (end - start, next - end) at most window seconds'
+local T_SPAN_FAMILY = 'ERR limiter {} ({}): SPAN follows a fixed window (FW) only'
+local T_SPAN_SPREAD = 'ERR {}SPAN gives the window\'s bounds, so it does not go with SPREAD'
+local T_SPAN_PAST = 'ERR SPAN\'s windows ended at {} ms, before the server\'s time {} ms: compute them from a clock nearer the server\'s'
 local function text(t, ...)
   local args, i = {...}, 0
   return (string.gsub(t, '{}', function() i = i + 1; return tostring(args[i]) end))
@@ -358,8 +363,9 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS, RESERVE n and SPREAD', upto_options = 'MS, RESERVE n, UPTO n, DEBT and SPREAD',
+      reserve = true, upto = true, options = 'MS, RESERVE n, SPREAD and SPAN start end next', upto_options = 'MS, RESERVE n, UPTO n, DEBT, SPREAD and SPAN start end next',
       spread = true,
+      span = true,
       limit = function(v) return v[1] end,
     }
   elseif kind == 'sl' then
@@ -475,7 +481,7 @@ local function quote(s)
   return '"' .. s .. '"' .. more
 end
 local function isword(s, word) return string.upper(s) == word end
-local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' end
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' or u == 'SPAN' end
 local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 local function range_error(a, prefix)
   if a.seconds then
@@ -501,16 +507,20 @@ local function parse_upto(s, cost, prefix)
   if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
   return n
 end
-local function parse_options(args, i, allowed, names, each, upto, no_debt, spread)
-  local seen, at = {}, {RESERVE = 0, UPTO = 0}
+local function parse_options(args, i, allowed, names, each, upto, no_debt, spread, span)
+  local seen, at, span_at = {}, {RESERVE = 0, UPTO = 0}, 0
   while i <= #args do
     local w = string.upper(args[i])
     if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))
-        or (spread and w == 'SPREAD')) then
+        or (spread and w == 'SPREAD') or (span and w == 'SPAN')) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
     seen[w] = true
+    if w == 'SPAN' then
+      if i + 3 > #args then return nil, nil, nil, nil, fail(text(T_SPAN, '', fmt(MAX_SPAN_MS))) end
+      span_at, i = i + 1, i + 3
+    end
     if at[w] then
       if i + 1 > #args then return nil, nil, nil, nil, fail(w == 'RESERVE' and text(T_RESERVE_WORD) or text(T_UPTO_WORD, MAX_UPTO)) end
       i = i + 1
@@ -520,7 +530,7 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt, sprea
   end
   local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
   if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD, span_at
 end
 local function spread_offset(key, window)
   if window > MAX_SPREAD_WINDOW then return nil end
@@ -528,8 +538,20 @@ local function spread_offset(key, window)
   local x = tonumber(string.sub(h, 1, 7), 16) * 16777216 + tonumber(string.sub(h, 8, 13), 16)
   return math.fmod(x, window * 1000)
 end
-local function spread_error(window, prefix)
-  return fail(text(T_SPREAD_WINDOW, prefix, MAX_SPREAD_WINDOW, fmt(window)))
+local function bounds_of(args, spread, span_at, key, window, prefix)
+  if spread and span_at > 0 then return nil, fail(text(T_SPAN_SPREAD, prefix)) end
+  if spread then
+    local off = spread_offset(key, window)
+    if not off then return nil, fail(text(T_SPREAD_WINDOW, prefix, MAX_SPREAD_WINDOW, fmt(window))) end
+    return {offset = off}
+  end
+  if span_at == 0 then return nil end
+  local a, b, c = parse(args[span_at]), parse(args[span_at + 1]), parse(args[span_at + 2])
+  local w = window * 1000 -- exact: window <= MAX_SECONDS
+  if not (a and b and c) or lt(a, 0) or not lt(a, b) or not lt(b, c) or lt(MAX_SPAN_MS, c) or b - a > w or c - b > w then
+    return nil, fail(text(T_SPAN, prefix, fmt(MAX_SPAN_MS)))
+  end
+  return {span = {a, b, c}}
 end
 local function zero(v) local z = {unpack(v)}; z[#z] = 0; return z end
 local function grant(remaining, cost, reserve, n)
@@ -553,16 +575,13 @@ local function parse_one(syn, args, name, upto, key)
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err, debt, spread = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread)
-  local n, reserve, offset = 0, debt and DEBT or 0, nil
-  if not err and spread then
-    offset = spread_offset(key, v[2])
-    if not offset then err = spread_error(v[2], '') end
-  end
+  local ms, reserve_at, _, upto_at, err, debt, spread, span_at = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread, syn.span)
+  local n, reserve, bounds = 0, debt and DEBT or 0, nil
+  if not err then bounds, err = bounds_of(args, spread, span_at, key, v[2], '') end
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
   if err then return nil, nil, nil, nil, err end
-  return v, ms, reserve, n, nil, offset
+  return v, ms, reserve, n, nil, bounds
 end
 local function clock()
   local t = redis.call('TIME')
@@ -841,13 +860,21 @@ end
 local function in_range(s) -- an instant of whole second s fits 64-bit ns
   return s <= MAX_SECONDS
 end
-local function fixed_hit(cost, debt, L, window, count, expire, now)
+local function fixed_hit(cost, debt, L, window, count, expire, now, span)
   local d = {limited = false, retry = -1, write = false, reset = 0}
-  local start, stop = window_at(now, window)
-  if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
-  if lt(0, count) and expire <= start * 1000 then count = 0 end
-  d.write = lt(0, count) and expire > stop * 1000
-  local left = since({stop, 0}, now)
+  local start, stop
+  if span then
+    start, stop = span[1], span[2]
+  else
+    start, stop = window_at(now, window)
+    if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
+    start, stop = start * 1000, stop * 1000
+  end
+  local r = math.fmod(stop, 1000)
+  local stop_at = {(stop - r) / 1000, r * 1000000}
+  if lt(0, count) and expire <= start then count = 0 end
+  d.write = lt(0, count) and expire > stop
+  local left = since(stop_at, now)
   local n = add(count, cost)
   if lt(cost, 0) then -- a return: never below zero
     n = imax(n, 0)
@@ -866,7 +893,7 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   end
   d.remaining = imax(sub(L, n), 0)
   if lt(0, n) then d.reset = left end
-  return d, n, stop
+  return d, n, stop_at
 end
 local function sliding_hit(cost, debt, L, window, c, now)
   local W = mul(window, SECOND)
@@ -938,13 +965,13 @@ local function shifted(a, d)
   if ns < 0 then s, ns = s - 1, ns + SECOND elseif ns >= SECOND then s, ns = s + 1, ns - SECOND end
   return {s, ns}
 end
-local function window_limit(kind, key, v, reserve, now, ms, offset)
+local function window_limit(kind, key, v, reserve, now, ms, bounds)
   local L, window, cost = v[1], v[2], v[3]
   local kindof, expire, raw = read_string(key)
   local state = kind == 'sw' and COUNTER_STATE or FIXED_STATE
   local err = check_key(kindof, expire, 'string', state)
   if err then return nil, nil, err end
-  offset = offset or 0
+  local offset, span = bounds and bounds.offset or 0, bounds and bounds.span
   if offset ~= 0 then now, expire = shifted(now, -offset), expire - offset end
   local d, n, at
   if kind == 'fw' then
@@ -953,11 +980,18 @@ local function window_limit(kind, key, v, reserve, now, ms, offset)
       count = parse_count(raw)
       if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
     end
-    d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now)
+    if span then -- the window of start-end and end-next holding now
+      local at_ms = now[1] * 1000 + math.floor(now[2] / 1000000)
+      local from, to = span[1], span[2]
+      if at_ms >= to then from, to = to, span[3] end
+      if at_ms >= to then return nil, nil, fail(text(T_SPAN_PAST, fmt(to), fmt(at_ms))) end
+      span = {from, to}
+    end
+    d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now, span)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write and cmp(n, 0) == 0 then return reply, {key = key, del = raw ~= nil} end -- a return of the whole count
-    if d.write then return reply, {key = key, set = fmt(n), at = shifted({at, 0}, offset)} end
+    if d.write then return reply, {key = key, set = fmt(n), at = shifted(at, offset)} end
     return reply, {key = key}
   end
   local c = {index = 0, current = 0, previous = 0}
@@ -1641,17 +1675,17 @@ local function one_command(kind, name, peek, keys, args)
   local f = LIMIT[kind]
   local reply, now = fast_first(f.fast, kind, keys[1], args, peek)
   if reply then return reply end
-  local v, ms, reserve, upto, err, offset = parse_one(syntax(kind), args, name, not peek, keys[1])
+  local v, ms, reserve, upto, err, bounds = parse_one(syntax(kind), args, name, not peek, keys[1])
   if err then return err end
   now = now or clock()
   local w, granted
   if upto > 0 then -- the most calls a call of cost 0 leaves room for (limit.remaining)
-    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms, offset)
+    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms, bounds)
     if err then return err end
     granted = grant(reply[3], v[#v], reserve, upto)
     if granted > 0 then v[#v] = granted * v[#v] end
   end
-  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms, offset)
+  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms, bounds)
   if err then return err end
   if not peek then f.store(w, now) end
   if granted then reply[#reply + 1] = reply[1] == 1 and 0 or granted end -- a refusal grants none
@@ -1683,14 +1717,23 @@ local function parse_limiter(args, i, j, prefixed, key)
   end
   v[words] = parse_arg(syn.optional, args[i + words])
   if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
-  local l, nxt = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
-  if args[nxt] and isword(args[nxt], 'SPREAD') then
-    if not syn.spread then return nil, nil, fail(text(T_SPREAD_FAMILY, j, string.upper(f))) end
-    l.offset = spread_offset(key, v[2])
-    if not l.offset then return nil, nil, spread_error(v[2], prefix) end
+  local l, nxt, spread, span_at = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words, false, 0
+  while args[nxt] do -- SPREAD and SPAN start end next, each once
+    local u, err = string.upper(args[nxt]), nil
+    if u == 'SPREAD' and not syn.spread then err = text(T_SPREAD_FAMILY, j, string.upper(f))
+    elseif u == 'SPAN' and not syn.span then err = text(T_SPAN_FAMILY, j, string.upper(f))
+    elseif (u == 'SPREAD' and spread) or (u == 'SPAN' and span_at > 0) then err = text(T_TWICE, u)
+    elseif u == 'SPREAD' then spread = true
+    elseif u == 'SPAN' then
+      if nxt + 3 > #args then err = text(T_SPAN, prefix, fmt(MAX_SPAN_MS)) end
+      span_at, nxt = nxt + 1, nxt + 3
+    else break end
+    if err then return nil, nil, fail(err) end
     nxt = nxt + 1
-    if args[nxt] and isword(args[nxt], 'SPREAD') then return nil, nil, fail(text(T_TWICE, 'SPREAD')) end
   end
+  local err
+  l.bounds, err = bounds_of(args, spread, span_at, key, v[2], prefix)
+  if err then return nil, nil, err end
   return l, nxt
 end
 local function parse_all(name, keys, args, peek)
@@ -1733,7 +1776,7 @@ local function parse_all(name, keys, args, peek)
   return lims, ms, each, nil, upto, debt
 end
 local function run_limit(j, l, key, v, reserve, now, ms)
-  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms, l.offset)
+  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms, l.bounds)
   if err then
     local where = text(T_LIMITER_WHERE, j, string.upper(l.family), quote(key))
     if err.err == WRONGTYPE then
@@ -1890,7 +1933,7 @@ local function hold_command(kind, name, _, keys, args)
   elseif held > MAX_LIMIT - c then
     return fail(text(T_HOLD_FULL, quote(keys[2]), fmt(held), fmt(c), fmt(MAX_LIMIT)))
   end
-  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms, l.offset)
+  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms, l.bounds)
   if lerr then return lerr end
   f.store(w, now)
   if settle then
@@ -1921,4 +1964,4 @@ redis.register_function{function_name = 'conc_release', callback = function(keys
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'rl_hold', callback = function(keys, args) return hold_command("hold", "rl.hold", false, keys, args) end}
 redis.register_function{function_name = 'rl_settle', callback = function(keys, args) return hold_command("settle", "rl.settle", false, keys, args) end}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ed29ad4ebe705672' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ff959a758866381f' end, flags = {'no-writes'}}

@@ -49,6 +49,16 @@ RedisModuleCommandKeySpec rl_keys_all_read[] =
     {.name = "upto", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "UPTO", \
      .summary = "take up to this many calls of the cost, as many as admitted; the reply ends with how many (1 to 1000000)", .flags = REDISMODULE_CMD_ARG_OPTIONAL}
 
+/* SPAN start end next: a fixed window's bounds, in Unix ms. */
+static RedisModuleCommandArg rl_span_subargs[] = {
+    {.name = "start", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1},
+    {.name = "end", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1},
+    {.name = "next", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1},
+    {0}};
+#define RL_SPAN_ARG                                                                              \
+    {.name = "span", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "SPAN", \
+     .summary = "the window's bounds (a window on the calendar): start, end and the next window's end, in Unix ms", .flags = REDISMODULE_CMD_ARG_OPTIONAL, .subargs = rl_span_subargs}
+
 static RedisModuleCommandArg rl_args_gcra[] = {
     RL_KEY_ARG,
     {.name = "max_burst", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "extra requests allowed at once: the limit is max_burst + 1 (0 to 9007199254740990)"},
@@ -134,6 +144,7 @@ static RedisModuleCommandArg rl_args_fw[] = {
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
+    RL_SPAN_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_fw_peek[] = {
@@ -144,6 +155,7 @@ static RedisModuleCommandArg rl_args_fw_peek[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
+    RL_SPAN_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_sl[] = {
@@ -169,7 +181,7 @@ static RedisModuleCommandArg rl_args_sl_peek[] = {
 static RedisModuleCommandArg rl_args_rl_all[] = {
     {.name = "numkeys", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "how many keys, and limiters, follow (1 to 16)"},
     {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0, .flags = REDISMODULE_CMD_ARG_MULTIPLE},
-    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] | SL limit window cost",
+    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] [SPAN start end next] | SL limit window cost",
      .flags = REDISMODULE_CMD_ARG_MULTIPLE},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
@@ -181,7 +193,7 @@ static RedisModuleCommandArg rl_args_rl_all[] = {
 static RedisModuleCommandArg rl_args_rl_peek[] = {
     {.name = "numkeys", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "how many keys, and limiters, follow (1 to 16)"},
     {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0, .flags = REDISMODULE_CMD_ARG_MULTIPLE},
-    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] | SL limit window cost",
+    {.name = "limiter", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1, .summary = "one per key, in order: GCRA max_burst count period quantity | TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] [SPAN start end next] | SL limit window cost",
      .flags = REDISMODULE_CMD_ARG_MULTIPLE},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,

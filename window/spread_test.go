@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"testing"
 	"time"
+	_ "time/tzdata" // the zones, whatever the machine has
 )
 
 func TestSpreadOffset(t *testing.T) {
@@ -89,5 +90,48 @@ func TestSpreadFixedWindowSteps(t *testing.T) {
 			t.Errorf("step %d: window end %v is not the spread window's", i, time.Unix(0, end).UTC())
 		}
 		count, expires = n, end
+	}
+}
+
+// A span window counts over its given bounds whatever the time: March 2026
+// in Berlin (31 days less the hour the clock skips on the 29th).
+func TestSpanWindowSteps(t *testing.T) {
+	berlin, err := time.LoadLocation("Europe/Berlin")
+	if err != nil {
+		t.Fatal(err)
+	}
+	start := time.Date(2026, 3, 1, 0, 0, 0, 0, berlin).UnixNano()
+	end := time.Date(2026, 4, 1, 0, 0, 0, 0, berlin).UnixNano()
+	if end-start != int64(31*24*time.Hour-time.Hour) {
+		t.Fatalf("March in Berlin is %v", time.Duration(end-start))
+	}
+	f, err := NewSpanWindow(1000, start, end)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var count, expires int64
+	for i, s := range []struct {
+		now       int64
+		cost      int64
+		limited   bool
+		remaining int64
+		reset     time.Duration
+	}{
+		{start - int64(time.Second), 1, false, 999, time.Duration(end-start) + time.Second}, // a clock a second behind: counted in March
+		{start + int64(24*time.Hour), 998, false, 1, time.Duration(end-start) - 24*time.Hour},
+		{end - 1, 1, false, 0, 1},
+		{end - 1, 1, true, 0, 1},
+	} {
+		d, n, e, err := f.Hit(count, expires, s.now, s.cost)
+		if err != nil || d.Limited != s.limited || d.Remaining != s.remaining || d.ResetAfter != s.reset || e != end {
+			t.Fatalf("step %d: %+v count %d end %d %v", i, d, n, e, err)
+		}
+		count, expires = n, e
+	}
+	if _, _, _, err := f.Hit(count, expires, end, 1); err != ErrRange {
+		t.Fatalf("a hit at the span's end: %v, want ErrRange", err)
+	}
+	if _, err := NewSpanWindow(1, end, end); err != ErrRange {
+		t.Fatalf("an empty span: %v", err)
 	}
 }

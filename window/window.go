@@ -123,13 +123,33 @@ const MaxCount = math.MaxInt64
 
 // ---- Fixed window ----
 
-// FixedWindow admits limit units per window aligned to the epoch.
-type FixedWindow struct{ p params }
+// FixedWindow admits limit units per window aligned to the epoch, or per
+// one given span (NewSpanWindow).
+type FixedWindow struct {
+	p    params
+	from int64 // a span's start (Unix ns), where span is set
+	span bool
+}
 
 // NewFixedWindow returns a fixed window of limit per window seconds.
 func NewFixedWindow(limit, window int64) (FixedWindow, error) {
 	p, err := newParams(limit, window)
-	return FixedWindow{p}, err
+	return FixedWindow{p: p}, err
+}
+
+// NewSpanWindow returns a fixed window of limit over the span from start
+// to end (Unix ns), whatever the time: a window on the calendar, whose
+// bounds package calendar gives (a month in a time zone is 28 to 31 days,
+// a day 23 to 25 hours). A hit before start counts in the span (a clock a
+// little behind the one that chose it); a hit at or after end is
+// ErrRange: it belongs to the next span. With limit 1000 over March in
+// Berlin, a count of 999 admits one more until 1 April 00:00 CEST, and
+// ResetAfter is the time until then.
+func NewSpanWindow(limit, start, end int64) (FixedWindow, error) {
+	if limit < 1 || start >= end {
+		return FixedWindow{}, ErrRange
+	}
+	return FixedWindow{p: params{limit: limit, window: end - start}, from: start, span: true}, nil
 }
 
 // Hit counts cost units at now (Unix ns) against the stored count, which
@@ -153,9 +173,15 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 	}
 	d = f.p.decision()
 	start := f.p.start(now)
+	if f.span {
+		start = f.from
+	}
 	end, ok := checked.Add(start, f.p.window)
 	if !ok {
 		return Decision{}, 0, 0, ErrOverflow
+	}
+	if now >= end { // a span's: the time is past it
+		return Decision{}, 0, 0, ErrRange
 	}
 	if count > 0 && expires <= start {
 		count = 0

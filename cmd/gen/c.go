@@ -39,6 +39,7 @@ const (
 	eachSummary    = "after the six integers, every limit's own five, in order"
 	debtSummary    = "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"
 	spreadSummary  = "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"
+	spanSummary    = "the window's bounds (a window on the calendar): start, end and the next window's end, in Unix ms"
 )
 
 // argSummary is what COMMAND DOCS says of a: its meaning and its range.
@@ -70,6 +71,9 @@ func limiterSummary() string {
 		words = append(words, f.Cost.Name)
 		if f.Spread {
 			words = append(words, "[SPREAD]")
+		}
+		if f.Span {
+			words = append(words, "[SPAN start end next]")
 		}
 		forms = append(forms, strings.Join(words, " "))
 	}
@@ -162,6 +166,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 		if !c.NumKeys && spec.Families[c.Family].Spread {
 			b.WriteString("    RL_TOKEN_ARG(\"spread\", \"SPREAD\", " + cString(spreadSummary) + "),\n")
 		}
+		if !c.NumKeys && spec.Families[c.Family].Span {
+			b.WriteString("    RL_SPAN_ARG,\n")
+		}
 	}
 	b.WriteString("    {0}};\n\n")
 }
@@ -221,7 +228,17 @@ RedisModuleCommandKeySpec rl_keys_all_read[] =
     {.name = "upto", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .token = "UPTO", \
      .summary = %s, .flags = REDISMODULE_CMD_ARG_OPTIONAL}
 
-`, cString(reserveSummary), cString(uptoSummary))
+/* SPAN start end next: a fixed window's bounds, in Unix ms. */
+static RedisModuleCommandArg rl_span_subargs[] = {
+    {.name = "start", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1},
+    {.name = "end", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1},
+    {.name = "next", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1},
+    {0}};
+#define RL_SPAN_ARG                                                                              \
+    {.name = "span", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "SPAN", \
+     .summary = %s, .flags = REDISMODULE_CMD_ARG_OPTIONAL, .subargs = rl_span_subargs}
+
+`, cString(reserveSummary), cString(uptoSummary), cString(spanSummary))
 	done := map[string]bool{}
 	for i := range spec.Commands {
 		c := &spec.Commands[i]

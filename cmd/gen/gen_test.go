@@ -70,7 +70,7 @@ func TestSummaries(t *testing.T) {
 		}
 	}
 	if got := limiterSummary(); got != "one per key, in order: GCRA max_burst count period quantity | "+
-		"TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] | SL limit window cost" {
+		"TB capacity refill_tokens refill_period tokens | SW limit window cost [SPREAD] | FW limit window cost [SPREAD] [SPAN start end next] | SL limit window cost" {
 		t.Errorf("limiterSummary() = %q", got)
 	}
 	if got := costSummary(&spec.Families[spec.LB]); !strings.HasPrefix(got, "the cost of this request (0 or more), default 1;") {

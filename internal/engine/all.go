@@ -185,7 +185,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	if upto != nil {
 		at, names, charge = &uptoAt, spec.AllOptions, &debt
 	}
-	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge, nil); err != nil {
+	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge, nil, nil); err != nil {
 		return 0, err
 	}
 	if err := debtWith(debt, reserveAt, uptoAt); err != nil {
@@ -230,8 +230,8 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 }
 
 // parseLimiter reads the j-th limiter, written out at args[i] (its
-// family's name, its arguments, its cost, then SPREAD for a window on
-// key), into l, and returns the index after it; errors name it as limiter
+// family's name, its arguments, its cost, then SPREAD or SPAN start end
+// next for a window on key), into l, and returns the index after it; errors name it as limiter
 // j + 1, its numbers' errors only when n ≥ 0 (RL.ALL's n-th).
 func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error) {
 	f := spec.FamilyNamed(args[i])
@@ -256,18 +256,31 @@ func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error)
 	}
 	*l.cost() = c
 	next := i + 1 + words
-	if next < len(args) && isSpread(args[next]) {
-		if !spec.Families[f].Spread {
+	spread, spanAt := false, 0
+	for next < len(args) {
+		switch {
+		case isSpread(args[next]) && !spec.Families[f].Spread:
 			return 0, fail(spec.Fill(spec.TSpreadFamily, j+1, families[f].name))
-		}
-		if err := l.setSpread(key, l.prefix(n)); err != nil {
-			return 0, err
-		}
-		if next++; next < len(args) && isSpread(args[next]) {
+		case isSpan(args[next]) && !spec.Families[f].Span:
+			return 0, fail(spec.Fill(spec.TSpanFamily, j+1, families[f].name))
+		case isSpread(args[next]) && spread:
 			return 0, twice("SPREAD")
+		case isSpan(args[next]) && spanAt > 0:
+			return 0, twice("SPAN")
+		case isSpread(args[next]):
+			spread = true
+		case isSpan(args[next]):
+			if next+3 >= len(args) {
+				return 0, fail(spec.Fill(spec.TSpan, l.prefix(n), maxSpanMs))
+			}
+			spanAt = next + 1
+			next += 3
+		default:
+			return next, l.setBounds(args, spread, spanAt, key, n)
 		}
+		next++
 	}
-	return next, nil
+	return next, l.setBounds(args, spread, spanAt, key, n)
 }
 
 // maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the

@@ -50,13 +50,14 @@ type syntax struct {
 	upto       bool  // UPTO n is an option of the consuming command
 	debt       bool  // DEBT is an option of the consuming command
 	spread     bool  // SPREAD is an option
+	span       bool  // SPAN start end next is an option
 	// the options' names, for errors: the peek's, the consuming command's
 	options, uptoOptions string
 }
 
 // syntaxOf is family f's syntax.
 func syntaxOf(f *spec.Family) *syntax {
-	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, debt: f.Debt, spread: f.Spread, options: f.Options(), uptoOptions: f.UpToOptions()}
+	s := &syntax{optional: argOf(f.Cost), def: f.Def, reserve: f.Reserve, upto: f.UpTo, debt: f.Debt, spread: f.Spread, span: f.Span, options: f.Options(), uptoOptions: f.UpToOptions()}
 	for _, a := range f.Args {
 		s.positional = append(s.positional, argOf(a))
 	}
@@ -97,16 +98,19 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	if s.spread {
 		spread = new(bool)
 	}
-	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt, spread); err != nil {
+	spanAt := 0
+	var span *int
+	if s.span {
+		span = &spanAt
+	}
+	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt, spread, span); err != nil {
 		return err
 	}
 	if err := debtWith(l.debt, reserveAt, uptoAt); err != nil {
 		return err
 	}
-	if spread != nil && *spread {
-		if err := l.setSpread(args[1], ""); err != nil {
-			return err
-		}
+	if err := l.setBounds(args, spread != nil && *spread, spanAt, args[1], -1); err != nil {
+		return err
 	}
 	if l.debt && l.family == famSL && *l.cost() > maxLogAdd {
 		return fail(spec.Fill(spec.TLogAdd, maxLogAdd, *l.cost()))
@@ -174,11 +178,21 @@ func (l *limit) prefix(n int) string {
 
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
 // allowed, EACH when each is not nil, UPTO n when uptoAt is not nil, DEBT
-// when debt is not nil and SPREAD when spread is not nil. reserveAt and
-// uptoAt are set to the index of their n (0 when absent).
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt, spread *bool) error {
+// when debt is not nil, SPREAD when spread is not nil and SPAN start end
+// next when spanAt is not nil. reserveAt and uptoAt are set to the index of
+// their n (0 when absent), spanAt to SPAN's start's.
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt, spread *bool, spanAt *int) error {
 	for ; i < len(args); i++ {
 		switch {
+		case spanAt != nil && isSpan(args[i]):
+			if *spanAt > 0 {
+				return twice("SPAN")
+			}
+			if i+3 >= len(args) {
+				return fail(spec.Fill(spec.TSpan, "", maxSpanMs))
+			}
+			*spanAt = i + 1
+			i += 3
 		case spread != nil && isSpread(args[i]):
 			if *spread {
 				return twice("SPREAD")
@@ -295,18 +309,57 @@ func isUpTo(s string) bool { return spec.EqualFold(s, "UPTO") }
 // isSpread reports whether s is the SPREAD option, in any case.
 func isSpread(s string) bool { return spec.EqualFold(s, "SPREAD") }
 
+// isSpan reports whether s is the SPAN option, in any case.
+func isSpan(s string) bool { return spec.EqualFold(s, "SPAN") }
+
+// maxSpanMs is the latest instant SPAN names: 2^63 − 1 ns, in whole ms.
+const maxSpanMs = spec.MaxSeconds * 1000
+
+// setBounds sets where l's windows lie, for a limit on key: spread (SPREAD)
+// at key's offset, or SPAN's three instants at args[spanAt] (spanAt > 0);
+// errors name RL.ALL's n-th limiter (n ≥ 0).
+func (l *limit) setBounds(args []string, spread bool, spanAt int, key string, n int) error {
+	switch {
+	case spread && spanAt > 0:
+		return fail(spec.Fill(spec.TSpanSpread, l.prefix(n)))
+	case spread:
+		return l.setSpread(key, n)
+	case spanAt > 0:
+		return l.setSpan(args[spanAt:spanAt+3], n)
+	}
+	return nil
+}
+
+// setSpan reads SPAN's start end next: Unix ms, 0 ≤ start < end < next ≤
+// maxSpanMs, each span at most the window.
+func (l *limit) setSpan(a []string, n int) error {
+	var v [3]int64
+	ok := true
+	for i := range v {
+		var okI bool
+		v[i], okI = parseInt(a[i])
+		ok = ok && okI
+	}
+	w := l.fw().window * 1000 // ≤ maxSpanMs
+	if !ok || v[0] < 0 || v[0] >= v[1] || v[1] >= v[2] || v[2] > maxSpanMs || v[1]-v[0] > w || v[2]-v[1] > w {
+		return fail(spec.Fill(spec.TSpan, l.prefix(n), maxSpanMs))
+	}
+	l.span = v
+	return nil
+}
+
 // isWord reports an option's word where a number may stand (MS, RESERVE,
-// UPTO, DEBT, SPREAD): never read as a cost or a limiter.
+// UPTO, DEBT, SPREAD, SPAN): never read as a cost or a limiter.
 func isWord(s string) bool {
-	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT") || isSpread(s)
+	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT") || isSpread(s) || isSpan(s)
 }
 
 // setSpread starts the windows of l, a window limit on key, at key's
-// offset (window.SpreadOffset); errors start with prefix.
-func (l *limit) setSpread(key, prefix string) error {
+// offset (window.SpreadOffset); errors name RL.ALL's n-th limiter (n ≥ 0).
+func (l *limit) setSpread(key string, n int) error {
 	w := l.fw().window // SW's arguments are FW's
 	if w > spec.MaxSpreadWindow {
-		return fail(spec.Fill(spec.TSpreadWindow, prefix, spec.MaxSpreadWindow, w))
+		return fail(spec.Fill(spec.TSpreadWindow, l.prefix(n), spec.MaxSpreadWindow, w))
 	}
 	l.offset = window.SpreadOffset(key, w) * int64(time.Millisecond)
 	return nil

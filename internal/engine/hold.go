@@ -57,7 +57,7 @@ func executeHold(args []string, r Reader, o *Outcome, settle bool) error {
 	}
 	var ms bool
 	var reserveAt int
-	if err := parseOptions(args, next, false, "MS", &ms, &reserveAt, nil, nil, nil, nil); err != nil {
+	if err := parseOptions(args, next, false, "MS", &ms, &reserveAt, nil, nil, nil, nil, nil); err != nil {
 		return err
 	}
 	if r.Keys() != 2 {

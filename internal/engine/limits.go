@@ -43,6 +43,9 @@ type limit struct {
 	reserve int64
 	debt    bool  // DEBT: the cost is taken whatever remains
 	offset  int64 // SPREAD: the key's windows start this many ns after the epoch's alignment
+	// SPAN: the fixed window's bounds, start, end and the next window's
+	// end, in Unix ms; span[1] is 0 without SPAN.
+	span [3]int64
 }
 
 // limit is what the limiter admits at once from a full state, the bound

@@ -42,7 +42,7 @@ func TestSpread(t *testing.T) {
 	}, []bad{
 		{[]any{"GCRA.THROTTLE", "g", 4, 5, 60, "SPREAD"}, `ERR unknown option "SPREAD": the options are MS, RESERVE n, UPTO n and DEBT`},
 		{[]any{"SL.HIT", "l", 2, 60, "SPREAD"}, `ERR unknown option "SPREAD": the options are MS, RESERVE n, UPTO n and DEBT`},
-		{[]any{"FW.PEEK", "f", 2, 60, "SPREAD", "UPTO", 2}, `ERR unknown option "UPTO": the options are MS, RESERVE n and SPREAD`},
+		{[]any{"FW.PEEK", "f", 2, 60, "SPREAD", "UPTO", 2}, `ERR unknown option "UPTO": the options are MS, RESERVE n, SPREAD and SPAN start end next`},
 		{[]any{"FW.HIT", "f", 2, 60, "SPREAD", "spread"}, `ERR the option SPREAD is given twice`},
 		{[]any{"FW.HIT", "f", 2, 1000000001, "SPREAD"}, `ERR SPREAD shifts windows of 1 to 1000000000 seconds, not 1000000001`},
 		{[]any{"SW.HIT", "f", 2, 60, "SPREAD", 1}, `ERR unknown option "1": the options are MS, RESERVE n, UPTO n, DEBT and SPREAD`},

@@ -4,6 +4,7 @@ import (
 	"math"
 	"strconv"
 	"strings"
+	"time"
 
 	"github.com/seed-6b3823f5/ratelimit/window"
 
@@ -79,6 +80,10 @@ func parseCounts(s string) (window.Counts, bool) {
 // end. A count whose expiry is not after the current window's start (a
 // script on a server whose expiry clock lags the module's) is stale; one
 // expiring after the current window's end is the current window's.
+//
+// With SPAN the window is the one of start-end and end-next that holds the
+// server's time (start-end before start: a client's clock a little ahead
+// chose it), and a time past next is an error.
 func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite) error {
 	p := l.fw()
 	f, err := window.NewFixedWindow(p.limit, p.window)
@@ -93,6 +98,19 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 		var ok bool
 		if count, ok = parseInstant(st.Value); !ok {
 			return fail(otherData(fixedState, "not a decimal integer"))
+		}
+	}
+	if l.span[1] != 0 {
+		const msNs = int64(time.Millisecond)
+		from, to := l.span[0], l.span[1]
+		if st.Now >= to*msNs { // ≤ maxSpanMs: no overflow
+			from, to = to, l.span[2]
+		}
+		if st.Now >= to*msNs {
+			return fail(spec.Fill(spec.TSpanPast, to, FloorDiv(st.Now, msNs)))
+		}
+		if f, err = window.NewSpanWindow(p.limit, from*msNs, to*msNs); err != nil {
+			return failErr(err)
 		}
 	}
 	var d window.Decision

@@ -119,7 +119,10 @@ type Family struct {
 	// the key (window.SpreadOffset), in its commands of one key and after
 	// its limiter in RL.ALL, RL.PEEK, RL.HOLD and RL.SETTLE.
 	Spread bool
-	InAll  bool // RL.ALL and RL.PEEK take it
+	// Span: SPAN start end next gives the window's bounds (a window on the
+	// calendar), where SPREAD goes.
+	Span  bool
+	InAll bool // RL.ALL and RL.PEEK take it
 	// Lease: a local tier (lease.Tier) may decide it from units granted
 	// ahead. Its units, taken in advance with UPTO and spent one by one
 	// elsewhere, admit what the key would have (GCRA and the token bucket
@@ -170,6 +173,12 @@ const (
 	RunLog                      // a sorted set of entries
 	RunConcurrency              // a sorted set of holders
 )
+
+// spanned is f with Span set.
+func (f Family) spanned() Family {
+	f.Span = true
+	return f
+}
 
 // leased is f with Lease set.
 func (f Family) leased() Family {
@@ -244,7 +253,7 @@ func (f *Family) options(upto bool) string {
 	for _, o := range []struct {
 		on   bool
 		name string
-	}{{f.Reserve, "RESERVE n"}, {upto && f.UpTo, "UPTO n"}, {upto && f.Debt, "DEBT"}, {f.Spread, "SPREAD"}} {
+	}{{f.Reserve, "RESERVE n"}, {upto && f.UpTo, "UPTO n"}, {upto && f.Debt, "DEBT"}, {f.Spread, "SPREAD"}, {f.Span, "SPAN start end next"}} {
 		if o.on {
 			names = append(names, o.name)
 		}
@@ -332,7 +341,7 @@ var Families = [NumFamilies]Family{
 		Errors: bucketErrors, Go: [3]string{"capacity", "leak", "period"},
 	},
 	SW: windowFamily("SW", "sw", MaxLimit, true, "sliding window state (index:current:previous)", "COUNTER_STATE", RunSlidingWindow, "window", "fast_sliding"),
-	FW: windowFamily("FW", "fw", MaxLimit, true, "fixed window state (a count)", "FIXED_STATE", RunFixedWindow, "window", "fast_fixed").leased(),
+	FW: windowFamily("FW", "fw", MaxLimit, true, "fixed window state (a count)", "FIXED_STATE", RunFixedWindow, "window", "fast_fixed").leased().spanned(),
 	SL: windowFamily("SL", "sl", MaxLogLimit, false, "a sliding log (members <score>-<n>, scored in Unix microseconds)", "LOG_STATE", RunLog, "log", "fast_log"),
 	CONC: {
 		Name: "CONC", Kind: "conc",

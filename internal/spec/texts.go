@@ -40,6 +40,10 @@ const (
 	THoldFull                     // holds under one key adding up past MaxLimit
 	TSpreadWindow                 // SPREAD on a window too long to shift
 	TSpreadFamily                 // SPREAD after a limiter that has no windows
+	TSpan                         // SPAN's instants out of order or range
+	TSpanFamily                   // SPAN after a limiter other than FW
+	TSpanSpread                   // SPAN with SPREAD
+	TSpanPast                     // SPAN's windows over by the server's clock
 	NumTexts
 )
 
@@ -79,6 +83,11 @@ var Texts = [NumTexts]struct{ Lua, Template string }{
 	THoldFull:     {"HOLD_FULL", "ERR the hold key {} holds {}: {} more would pass {}; nothing was taken"},
 	TSpreadWindow: {"SPREAD_WINDOW", "ERR {}SPREAD shifts windows of 1 to {} seconds, not {}"},
 	TSpreadFamily: {"SPREAD_FAMILY", "ERR limiter {} ({}): SPREAD follows a fixed or sliding window (FW, SW) only"},
+	TSpan: {"SPAN", "ERR {}SPAN needs start end next: Unix ms with 0 <= start < end < next <= {}, " +
+		"each span (end - start, next - end) at most window seconds"},
+	TSpanFamily: {"SPAN_FAMILY", "ERR limiter {} ({}): SPAN follows a fixed window (FW) only"},
+	TSpanSpread: {"SPAN_SPREAD", "ERR {}SPAN gives the window's bounds, so it does not go with SPREAD"},
+	TSpanPast:   {"SPAN_PAST", "ERR SPAN's windows ended at {} ms, before the server's time {} ms: compute them from a clock nearer the server's"},
 }
 
 // Fill is text t with its holes filled by args, in order (fmt.Sprint of

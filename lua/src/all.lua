@@ -17,7 +17,7 @@ local function arg_names(syn)
   return table.concat(names, ' ')
 end
 -- parse_limiter reads limiter j, written out at args[i] (its family, its
--- arguments, its cost, then SPREAD for a window on key): the limit, the
+-- arguments, its cost, then SPREAD or SPAN for a window on key): the limit, the
 -- index after it, or an error; its numbers' errors name it when prefixed
 -- (RL.ALL's).
 local function parse_limiter(args, i, j, prefixed, key)
@@ -34,14 +34,23 @@ local function parse_limiter(args, i, j, prefixed, key)
   end
   v[words] = parse_arg(syn.optional, args[i + words])
   if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
-  local l, nxt = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words
-  if args[nxt] and isword(args[nxt], 'SPREAD') then
-    if not syn.spread then return nil, nil, fail(text(T_SPREAD_FAMILY, j, string.upper(f))) end
-    l.offset = spread_offset(key, v[2])
-    if not l.offset then return nil, nil, spread_error(v[2], prefix) end
+  local l, nxt, spread, span_at = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words, false, 0
+  while args[nxt] do -- SPREAD and SPAN start end next, each once
+    local u, err = string.upper(args[nxt]), nil
+    if u == 'SPREAD' and not syn.spread then err = text(T_SPREAD_FAMILY, j, string.upper(f))
+    elseif u == 'SPAN' and not syn.span then err = text(T_SPAN_FAMILY, j, string.upper(f))
+    elseif (u == 'SPREAD' and spread) or (u == 'SPAN' and span_at > 0) then err = text(T_TWICE, u)
+    elseif u == 'SPREAD' then spread = true
+    elseif u == 'SPAN' then
+      if nxt + 3 > #args then err = text(T_SPAN, prefix, fmt(MAX_SPAN_MS)) end
+      span_at, nxt = nxt + 1, nxt + 3
+    else break end
+    if err then return nil, nil, fail(err) end
     nxt = nxt + 1
-    if args[nxt] and isword(args[nxt], 'SPREAD') then return nil, nil, fail(text(T_TWICE, 'SPREAD')) end
   end
+  local err
+  l.bounds, err = bounds_of(args, spread, span_at, key, v[2], prefix)
+  if err then return nil, nil, err end
   return l, nxt
 end
 -- parse_all reads the limiters after the keys, and the options: the
@@ -89,7 +98,7 @@ end
 -- run_limit runs one limit on its key: five integers and a write, or an
 -- error naming the limiter and its key.
 local function run_limit(j, l, key, v, reserve, now, ms)
-  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms, l.offset)
+  local reply, w, err = LIMIT[l.family].limit(l.family, key, v, reserve, now, ms, l.bounds)
   if err then
     local where = text(T_LIMITER_WHERE, j, string.upper(l.family), quote(key))
     if err.err == WRONGTYPE then
@@ -265,7 +274,7 @@ local function hold_command(kind, name, _, keys, args)
   elseif held > MAX_LIMIT - c then
     return fail(text(T_HOLD_FULL, quote(keys[2]), fmt(held), fmt(c), fmt(MAX_LIMIT)))
   end
-  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms, l.offset)
+  local reply, w, lerr = f.limit(l.family, keys[1], v, settle and v[#v] > 0 and DEBT or 0, now, ms, l.bounds)
   if lerr then return lerr end
   f.store(w, now)
   if settle then

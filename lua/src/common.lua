@@ -24,7 +24,7 @@ end
 
 local function isword(s, word) return string.upper(s) == word end
 -- a word of an option where a number may stand: never a cost or a limiter
-local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' end
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' or u == 'SPAN' end
 local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 
 -- A syntax is {positional args, optional arg, default, reserve allowed};
@@ -57,19 +57,23 @@ local function parse_upto(s, cost, prefix)
   return n
 end
 -- parse_options reads MS, RESERVE n (when allowed), EACH (when each), UPTO n and
--- DEBT (when upto and not no_debt) and SPREAD (when spread) from args[i..]: ms, RESERVE's
--- n's index (0: none), EACH, UPTO's n's index, an error, DEBT and SPREAD; DEBT with
--- RESERVE or UPTO is an error.
-local function parse_options(args, i, allowed, names, each, upto, no_debt, spread)
-  local seen, at = {}, {RESERVE = 0, UPTO = 0}
+-- DEBT (when upto and not no_debt), SPREAD (when spread) and SPAN start end next (when
+-- span) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's n's index, an
+-- error, DEBT, SPREAD and SPAN's start's index; DEBT with RESERVE or UPTO is an error.
+local function parse_options(args, i, allowed, names, each, upto, no_debt, spread, span)
+  local seen, at, span_at = {}, {RESERVE = 0, UPTO = 0}, 0
   while i <= #args do
     local w = string.upper(args[i])
     if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))
-        or (spread and w == 'SPREAD')) then
+        or (spread and w == 'SPREAD') or (span and w == 'SPAN')) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
     seen[w] = true
+    if w == 'SPAN' then
+      if i + 3 > #args then return nil, nil, nil, nil, fail(text(T_SPAN, '', fmt(MAX_SPAN_MS))) end
+      span_at, i = i + 1, i + 3
+    end
     if at[w] then
       if i + 1 > #args then return nil, nil, nil, nil, fail(w == 'RESERVE' and text(T_RESERVE_WORD) or text(T_UPTO_WORD, MAX_UPTO)) end
       i = i + 1
@@ -79,7 +83,7 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt, sprea
   end
   local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
   if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD, span_at
 end
 -- spread_offset is window.SpreadOffset: where key's windows of window
 -- seconds start, in ms after the epoch's alignment: the first 13 hex digits
@@ -91,9 +95,23 @@ local function spread_offset(key, window)
   local x = tonumber(string.sub(h, 1, 7), 16) * 16777216 + tonumber(string.sub(h, 8, 13), 16)
   return math.fmod(x, window * 1000)
 end
--- spread_error is SPREAD's on a window past MAX_SPREAD_WINDOW.
-local function spread_error(window, prefix)
-  return fail(text(T_SPREAD_WINDOW, prefix, MAX_SPREAD_WINDOW, fmt(window)))
+-- bounds_of is where a window limit of window seconds on key lies: SPREAD's
+-- {offset = ms}, SPAN's {span = {start, end, next}} (Unix ms, from args[span_at]),
+-- nil for neither, or an error starting with prefix.
+local function bounds_of(args, spread, span_at, key, window, prefix)
+  if spread and span_at > 0 then return nil, fail(text(T_SPAN_SPREAD, prefix)) end
+  if spread then
+    local off = spread_offset(key, window)
+    if not off then return nil, fail(text(T_SPREAD_WINDOW, prefix, MAX_SPREAD_WINDOW, fmt(window))) end
+    return {offset = off}
+  end
+  if span_at == 0 then return nil end
+  local a, b, c = parse(args[span_at]), parse(args[span_at + 1]), parse(args[span_at + 2])
+  local w = window * 1000 -- exact: window <= MAX_SECONDS
+  if not (a and b and c) or lt(a, 0) or not lt(a, b) or not lt(b, c) or lt(MAX_SPAN_MS, c) or b - a > w or c - b > w then
+    return nil, fail(text(T_SPAN, prefix, fmt(MAX_SPAN_MS)))
+  end
+  return {span = {a, b, c}}
 end
 -- zero is v with its cost 0; grant is UPTO's rule (ratelimit.Grant): the most
 -- calls in 0..n of cost each that remaining holds, keeping reserve.
@@ -106,7 +124,7 @@ end
 -- parse_one reads a command of one key: args are its arguments after the key;
 -- UPTO n is taken when upto (a consuming command). It returns the values
 -- (positional, then the cost), ms, the reserve and UPTO's n (0 if none), or
--- an error reply; then SPREAD's offset for key (nil if none).
+-- an error reply; then where the windows lie (bounds_of).
 local function parse_one(syn, args, name, upto, key)
   local np = #syn.positional
   if #args < np or #args + 2 > MAX_ONE_KEY_ARGS then return nil, nil, nil, nil, arity(name) end
@@ -123,16 +141,13 @@ local function parse_one(syn, args, name, upto, key)
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err, debt, spread = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread)
-  local n, reserve, offset = 0, debt and DEBT or 0, nil
-  if not err and spread then
-    offset = spread_offset(key, v[2])
-    if not offset then err = spread_error(v[2], '') end
-  end
+  local ms, reserve_at, _, upto_at, err, debt, spread, span_at = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread, syn.span)
+  local n, reserve, bounds = 0, debt and DEBT or 0, nil
+  if not err then bounds, err = bounds_of(args, spread, span_at, key, v[2], '') end
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
   if err then return nil, nil, nil, nil, err end
-  return v, ms, reserve, n, nil, offset
+  return v, ms, reserve, n, nil, bounds
 end
 -- The clock: the server's TIME, as an instant {s, ns}.
 local function clock()

@@ -9,17 +9,17 @@ local function one_command(kind, name, peek, keys, args)
   local f = LIMIT[kind]
   local reply, now = fast_first(f.fast, kind, keys[1], args, peek)
   if reply then return reply end
-  local v, ms, reserve, upto, err, offset = parse_one(syntax(kind), args, name, not peek, keys[1])
+  local v, ms, reserve, upto, err, bounds = parse_one(syntax(kind), args, name, not peek, keys[1])
   if err then return err end
   now = now or clock()
   local w, granted
   if upto > 0 then -- the most calls a call of cost 0 leaves room for (limit.remaining)
-    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms, offset)
+    reply, w, err = f.limit(kind, keys[1], zero(v), 0, now, ms, bounds)
     if err then return err end
     granted = grant(reply[3], v[#v], reserve, upto)
     if granted > 0 then v[#v] = granted * v[#v] end
   end
-  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms, offset)
+  reply, w, err = f.limit(kind, keys[1], v, reserve, now, ms, bounds)
   if err then return err end
   if not peek then f.store(w, now) end
   if granted then reply[#reply + 1] = reply[1] == 1 and 0 or granted end -- a refusal grants none

@@ -19,15 +19,24 @@ local function in_range(s) -- an instant of whole second s fits 64-bit ns
   return s <= MAX_SECONDS
 end
 -- fixed_hit is the fixed window's decision on count (stored, expiring at
--- expire ms) at now: decision, the count to store, the window's end; with
--- debt, a charge (FixedWindow.Charge) is counted past the limit.
-local function fixed_hit(cost, debt, L, window, count, expire, now)
+-- expire ms) at now: decision, the count to store, the window's end (an
+-- instant); with debt, a charge (FixedWindow.Charge) is counted past the
+-- limit. span, when set, is the window's {start, end} in Unix ms (SPAN).
+local function fixed_hit(cost, debt, L, window, count, expire, now, span)
   local d = {limited = false, retry = -1, write = false, reset = 0}
-  local start, stop = window_at(now, window)
-  if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
-  if lt(0, count) and expire <= start * 1000 then count = 0 end
-  d.write = lt(0, count) and expire > stop * 1000
-  local left = since({stop, 0}, now)
+  local start, stop
+  if span then
+    start, stop = span[1], span[2]
+  else
+    start, stop = window_at(now, window)
+    if not in_range(stop) then return nil, nil, nil, fail(WINDOW_OVERFLOW) end
+    start, stop = start * 1000, stop * 1000
+  end
+  local r = math.fmod(stop, 1000)
+  local stop_at = {(stop - r) / 1000, r * 1000000}
+  if lt(0, count) and expire <= start then count = 0 end
+  d.write = lt(0, count) and expire > stop
+  local left = since(stop_at, now)
   local n = add(count, cost)
   if lt(cost, 0) then -- a return: never below zero
     n = imax(n, 0)
@@ -46,7 +55,7 @@ local function fixed_hit(cost, debt, L, window, count, expire, now)
   end
   d.remaining = imax(sub(L, n), 0)
   if lt(0, n) then d.reset = left end
-  return d, n, stop
+  return d, n, stop_at
 end
 -- sliding_hit is the sliding window counter's decision on counts c at now:
 -- decision, the counts to store, when the key's work ends; with debt, a
@@ -125,16 +134,18 @@ local function shifted(a, d)
 end
 -- window_limit runs one limit of a window family on its key: the five
 -- integers and the write to make ({key, set = value, at = instant} or
--- {key, del = true}), or an error. With offset (SPREAD), the key's windows
--- start offset ms after the epoch's alignment: the limit runs on a clock
--- shifted back by it, and the instants it stores are shifted forward.
-local function window_limit(kind, key, v, reserve, now, ms, offset)
+-- {key, del = true}), or an error. bounds is bounds_of's: with an offset
+-- (SPREAD), the key's windows start offset ms after the epoch's alignment:
+-- the limit runs on a clock shifted back by it, and the instants it stores
+-- are shifted forward; with a span (SPAN), the fixed window is the one of
+-- start-end and end-next holding now.
+local function window_limit(kind, key, v, reserve, now, ms, bounds)
   local L, window, cost = v[1], v[2], v[3]
   local kindof, expire, raw = read_string(key)
   local state = kind == 'sw' and COUNTER_STATE or FIXED_STATE
   local err = check_key(kindof, expire, 'string', state)
   if err then return nil, nil, err end
-  offset = offset or 0
+  local offset, span = bounds and bounds.offset or 0, bounds and bounds.span
   if offset ~= 0 then now, expire = shifted(now, -offset), expire - offset end
   local d, n, at
   if kind == 'fw' then
@@ -143,11 +154,18 @@ local function window_limit(kind, key, v, reserve, now, ms, offset)
       count = parse_count(raw)
       if count == nil then return nil, nil, other_data(state, 'not a decimal integer') end
     end
-    d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now)
+    if span then -- the window of start-end and end-next holding now
+      local at_ms = now[1] * 1000 + math.floor(now[2] / 1000000)
+      local from, to = span[1], span[2]
+      if at_ms >= to then from, to = to, span[3] end
+      if at_ms >= to then return nil, nil, fail(text(T_SPAN_PAST, fmt(to), fmt(at_ms))) end
+      span = {from, to}
+    end
+    d, n, at, err = reserved(fixed_hit, cost, reserve, L, window, count, expire, now, span)
     if err then return nil, nil, err end
     local reply = five(d.limited, L, d.remaining, d.retry, d.reset, ms)
     if d.write and cmp(n, 0) == 0 then return reply, {key = key, del = raw ~= nil} end -- a return of the whole count
-    if d.write then return reply, {key = key, set = fmt(n), at = shifted({at, 0}, offset)} end
+    if d.write then return reply, {key = key, set = fmt(n), at = shifted(at, offset)} end
     return reply, {key = key}
   end
   local c = {index = 0, current = 0, previous = 0}
