@@ -123,6 +123,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/internal/checked"
 
+	"github.com/seed-6b3823f5/ratelimit/calendar"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 )
 
@@ -168,6 +169,9 @@ type Limit struct {
 	n, m   int64 // the positional integers before the period
 	period time.Duration
 	spread bool // SPREAD: each key's windows start at its own offset
+	// cal is a calendar window's rule (Calendar), where its Unit is set:
+	// calls send SPAN with its bounds.
+	cal calendar.Period
 }
 
 // algo is a limit's family in the command table (spec), plus one: the
@@ -262,6 +266,31 @@ func FixedWindow(limit int64, window time.Duration) Limit {
 	return Limit{algo: algo(spec.FW + 1), n: limit, period: window}
 }
 
+// Calendar is FW.HIT's limit on the calendar: limit per window of p, a day,
+// week, month or year in p.Location from p.Anchor (a billing day, a time
+// of day). Calendar(1_000_000, calendar.Period{Unit: calendar.Month,
+// Location: berlin}) admits a million per calendar month in Berlin, the
+// count starting afresh at midnight on the 1st, CET or CEST; with
+// Anchor{Day: 15} it runs from the 15th. Each call sends the window's
+// bounds as the client's clock places them (the module's SPAN: the
+// window holding now and the next, so that a clock a little behind the
+// server's still counts in the right one). Its Params' period is the
+// longest window of the unit a call accepts (a day 2 days, a week 8, a
+// month 32, a year 367: room for any zone's clock changes).
+func Calendar(limit int64, p calendar.Period) Limit {
+	return Limit{algo: algo(spec.FW + 1), n: limit, period: longestSpan[p.Unit], cal: p}
+}
+
+// longestSpan is the period a calendar window's calls send, by unit: what
+// SPAN checks its spans against.
+var longestSpan = map[calendar.Unit]time.Duration{
+	calendar.Day: 48 * time.Hour, calendar.Week: 8 * 24 * time.Hour,
+	calendar.Month: 32 * 24 * time.Hour, calendar.Year: 367 * 24 * time.Hour,
+}
+
+// Period is l's calendar rule and true when l is a Calendar limit.
+func (l Limit) Period() (calendar.Period, bool) { return l.cal, l.cal.Unit != 0 }
+
 // SlidingLog is SL.HIT's limit: exactly limit (at most 100000) per trailing
 // window, one sorted-set entry per admitted unit.
 func SlidingLog(limit int64, window time.Duration) Limit {
@@ -294,13 +323,40 @@ func (l Limit) String() string {
 	}
 	name := a.take[:strings.IndexByte(a.take, '.')]
 	spread := ""
-	if l.spread {
+	switch {
+	case l.spread:
 		spread = ", spread"
+	case l.cal.Unit != 0:
+		return fmt.Sprintf("%s(%s %d, %s)", name, a.n, l.n, calendarName(l.cal))
 	}
 	if a.m == "" {
 		return fmt.Sprintf("%s(%s %d, %s %v%s)", name, a.n, l.n, a.period, l.period, spread)
 	}
 	return fmt.Sprintf("%s(%s %d, %s %d, %s %v%s)", name, a.n, l.n, a.m, l.m, a.period, l.period, spread)
+}
+
+// calendarName describes a calendar rule: "month in Europe/Berlin from day
+// 15", "day in UTC at 02:00".
+func calendarName(p calendar.Period) string {
+	loc := "UTC"
+	if p.Location != nil {
+		loc = p.Location.String()
+	}
+	s := fmt.Sprintf("%v in %s", p.Unit, loc)
+	a := p.Anchor
+	if a.Month != 0 {
+		s += " from " + a.Month.String()
+	}
+	if a.Day != 0 {
+		s += fmt.Sprintf(" from day %d", a.Day)
+	}
+	if a.Weekday != 0 {
+		s += fmt.Sprintf(" from weekday %d", a.Weekday)
+	}
+	if a.Hour != 0 || a.Minute != 0 {
+		s += fmt.Sprintf(" at %02d:%02d", a.Hour, a.Minute)
+	}
+	return s
 }
 
 // Family is the limiter l runs, as the command table names it: "GCRA",
@@ -331,6 +387,9 @@ func (l Limit) Quota() (q int64, w time.Duration) {
 	switch {
 	case f == nil:
 		return 0, 0
+	case l.cal.Unit != 0: // on the calendar: its limit per the window holding now
+		start, end := l.cal.Bounds(time.Now())
+		return l.n, end.Sub(start)
 	case f.Go[1] == "": // a window: its limit per its length
 		return l.n, l.period
 	}
@@ -361,6 +420,14 @@ func (l Limit) appendArgs(args []any) ([]any, error) {
 	if f := l.algo.family(); l.spread && (f == nil || !f.Spread) {
 		return args, fmt.Errorf("ratelimit: %v: only a FixedWindow or a SlidingWindow spreads", l)
 	}
+	if l.cal.Unit != 0 {
+		if l.spread {
+			return args, fmt.Errorf("ratelimit: %v: a window on the calendar has its own bounds: it does not spread", l)
+		}
+		if err := l.cal.Check(); err != nil {
+			return args, fmt.Errorf("ratelimit: %v: %w", l, err)
+		}
+	}
 	args = append(args, l.n)
 	if a.m != "" {
 		args = append(args, l.m)
@@ -371,8 +438,13 @@ func (l Limit) appendArgs(args []any) ([]any, error) {
 // appendCost appends the cost of a call of l, and SPREAD after it when l
 // spreads: where a command of one key, RL.ALL and RL.HOLD all take it.
 func (l Limit) appendCost(args []any, cost int64) []any {
-	if l.spread {
+	switch {
+	case l.spread:
 		return append(args, cost, "SPREAD")
+	case l.cal.Unit != 0:
+		start, end := l.cal.Bounds(time.Now())
+		_, next := l.cal.Bounds(end)
+		return append(args, cost, "SPAN", start.UnixMilli(), end.UnixMilli(), next.UnixMilli())
 	}
 	return append(args, cost)
 }

@@ -9,6 +9,7 @@ import (
 
 	"github.com/redis/go-redis/v9"
 
+	"github.com/seed-6b3823f5/ratelimit/calendar"
 	"github.com/seed-6b3823f5/ratelimit/client"
 )
 
@@ -105,4 +106,15 @@ func ExampleLimit_Spread() {
 	l := client.FixedWindow(100, time.Minute).Spread()
 	fmt.Println(l, l.Spreads())
 	// Output: FW(limit 100, window 1m0s, spread) true
+}
+
+// A million requests per calendar month in Berlin, counted afresh at
+// midnight on the 1st (CET or CEST), whatever the month's length; with
+// Anchor{Day: 15}, from each 15th.
+func ExampleCalendar() {
+	berlin, _ := time.LoadLocation("Europe/Berlin")
+	l := client.Calendar(1_000_000, calendar.Period{Unit: calendar.Month, Location: berlin})
+	p, _ := l.Period()
+	fmt.Println(l, p.Unit)
+	// Output: FW(limit 1000000, month in Europe/Berlin) month
 }
