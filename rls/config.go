@@ -15,6 +15,7 @@ import (
 	"google.golang.org/protobuf/types/known/structpb"
 	"gopkg.in/yaml.v3"
 
+	"github.com/seed-6b3823f5/ratelimit/calendar"
 	"github.com/seed-6b3823f5/ratelimit/client"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lease"
@@ -118,7 +119,10 @@ type rule struct {
 	detailed  bool
 	debt      bool // hits are counted even past the limit (the module's DEBT)
 	spread    bool // each key's windows start at its own offset (the module's SPREAD)
-	lease     bool // decided through the local tier where the service has one (Options.Lease)
+	// calendar, where set, makes a fixed window's unit one of the calendar
+	// (a month in a time zone, from a billing day: the module's SPAN).
+	calendar *calendar.Period
+	lease    bool // decided through the local tier where the service has one (Options.Lease)
 	// reserve: the request phase holds its hits as an estimate for
 	// holdTTL, the stream-done call (is_negative_hits) settles the hold at
 	// its hits, the actual cost (RL.HOLD, RL.SETTLE).
@@ -318,6 +322,15 @@ type rateLimitForm struct {
 	perUnitLine, unitLine, algorithmLine, debtLine, leaseLine int
 	limitLine, holdTTLLine, reserveLine, spreadLine           int
 	replaces                                                  []replaceForm
+	calendar                                                  *calendarForm
+}
+
+// calendarForm is a rate_limit's calendar as read: a time zone and where
+// windows start (calendar.Anchor's fields).
+type calendarForm struct {
+	line                              int
+	zone                              string
+	day, hour, minute, weekday, month uint32
 }
 
 // replaceForm is an entry of replaces as read. One whose err is set stands
@@ -476,6 +489,11 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if f.lease && (!leases(r.algorithm) || f.debt) {
 		return nil, b.errAt(f.leaseLine, "lease: true for '%s' needs algorithm %s (whose units are spent as they would be one by one) and no debt", statKey, leasing)
 	}
+	if f.calendar != nil {
+		if err := b.calendar(f, r, unit, statKey); err != nil {
+			return nil, err
+		}
+	}
 	if f.spread && r.algorithm != FixedWindow && r.algorithm != SlidingWindow {
 		return nil, b.errAt(f.spreadLine, "spread: true for '%s' needs algorithm fixed_window or sliding_window (it starts each key's windows at an offset of its own)", statKey)
 	}
@@ -502,6 +520,9 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 		if f.spread {
 			r.limit = r.limit.Spread()
 		}
+		if r.calendar != nil {
+			r.limit = client.Calendar(r.perUnit, *r.calendar)
+		}
 	}
 	if f.reserve {
 		if err := b.reserve(f, r, statKey); err != nil {
@@ -509,6 +530,39 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 		}
 	}
 	return r, nil
+}
+
+// calendarUnits are the units a calendar takes.
+var calendarUnits = map[pb.RateLimitResponse_RateLimit_Unit]calendar.Unit{
+	pb.RateLimitResponse_RateLimit_DAY: calendar.Day, pb.RateLimitResponse_RateLimit_WEEK: calendar.Week,
+	pb.RateLimitResponse_RateLimit_MONTH: calendar.Month, pb.RateLimitResponse_RateLimit_YEAR: calendar.Year,
+}
+
+// calendar makes r's unit one of the calendar: a fixed window over the
+// day, week, month or year of f.calendar's time zone, from its anchor.
+func (b builder) calendar(f *rateLimitForm, r *rule, unit pb.RateLimitResponse_RateLimit_Unit, statKey string) error {
+	c := f.calendar
+	cu, ok := calendarUnits[unit]
+	switch {
+	case !ok:
+		return b.errAt(c.line, "calendar for '%s' needs unit day, week, month or year", statKey)
+	case r.algorithm != FixedWindow:
+		return b.errAt(c.line, "calendar for '%s' counts a fixed window: its algorithm must be fixed_window", statKey)
+	case f.spread:
+		return b.errAt(c.line, "calendar for '%s' gives the windows' bounds, so it does not go with spread: true", statKey)
+	}
+	loc, err := time.LoadLocation(c.zone)
+	if err != nil || c.zone == "Local" {
+		return b.errAt(c.line, "calendar for '%s': unknown time_zone %q (an IANA name: Europe/Berlin, America/New_York, UTC)", statKey, c.zone)
+	}
+	p := calendar.Period{Unit: cu, Location: loc, Anchor: calendar.Anchor{
+		Hour: int(min(c.hour, 99)), Minute: int(min(c.minute, 99)), Weekday: int(min(c.weekday, 99)),
+		Day: int(min(c.day, 99)), Month: time.Month(min(c.month, 99))}}
+	if err := p.Check(); err != nil {
+		return b.errAt(c.line, "calendar for '%s': %v", statKey, strings.TrimPrefix(err.Error(), "calendar: "))
+	}
+	r.calendar = &p
+	return nil
 }
 
 // reserve makes r a reserve: true rule: its hits held as an estimate for
@@ -597,8 +651,9 @@ var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder", "value_to_metric", "share_threshold",
 		"quota_mode", "metadata"}
-	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve", "spread"}
+	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve", "spread", "calendar"}
 	replacesKeys  = []string{"name"}
+	calendarKeys  = []string{"time_zone", "month", "day", "weekday", "hour", "minute"}
 )
 
 // fields checks a mapping's keys against those allowed and returns the
@@ -804,6 +859,19 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
 	r.limitLine, r.holdTTLLine, r.reserveLine = lineOf(f["limit"]), lineOf(f["hold_ttl"]), lineOf(f["reserve"])
 	r.spreadLine = lineOf(f["spread"])
+	if x := f["calendar"]; x != nil {
+		c := &calendarForm{line: x.Line}
+		cf, err := l.fields(x, "calendar of '"+statKey+"'", calendarKeys)
+		if err == nil {
+			err = l.scalars(cf, statKey, []field{{"time_zone", &c.zone}, {"month", &c.month}, {"day", &c.day},
+				{"weekday", &c.weekday}, {"hour", &c.hour}, {"minute", &c.minute}})
+		}
+		if err != nil {
+			r.err = err
+			return r
+		}
+		r.calendar = c
+	}
 	v := f["replaces"]
 	if v == nil {
 		return r

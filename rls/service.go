@@ -388,27 +388,27 @@ func (s *Service) respond(resp *pb.RateLimitResponse, m matched) {
 		resp.ResponseHeadersToAdd = headers(m.enforcing, m.shadow, m.quota)
 	}
 	if s.opts.LimitHeaders.Limit != "" {
-		var offsets map[int]int64 // the spread statuses' offsets
+		var edges map[int]time.Duration // the windows' ends of spread and calendar statuses
 		for _, list := range [][]*item{m.enforcing, m.shadow, m.quota} {
 			for _, it := range list {
-				if it.r.spread {
-					if offsets == nil {
-						offsets = map[int]int64{}
+				if it.r.spread || it.r.calendar != nil {
+					if edges == nil {
+						edges = map[int]time.Duration{}
 					}
-					offsets[it.i] = it.offset()
+					edges[it.i] = it.untilEdge(s.now())
 				}
 			}
 		}
-		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses, offsets)...)
+		resp.ResponseHeadersToAdd = append(resp.ResponseHeadersToAdd, s.limitHeaders(resp.Statuses, edges)...)
 	}
 }
 
 // limitHeaders are the peer's three fields for the status it picks: of
 // those with a limit, the one with the least remaining, or the last over
 // its limit. Its reset is the end of the unit's window: aligned to the
-// epoch, or for a rule that spreads to its key's offset (offsets, by
+// epoch, or the time until a spread or calendar window's end (edges, by
 // status).
-func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus, offsets map[int]int64) []*core.HeaderValue {
+func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus, edges map[int]time.Duration) []*core.HeaderValue {
 	var pick *pb.RateLimitResponse_DescriptorStatus
 	picked := -1
 	least := uint32(math.MaxUint32)
@@ -428,8 +428,8 @@ func (s *Service) limitHeaders(statuses []*pb.RateLimitResponse_DescriptorStatus
 	}
 	unit := int64(unitLength(pick.CurrentLimit.Unit) / time.Second)
 	reset := unit - s.now().Unix()%unit
-	if off, ok := offsets[picked]; ok {
-		reset = int64(ceilSecond(untilEdge(s.now(), unitLength(pick.CurrentLimit.Unit), off)) / time.Second)
+	if d, ok := edges[picked]; ok {
+		reset = int64(ceilSecond(d) / time.Second)
 	}
 	h := s.opts.LimitHeaders
 	return []*core.HeaderValue{
@@ -527,8 +527,11 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 	}
 	b.WriteString(algCode[r.algorithm])
 	b.WriteString(strconv.FormatInt(int64(r.unit/time.Second), 10))
-	if r.spread {
+	switch {
+	case r.spread:
 		b.WriteString("_spread") // windows of other bounds: a state of another kind
+	case r.calendar != nil:
+		b.WriteString("_cal")
 	}
 	return b.String()
 }
@@ -966,8 +969,12 @@ func ceilSecond(d time.Duration) time.Duration {
 
 // untilEdge is the time from now to the end of the unit's window aligned
 // to the epoch, as the peer reports a reset, or to the key's offset where
-// the rule spreads (window.SpreadOffset).
+// the rule spreads (window.SpreadOffset), or of the calendar's window.
 func (it *item) untilEdge(now time.Time) time.Duration {
+	if it.r.calendar != nil { // the window of the calendar holding now
+		_, end := it.r.calendar.Bounds(now)
+		return end.Sub(now)
+	}
 	return untilEdge(now, it.r.unit, it.offset())
 }
 

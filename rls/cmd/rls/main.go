@@ -36,6 +36,7 @@ import (
 	"strings"
 	"syscall"
 	"time"
+	_ "time/tzdata" // calendar: time zones, in an image without /usr/share/zoneinfo
 
 	corev3 "github.com/envoyproxy/go-control-plane/envoy/config/core/v3"
 	rlqspb "github.com/envoyproxy/go-control-plane/envoy/service/rate_limit_quota/v3"
