@@ -231,8 +231,9 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 
 // parseLimiter reads the j-th limiter, written out at args[i] (its
 // family's name, its arguments, its cost, then SPREAD or SPAN start end
-// next for a window on key), into l, and returns the index after it; errors name it as limiter
-// j + 1, its numbers' errors only when n ≥ 0 (RL.ALL's n-th).
+// next for a window on key), into l, and returns the index after it;
+// errors name it as limiter j + 1, its numbers' errors only when n ≥ 0
+// (RL.ALL's n-th).
 func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error) {
 	f := spec.FamilyNamed(args[i])
 	switch f {
