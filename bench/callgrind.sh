@@ -201,3 +201,8 @@ module "SW.HIT" SW.HIT "b:s:__rand_int__" 16 60
 module "RL.ALL, 2 GCRA keys" RL.ALL 2 "b:a:__rand_int__" "b:b:__rand_int__" GCRA 15 30 60 1 GCRA 15 30 60 1
 module "RL.ALL, 3 GCRA keys" RL.ALL 3 "b:a:__rand_int__" "b:b:__rand_int__" "b:c:__rand_int__" \
   GCRA 15 30 60 1 GCRA 15 30 60 1 GCRA 15 30 60 1
+# The fixed window, and what SPREAD (a SHA-1 of the key) and SPAN (three
+# more integers parsed) add to it; the options are this build's only.
+module "FW.HIT" FW.HIT "b:f:__rand_int__" 16 60
+measure "FW.HIT SPREAD" FW.HIT "b:f:__rand_int__" 16 60 SPREAD
+measure "FW.HIT SPAN" FW.HIT "b:f:__rand_int__" 16 2682000 SPAN 1796083200000 1798761600000 1801440000000

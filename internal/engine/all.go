@@ -258,28 +258,29 @@ func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error)
 	*l.cost() = c
 	next := i + 1 + words
 	spread, spanAt := false, 0
-	for next < len(args) {
+	for ; next < len(args); next++ {
+		sp, sn := isSpread(args[next]), isSpan(args[next])
 		switch {
-		case isSpread(args[next]) && !spec.Families[f].Spread:
+		case !sp && !sn:
+			if !spread && spanAt == 0 {
+				return next, nil // the common limiter: neither
+			}
+			return next, l.setBounds(args, spread, spanAt, key, n)
+		case sp && !spec.Families[f].Spread:
 			return 0, fail(spec.Fill(spec.TSpreadFamily, j+1, families[f].name))
-		case isSpan(args[next]) && !spec.Families[f].Span:
+		case sn && !spec.Families[f].Span:
 			return 0, fail(spec.Fill(spec.TSpanFamily, j+1, families[f].name))
-		case isSpread(args[next]) && spread:
-			return 0, twice("SPREAD")
-		case isSpan(args[next]) && spanAt > 0:
-			return 0, twice("SPAN")
-		case isSpread(args[next]):
+		case sp && spread, sn && spanAt > 0:
+			return 0, twice(strings.ToUpper(args[next]))
+		case sp:
 			spread = true
-		case isSpan(args[next]):
+		default:
 			if next+3 >= len(args) {
 				return 0, fail(spec.Fill(spec.TSpan, l.prefix(n), maxSpanMs))
 			}
 			spanAt = next + 1
 			next += 3
-		default:
-			return next, l.setBounds(args, spread, spanAt, key, n)
 		}
-		next++
 	}
 	return next, l.setBounds(args, spread, spanAt, key, n)
 }

@@ -109,8 +109,10 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	if err := debtWith(l.debt, reserveAt, uptoAt); err != nil {
 		return err
 	}
-	if err := l.setBounds(args, spread != nil && *spread, spanAt, args[1], -1); err != nil {
-		return err
+	if spread != nil && *spread || spanAt > 0 {
+		if err := l.setBounds(args, spread != nil && *spread, spanAt, args[1], -1); err != nil {
+			return err
+		}
 	}
 	if l.debt && l.family == famSL && *l.cost() > maxLogAdd {
 		return fail(spec.Fill(spec.TLogAdd, maxLogAdd, *l.cost()))
@@ -344,7 +346,7 @@ func (l *limit) setSpan(a []string, n int) error {
 	if !ok || v[0] < 0 || v[0] >= v[1] || v[1] >= v[2] || v[2] > maxSpanMs || v[1]-v[0] > w || v[2]-v[1] > w {
 		return fail(spec.Fill(spec.TSpan, l.prefix(n), maxSpanMs))
 	}
-	l.span = v
+	l.bounds = v
 	return nil
 }
 
@@ -361,7 +363,7 @@ func (l *limit) setSpread(key string, n int) error {
 	if w > spec.MaxSpreadWindow {
 		return fail(spec.Fill(spec.TSpreadWindow, l.prefix(n), spec.MaxSpreadWindow, w))
 	}
-	l.offset = window.SpreadOffset(key, w) * int64(time.Millisecond)
+	l.spread, l.bounds[0] = true, window.SpreadOffset(key, w)*int64(time.Millisecond)
 	return nil
 }
 

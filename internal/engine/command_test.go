@@ -532,9 +532,9 @@ func FuzzParse(f *testing.F) {
 			if p.reserve < 0 || p.reserve > p.limit() || (p.reserve > 0 && !syn.reserve) {
 				t.Fatalf("RESERVE %d accepted", p.reserve)
 			}
-			if p.offset != 0 && (!syn.spread || !strings.Contains(strings.ToUpper(line), "SPREAD") || p.offset < 0 ||
-				p.offset >= p.fw().window*int64(time.Second)) {
-				t.Fatalf("SPREAD's offset %d accepted", p.offset)
+			if p.offset() != 0 && (!syn.spread || !strings.Contains(strings.ToUpper(line), "SPREAD") || p.offset() < 0 ||
+				p.offset() >= p.fw().window*int64(time.Second)) {
+				t.Fatalf("SPREAD's offset %d accepted", p.offset())
 			}
 			return
 		}

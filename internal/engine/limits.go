@@ -41,11 +41,23 @@ type limit struct {
 	family  int
 	v       [maxWords]int64
 	reserve int64
-	debt    bool  // DEBT: the cost is taken whatever remains
-	offset  int64 // SPREAD: the key's windows start this many ns after the epoch's alignment
-	// SPAN: the fixed window's bounds, start, end and the next window's
-	// end, in Unix ms; span[1] is 0 without SPAN.
-	span [3]int64
+	debt    bool // DEBT: the cost is taken whatever remains
+	// Where a window lies: with spread (SPREAD), bounds[0] is the ns its
+	// key's windows start after the epoch's alignment; without, bounds are
+	// SPAN's start, end and the next window's end in Unix ms (bounds[1] is
+	// 0 without SPAN). One array for both keeps the limit, which RL.ALL
+	// zeroes 16 of per call, small.
+	spread bool
+	bounds [3]int64
+}
+
+// offset is where the limit's windows start after the epoch's alignment,
+// in ns: its key's offset with SPREAD, else 0.
+func (l *limit) offset() int64 {
+	if l.spread {
+		return l.bounds[0]
+	}
+	return 0
 }
 
 // limit is what the limiter admits at once from a full state, the bound

@@ -38,7 +38,7 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 	var d window.Decision
 	var next window.Counts
 	var expire int64
-	now := st.Now - l.offset // SPREAD: the windows on a clock shifted by the key's offset
+	now := st.Now - l.offset() // SPREAD: the windows on a clock shifted by the key's offset
 	if l.debt {
 		d, next, expire, err = sw.Charge(counts, now, p.cost)
 	} else {
@@ -62,7 +62,7 @@ func runSlidingWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrit
 		b = strconv.AppendInt(b, next.Previous, 10)
 		w.Action = WriteSet
 		w.ValueLen = len(b)
-		w.ExpireMs = ceilMs(expire + l.offset)
+		w.ExpireMs = ceilMs(expire + l.offset())
 	}
 	return nil
 }
@@ -100,11 +100,11 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 			return fail(otherData(fixedState, "not a decimal integer"))
 		}
 	}
-	if l.span[1] != 0 {
+	if !l.spread && l.bounds[1] != 0 { // SPAN
 		const msNs = int64(time.Millisecond)
-		from, to := l.span[0], l.span[1]
+		from, to := l.bounds[0], l.bounds[1]
 		if st.Now >= to*msNs { // ≤ maxSpanMs: no overflow
-			from, to = to, l.span[2]
+			from, to = to, l.bounds[2]
 		}
 		if st.Now >= to*msNs {
 			return fail(spec.Fill(spec.TSpanPast, to, FloorDiv(st.Now, msNs)))
@@ -115,7 +115,8 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 	}
 	var d window.Decision
 	var n, end int64
-	now, expires := st.Now-l.offset, expiryNs(st.ExpireMs)-l.offset // SPREAD: a clock shifted by the key's offset
+	off := l.offset()
+	now, expires := st.Now-off, expiryNs(st.ExpireMs)-off // SPREAD: a clock shifted by the key's offset
 	if l.debt {
 		d, n, end, err = f.Charge(count, expires, now, p.cost)
 	} else {
@@ -132,7 +133,7 @@ func runFixedWindow(l *limit, st *KeyState, ms bool, rep *[5]int64, w *KeyWrite)
 			w.Action = WriteDel
 		}
 	default:
-		w.setInt(n, end+l.offset)
+		w.setInt(n, end+off)
 	}
 	return nil
 }
