@@ -435,8 +435,10 @@ func (l Limit) appendArgs(args []any) ([]any, error) {
 	return appendPeriod(args, a.period, l.period)
 }
 
-// appendCost appends the cost of a call of l, and SPREAD after it when l
-// spreads: where a command of one key, RL.ALL and RL.HOLD all take it.
+// appendCost appends the cost of a call of l, then SPREAD when l spreads,
+// or SPAN and its window's bounds (with the next window's end) when l is on
+// the calendar: where a command of one key, RL.ALL and RL.HOLD all take
+// them.
 func (l Limit) appendCost(args []any, cost int64) []any {
 	switch {
 	case l.spread:
