@@ -172,15 +172,15 @@ func (f FixedWindow) Hit(count, expires, now, cost int64) (d Decision, newCount,
 		return Decision{}, 0, 0, ErrRange
 	}
 	d = f.p.decision()
-	start := f.p.start(now)
-	if f.span {
-		start = f.from
+	start := f.from
+	if !f.span {
+		start = f.p.start(now)
 	}
 	end, ok := checked.Add(start, f.p.window)
 	if !ok {
 		return Decision{}, 0, 0, ErrOverflow
 	}
-	if now >= end { // a span's: the time is past it
+	if f.span && now >= end { // past the span: the next span's (an aligned window always holds now)
 		return Decision{}, 0, 0, ErrRange
 	}
 	if count > 0 && expires <= start {
