@@ -113,6 +113,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -172,6 +173,9 @@ type Limit struct {
 	// cal is a calendar window's rule (Calendar), where its Unit is set:
 	// calls send SPAN with its bounds.
 	cal calendar.Period
+	// over is the hash and field its parameters come from (Override),
+	// where over[0] is set: calls send LIMITS with them.
+	over [2]string
 }
 
 // algo is a limit's family in the command table (spec), plus one: the
@@ -314,6 +318,30 @@ func (l Limit) Spread() Limit {
 // Spreads reports whether l's windows are spread per key (Spread).
 func (l Limit) Spreads() bool { return l.spread }
 
+// Override is l with its parameters held in Redis, in field of the hash
+// at key (the module's LIMITS key field): each call reads the field in the
+// same atomic step as it decides and, when the hash holds it, decides with
+// its parameters in place of l's, so that a plan changes without a
+// redeploy and every client of the key agrees. Without the hash or the
+// field l's own stand. The field holds l's family's parameters as
+// integers separated by spaces, what SetLimit writes: "100 60" for a
+// FixedWindow of 100 a minute. FixedWindow(100,
+// time.Minute).Override("{acme}:plan", "api") with "{acme}:plan" holding
+// api = "5000 60" admits 5000 a minute on every key it is called on. The
+// hash must be in its keys' Cluster slot: give it their hash tag. A field
+// that does not hold l's family's parameters fails the call, with nothing
+// taken. The Result's Limit is the one that decided.
+func (l Limit) Override(key, field string) Limit {
+	l.over = [2]string{key, field}
+	return l
+}
+
+// Overridden is the hash and field l's parameters come from, and true,
+// when l has an Override.
+func (l Limit) Overridden() (key, field string, ok bool) {
+	return l.over[0], l.over[1], l.over[0] != ""
+}
+
 // String describes the limit: "GCRA(burst 9, rate 10, period 1m0s)",
 // "FW(limit 100, window 1m0s, spread)".
 func (l Limit) String() string {
@@ -440,15 +468,67 @@ func (l Limit) appendArgs(args []any) ([]any, error) {
 // the calendar: where a command of one key, RL.ALL and RL.HOLD all take
 // them.
 func (l Limit) appendCost(args []any, cost int64) []any {
+	args = append(args, cost)
 	switch {
 	case l.spread:
-		return append(args, cost, "SPREAD")
+		args = append(args, "SPREAD")
 	case l.cal.Unit != 0:
 		start, end := l.cal.Bounds(time.Now())
 		_, next := l.cal.Bounds(end)
-		return append(args, cost, "SPAN", start.UnixMilli(), end.UnixMilli(), next.UnixMilli())
+		args = append(args, "SPAN", start.UnixMilli(), end.UnixMilli(), next.UnixMilli())
 	}
-	return append(args, cost)
+	if l.over[0] != "" {
+		args = append(args, "LIMITS", l.over[0], l.over[1])
+	}
+	return args
+}
+
+// params is l's parameters as a LIMITS field holds them: its arguments
+// between the key and the cost, separated by spaces ("100 60").
+func (l Limit) params() (string, error) {
+	args, err := l.appendArgs(nil)
+	if err != nil {
+		return "", err
+	}
+	var b strings.Builder
+	for i, a := range args {
+		if i > 0 {
+			b.WriteByte(' ')
+		}
+		fmt.Fprint(&b, a)
+	}
+	return b.String(), nil
+}
+
+// withParams is l with the parameters s holds (params' form: integers
+// separated by spaces, as the module splits them) in place of its own.
+func (l Limit) withParams(s string) (Limit, error) {
+	words := strings.FieldsFunc(s, func(r rune) bool { return r == ' ' })
+	a := algos[l.algo]
+	bad := fmt.Errorf("ratelimit: %q is not the parameters of a %s limit", s, l.Family())
+	want := 2
+	if a.m != "" {
+		want = 3
+	}
+	if l.algo == algoNone || len(words) != want {
+		return l, bad
+	}
+	v := make([]int64, len(words))
+	for i, w := range words {
+		x, err := strconv.ParseInt(w, 10, 64)
+		if err != nil || x < 0 {
+			return l, bad
+		}
+		v[i] = x
+	}
+	if v[want-1] > math.MaxInt64/int64(time.Second) {
+		return l, bad
+	}
+	l.n, l.period = v[0], time.Duration(v[want-1])*time.Second
+	if a.m != "" {
+		l.m = v[1]
+	}
+	return l, nil
 }
 
 // appendPeriod appends d in whole seconds; the module takes nothing finer,
@@ -951,4 +1031,43 @@ func wrap(err error) error {
 		return fmt.Errorf("%w: %v", ErrNoModule, err)
 	}
 	return err
+}
+
+// SetLimit writes l's parameters into field of the hash at key (HSET),
+// where the calls of every Limit with Override(key, field) read them on
+// their next call: SetLimit(ctx, "{acme}:plan", "api", FixedWindow(5000,
+// time.Minute)) writes api = "5000 60". A change takes effect at once and
+// never admits past the new limit nor the old within a window: the
+// limiter's state stays, and the next call weighs it against the new
+// parameters (a fixed window that counted 80 under a limit of 100 admits
+// 20 more under 100, none under 50). Keep one family per field: a field
+// read by a limit of another family fails its calls. Only l's parameters
+// are written; SPREAD, a calendar and its own Override stay the caller's.
+func (c *Client) SetLimit(ctx context.Context, key, field string, l Limit) error {
+	v, err := l.params()
+	if err != nil {
+		return err
+	}
+	return wrap(c.rdb.HSet(ctx, key, field, v).Err())
+}
+
+// GetLimit reads field of the hash at key (HGET) as the parameters of a
+// limit of like's family: like with them and true, or like and false when
+// the hash does not hold the field (calls then decide with their own).
+func (c *Client) GetLimit(ctx context.Context, key, field string, like Limit) (Limit, bool, error) {
+	v, err := c.rdb.HGet(ctx, key, field).Result()
+	switch {
+	case err == redis.Nil:
+		return like, false, nil
+	case err != nil:
+		return like, false, wrap(err)
+	}
+	l, err := like.withParams(v)
+	return l, err == nil, err
+}
+
+// ClearLimit deletes field from the hash at key (HDEL): the calls that
+// read it decide with their own parameters again, from their next call.
+func (c *Client) ClearLimit(ctx context.Context, key, field string) error {
+	return wrap(c.rdb.HDel(ctx, key, field).Err())
 }

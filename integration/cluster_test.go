@@ -168,6 +168,21 @@ func TestCluster(t *testing.T) {
 		}
 		_, err = all(true, "rl:{user:42}:rpm", "rl:{user:43}:rpm")
 		assertErr(t, "RL.ALL over two slots", err, "CROSSSLOT")
+		// LIMITS's hash is a key of the call: in the key's slot it is read;
+		// in another the server refuses the call, for a command of one key
+		// (its key specs find the hash) as for RL.ALL (which reports every
+		// hash itself).
+		if err := cc.HSet(ctx, "rl:{user:42}:plan", "rpm", "1 3600").Err(); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := cc.Do(ctx, "FW.HIT", "rl:{user:42}:fw", 10, 3600, 1, "LIMITS", "rl:{user:42}:plan", "rpm").Int64Slice(); err != nil || r[1] != 1 {
+			t.Fatalf("FW.HIT with its LIMITS in its slot: %v %v, want the hash's limit 1", r, err)
+		}
+		_, err = cc.Do(ctx, "FW.HIT", "rl:{user:42}:fw", 10, 3600, 1, "LIMITS", "rl:{user:43}:plan", "rpm").Result()
+		assertErr(t, "FW.HIT with its LIMITS in another slot", err, "CROSSSLOT")
+		_, err = cc.Do(ctx, "RL.ALL", 2, "rl:{user:42}:a", "rl:{user:42}:b", "FW", 10, 3600, 1, "LIMITS", "rl:{user:42}:plan", "rpm",
+			"FW", 10, 3600, 1, "LIMITS", "rl:{user:43}:plan", "rpm").Result()
+		assertErr(t, "RL.ALL with a second LIMITS in another slot", err, "CROSSSLOT")
 		// A node that does not own the keys redirects, and never runs it.
 		owner, err := cc.MasterForKey(ctx, "rl:{user:42}:rpm")
 		if err != nil {

@@ -1,6 +1,7 @@
 package integration
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"math/big"
@@ -466,6 +467,46 @@ func startStopped(t *testing.T, f flavor, n int) stoppedServer {
 type sequence struct {
 	keys []string // every key the calls touch, for their states
 	next func(r *rand.Rand) (cmd string, keys, args []string)
+	// plan is a hash the calls name with LIMITS plan field, and limits a
+	// field and value for it, which differential sets in every database
+	// before the first call and changes between calls (nil: none).
+	plan   string
+	limits func(r *rand.Rand) (field, value string)
+}
+
+// limitsValue is a value for a LIMITS field overriding c's parameters:
+// mostly others the family takes, sometimes ones it refuses (too few or
+// too many words, out of range, not integers) or spaced oddly.
+func (c diffCase) limitsValue(r *rand.Rand) string {
+	p := slices.Clone(c.params)
+	for i := range p {
+		if r.IntN(2) == 0 {
+			p[i] = fmt.Sprint([]int64{1, 2, 3, 5, 10, 60, 100, 2682000}[r.IntN(8)])
+		}
+	}
+	switch r.IntN(12) {
+	case 0:
+		return p[0]
+	case 1:
+		return strings.Join(append(p, "1"), " ")
+	case 2:
+		p[r.IntN(len(p))] = []string{"x", "-1", "0", "1.5", "9223372036854775808", "\t7", "\xff", ""}[r.IntN(8)]
+	case 3:
+		return "  " + strings.Join(p, "   ") + " "
+	}
+	return strings.Join(p, " ")
+}
+
+// limitsArgs is LIMITS plan field naming the sequence's plan (mostly), a
+// field it lacks, or the key itself (a hash of another type, or none).
+func limitsArgs(r *rand.Rand, plan, field, key string) []string {
+	switch r.IntN(10) {
+	case 0:
+		field = "absent"
+	case 1:
+		plan = key
+	}
+	return []string{[]string{"LIMITS", "limits"}[r.IntN(2)], plan, field}
 }
 
 // differential runs random sequences through the module on database 0, the
@@ -488,9 +529,23 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 	}
 	r := rand.New(rand.NewPCG(seed, 15))
 	calls, refused, errs, foreign := 0, 0, 0, 0
-	spans, spansDecided := 0, 0 // calls with SPAN, and those decided
+	spans, spansDecided := 0, 0   // calls with SPAN, and those decided
+	limits, limitsDecided := 0, 0 // calls with LIMITS, and those decided
 	for n := range seqs {
 		sq := newSeq(r, e, probe, n)
+		setPlan := func() {
+			field, v := sq.limits(r)
+			for _, c := range dbs {
+				if err := c.HSet(context.Background(), sq.plan, field, v).Err(); err != nil {
+					t.Fatal(err)
+				}
+			}
+		}
+		for range 4 {
+			if sq.limits != nil {
+				setPlan()
+			}
+		}
 		if r.IntN(8) == 0 {
 			put := foreignValues[r.IntN(len(foreignValues))]
 			for _, c := range dbs {
@@ -506,6 +561,14 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 			now += clockStep(r, res)
 			setClock(now)
 			diffNow = now
+			switch { // the plan changes between calls
+			case sq.limits != nil && r.IntN(6) == 0:
+				setPlan()
+			case sq.limits != nil && r.IntN(30) == 0:
+				for _, c := range dbs {
+					c.Del(context.Background(), sq.plan)
+				}
+			}
 			cmd, keys, args := sq.next(r)
 			viaM := e.module(dbs[0], cmd, keys, args)
 			viaS := e.script(dbs[1], cmd, keys, args)
@@ -534,12 +597,19 @@ func differential(t *testing.T, f flavor, seqs int, newSeq func(r *rand.Rand, e 
 					spansDecided++
 				}
 			}
+			if slices.ContainsFunc(args, func(a string) bool { return strings.EqualFold(a, "LIMITS") }) {
+				limits++
+				if !strings.HasPrefix(viaM, "error") {
+					limitsDecided++
+				}
+			}
 		}
 	}
-	t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data; %d with SPAN, %d of them decided)",
-		seed, calls, refused, errs, foreign, spans, spansDecided)
-	if refused < calls/20 || errs < calls/50 || spansDecided < spans/20 {
-		t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls; %d of %d SPAN calls decided", refused, errs, calls, spansDecided, spans)
+	t.Logf("seed %d: %d calls alike (%d refused, %d errors; %d sequences on foreign data; %d with SPAN, %d of them decided; "+
+		"%d with LIMITS, %d of them decided)", seed, calls, refused, errs, foreign, spans, spansDecided, limits, limitsDecided)
+	if refused < calls/20 || errs < calls/50 || spansDecided < spans/20 || limitsDecided < limits/10 {
+		t.Fatalf("the sequences exercised too little: %d refused, %d errors in %d calls; %d of %d SPAN calls, %d of %d LIMITS calls decided",
+			refused, errs, calls, spansDecided, spans, limitsDecided, limits)
 	}
 }
 
@@ -557,10 +627,14 @@ func TestLuaMatchesModule(t *testing.T) {
 				c = randomCase(r)
 			}
 			key := fmt.Sprintf("{lua%d}", n)
+			plan := key + ":plan"
 			return sequence{keys: []string{key}, next: func(r *rand.Rand) (string, []string, []string) {
 				cmd, args := c.args(r)
+				if r.IntN(3) == 0 { // LIMITS: the parameters from the plan, when it holds them
+					args = append(args, limitsArgs(r, plan, "f", key)...)
+				}
 				return cmd, []string{key}, args
-			}}
+			}, plan: plan, limits: func(r *rand.Rand) (string, string) { return "f", c.limitsValue(r) }}
 		})
 	})
 }
@@ -587,13 +661,17 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 				}
 				keys[i] = fmt.Sprintf("{all%d}:k%d", n, i)
 			}
-			return sequence{keys: keys, next: func(r *rand.Rand) (string, []string, []string) {
+			plan := fmt.Sprintf("{all%d}:plan", n)
+			return sequence{keys: keys, plan: plan, limits: func(r *rand.Rand) (string, string) {
+				j := r.IntN(len(lims))
+				return fmt.Sprint("f", j), lims[j].limitsValue(r)
+			}, next: func(r *rand.Rand) (string, []string, []string) {
 				cmd := "rl.all"
 				if r.IntN(5) == 0 {
 					cmd = "rl.peek"
 				}
 				var args []string
-				for _, l := range lims {
+				for j, l := range lims {
 					name := families[l.cmd]
 					if r.IntN(4) == 0 {
 						name = strings.ToLower(name)
@@ -609,6 +687,9 @@ func TestLuaMatchesModuleAll(t *testing.T) {
 						args = append(args, spanArgs(r)...)
 					case l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0: // SPREAD follows its limiter
 						args = append(args, []string{"SPREAD", "spread"}[r.IntN(2)])
+					}
+					if r.IntN(3) == 0 { // LIMITS follows its limiter too
+						args = append(args, limitsArgs(r, plan, fmt.Sprint("f", j), keys[j])...)
 					}
 				}
 				if r.IntN(2) == 0 {
@@ -676,7 +757,9 @@ func TestLuaMatchesModuleHold(t *testing.T) {
 			}
 			key := fmt.Sprintf("{hold%d}:k", n)
 			holds := []string{key + ":h1", key + ":h2"}
-			return sequence{keys: append([]string{key}, holds...), next: func(r *rand.Rand) (string, []string, []string) {
+			return sequence{keys: append([]string{key}, holds...), plan: key + ":plan", limits: func(r *rand.Rand) (string, string) {
+				return "f", l.limitsValue(r)
+			}, next: func(r *rand.Rand) (string, []string, []string) {
 				ks := []string{key, holds[r.IntN(2)]}
 				cmd := "rl.settle"
 				var args []string
@@ -695,6 +778,9 @@ func TestLuaMatchesModuleHold(t *testing.T) {
 					args = append(args, spanArgs(r)...)
 				case l.spread() && r.IntN(2) == 0 || r.IntN(30) == 0:
 					args = append(args, "SPREAD")
+				}
+				if r.IntN(3) == 0 {
+					args = append(args, limitsArgs(r, key+":plan", "f", key)...)
 				}
 				if r.IntN(2) == 0 {
 					args = append(args, "MS")

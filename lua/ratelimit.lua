@@ -298,6 +298,10 @@ local T_SPAN = 'ERR {}SPAN needs start end next: Unix ms with 0 <= start < end <
 local T_SPAN_FAMILY = 'ERR limiter {} ({}): SPAN follows a fixed window (FW) only'
 local T_SPAN_SPREAD = 'ERR {}SPAN gives the window\'s bounds, so it does not go with SPREAD'
 local T_SPAN_PAST = 'ERR SPAN\'s windows ended at {} ms, before the server\'s time {} ms: compute them from a clock nearer the server\'s'
+local T_LIMITS = 'ERR {}LIMITS needs a hash\'s key and a field: LIMITS key field'
+local T_LIMITS_PREFIX = 'LIMITS {} field {}: '
+local T_LIMITS_WORDS = 'ERR {}LIMITS {} field {} must hold {} integers separated by spaces ({}), not {}; nothing changed'
+local T_LIMITS_TYPE = 'WRONGTYPE {}LIMITS {} holds the wrong kind of value, not a hash of limits'
 local function text(t, ...)
   local args, i = {...}, 0
   return (string.gsub(t, '{}', function() i = i + 1; return tostring(args[i]) end))
@@ -317,7 +321,7 @@ local function syntax(kind)
       },
       optional = {name = 'quantity', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
+      reserve = true, upto = true, options = 'MS, RESERVE n and LIMITS key field', upto_options = 'MS, RESERVE n, UPTO n, DEBT and LIMITS key field',
       limit = function(v) return add(v[1], 1) end,
     }
   elseif kind == 'tb' then
@@ -329,7 +333,7 @@ local function syntax(kind)
       },
       optional = {name = 'tokens', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
+      reserve = true, upto = true, options = 'MS, RESERVE n and LIMITS key field', upto_options = 'MS, RESERVE n, UPTO n, DEBT and LIMITS key field',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'lb' then
@@ -341,7 +345,7 @@ local function syntax(kind)
       },
       optional = {name = 'quantity', min = 0, max = MAXI},
       def = 1,
-      reserve = false, upto = false, options = 'MS', upto_options = 'MS',
+      reserve = false, upto = false, options = 'MS and LIMITS key field', upto_options = 'MS and LIMITS key field',
     }
   elseif kind == 'sw' then
     return {
@@ -351,7 +355,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS, RESERVE n and SPREAD', upto_options = 'MS, RESERVE n, UPTO n, DEBT and SPREAD',
+      reserve = true, upto = true, options = 'MS, RESERVE n, SPREAD and LIMITS key field', upto_options = 'MS, RESERVE n, UPTO n, DEBT, SPREAD and LIMITS key field',
       spread = true,
       limit = function(v) return v[1] end,
     }
@@ -363,7 +367,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS, RESERVE n, SPREAD and SPAN start end next', upto_options = 'MS, RESERVE n, UPTO n, DEBT, SPREAD and SPAN start end next',
+      reserve = true, upto = true, options = 'MS, RESERVE n, SPREAD, SPAN start end next and LIMITS key field', upto_options = 'MS, RESERVE n, UPTO n, DEBT, SPREAD, SPAN start end next and LIMITS key field',
       spread = true,
       span = true,
       limit = function(v) return v[1] end,
@@ -376,7 +380,7 @@ local function syntax(kind)
       },
       optional = {name = 'cost', min = MINI, max = MAXI},
       def = 1,
-      reserve = true, upto = true, options = 'MS and RESERVE n', upto_options = 'MS, RESERVE n, UPTO n and DEBT',
+      reserve = true, upto = true, options = 'MS, RESERVE n and LIMITS key field', upto_options = 'MS, RESERVE n, UPTO n, DEBT and LIMITS key field',
       limit = function(v) return v[1] end,
     }
   elseif kind == 'conc' then
@@ -481,7 +485,7 @@ local function quote(s)
   return '"' .. s .. '"' .. more
 end
 local function isword(s, word) return string.upper(s) == word end
-local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' or u == 'SPAN' end
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' or u == 'SPAN' or u == 'LIMITS' end
 local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 local function range_error(a, prefix)
   if a.seconds then
@@ -507,16 +511,20 @@ local function parse_upto(s, cost, prefix)
   if lt(cost, 0) then return nil, fail(text(T_UPTO_REFUND, prefix, fmt(cost))) end
   return n
 end
-local function parse_options(args, i, allowed, names, each, upto, no_debt, spread, span)
-  local seen, at, span_at = {}, {RESERVE = 0, UPTO = 0}, 0
+local function parse_options(args, i, allowed, names, each, upto, no_debt, spread, span, limits)
+  local seen, at, span_at, limits_at = {}, {RESERVE = 0, UPTO = 0}, 0, 0
   while i <= #args do
     local w = string.upper(args[i])
     if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))
-        or (spread and w == 'SPREAD') or (span and w == 'SPAN')) then
+        or (spread and w == 'SPREAD') or (span and w == 'SPAN') or (limits and w == 'LIMITS')) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
     seen[w] = true
+    if w == 'LIMITS' then
+      if i + 2 > #args then return nil, nil, nil, nil, fail(text(T_LIMITS, '')) end
+      limits_at, i = i + 1, i + 2
+    end
     if w == 'SPAN' then
       if i + 3 > #args then return nil, nil, nil, nil, fail(text(T_SPAN, '', fmt(MAX_SPAN_MS))) end
       span_at, i = i + 1, i + 3
@@ -530,7 +538,23 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt, sprea
   end
   local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
   if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD, span_at
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD, span_at, limits_at
+end
+local function override(syn, v, args, at, prefix)
+  local h = redis.pcall('HGET', args[at], args[at + 1])
+  if type(h) == 'table' then return fail(text(T_LIMITS_TYPE, prefix, quote(args[at]))) end
+  if not h then return nil end
+  local words, names = {}, {}
+  for w in string.gmatch(h, '[^ ]+') do words[#words + 1] = w end
+  for j, a in ipairs(syn.positional) do names[j] = a.name end
+  if #words ~= #names then
+    return fail(text(T_LIMITS_WORDS, prefix, quote(args[at]), quote(args[at + 1]), #names, table.concat(names, ' '), quote(h)))
+  end
+  for j, a in ipairs(syn.positional) do
+    local x = parse_arg(a, words[j])
+    if x == nil then return range_error(a, prefix .. text(T_LIMITS_PREFIX, quote(args[at]), quote(args[at + 1]))) end
+    v[j] = x
+  end
 end
 local function spread_offset(key, window)
   if window > MAX_SPREAD_WINDOW then return nil end
@@ -575,8 +599,9 @@ local function parse_one(syn, args, name, upto, key)
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err, debt, spread, span_at = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread, syn.span)
+  local ms, reserve_at, _, upto_at, err, debt, spread, span_at, limits_at = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread, syn.span, true)
   local n, reserve, bounds = 0, debt and DEBT or 0, nil
+  if not err and limits_at > 0 then err = override(syn, v, args, limits_at, '') end
   if not err then bounds, err = bounds_of(args, spread, span_at, key, v[2], '') end
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
@@ -1717,10 +1742,14 @@ local function parse_limiter(args, i, j, prefixed, key)
   end
   v[words] = parse_arg(syn.optional, args[i + words])
   if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
-  local l, nxt, spread, span_at = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words, false, 0
-  while args[nxt] do -- SPREAD and SPAN start end next, each once
+  local l, nxt, spread, span_at, limits_at = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words, false, 0, 0
+  while args[nxt] do -- LIMITS key field, SPREAD and SPAN start end next, each once
     local u, err = string.upper(args[nxt]), nil
-    if u == 'SPREAD' and not syn.spread then err = text(T_SPREAD_FAMILY, j, string.upper(f))
+    if u == 'LIMITS' then
+      if limits_at > 0 then err = text(T_TWICE, u)
+      elseif nxt + 2 > #args then err = text(T_LIMITS, prefix)
+      else limits_at, nxt = nxt + 1, nxt + 2 end
+    elseif u == 'SPREAD' and not syn.spread then err = text(T_SPREAD_FAMILY, j, string.upper(f))
     elseif u == 'SPAN' and not syn.span then err = text(T_SPAN_FAMILY, j, string.upper(f))
     elseif (u == 'SPREAD' and spread) or (u == 'SPAN' and span_at > 0) then err = text(T_TWICE, u)
     elseif u == 'SPREAD' then spread = true
@@ -1732,6 +1761,8 @@ local function parse_limiter(args, i, j, prefixed, key)
     nxt = nxt + 1
   end
   local err
+  if limits_at > 0 then err = override(syn, v, args, limits_at, prefix) end
+  if err then return nil, nil, err end
   l.bounds, err = bounds_of(args, spread, span_at, key, v[2], prefix)
   if err then return nil, nil, err end
   return l, nxt
@@ -1964,4 +1995,4 @@ redis.register_function{function_name = 'conc_release', callback = function(keys
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'rl_hold', callback = function(keys, args) return hold_command("hold", "rl.hold", false, keys, args) end}
 redis.register_function{function_name = 'rl_settle', callback = function(keys, args) return hold_command("settle", "rl.settle", false, keys, args) end}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+ff959a758866381f' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+04f47e697460c7e6' end, flags = {'no-writes'}}

@@ -55,6 +55,22 @@ func (r cReader) Holders(i int) engine.HolderSet { return cHolders{&r.c.keys[i]}
 
 func (r cReader) MemoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
+// Limits is the LIMITS key field whose key is argument arg, as C read it
+// (engine.LimitsUnread when C read none there).
+func (r cReader) Limits(arg int) (string, int) {
+	for i := range int(r.c.nlimits) {
+		l := &r.c.limits[i]
+		if int(l.arg) != arg {
+			continue
+		}
+		if l.kind != C.RL_LIMITS_FOUND {
+			return "", int(l.kind)
+		}
+		return unsafe.String((*byte)(unsafe.Pointer(l.val)), int(l.len)), int(l.kind)
+	}
+	return "", engine.LimitsUnread
+}
+
 // cLog reads a sorted set as a sliding log through rl_zlog_count and
 // rl_zlog_nth. Entries are scored in microseconds; window works in
 // nanoseconds. Being one pointer, it converts to window.Log without
@@ -183,6 +199,10 @@ func numbering() []string {
 	check("RL_KEY_EMPTY", C.RL_KEY_EMPTY, int(engine.KeyEmpty))
 	check("RL_KEY_STRING", C.RL_KEY_STRING, int(engine.KeyString))
 	check("RL_KEY_OTHER", C.RL_KEY_OTHER, int(engine.KeyOther))
+	check("RL_LIMITS_ABSENT", C.RL_LIMITS_ABSENT, engine.LimitsAbsent)
+	check("RL_LIMITS_FOUND", C.RL_LIMITS_FOUND, engine.LimitsFound)
+	check("RL_LIMITS_WRONGTYPE", C.RL_LIMITS_WRONGTYPE, engine.LimitsWrongType)
+	check("RL_LIMITS_UNREAD", C.RL_LIMITS_UNREAD, engine.LimitsUnread)
 	check("RL_MAX_ARGS", C.RL_MAX_ARGS, engine.MaxArgs)
 	check("RL_MAX_KEYS", C.RL_MAX_KEYS, engine.MaxKeys)
 	check("RL_MAX_REPLY", C.RL_MAX_REPLY, engine.MaxReply)

@@ -10,6 +10,7 @@
 #include <limits.h>
 #include <math.h>
 #include <string.h>
+#include <strings.h>
 
 #include "module.h"
 #include "_cgo_export.h"
@@ -80,6 +81,42 @@ static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name,
     }
     /* A key opened only for reading is NULL when it does not exist. */
     k->expire_at_ms = key != NULL && k->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
+}
+
+/* Whether argument a is the word LIMITS, in any case. */
+static int rl_is_limits(const rl_arg *a) { return a->len == 6 && strncasecmp(a->ptr, "LIMITS", 6) == 0; }
+
+/* Reads every LIMITS key field among the arguments from i on (after the
+ * keys), in order, as Go's parser meets them: each word LIMITS followed by
+ * two arguments names a hash (read only) and a field; the field's value is
+ * kept for Go, found or not, or the key is of another type. The hash is
+ * opened and closed here: it is read, never written, and may even be one
+ * of the command's own keys. */
+static void rl_read_limits(RedisModuleCtx *ctx, rl_call *c, RedisModuleString **argv, int i) {
+    for (; i + 2 < c->argc && c->nlimits < RL_MAX_KEYS; i++) {
+        if (!rl_is_limits(&c->argv[i])) continue;
+        rl_limits *l = &c->limits[c->nlimits++];
+        l->arg = i + 1;
+        l->kind = RL_LIMITS_ABSENT;
+        l->val = NULL;
+        l->len = 0;
+        l->str = NULL;
+        RedisModuleKey *key = RM_OpenKey(ctx, argv[i + 1], REDISMODULE_READ);
+        int type = RM_KeyType(key);
+        if (type == REDISMODULE_KEYTYPE_HASH) {
+            RedisModuleString *v = NULL;
+            RM_HashGet(key, REDISMODULE_HASH_NONE, argv[i + 2], &v, NULL);
+            if (v != NULL) {
+                l->kind = RL_LIMITS_FOUND;
+                l->str = v;
+                l->val = RM_StringPtrLen(v, &l->len);
+            }
+        } else if (type != REDISMODULE_KEYTYPE_EMPTY) {
+            l->kind = RL_LIMITS_WRONGTYPE;
+        }
+        if (key) RM_CloseKey(key);
+        i += 2;
+    }
 }
 
 /* The number of keys RL.ALL names at argument 1 (p, len) of argc, read as
@@ -235,6 +272,16 @@ static int rl_report_keys(RedisModuleCtx *ctx, const rl_command_def *def, RedisM
         if (RM_KeyAtPosWithFlags) RM_KeyAtPosWithFlags(ctx, 2 + i, flags);
         else RM_KeyAtPos(ctx, 2 + i);
     }
+    /* Each LIMITS key field's hash, read only, as rl_read_limits finds them. */
+    for (int i = 2 + nkeys, found = 0; nkeys > 0 && i + 2 < argc && found < RL_MAX_KEYS; i++) {
+        size_t n = 0;
+        const char *w = RM_StringPtrLen(argv[i], &n);
+        if (n != 6 || strncasecmp(w, "LIMITS", 6) != 0) continue;
+        if (RM_KeyAtPosWithFlags) RM_KeyAtPosWithFlags(ctx, i + 1, (int)RL_KEYS_RO);
+        else RM_KeyAtPos(ctx, i + 1);
+        found++;
+        i += 2;
+    }
     return REDISMODULE_OK;
 }
 
@@ -260,6 +307,8 @@ int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx)
     c.nkeys = def->numkeys ? rl_numkeys(c.argv[1].ptr, c.argv[1].len, argc) : def->hold && argc >= 3 ? 2 : 1;
     int first = def->numkeys ? 2 : 1;
     for (int i = 0; i < c.nkeys; i++) rl_read_key(ctx, &c.keys[i], argv[first + i], def->readonly);
+    c.nlimits = 0;
+    if (def->limits && c.nkeys > 0) rl_read_limits(ctx, &c, argv, first + c.nkeys);
     c.now_ns = rl_now_ns();
 
     rlExecute(&c);
@@ -269,5 +318,7 @@ int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx)
         if (c.keys[i].id) RM_FreeString(ctx, (RedisModuleString *)c.keys[i].id);
         if (c.keys[i].key) RM_CloseKey((RedisModuleKey *)c.keys[i].key);
     }
+    for (int i = 0; i < c.nlimits; i++)
+        if (c.limits[i].str) RM_FreeString(ctx, (RedisModuleString *)c.limits[i].str);
     return REDISMODULE_OK;
 }

@@ -28,15 +28,33 @@ RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL
 #define RL_HOLD_SPEC(notes_, pos_)                                                                       \
     {.notes = notes_, .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = pos_, \
      RL_ONE_KEY}
+/* LIMITS key field: a hash of limits, read only, found by its keyword
+ * from argument from_ on, with flags_ beyond RO and ACCESS: the first
+ * LIMITS, all a command of one limiter takes; RL.ALL's may have one per
+ * limiter, so its spec is incomplete and the server asks the command
+ * (getkeys-api), which reports every one. */
+#define RL_LIMITS_SPEC(from_, flags_)                                                                          \
+    {.notes = "a hash of limits (LIMITS key field)", .flags = RL_KEYS_RO | (flags_),                             \
+     .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD, .bs.keyword = {.keyword = "LIMITS", .startfrom = from_}, \
+     RL_ONE_KEY}
 RedisModuleCommandKeySpec rl_keys_hold[] = {RL_HOLD_SPEC("the limiter's state", 1),
-                                            RL_HOLD_SPEC("the hold: the estimate held", 2), {0}};
+                                            RL_HOLD_SPEC("the hold: the estimate held", 2), RL_LIMITS_SPEC(3, 0), {0}};
+RedisModuleCommandKeySpec rl_keys_limits_write[] = {
+    {.notes = "the limiter's state", .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1, RL_ONE_KEY},
+    RL_LIMITS_SPEC(2, 0), {0}};
+RedisModuleCommandKeySpec rl_keys_limits_read[] = {
+    {.notes = "the limiter's state", .flags = RL_KEYS_RO, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1, RL_ONE_KEY},
+    RL_LIMITS_SPEC(2, 0), {0}};
 
 /* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
 #define RL_NUMKEYS .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM, .fk.keynum = {0, 1, 1}
-RedisModuleCommandKeySpec rl_keys_all_write[] =
-    RL_KEY_SPEC("the limits' states, one key per limiter", RL_KEYS_RW, RL_NUMKEYS);
-RedisModuleCommandKeySpec rl_keys_all_read[] =
-    RL_KEY_SPEC("the limits' states, one key per limiter", RL_KEYS_RO, RL_NUMKEYS);
+#define RL_ALL_SPEC(flags_)                                                                              \
+    {.notes = "the limits' states, one key per limiter", .flags = flags_,                                 \
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = 1, RL_NUMKEYS}
+RedisModuleCommandKeySpec rl_keys_all_write[] = {RL_ALL_SPEC(RL_KEYS_RW), RL_LIMITS_SPEC(3, REDISMODULE_CMD_KEY_INCOMPLETE), {0}};
+RedisModuleCommandKeySpec rl_keys_all_read[] = {RL_ALL_SPEC(RL_KEYS_RO), RL_LIMITS_SPEC(3, REDISMODULE_CMD_KEY_INCOMPLETE), {0}};
 
 #define RL_KEY_ARG {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
 #define RL_TOKEN_ARG(n, t, s)                                                                  \
@@ -59,6 +77,15 @@ static RedisModuleCommandArg rl_span_subargs[] = {
     {.name = "span", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "SPAN", \
      .summary = "the window's bounds (a window on the calendar): start, end and the next window's end, in Unix ms", .flags = REDISMODULE_CMD_ARG_OPTIONAL, .subargs = rl_span_subargs}
 
+/* LIMITS key field: a limit's parameters from a hash's field (key spec 1). */
+static RedisModuleCommandArg rl_limits_subargs[] = {
+    {.name = "limits_key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 1},
+    {.name = "field", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1},
+    {0}};
+#define RL_LIMITS_ARG                                                                                \
+    {.name = "limits", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "LIMITS", \
+     .summary = "a hash's key and field holding the limit's parameters (space-separated integers), which replace the call's when present", .flags = REDISMODULE_CMD_ARG_OPTIONAL, .subargs = rl_limits_subargs}
+
 static RedisModuleCommandArg rl_args_gcra[] = {
     RL_KEY_ARG,
     {.name = "max_burst", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "extra requests allowed at once: the limit is max_burst + 1 (0 to 9007199254740990)"},
@@ -69,6 +96,7 @@ static RedisModuleCommandArg rl_args_gcra[] = {
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_gcra_peek[] = {
@@ -79,6 +107,7 @@ static RedisModuleCommandArg rl_args_gcra_peek[] = {
     {.name = "quantity", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this call, default 1; 0 reports, negative gives back", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_tb[] = {
@@ -91,6 +120,7 @@ static RedisModuleCommandArg rl_args_tb[] = {
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_tb_peek[] = {
@@ -101,6 +131,7 @@ static RedisModuleCommandArg rl_args_tb_peek[] = {
     {.name = "tokens", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "tokens to take, default 1; 0 reports, negative puts back", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_lb[] = {
@@ -110,6 +141,7 @@ static RedisModuleCommandArg rl_args_lb[] = {
     {.name = "leak_period", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the leak period in whole seconds (1 to 9223372036)"},
     {.name = "quantity", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this request (0 or more), default 1; 0 reports", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_sw[] = {
@@ -122,6 +154,7 @@ static RedisModuleCommandArg rl_args_sw[] = {
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_sw_peek[] = {
@@ -132,6 +165,7 @@ static RedisModuleCommandArg rl_args_sw_peek[] = {
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
     RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_fw[] = {
@@ -145,6 +179,7 @@ static RedisModuleCommandArg rl_args_fw[] = {
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
     RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
     RL_SPAN_ARG,
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_fw_peek[] = {
@@ -156,6 +191,7 @@ static RedisModuleCommandArg rl_args_fw_peek[] = {
     RL_RESERVE_ARG,
     RL_TOKEN_ARG("spread", "SPREAD", "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"),
     RL_SPAN_ARG,
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_sl[] = {
@@ -167,6 +203,7 @@ static RedisModuleCommandArg rl_args_sl[] = {
     RL_RESERVE_ARG,
     RL_UPTO_ARG,
     RL_TOKEN_ARG("debt", "DEBT", "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"),
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_sl_peek[] = {
@@ -176,6 +213,7 @@ static RedisModuleCommandArg rl_args_sl_peek[] = {
     {.name = "cost", .type = REDISMODULE_ARG_TYPE_INTEGER, .key_spec_index = -1, .summary = "the cost of this hit, default 1; 0 reports, negative gives back to the current window", .flags = REDISMODULE_CMD_ARG_OPTIONAL},
     RL_TOKEN_ARG("ms", "MS", "reply times in milliseconds, rounded up"),
     RL_RESERVE_ARG,
+    RL_LIMITS_ARG,
     {0}};
 
 static RedisModuleCommandArg rl_args_rl_all[] = {
@@ -242,83 +280,83 @@ static RedisModuleCommandArg rl_args_rl_settle[] = {
 
 const rl_command_def rl_commands[RL_NCOMMANDS] = {
     {.name = "gcra.throttle", .info_name = "gcra_throttle", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply",
+     .limits = 1,     .arity = -5, .summary = "GCRA rate limit: admit or refuse a request of the given cost, redis-cell's CL.THROTTLE reply",
      .complexity = "O(1)",
      .args = rl_args_gcra},
     {.name = "cl.throttle", .info_name = "cl_throttle", .readonly = 0, .alias = 1, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "redis-cell compatible alias of GCRA.THROTTLE",
+     .limits = 1,     .arity = -5, .summary = "redis-cell compatible alias of GCRA.THROTTLE",
      .complexity = "O(1)",
      .args = rl_args_gcra},
     {.name = "gcra.peek", .info_name = "gcra_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "What GCRA.THROTTLE would reply now, changing nothing",
+     .limits = 1,     .arity = -5, .summary = "What GCRA.THROTTLE would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_gcra_peek},
     {.name = "tb.take", .info_name = "tb_take", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
+     .limits = 1,     .arity = -5, .summary = "Token bucket: take tokens when all are available; reply limited, capacity, tokens left, retry, full in",
      .complexity = "O(1)",
      .args = rl_args_tb},
     {.name = "tb.peek", .info_name = "tb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "What TB.TAKE would reply now, changing nothing",
+     .limits = 1,     .arity = -5, .summary = "What TB.TAKE would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_tb_peek},
     {.name = "lb.enqueue", .info_name = "lb_enqueue", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
+     .limits = 1,     .arity = -5, .summary = "Leaky-bucket shaper: queue a request; reply limited, capacity, free places, retry, delay before it goes",
      .complexity = "O(1)",
      .args = rl_args_lb},
     {.name = "lb.peek", .info_name = "lb_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "What LB.ENQUEUE would reply now, changing nothing",
+     .limits = 1,     .arity = -5, .summary = "What LB.ENQUEUE would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_lb},
     {.name = "sw.hit", .info_name = "sw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -4, .summary = "Sliding window counter: the previous window weighted by its overlap plus the current one",
+     .limits = 1,     .arity = -4, .summary = "Sliding window counter: the previous window weighted by its overlap plus the current one",
      .complexity = "O(1)",
      .args = rl_args_sw},
     {.name = "sw.peek", .info_name = "sw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -4, .summary = "What SW.HIT would reply now, changing nothing",
+     .limits = 1,     .arity = -4, .summary = "What SW.HIT would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_sw_peek},
     {.name = "fw.hit", .info_name = "fw_hit", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -4, .summary = "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary",
+     .limits = 1,     .arity = -4, .summary = "Fixed window aligned to the epoch: the cheapest, admits up to twice the limit across a boundary",
      .complexity = "O(1)",
      .args = rl_args_fw},
     {.name = "fw.peek", .info_name = "fw_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -4, .summary = "What FW.HIT would reply now, changing nothing",
+     .limits = 1,     .arity = -4, .summary = "What FW.HIT would reply now, changing nothing",
      .complexity = "O(1)",
      .args = rl_args_fw_peek},
     {.name = "sl.hit", .info_name = "sl_hit", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -4, .summary = "Sliding log: the exact count of hits in the trailing window, in a sorted set",
+     .limits = 1,     .arity = -4, .summary = "Sliding log: the exact count of hits in the trailing window, in a sorted set",
      .complexity = "O(log N + M)",
      .args = rl_args_sl},
     {.name = "sl.peek", .info_name = "sl_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -4, .summary = "What SL.HIT would reply now, changing nothing",
+     .limits = 1,     .arity = -4, .summary = "What SL.HIT would reply now, changing nothing",
      .complexity = "O(log N + M)",
      .args = rl_args_sl_peek},
     {.name = "rl.all", .info_name = "rl_all", .readonly = 0, .alias = 0, .numkeys = 1, .hold = 0, .frees = 0,
-     .arity = -2, .summary = "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding limit's five integers and its position",
+     .limits = 1,     .arity = -2, .summary = "Several limits in one atomic decision: every limit admits or nothing is written; replies the deciding limit's five integers and its position",
      .complexity = "O(N) for N keys, O(log N + M) per sliding log",
      .args = rl_args_rl_all},
     {.name = "rl.peek", .info_name = "rl_peek", .readonly = 1, .alias = 0, .numkeys = 1, .hold = 0, .frees = 0,
-     .arity = -2, .summary = "What RL.ALL would reply now, changing nothing",
+     .limits = 1,     .arity = -2, .summary = "What RL.ALL would reply now, changing nothing",
      .complexity = "O(N) for N keys, O(log N + M) per sliding log",
      .args = rl_args_rl_peek},
     {.name = "conc.acquire", .info_name = "conc_acquire", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -5, .summary = "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
+     .limits = 0,     .arity = -5, .summary = "Concurrency limit: take a slot for id (up to n with UPTO n), or renew its lease; reply limited, limit, free slots, retry, reset",
      .complexity = "O(log N), plus up to 64 lapsed holders removed; O(log N + K) when refused, K the leases that must lapse; O(S log N) when the id holds or takes S slots (UPTO), each written",
      .args = rl_args_conc_acquire},
     {.name = "conc.release", .info_name = "conc_release", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 0, .frees = 1,
-     .arity = -3, .summary = "Free id's slots at once (n of them, default all): reply how many live slots it released",
+     .limits = 0,     .arity = -3, .summary = "Free id's slots at once (n of them, default all): reply how many live slots it released",
      .complexity = "O(log N), plus up to 64 lapsed holders removed; O(S log N) for S slots released",
      .args = rl_args_conc_release},
     {.name = "conc.peek", .info_name = "conc_peek", .readonly = 1, .alias = 0, .numkeys = 0, .hold = 0, .frees = 0,
-     .arity = -3, .summary = "What CONC.ACQUIRE by a new id would reply now, changing nothing",
+     .limits = 0,     .arity = -3, .summary = "What CONC.ACQUIRE by a new id would reply now, changing nothing",
      .complexity = "O(log N + K)",
      .args = rl_args_conc_peek},
     {.name = "rl.hold", .info_name = "rl_hold", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 1, .frees = 0,
-     .arity = -5, .summary = "Take an estimate from a limiter (written as in RL.ALL) and keep it in a hold key until RL.SETTLE charges the actual cost: reply the limiter's five integers",
+     .limits = 1,     .arity = -5, .summary = "Take an estimate from a limiter (written as in RL.ALL) and keep it in a hold key until RL.SETTLE charges the actual cost: reply the limiter's five integers",
      .complexity = "O(1), O(log N + M) for a sliding log",
      .args = rl_args_rl_hold},
     {.name = "rl.settle", .info_name = "rl_settle", .readonly = 0, .alias = 0, .numkeys = 0, .hold = 1, .frees = 0,
-     .arity = -4, .summary = "Settle a hold at the actual cost: take what the estimate missed (past the limit, as DEBT) or give back what it did not use, and delete the hold; reply the five integers and the estimate settled, -1 for none",
+     .limits = 1,     .arity = -4, .summary = "Settle a hold at the actual cost: take what the estimate missed (past the limit, as DEBT) or give back what it did not use, and delete the hold; reply the five integers and the estimate settled, -1 for none",
      .complexity = "O(1), O(log N + M) for a sliding log",
      .args = rl_args_rl_settle},
 };

@@ -88,7 +88,8 @@ static int rl_register(RedisModuleCtx *ctx, int i) {
             .arity = def->arity,
             .key_specs = def->numkeys ? (def->readonly ? rl_keys_all_read : rl_keys_all_write)
                          : def->hold  ? rl_keys_hold
-                                      : (def->readonly ? rl_keys_read : rl_keys_write),
+                         : def->limits ? (def->readonly ? rl_keys_limits_read : rl_keys_limits_write)
+                                       : (def->readonly ? rl_keys_read : rl_keys_write),
             .args = def->args,
         };
         if (RM_SetCommandInfo(cmd, &info) != REDISMODULE_OK) {

@@ -29,6 +29,7 @@ typedef struct {
     int numkeys;           /* the keys follow numkeys at argument 1 (else the key is argument 1) */
     int hold;              /* a second key, the hold, is argument 2 (RL.HOLD, RL.SETTLE) */
     int frees;             /* only frees memory: allowed past maxmemory (no deny-oom) */
+    int limits;            /* takes LIMITS key field: C reads the field before the crossing */
     int arity;
     const char *summary;
     const char *complexity;
@@ -40,7 +41,7 @@ extern RL_HIDDEN const rl_command_def rl_commands[RL_NCOMMANDS];
 extern RL_HIDDEN const RedisModuleCmdFunc rl_handlers[RL_NCOMMANDS];
 extern RL_HIDDEN RedisModuleCommandInfoVersion rl_info_version;
 extern RL_HIDDEN RedisModuleCommandKeySpec rl_keys_write[], rl_keys_read[], rl_keys_all_write[], rl_keys_all_read[],
-    rl_keys_hold[];
+    rl_keys_hold[], rl_keys_limits_write[], rl_keys_limits_read[];
 
 /* Each command's counters, for INFO ratelimit. */
 typedef struct {

@@ -25,6 +25,14 @@ enum rl_keykind {
     RL_KEY_OTHER = 3,
 };
 
+/* What C found at a LIMITS key field. */
+enum rl_limits_kind {
+    RL_LIMITS_ABSENT = 0, /* no such key or field: the call's parameters stand */
+    RL_LIMITS_FOUND = 1, /* the field's value */
+    RL_LIMITS_WRONGTYPE = 2, /* the key holds something else than a hash */
+    RL_LIMITS_UNREAD = 3,
+};
+
 /* What C does once Go returns. */
 enum rl_action {
     RL_ACT_ERROR = 0, /* reply err (the default: a call Go never finished is an error) */

@@ -23,9 +23,13 @@
 #define REDISMODULE_READ (1 << 0)
 #define REDISMODULE_WRITE (1 << 1)
 
+/* HashGet flags: none, the fields are RedisModuleStrings. */
+#define REDISMODULE_HASH_NONE 0
+
 /* KeyType results. */
 #define REDISMODULE_KEYTYPE_EMPTY 0
 #define REDISMODULE_KEYTYPE_STRING 1
+#define REDISMODULE_KEYTYPE_HASH 3
 #define REDISMODULE_KEYTYPE_ZSET 5
 
 /* ZsetAdd flags, in and out. */
@@ -98,6 +102,7 @@ typedef enum {
 #define REDISMODULE_CMD_KEY_RW (1ULL << 1)
 #define REDISMODULE_CMD_KEY_ACCESS (1ULL << 4)
 #define REDISMODULE_CMD_KEY_UPDATE (1ULL << 5)
+#define REDISMODULE_CMD_KEY_INCOMPLETE (1ULL << 9)
 
 typedef struct RedisModuleCommandArg {
     const char *name;
@@ -204,6 +209,7 @@ typedef struct {
     X(1, int, SetAbsExpire, (RedisModuleKey * key, mstime_t expire))                                   \
     X(1, mstime_t, GetAbsExpire, (RedisModuleKey * key))                                               \
     X(1, size_t, ValueLength, (RedisModuleKey * key))                                                  \
+    X(1, int, HashGet, (RedisModuleKey * key, int flags, ...))                                         \
     X(1, int, ZsetAdd, (RedisModuleKey * key, double score, RedisModuleString * ele, int *flags))      \
     X(1, int, ZsetRem, (RedisModuleKey * key, RedisModuleString * ele, int *deleted))                  \
     X(1, int, ZsetScore, (RedisModuleKey * key, RedisModuleString * ele, double *score))               \

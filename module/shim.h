@@ -68,6 +68,15 @@ typedef struct rl_key {
     long long conc_swept, conc_swept_at; /* rl_conc_count's find at or below its bound (-1: not counted) */
 } rl_key;
 
+/* One LIMITS key field of a command: the hash's field, as C read it. */
+typedef struct {
+    int arg;         /* the index of the hash's key among the arguments (field follows) */
+    int kind;        /* enum rl_limits_kind */
+    const char *val; /* RL_LIMITS_FOUND: the field's value, valid until C frees str */
+    size_t len;
+    void *str; /* private to C: the value's string */
+} rl_limits;
+
 typedef struct rl_call {
     /* Set by C before rlExecute. */
     int cmd; /* the command's row of rl_commands (commands_gen.c) */
@@ -76,6 +85,8 @@ typedef struct rl_call {
     long long now_ns; /* one clock read per command, Unix nanoseconds */
     int nkeys;        /* the keys C opened: 0 when numkeys does not parse */
     rl_key keys[RL_MAX_KEYS];
+    int nlimits; /* the LIMITS key field words after the keys, in order */
+    rl_limits limits[RL_MAX_KEYS];
 
     /* Set by Go. */
     int action; /* enum rl_action */

@@ -40,6 +40,7 @@ const (
 	debtSummary    = "take the whole cost whatever remains (a charge for work done): past the limit it goes into debt"
 	spreadSummary  = "start this key's windows at an offset from its SHA-1, so that keys reset at different instants"
 	spanSummary    = "the window's bounds (a window on the calendar): start, end and the next window's end, in Unix ms"
+	limitsSummary  = "a hash's key and field holding the limit's parameters (space-separated integers), which replace the call's when present"
 )
 
 // argSummary is what COMMAND DOCS says of a: its meaning and its range.
@@ -169,6 +170,9 @@ func argsC(b *strings.Builder, c *spec.Command) {
 		if !c.NumKeys && spec.Families[c.Family].Span {
 			b.WriteString("    RL_SPAN_ARG,\n")
 		}
+		if c.Limits() && !c.NumKeys {
+			b.WriteString("    RL_LIMITS_ARG,\n")
+		}
 	}
 	b.WriteString("    {0}};\n\n")
 }
@@ -206,15 +210,33 @@ RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL
 #define RL_HOLD_SPEC(notes_, pos_)                                                                       \
     {.notes = notes_, .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = pos_, \
      RL_ONE_KEY}
+/* LIMITS key field: a hash of limits, read only, found by its keyword
+ * from argument from_ on, with flags_ beyond RO and ACCESS: the first
+ * LIMITS, all a command of one limiter takes; RL.ALL's may have one per
+ * limiter, so its spec is incomplete and the server asks the command
+ * (getkeys-api), which reports every one. */
+#define RL_LIMITS_SPEC(from_, flags_)                                                                          \
+    {.notes = "a hash of limits (LIMITS key field)", .flags = RL_KEYS_RO | (flags_),                             \
+     .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD, .bs.keyword = {.keyword = "LIMITS", .startfrom = from_}, \
+     RL_ONE_KEY}
 RedisModuleCommandKeySpec rl_keys_hold[] = {RL_HOLD_SPEC("the limiter's state", 1),
-                                            RL_HOLD_SPEC("the hold: the estimate held", 2), {0}};
+                                            RL_HOLD_SPEC("the hold: the estimate held", 2), RL_LIMITS_SPEC(3, 0), {0}};
+RedisModuleCommandKeySpec rl_keys_limits_write[] = {
+    {.notes = "the limiter's state", .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1, RL_ONE_KEY},
+    RL_LIMITS_SPEC(2, 0), {0}};
+RedisModuleCommandKeySpec rl_keys_limits_read[] = {
+    {.notes = "the limiter's state", .flags = RL_KEYS_RO, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
+     .bs.index.pos = 1, RL_ONE_KEY},
+    RL_LIMITS_SPEC(2, 0), {0}};
 
 /* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
 #define RL_NUMKEYS .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM, .fk.keynum = {0, 1, 1}
-RedisModuleCommandKeySpec rl_keys_all_write[] =
-    RL_KEY_SPEC("the limits' states, one key per limiter", RL_KEYS_RW, RL_NUMKEYS);
-RedisModuleCommandKeySpec rl_keys_all_read[] =
-    RL_KEY_SPEC("the limits' states, one key per limiter", RL_KEYS_RO, RL_NUMKEYS);
+#define RL_ALL_SPEC(flags_)                                                                              \
+    {.notes = "the limits' states, one key per limiter", .flags = flags_,                                 \
+     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = 1, RL_NUMKEYS}
+RedisModuleCommandKeySpec rl_keys_all_write[] = {RL_ALL_SPEC(RL_KEYS_RW), RL_LIMITS_SPEC(3, REDISMODULE_CMD_KEY_INCOMPLETE), {0}};
+RedisModuleCommandKeySpec rl_keys_all_read[] = {RL_ALL_SPEC(RL_KEYS_RO), RL_LIMITS_SPEC(3, REDISMODULE_CMD_KEY_INCOMPLETE), {0}};
 
 #define RL_KEY_ARG {.name = "key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 0}
 #define RL_TOKEN_ARG(n, t, s)                                                                  \
@@ -238,7 +260,16 @@ static RedisModuleCommandArg rl_span_subargs[] = {
     {.name = "span", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "SPAN", \
      .summary = %s, .flags = REDISMODULE_CMD_ARG_OPTIONAL, .subargs = rl_span_subargs}
 
-`, cString(reserveSummary), cString(uptoSummary), cString(spanSummary))
+/* LIMITS key field: a limit's parameters from a hash's field (key spec 1). */
+static RedisModuleCommandArg rl_limits_subargs[] = {
+    {.name = "limits_key", .type = REDISMODULE_ARG_TYPE_KEY, .key_spec_index = 1},
+    {.name = "field", .type = REDISMODULE_ARG_TYPE_STRING, .key_spec_index = -1},
+    {0}};
+#define RL_LIMITS_ARG                                                                                \
+    {.name = "limits", .type = REDISMODULE_ARG_TYPE_BLOCK, .key_spec_index = -1, .token = "LIMITS", \
+     .summary = %s, .flags = REDISMODULE_CMD_ARG_OPTIONAL, .subargs = rl_limits_subargs}
+
+`, cString(reserveSummary), cString(uptoSummary), cString(spanSummary), cString(limitsSummary))
 	done := map[string]bool{}
 	for i := range spec.Commands {
 		c := &spec.Commands[i]
@@ -251,9 +282,10 @@ static RedisModuleCommandArg rl_span_subargs[] = {
 	for i := range spec.Commands {
 		c := &spec.Commands[i]
 		fmt.Fprintf(&b, "    {.name = %s, .info_name = %s, .readonly = %d, .alias = %d, .numkeys = %d, .hold = %d, .frees = %d,\n"+
+			"     .limits = %d,"+
 			"     .arity = %d, .summary = %s,\n     .complexity = %s,\n     .args = %s},\n",
 			cString(strings.ToLower(c.Name)), cString(c.File()), cInt(c.Peek), cInt(c.Alias), cInt(c.NumKeys), cInt(c.Hold), cInt(c.Frees),
-			c.Arity(), cString(c.Summary), cString(c.Complexity), argsName(c))
+			cInt(c.Limits()), c.Arity(), cString(c.Summary), cString(c.Complexity), argsName(c))
 	}
 	b.WriteString("};\n\n")
 	for i := range spec.Commands {
@@ -313,6 +345,11 @@ func protocolH() []byte {
 		{"rl_keykind", "What a key holds, as C reads it.", []enumItem{
 			{"RL_KEY_EMPTY", int(protocol.KeyEmpty), ""}, {"RL_KEY_STRING", int(protocol.KeyString), ""},
 			{"RL_KEY_ZSET", int(protocol.KeyZSet), ""}, {"RL_KEY_OTHER", int(protocol.KeyOther), ""}}},
+		{"rl_limits_kind", "What C found at a LIMITS key field.", []enumItem{
+			{"RL_LIMITS_ABSENT", protocol.LimitsAbsent, "no such key or field: the call's parameters stand"},
+			{"RL_LIMITS_FOUND", protocol.LimitsFound, "the field's value"},
+			{"RL_LIMITS_WRONGTYPE", protocol.LimitsWrongType, "the key holds something else than a hash"},
+			{"RL_LIMITS_UNREAD", protocol.LimitsUnread, ""}}},
 		{"rl_action", "What C does once Go returns.", []enumItem{
 			{"RL_ACT_ERROR", protocol.ActError, "reply err (the default: a call Go never finished is an error)"},
 			{"RL_ACT_REPLY", protocol.ActReply, "carry out each key's write, then reply the integers"},

@@ -27,7 +27,7 @@ func executeAll(args []string, r Reader, o *Outcome, peek bool) error {
 	if peek {
 		at = nil
 	}
-	n, err := parseAll(args, &lims, &ms, &each, at)
+	n, err := parseAll(args, &lims, &ms, &each, at, r)
 	if err != nil {
 		return err
 	}
@@ -147,7 +147,7 @@ func later(a, b int64) bool {
 //
 // upto, where not nil (RL.ALL), receives UPTO's n (0 when absent), and
 // DEBT sets every limit's debt.
-func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) (n int, err error) {
+func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64, r Reader) (n int, err error) {
 	if len(args) < 2 || len(args) > MaxArgs {
 		return 0, errArity
 	}
@@ -171,7 +171,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 		if i >= len(args) || isWord(args[i]) {
 			return 0, fail(spec.Fill(spec.TFewLimiters, n, j))
 		}
-		if i, err = parseLimiter(args, i, j, j, &lims[j], args[2+j]); err != nil {
+		if i, err = parseLimiter(args, i, j, j, &lims[j], args[2+j], r); err != nil {
 			return 0, err
 		}
 	}
@@ -185,7 +185,7 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 	if upto != nil {
 		at, names, charge = &uptoAt, spec.AllOptions, &debt
 	}
-	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge, nil, nil); err != nil {
+	if err := parseOptions(args, i, true, names, ms, &reserveAt, each, at, charge, nil, nil, nil); err != nil {
 		return 0, err
 	}
 	if err := debtWith(debt, reserveAt, uptoAt); err != nil {
@@ -230,11 +230,11 @@ func parseAll(args []string, lims *[MaxKeys]limit, ms, each *bool, upto *int64) 
 }
 
 // parseLimiter reads the j-th limiter, written out at args[i] (its
-// family's name, its arguments, its cost, then SPREAD or SPAN start end
-// next for a window on key), into l, and returns the index after it;
-// errors name it as limiter j + 1, its numbers' errors only when n ≥ 0
-// (RL.ALL's n-th).
-func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error) {
+// family's name, its arguments, its cost, then LIMITS key field, and
+// SPREAD or SPAN start end next for a window on key), into l, and returns
+// the index after it; errors name it as limiter j + 1, its numbers' errors
+// only when n ≥ 0 (RL.ALL's n-th). r gives LIMITS's field.
+func parseLimiter(args []string, i, j, n int, l *limit, key string, r Reader) (int, error) {
 	f := spec.FamilyNamed(args[i])
 	switch f {
 	case -1:
@@ -257,15 +257,24 @@ func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error)
 	}
 	*l.cost() = c
 	next := i + 1 + words
-	spread, spanAt := false, 0
+	spread, spanAt, limitsAt := false, 0, 0
 	for ; next < len(args); next++ {
 		sp, sn := isSpread(args[next]), isSpan(args[next])
 		switch {
-		case !sp && !sn:
-			if !spread && spanAt == 0 {
-				return next, nil // the common limiter: neither
+		case !sp && !sn && isLimits(args[next]):
+			if limitsAt > 0 {
+				return 0, twice("LIMITS")
 			}
-			return next, l.setBounds(args, spread, spanAt, key, n)
+			if next+2 >= len(args) {
+				return 0, fail(spec.Fill(spec.TLimits, l.prefix(n)))
+			}
+			limitsAt = next + 1
+			next += 2
+		case !sp && !sn:
+			if !spread && spanAt == 0 && limitsAt == 0 {
+				return next, nil // the common limiter: none
+			}
+			return next, l.place(args, spread, spanAt, limitsAt, key, n, r)
 		case sp && !spec.Families[f].Spread:
 			return 0, fail(spec.Fill(spec.TSpreadFamily, j+1, families[f].name))
 		case sn && !spec.Families[f].Span:
@@ -282,7 +291,19 @@ func parseLimiter(args []string, i, j, n int, l *limit, key string) (int, error)
 			next += 3
 		}
 	}
-	return next, l.setBounds(args, spread, spanAt, key, n)
+	return next, l.place(args, spread, spanAt, limitsAt, key, n, r)
+}
+
+// place applies a limiter's words after its cost: LIMITS's parameters
+// (limitsAt > 0), then where its windows lie (setBounds), which depends on
+// them.
+func (l *limit) place(args []string, spread bool, spanAt, limitsAt int, key string, n int, r Reader) error {
+	if limitsAt > 0 {
+		if err := l.override(args, limitsAt, r, n); err != nil {
+			return err
+		}
+	}
+	return l.setBounds(args, spread, spanAt, key, n)
 }
 
 // maxLogAdd bounds the sliding-log entries one RL.ALL call adds (the
@@ -295,11 +316,16 @@ var limiters = spec.Limiters()
 
 // argNames lists a limiter's arguments in RL.ALL, for errors.
 func argNames(s *syntax) string {
-	names := make([]string, 0, len(s.positional)+1)
+	return positionalNames(s) + " " + s.optional.name
+}
+
+// positionalNames lists a limiter's positional arguments, for errors.
+func positionalNames(s *syntax) string {
+	names := make([]string, 0, len(s.positional))
 	for _, a := range s.positional {
 		names = append(names, a.name)
 	}
-	return strings.Join(append(names, s.optional.name), " ")
+	return strings.Join(names, " ")
 }
 
 // nameLimiter puts the limiter, and its key, in an error that came from

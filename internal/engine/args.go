@@ -66,9 +66,9 @@ func syntaxOf(f *spec.Family) *syntax {
 
 // parse fills l and ms from a command of one key: args are the command
 // name, the key, the arguments; upto, where not nil (a consuming command),
-// receives UPTO's n (0 when absent), and l.debt is DEBT. The error is the
-// reply.
-func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
+// receives UPTO's n (0 when absent), and l.debt is DEBT; r gives LIMITS's
+// field. The error is the reply.
+func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64, r Reader) error {
 	i := 2 + len(s.positional)
 	if len(args) < i || len(args) > maxOneKeyArgs {
 		return errArity
@@ -103,11 +103,17 @@ func (s *syntax) parse(args []string, l *limit, ms *bool, upto *int64) error {
 	if s.span {
 		span = &spanAt
 	}
-	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt, spread, span); err != nil {
+	limitsAt := 0
+	if err := parseOptions(args, i, s.reserve, names, ms, &reserveAt, nil, at, debt, spread, span, &limitsAt); err != nil {
 		return err
 	}
 	if err := debtWith(l.debt, reserveAt, uptoAt); err != nil {
 		return err
+	}
+	if limitsAt > 0 {
+		if err := l.override(args, limitsAt, r, -1); err != nil {
+			return err
+		}
 	}
 	if spread != nil && *spread || spanAt > 0 {
 		if err := l.setBounds(args, spread != nil && *spread, spanAt, args[1], -1); err != nil {
@@ -181,11 +187,21 @@ func (l *limit) prefix(n int) string {
 // parseOptions reads the options from args[i:]: MS, RESERVE n when
 // allowed, EACH when each is not nil, UPTO n when uptoAt is not nil, DEBT
 // when debt is not nil, SPREAD when spread is not nil and SPAN start end
-// next when spanAt is not nil. reserveAt and uptoAt are set to the index of
-// their n (0 when absent), spanAt to SPAN's start's.
-func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt, spread *bool, spanAt *int) error {
+// next when spanAt is not nil, LIMITS key field when limitsAt is not nil.
+// reserveAt and uptoAt are set to the index of their n (0 when absent),
+// spanAt to SPAN's start's, limitsAt to LIMITS's key's.
+func parseOptions(args []string, i int, allowed bool, names string, ms *bool, reserveAt *int, each *bool, uptoAt *int, debt, spread *bool, spanAt, limitsAt *int) error {
 	for ; i < len(args); i++ {
 		switch {
+		case limitsAt != nil && isLimits(args[i]):
+			if *limitsAt > 0 {
+				return twice("LIMITS")
+			}
+			if i+2 >= len(args) {
+				return fail(spec.Fill(spec.TLimits, ""))
+			}
+			*limitsAt = i + 1
+			i += 2
 		case spanAt != nil && isSpan(args[i]):
 			if *spanAt > 0 {
 				return twice("SPAN")
@@ -314,6 +330,57 @@ func isSpread(s string) bool { return spec.EqualFold(s, "SPREAD") }
 // isSpan reports whether s is the SPAN option, in any case.
 func isSpan(s string) bool { return spec.EqualFold(s, "SPAN") }
 
+// isLimits reports whether s is the LIMITS option, in any case.
+func isLimits(s string) bool { return spec.EqualFold(s, "LIMITS") }
+
+// override replaces l's parameters by those the LIMITS key field at
+// args[at], args[at+1] holds (r read it with the keys), when the hash holds
+// the field: the family's positional arguments as integers separated by
+// spaces, each within its range ("100 60" for FW's limit window). Without
+// the key or the field, the call's stand. Errors name the hash and the
+// field, and RL.ALL's n-th limiter (n ≥ 0).
+func (l *limit) override(args []string, at int, r Reader, n int) error {
+	v, kind := r.Limits(at)
+	switch kind {
+	case LimitsAbsent:
+		return nil
+	case LimitsWrongType:
+		return &failure{ActWrongType, spec.Fill(spec.TLimitsType, l.prefix(n), quote(args[at]))}
+	case LimitsFound:
+	default:
+		return fail("ERR internal error: the LIMITS key was not read")
+	}
+	syn := families[l.family].syntax
+	var words [maxWords]string
+	k := 0
+	for i := 0; i < len(v); {
+		if v[i] == ' ' {
+			i++
+			continue
+		}
+		j := i
+		for j < len(v) && v[j] != ' ' {
+			j++
+		}
+		if k < len(words) {
+			words[k] = v[i:j]
+		}
+		k++
+		i = j
+	}
+	if k != len(syn.positional) {
+		return fail(spec.Fill(spec.TLimitsWords, l.prefix(n), quote(args[at]), quote(args[at+1]), len(syn.positional), positionalNames(syn), quote(v)))
+	}
+	for j, a := range syn.positional {
+		x, ok := a.parse(words[j])
+		if !ok {
+			return fail(a.rangeError(l.prefix(n) + spec.Fill(spec.TLimitsPrefix, quote(args[at]), quote(args[at+1]))))
+		}
+		l.v[j] = x
+	}
+	return nil
+}
+
 // maxSpanMs is the latest instant SPAN names: 2^63 − 1 ns, in whole ms.
 const maxSpanMs = spec.MaxSeconds * 1000
 
@@ -351,9 +418,9 @@ func (l *limit) setSpan(a []string, n int) error {
 }
 
 // isWord reports an option's word where a number may stand (MS, RESERVE,
-// UPTO, DEBT, SPREAD, SPAN): never read as a cost or a limiter.
+// UPTO, DEBT, SPREAD, SPAN, LIMITS): never read as a cost or a limiter.
 func isWord(s string) bool {
-	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT") || isSpread(s) || isSpan(s)
+	return isOption(s) || isReserve(s) || isUpTo(s) || spec.EqualFold(s, "DEBT") || isSpread(s) || isSpan(s) || isLimits(s)
 }
 
 // setSpread starts the windows of l, a window limit on key, at key's

@@ -26,6 +26,11 @@ const (
 	WriteZLog = protocol.WriteZLog
 	WriteConc = protocol.WriteConc
 
+	LimitsAbsent    = protocol.LimitsAbsent
+	LimitsFound     = protocol.LimitsFound
+	LimitsWrongType = protocol.LimitsWrongType
+	LimitsUnread    = protocol.LimitsUnread
+
 	MaxArgs  = protocol.MaxArgs
 	MaxKeys  = protocol.MaxKeys
 	MaxReply = protocol.MaxReply
@@ -70,13 +75,17 @@ const (
 // keys is how many, key(i) one of them; log(i) reads a sorted set key as a
 // sliding log; memoryRoom is how many bytes the server may still allocate
 // before maxmemory (-1: no maxmemory); holders(i) reads a sorted set key
-// as a concurrency limiter's leases.
+// as a concurrency limiter's leases; limits(arg) is the field of the
+// LIMITS key field whose key is argument arg, read with the keys: its
+// value and what was found (LimitsFound, LimitsAbsent, LimitsWrongType, or
+// LimitsUnread where no LIMITS was read at arg).
 type Reader interface {
 	Keys() int
 	Key(i int) KeyState
 	Log(i int) window.Log
 	Holders(i int) HolderSet
 	MemoryRoom() int64
+	Limits(arg int) (value string, kind int)
 }
 
 // KeyWrite is what a command writes to one key.
@@ -240,7 +249,7 @@ func executeOne(family int, args []string, r Reader, o *Outcome, peek bool) erro
 	if peek {
 		at = nil
 	}
-	if err := families[family].syntax.parse(args, &l, &ms, at); err != nil {
+	if err := families[family].syntax.parse(args, &l, &ms, at, r); err != nil {
 		return err
 	}
 	if r.Keys() != 1 {

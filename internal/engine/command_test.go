@@ -34,9 +34,25 @@ type fakeKey struct {
 	// leases makes a sorted set key a concurrency limiter's: id → when its
 	// lease ends (Unix ns), expiring with the latest unless st.ExpireMs is set.
 	leases fakeLeases
+	// limits are the LIMITS fields found, by their key's argument.
+	limits          map[int]string
+	limitsWrongType bool
 }
 
 func (f *fakeKey) Keys() int { return 1 }
+
+// Limits gives LIMITS's field from f.limits, by the key's argument: a
+// value found, or absent; every hash's field on a key of another type with
+// limitsWrongType.
+func (f *fakeKey) Limits(arg int) (string, int) {
+	if f.limitsWrongType {
+		return "", LimitsWrongType
+	}
+	if v, ok := f.limits[arg]; ok {
+		return v, LimitsFound
+	}
+	return "", LimitsAbsent
+}
 
 func (f *fakeKey) Key(int) KeyState {
 	f.reads++
@@ -219,9 +235,9 @@ func TestParse(t *testing.T) {
 		{[]string{"15", "30", "0"}, "ERR period must be whole seconds from 1 to 9223372036"},
 		{[]string{"15", "30", "9223372037"}, "ERR period must be whole seconds from 1 to 9223372036"},
 		{[]string{"15", "30", "60", "1e3"}, "ERR quantity must be an integer from -9223372036854775808 to 9223372036854775807"},
-		{[]string{"15", "30", "60", "1", "XX"}, `ERR unknown option "XX": the options are MS and RESERVE n`},
-		{[]string{"15", "30", "60", "MS", "1"}, `ERR unknown option "1": the options are MS and RESERVE n`},
-		{[]string{"15", "30", "60", "1", "\xff\r\n"}, `ERR unknown option "\xff\x0d\x0a": the options are MS and RESERVE n`},
+		{[]string{"15", "30", "60", "1", "XX"}, `ERR unknown option "XX": the options are MS, RESERVE n and LIMITS key field`},
+		{[]string{"15", "30", "60", "MS", "1"}, `ERR unknown option "1": the options are MS, RESERVE n and LIMITS key field`},
+		{[]string{"15", "30", "60", "1", "\xff\r\n"}, `ERR unknown option "\xff\x0d\x0a": the options are MS, RESERVE n and LIMITS key field`},
 		{[]string{"15", "30", "60", "RESERVE"}, "ERR RESERVE needs a number: RESERVE n, n from 0 to the limit"},
 		{[]string{"15", "30", "60", "RESERVE", "17"}, "ERR RESERVE must be an integer from 0 to 16 (the limit)"},
 		{[]string{"15", "30", "60", "RESERVE", "-1"}, "ERR RESERVE must be an integer from 0 to 16 (the limit)"},
@@ -250,7 +266,7 @@ func TestParse(t *testing.T) {
 	var got parsed
 	var o Outcome
 	if parseOutcome(families[famLB].syntax, []string{"lb.enqueue", "k", "2", "1", "1", "RESERVE", "1"}, &got.l, &got.ms, &o) ||
-		o.Err != `ERR unknown option "RESERVE": the options are MS` {
+		o.Err != `ERR unknown option "RESERVE": the options are MS and LIMITS key field` {
 		t.Errorf("LB.ENQUEUE with RESERVE: %q", o.Err)
 	}
 }
@@ -258,7 +274,7 @@ func TestParse(t *testing.T) {
 // parseOutcome parses a command of one key as Execute does, its error
 // into o: whether it parsed.
 func parseOutcome(s *syntax, args []string, l *limit, ms *bool, o *Outcome) bool {
-	if err := s.parse(args, l, ms, nil); err != nil {
+	if err := s.parse(args, l, ms, nil, &fakeKey{}); err != nil {
 		o.setErr(err)
 		return false
 	}
@@ -497,7 +513,9 @@ func FuzzParse(f *testing.F) {
 	for _, s := range []string{"15 30 60", "15 30 60 1 MS", "0 1 1 -5 ms", "1.5 1 1", "1 1 1 MS 5", "9223372036854775807 1 1", "1 1 9223372036", "  1 1 1", "1 1 1 \xff",
 		"15 30 60 2 UPTO 3", "15 30 60 UPTO 1000000 RESERVE 1", "1 1 1 -1 UPTO 2", "1 1 1 1 UPTO 0 MS", "1 1 1 UPTO",
 		"15 30 60 99 DEBT", "1 1 1 DEBT MS", "1 1 1 1 DEBT RESERVE 1", "1 1 1 debt UPTO 2", "3 10 100001 DEBT",
-		"5 60 1 SPREAD", "5 60 SPREAD MS", "5 1000000001 SPREAD", "5 60 spread SPREAD", "5 60 2 DEBT SPREAD UPTO 2"} {
+		"5 60 1 SPREAD", "5 60 SPREAD MS", "5 1000000001 SPREAD", "5 60 spread SPREAD", "5 60 2 DEBT SPREAD UPTO 2",
+		"5 60 LIMITS h 10,60", "5 60 1 LIMITS h 10,0", "5 60 LIMITS h none RESERVE 5", "5 60 LIMITS wrong f", "1 2 3 LIMITS h 4,,5,6 MS",
+		"5 60 LIMITS h 1,2,3", "5 60 LIMITS h", "5 60 LIMITS h 9,60 RESERVE 9 SPREAD", "5 60 limits h x,1 LIMITS h 1,1"} {
 		for op := range spec.NumOps {
 			f.Add(uint8(op), s)
 		}
@@ -509,7 +527,19 @@ func FuzzParse(f *testing.F) {
 		var ms bool
 		var o Outcome
 		var upto int64
-		if err := syn.parse(args, &p, &ms, &upto); err != nil {
+		// LIMITS key field: the field's value is the field with its
+		// commas as spaces, absent for a field "none", of another type
+		// for a key "wrong".
+		lim, over := &fakeKey{limits: map[int]string{}}, -1
+		for i := 2; i+2 < len(args); i++ {
+			if strings.EqualFold(args[i], "LIMITS") {
+				lim.limitsWrongType = lim.limitsWrongType || args[i+1] == "wrong"
+				if args[i+2] != "none" {
+					lim.limits[i+1], over = strings.ReplaceAll(args[i+2], ",", " "), i+2
+				}
+			}
+		}
+		if err := syn.parse(args, &p, &ms, &upto, lim); err != nil {
 			o.setErr(err)
 		} else {
 			if upto < 0 || upto > ratelimit.MaxUpTo || (upto > 0 && (!syn.upto || p.v[len(syn.positional)] < 0)) {
@@ -522,8 +552,12 @@ func FuzzParse(f *testing.F) {
 				if p.v[i] < a.min || p.v[i] > a.max {
 					t.Fatalf("%s = %d accepted out of range", a.name, p.v[i])
 				}
-				if v, _ := strconv.ParseInt(args[2+i], 10, 64); v != p.v[i] {
-					t.Fatalf("%s: %q parsed as %d", a.name, args[2+i], p.v[i])
+				given := args[2+i]
+				if over > 0 { // overridden: the field's words
+					given = strings.Fields(strings.ReplaceAll(args[over], ",", " "))[i]
+				}
+				if v, _ := strconv.ParseInt(given, 10, 64); v != p.v[i] {
+					t.Fatalf("%s: %q parsed as %d", a.name, given, p.v[i])
 				}
 			}
 			if c := p.v[len(syn.positional)]; c < syn.optional.min || c > syn.optional.max {
@@ -549,12 +583,16 @@ func FuzzParse(f *testing.F) {
 			}
 			named := strings.Contains(o.Err, "unknown option") || strings.Contains(o.Err, "RESERVE") || strings.Contains(o.Err, "UPTO") ||
 				strings.Contains(o.Err, "DEBT") || strings.Contains(o.Err, "SPREAD") || strings.Contains(o.Err, "sliding logs") ||
-				strings.HasPrefix(o.Err, "ERR the option MS is given twice")
+				strings.HasPrefix(o.Err, "ERR the option MS is given twice") || strings.Contains(o.Err, "LIMITS")
 			for _, a := range append(syn.positional, syn.optional) {
 				named = named || strings.HasPrefix(o.Err, "ERR "+a.name+" must be")
 			}
 			if !named {
 				t.Fatalf("error names no argument: %q", o.Err)
+			}
+		case ActWrongType:
+			if !lim.limitsWrongType || !strings.HasPrefix(o.Err, "WRONGTYPE LIMITS ") {
+				t.Fatalf("WRONGTYPE %q without a LIMITS key of another type", o.Err)
 			}
 		default:
 			t.Fatalf("parse failed with action %d", o.Action)
@@ -746,6 +784,7 @@ func (f fakeKeys) Key(i int) KeyState      { return f[i].Key(0) }
 func (f fakeKeys) Log(i int) window.Log    { return f[i].Log(0) }
 func (f fakeKeys) MemoryRoom() int64       { return f[0].MemoryRoom() }
 func (f fakeKeys) Holders(i int) HolderSet { return f[i].Holders(0) }
+func (f fakeKeys) Limits(arg int) (string, int) { return f[0].Limits(arg) }
 
 // BenchmarkCommands runs the Go side of each command — parse, compute,
 // decide — on live keys, without the server. make bench reports it.

@@ -148,7 +148,7 @@ func parseConc(op spec.Exec, args []string, c *concCall) error {
 	if op == spec.ExecAcquire {
 		names, upto = concOptions, &uptoAt
 	}
-	if err := parseOptions(args, i, true, names, &c.ms, &reserveAt, nil, upto, nil, nil, nil); err != nil {
+	if err := parseOptions(args, i, true, names, &c.ms, &reserveAt, nil, upto, nil, nil, nil, nil); err != nil {
 		return err
 	}
 	if reserveAt > 0 {

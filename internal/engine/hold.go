@@ -43,7 +43,7 @@ func executeHold(args []string, r Reader, o *Outcome, settle bool) error {
 		return fail(spec.Fill(spec.TUnknownLimiter, quote(args[i]), 1, limiters))
 	}
 	var l limit
-	next, err := parseLimiter(args, i, 0, -1, &l, args[1])
+	next, err := parseLimiter(args, i, 0, -1, &l, args[1], r)
 	if err != nil {
 		return err
 	}
@@ -57,7 +57,7 @@ func executeHold(args []string, r Reader, o *Outcome, settle bool) error {
 	}
 	var ms bool
 	var reserveAt int
-	if err := parseOptions(args, next, false, "MS", &ms, &reserveAt, nil, nil, nil, nil, nil); err != nil {
+	if err := parseOptions(args, next, false, "MS", &ms, &reserveAt, nil, nil, nil, nil, nil, nil); err != nil {
 		return err
 	}
 	if r.Keys() != 2 {

@@ -44,7 +44,7 @@ func TestSpan(t *testing.T) {
 		{[]any{"FW.HIT", "m", 3, month, "SPREAD", "SPAN", nov, dec, jan}, "ERR SPAN gives the window's bounds, so it does not go with SPREAD"},
 		{[]any{"FW.HIT", "m", 3, month, "SPAN", "1698000000000", "1699000000000", "1699500000000"},
 			"ERR SPAN's windows ended at 1699500000000 ms, before the server's time 1701385200000 ms: compute them from a clock nearer the server's"},
-		{[]any{"SW.HIT", "m", 3, month, "SPAN", nov, dec, jan}, `ERR unknown option "SPAN": the options are MS, RESERVE n, UPTO n, DEBT and SPREAD`},
+		{[]any{"SW.HIT", "m", 3, month, "SPAN", nov, dec, jan}, `ERR unknown option "SPAN": the options are MS, RESERVE n, UPTO n, DEBT, SPREAD and LIMITS key field`},
 		{[]any{"RL.ALL", 1, "m", "SW", 3, month, 1, "SPAN", nov, dec, jan}, "ERR limiter 1 (SW): SPAN follows a fixed window (FW) only"},
 		{[]any{"RL.ALL", 1, "m", "FW", 3, 86400, 1, "SPAN", nov, dec, jan},
 			"ERR limiter 1 (FW): SPAN needs start end next: Unix ms with 0 <= start < end < next <= 9223372036000, each span (end - start, next - end) at most window seconds"},

@@ -52,13 +52,13 @@ func TestUpTo(t *testing.T) {
 		// Two logs of 100000 grant what one call may add: 50000 each.
 		{200 * time.Second, []any{"RL.ALL", 2, "l1", "l2", "SL", 100000, 60, 1, "SL", 100000, 60, 1, "UPTO", 1000000}, "[0 100000 50000 -1 60 0 50000]"},
 	}, []bad{
-		{[]any{"GCRA.PEEK", "g", 4, 5, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS and RESERVE n`},
+		{[]any{"GCRA.PEEK", "g", 4, 5, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS, RESERVE n and LIMITS key field`},
 		{[]any{"RL.PEEK", 1, "a", "FW", 3, 60, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS, RESERVE n and EACH`},
-		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS`},
+		{[]any{"LB.ENQUEUE", "q", 4, 1, 1, 1, "UPTO", 3}, `ERR unknown option "UPTO": the options are MS and LIMITS key field`},
 		{[]any{"GCRA.THROTTLE", "g", 4, 5, 60, -1, "UPTO", 3}, "ERR UPTO asks for calls of a cost of 0 or more, not -1 (a refund takes no UPTO)"},
 		{[]any{"TB.TAKE", "b", 4, 1, 1, 1, "UPTO", "x"}, "ERR UPTO must be an integer from 1 to 1000000"},
 		{[]any{"FW.HIT", "f", 5, 60, "UPTO"}, "ERR UPTO needs a number: UPTO n, n from 1 to 1000000"},
 		{[]any{"SL.HIT", "l", 3, 10, "XX"}, `ERR cost must be an integer from -9223372036854775808 to 9223372036854775807`},
-		{[]any{"SW.HIT", "s", 3, 10, 1, "NX"}, `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n, DEBT and SPREAD`},
+		{[]any{"SW.HIT", "s", 3, 10, 1, "NX"}, `ERR unknown option "NX": the options are MS, RESERVE n, UPTO n, DEBT, SPREAD and LIMITS key field`},
 	})
 }

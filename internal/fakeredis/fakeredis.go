@@ -108,7 +108,8 @@ type value struct {
 	kind     engine.KeyKind
 	s        string
 	z        map[string]float64
-	expireMs int64 // absolute Unix ms, -1 for none
+	h        map[string]string // a hash (kind KeyOther to the module's keys)
+	expireMs int64             // absolute Unix ms, -1 for none
 }
 
 // New is a server with the module loaded and no keys.
@@ -468,7 +469,8 @@ func (s *Server) script(verb, name string) (lua.Script, bool) {
 
 // run answers a command the fake runs itself: the module's (and the Lua
 // engine's) on the engine, and the three of Redis's own the tests read
-// state with (GET, ZCARD, PTTL).
+// state with (GET, ZCARD, PTTL), and the hash commands of the limits
+// held in Redis (HSET, HGET, HGETALL, HDEL).
 func (s *Server) run(lower string, args []any) (any, error) {
 	a := strs(args)
 	switch lower {
@@ -484,6 +486,54 @@ func (s *Server) run(lower string, args []any) (any, error) {
 			return nil, ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
 		}
 		return v.s, nil
+	case "hset":
+		if len(a) < 4 || len(a)%2 != 0 {
+			return nil, ReplyError("ERR wrong number of arguments for 'hset' command")
+		}
+		v := s.lookup(a[1])
+		switch {
+		case v == nil:
+			v = &value{kind: engine.KeyOther, h: map[string]string{}, expireMs: -1}
+			s.keys[a[1]] = v
+		case v.h == nil:
+			return nil, ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+		}
+		var added int64
+		for i := 2; i < len(a); i += 2 {
+			if _, ok := v.h[a[i]]; !ok {
+				added++
+			}
+			v.h[a[i]] = a[i+1]
+		}
+		return added, nil
+	case "hgetall", "hdel", "hget":
+		v := s.lookup(a[1])
+		switch {
+		case lower == "hget" && (v == nil || v.h != nil):
+			if x, ok := v.hash()[a[2]]; ok {
+				return x, nil
+			}
+			return nil, redis.Nil
+		case v == nil && lower == "hdel":
+			return int64(0), nil
+		case v == nil:
+			return map[string]string{}, nil
+		case v.h == nil:
+			return nil, ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+		case lower == "hdel":
+			var n int64
+			for _, f := range a[2:] {
+				if _, ok := v.h[f]; ok {
+					delete(v.h, f)
+					n++
+				}
+			}
+			if len(v.h) == 0 {
+				delete(s.keys, a[1])
+			}
+			return n, nil
+		}
+		return maps.Clone(v.h), nil
 	case "zcard":
 		if v := s.lookup(a[1]); v != nil {
 			return int64(len(v.z)), nil
@@ -520,6 +570,39 @@ func (s *Server) run(lower string, args []any) (any, error) {
 	return nil, ReplyError("ERR unknown command '" + a[0] + "', with args beginning with: ")
 }
 
+// hash is v's hash, nil for none.
+func (v *value) hash() map[string]string {
+	if v == nil {
+		return nil
+	}
+	return v.h
+}
+
+// readLimits reads each LIMITS key field among a[i:] as the module's C
+// does: every word LIMITS with two arguments after it, in order, at most
+// MaxKeys.
+func (s *Server) readLimits(a []string, i int) map[int]limitsField {
+	m := map[int]limitsField{}
+	for ; i+2 < len(a) && len(m) < engine.MaxKeys; i++ {
+		if !strings.EqualFold(a[i], "LIMITS") {
+			continue
+		}
+		f := limitsField{kind: engine.LimitsAbsent}
+		switch v := s.lookup(a[i+1]); {
+		case v == nil:
+		case v.h == nil:
+			f.kind = engine.LimitsWrongType
+		default:
+			if val, ok := v.h[a[i+2]]; ok {
+				f = limitsField{val, engine.LimitsFound}
+			}
+		}
+		m[i+1] = f
+		i += 2
+	}
+	return m
+}
+
 // keysOf are the keys a module command names: its first argument (and
 // the hold's after it, RL.HOLD and RL.SETTLE), or numkeys of them, counted as the module counts them (none when numkeys is
 // not from 1 to 16 with that many arguments after it).
@@ -554,10 +637,20 @@ func (s *Server) execute(c *spec.Command, a []string) (any, error) {
 	for _, k := range keys {
 		r.vals = append(r.vals, s.lookup(k))
 	}
+	if c.Limits() && len(keys) > 0 {
+		start := 1 + len(keys) // after the key, or the hold's
+		if c.NumKeys {
+			start++ // after numkeys and the keys
+		}
+		r.limits = s.readLimits(a, start)
+	}
 	var o engine.Outcome
 	engine.Execute(c.Op, a, r, &o)
 	switch o.Action {
 	case engine.ActWrongType:
+		if o.Err != "" {
+			return nil, ReplyError(o.Err)
+		}
 		return nil, ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
 	case engine.ActArity:
 		return nil, ReplyError("ERR wrong number of arguments for '" + a[0] + "' command")

@@ -12,9 +12,23 @@ import (
 // reader gives the engine a command's keys as the module's C reads them:
 // scores in microseconds, instants in nanoseconds.
 type reader struct {
-	now  int64
-	keys []string
-	vals []*value // nil: no such key
+	now    int64
+	keys   []string
+	vals   []*value // nil: no such key
+	limits map[int]limitsField
+}
+
+// limitsField is a LIMITS key field as C reads it.
+type limitsField struct {
+	value string
+	kind  int
+}
+
+func (r *reader) Limits(arg int) (string, int) {
+	if f, ok := r.limits[arg]; ok {
+		return f.value, f.kind
+	}
+	return "", engine.LimitsUnread
 }
 
 func (r *reader) Keys() int         { return len(r.keys) }

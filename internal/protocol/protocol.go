@@ -38,6 +38,14 @@ const (
 	KeyOther
 )
 
+// What C found at a LIMITS key field, numbered as enum rl_limits_kind.
+const (
+	LimitsAbsent    = iota // no such key, or no such field: the call's parameters stand
+	LimitsFound            // the field's value
+	LimitsWrongType        // the key holds something else than a hash
+	LimitsUnread           // C read no LIMITS at that argument (never, when Go parses as C scans)
+)
+
 const (
 	// MaxArgs is RL_MAX_ARGS: the most arguments, command name included.
 	MaxArgs = spec.MaxArgs

@@ -253,7 +253,7 @@ func (f *Family) options(upto bool) string {
 	for _, o := range []struct {
 		on   bool
 		name string
-	}{{f.Reserve, "RESERVE n"}, {upto && f.UpTo, "UPTO n"}, {upto && f.Debt, "DEBT"}, {f.Spread, "SPREAD"}, {f.Span, "SPAN start end next"}} {
+	}{{f.Reserve, "RESERVE n"}, {upto && f.UpTo, "UPTO n"}, {upto && f.Debt, "DEBT"}, {f.Spread, "SPREAD"}, {f.Span, "SPAN start end next"}, {f.Cost.Name != "", "LIMITS key field"}} {
 		if o.on {
 			names = append(names, o.name)
 		}
@@ -424,6 +424,17 @@ type Command struct {
 	Frees      bool
 	Summary    string
 	Complexity string
+}
+
+// Limits reports whether the command takes LIMITS key field (a limit's
+// parameters held in a hash): the commands of one limiter's key, RL.ALL,
+// RL.PEEK, RL.HOLD and RL.SETTLE, not the concurrency limiter's.
+func (c *Command) Limits() bool {
+	switch c.Exec {
+	case ExecOne, ExecAll, ExecHold, ExecSettle:
+		return true
+	}
+	return false
 }
 
 // Arity is the command's arity as the server checks it: negative for "at

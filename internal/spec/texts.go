@@ -44,6 +44,10 @@ const (
 	TSpanFamily                   // SPAN after a limiter other than FW
 	TSpanSpread                   // SPAN with SPREAD
 	TSpanPast                     // SPAN's windows over by the server's clock
+	TLimits                       // LIMITS without its key and field
+	TLimitsPrefix                 // what names a LIMITS field in its value's error
+	TLimitsWords                  // a LIMITS field not holding the family's arguments
+	TLimitsType                   // a LIMITS key that is not a hash
 	NumTexts
 )
 
@@ -85,9 +89,14 @@ var Texts = [NumTexts]struct{ Lua, Template string }{
 	TSpreadFamily: {"SPREAD_FAMILY", "ERR limiter {} ({}): SPREAD follows a fixed or sliding window (FW, SW) only"},
 	TSpan: {"SPAN", "ERR {}SPAN needs start end next: Unix ms with 0 <= start < end < next <= {}, " +
 		"each span (end - start, next - end) at most window seconds"},
-	TSpanFamily: {"SPAN_FAMILY", "ERR limiter {} ({}): SPAN follows a fixed window (FW) only"},
-	TSpanSpread: {"SPAN_SPREAD", "ERR {}SPAN gives the window's bounds, so it does not go with SPREAD"},
-	TSpanPast:   {"SPAN_PAST", "ERR SPAN's windows ended at {} ms, before the server's time {} ms: compute them from a clock nearer the server's"},
+	TSpanFamily:   {"SPAN_FAMILY", "ERR limiter {} ({}): SPAN follows a fixed window (FW) only"},
+	TSpanSpread:   {"SPAN_SPREAD", "ERR {}SPAN gives the window's bounds, so it does not go with SPREAD"},
+	TSpanPast:     {"SPAN_PAST", "ERR SPAN's windows ended at {} ms, before the server's time {} ms: compute them from a clock nearer the server's"},
+	TLimits:       {"LIMITS", "ERR {}LIMITS needs a hash's key and a field: LIMITS key field"},
+	TLimitsPrefix: {"LIMITS_PREFIX", "LIMITS {} field {}: "},
+	TLimitsWords: {"LIMITS_WORDS", "ERR {}LIMITS {} field {} must hold {} integers separated by spaces ({}), " +
+		"not {}; nothing changed"},
+	TLimitsType: {"LIMITS_TYPE", "WRONGTYPE {}LIMITS {} holds the wrong kind of value, not a hash of limits"},
 }
 
 // Fill is text t with its holes filled by args, in order (fmt.Sprint of

@@ -34,10 +34,14 @@ local function parse_limiter(args, i, j, prefixed, key)
   end
   v[words] = parse_arg(syn.optional, args[i + words])
   if v[words] == nil then return nil, nil, range_error(syn.optional, prefix) end
-  local l, nxt, spread, span_at = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words, false, 0
-  while args[nxt] do -- SPREAD and SPAN start end next, each once
+  local l, nxt, spread, span_at, limits_at = {family = f, v = v, reserve = 0, syn = syn, prefix = prefix}, i + 1 + words, false, 0, 0
+  while args[nxt] do -- LIMITS key field, SPREAD and SPAN start end next, each once
     local u, err = string.upper(args[nxt]), nil
-    if u == 'SPREAD' and not syn.spread then err = text(T_SPREAD_FAMILY, j, string.upper(f))
+    if u == 'LIMITS' then
+      if limits_at > 0 then err = text(T_TWICE, u)
+      elseif nxt + 2 > #args then err = text(T_LIMITS, prefix)
+      else limits_at, nxt = nxt + 1, nxt + 2 end
+    elseif u == 'SPREAD' and not syn.spread then err = text(T_SPREAD_FAMILY, j, string.upper(f))
     elseif u == 'SPAN' and not syn.span then err = text(T_SPAN_FAMILY, j, string.upper(f))
     elseif (u == 'SPREAD' and spread) or (u == 'SPAN' and span_at > 0) then err = text(T_TWICE, u)
     elseif u == 'SPREAD' then spread = true
@@ -49,6 +53,8 @@ local function parse_limiter(args, i, j, prefixed, key)
     nxt = nxt + 1
   end
   local err
+  if limits_at > 0 then err = override(syn, v, args, limits_at, prefix) end
+  if err then return nil, nil, err end
   l.bounds, err = bounds_of(args, spread, span_at, key, v[2], prefix)
   if err then return nil, nil, err end
   return l, nxt

@@ -24,7 +24,7 @@ end
 
 local function isword(s, word) return string.upper(s) == word end
 -- a word of an option where a number may stand: never a cost or a limiter
-local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' or u == 'SPAN' end
+local function optword(s) local u = string.upper(s); return u == 'MS' or u == 'RESERVE' or u == 'UPTO' or u == 'DEBT' or u == 'SPREAD' or u == 'SPAN' or u == 'LIMITS' end
 local DEBT = -1 -- the reserve a limit runs with when it is a charge (DEBT), which takes no RESERVE
 
 -- A syntax is {positional args, optional arg, default, reserve allowed};
@@ -57,19 +57,24 @@ local function parse_upto(s, cost, prefix)
   return n
 end
 -- parse_options reads MS, RESERVE n (when allowed), EACH (when each), UPTO n and
--- DEBT (when upto and not no_debt), SPREAD (when spread) and SPAN start end next (when
--- span) from args[i..]: ms, RESERVE's n's index (0: none), EACH, UPTO's n's index, an
--- error, DEBT, SPREAD and SPAN's start's index; DEBT with RESERVE or UPTO is an error.
-local function parse_options(args, i, allowed, names, each, upto, no_debt, spread, span)
-  local seen, at, span_at = {}, {RESERVE = 0, UPTO = 0}, 0
+-- DEBT (when upto and not no_debt), SPREAD (when spread), SPAN start end next (when
+-- span) and LIMITS key field (when limits) from args[i..]: ms, RESERVE's n's index
+-- (0: none), EACH, UPTO's n's index, an error, DEBT, SPREAD, SPAN's start's index and
+-- LIMITS's key's; DEBT with RESERVE or UPTO is an error.
+local function parse_options(args, i, allowed, names, each, upto, no_debt, spread, span, limits)
+  local seen, at, span_at, limits_at = {}, {RESERVE = 0, UPTO = 0}, 0, 0
   while i <= #args do
     local w = string.upper(args[i])
     if not (w == 'MS' or (each and w == 'EACH') or (allowed and w == 'RESERVE') or (upto and (w == 'UPTO' or w == 'DEBT' and not no_debt))
-        or (spread and w == 'SPREAD') or (span and w == 'SPAN')) then
+        or (spread and w == 'SPREAD') or (span and w == 'SPAN') or (limits and w == 'LIMITS')) then
       return nil, nil, nil, nil, fail(text(T_UNKNOWN_OPTION, quote(args[i]), names))
     end
     if seen[w] then return nil, nil, nil, nil, fail(text(T_TWICE, w)) end
     seen[w] = true
+    if w == 'LIMITS' then
+      if i + 2 > #args then return nil, nil, nil, nil, fail(text(T_LIMITS, '')) end
+      limits_at, i = i + 1, i + 2
+    end
     if w == 'SPAN' then
       if i + 3 > #args then return nil, nil, nil, nil, fail(text(T_SPAN, '', fmt(MAX_SPAN_MS))) end
       span_at, i = i + 1, i + 3
@@ -83,7 +88,27 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt, sprea
   end
   local with = (at.RESERVE > 0 and 'RESERVE') or (at.UPTO > 0 and 'UPTO')
   if seen.DEBT and with then return nil, nil, nil, nil, fail(text(T_DEBT_WITH, with)) end
-  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD, span_at
+  return seen.MS or false, at.RESERVE, seen.EACH or false, at.UPTO, nil, seen.DEBT, seen.SPREAD, span_at, limits_at
+end
+-- override sets v's positional values (syn's) to those LIMITS's field holds
+-- (the hash args[at], the field args[at + 1]: the family's positional arguments
+-- as integers separated by spaces), when the hash holds the field; without it
+-- v stands. It returns nil, or an error starting with prefix.
+local function override(syn, v, args, at, prefix)
+  local h = redis.pcall('HGET', args[at], args[at + 1])
+  if type(h) == 'table' then return fail(text(T_LIMITS_TYPE, prefix, quote(args[at]))) end
+  if not h then return nil end
+  local words, names = {}, {}
+  for w in string.gmatch(h, '[^ ]+') do words[#words + 1] = w end
+  for j, a in ipairs(syn.positional) do names[j] = a.name end
+  if #words ~= #names then
+    return fail(text(T_LIMITS_WORDS, prefix, quote(args[at]), quote(args[at + 1]), #names, table.concat(names, ' '), quote(h)))
+  end
+  for j, a in ipairs(syn.positional) do
+    local x = parse_arg(a, words[j])
+    if x == nil then return range_error(a, prefix .. text(T_LIMITS_PREFIX, quote(args[at]), quote(args[at + 1]))) end
+    v[j] = x
+  end
 end
 -- spread_offset is window.SpreadOffset: where key's windows of window
 -- seconds start, in ms after the epoch's alignment: the first 13 hex digits
@@ -141,8 +166,9 @@ local function parse_one(syn, args, name, upto, key)
     i = i + 1
   end
   upto = upto and syn.upto
-  local ms, reserve_at, _, upto_at, err, debt, spread, span_at = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread, syn.span)
+  local ms, reserve_at, _, upto_at, err, debt, spread, span_at, limits_at = parse_options(args, i, syn.reserve, upto and syn.upto_options or syn.options, false, upto, false, syn.spread, syn.span, true)
   local n, reserve, bounds = 0, debt and DEBT or 0, nil
+  if not err and limits_at > 0 then err = override(syn, v, args, limits_at, '') end
   if not err then bounds, err = bounds_of(args, spread, span_at, key, v[2], '') end
   if not err and upto_at > 0 then n, err = parse_upto(args[upto_at], v[np + 1], '') end
   if not err and reserve_at > 0 then reserve, err = parse_reserve(args[reserve_at], syn.limit(v), '') end
