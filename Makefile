@@ -121,7 +121,7 @@ $(BASELINE)/build/ratelimit.so:
 	git archive $(BASELINE_REF) | tar -x -C $(BASELINE)
 	cd $(BASELINE) && ./build.sh
 
-callgrind: build build/cref.so $(BASELINE)/build/ratelimit.so redis-server ## instructions per call under valgrind: GCRA.THROTTLE, the C reference, SW.HIT, RL.ALL, FW.HIT, each beside BASELINE_REF's build (default 5eb68a7); FW.HIT with SPREAD and with SPAN
+callgrind: build build/cref.so $(BASELINE)/build/ratelimit.so redis-server ## instructions per call under valgrind: GCRA.THROTTLE, the C reference, SW.HIT, RL.ALL, FW.HIT, each beside BASELINE_REF's build (default 5eb68a7); FW.HIT with SPREAD, with SPAN and with LIMITS
 	@command -v valgrind >/dev/null || { $(SUDO) apt-get update -qq && $(SUDO) env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq valgrind >/dev/null; }
 	BASELINE_SO=$(CURDIR)/$(BASELINE)/build/ratelimit.so bench/callgrind.sh
 

@@ -136,6 +136,8 @@ run() {
     return 1
   fi
   redis-cli -p "$port" DEBUG SET-ACTIVE-EXPIRE 0 >/dev/null
+  # PLAN: the limit the hash b:plan holds in its field api, for LIMITS rows.
+  if [ -n "${PLAN:-}" ]; then redis-cli -p "$port" HSET b:plan api "$PLAN" >/dev/null; fi
   if ! timeout 900 redis-benchmark -p "$port" -c 1 -P 16 -n "$n" -r 100000 -q "$@" >/dev/null; then
     echo "callgrind: redis-benchmark $* failed; the server said:" >&2
     said
@@ -206,3 +208,7 @@ module "RL.ALL, 3 GCRA keys" RL.ALL 3 "b:a:__rand_int__" "b:b:__rand_int__" "b:c
 module "FW.HIT" FW.HIT "b:f:__rand_int__" 16 60
 measure "FW.HIT SPREAD" FW.HIT "b:f:__rand_int__" 16 60 SPREAD
 measure "FW.HIT SPAN" FW.HIT "b:f:__rand_int__" 16 2682000 SPAN 1796083200000 1798761600000 1801440000000
+# LIMITS: the hash read with the key, its field parsed in place of the
+# call's limit and window (PLAN), or absent (the call's stand).
+PLAN="16 60" measure "FW.HIT LIMITS" FW.HIT "b:f:__rand_int__" 100 60 LIMITS b:plan api
+measure "FW.HIT LIMITS, no hash" FW.HIT "b:f:__rand_int__" 16 60 LIMITS b:plan api

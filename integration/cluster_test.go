@@ -343,6 +343,21 @@ func TestClusterFunctions(t *testing.T) {
 		}
 	}
 	holdOnEverySlot(t, rc, nodes)
+	// LIMITS through the functions: the plan, beside its keys in their
+	// slot, read by a function that declared only the limiter's key; a
+	// plan of another slot is refused.
+	for i := range 30 {
+		plan, key := fmt.Sprintf("rl:{tenant:%d}:plan", i), fmt.Sprintf("rl:{tenant:%d}:api", i)
+		if err := rc.SetLimit(ctx, plan, "api", client.FixedWindow(2, time.Hour)); err != nil {
+			t.Fatal(err)
+		}
+		if r, err := rc.Take(ctx, key, client.FixedWindow(100, time.Hour).Override(plan, "api"), 1); err != nil || r.Limit != 2 || r.Remaining != 1 {
+			t.Fatalf("a function with its LIMITS on %s: %+v %v", key, r, err)
+		}
+	}
+	if _, err := rc.Take(ctx, "rl:{tenant:0}:api", client.FixedWindow(100, time.Hour).Override("rl:{tenant:1}:plan", "api"), 1); err == nil {
+		t.Fatal("a function read a LIMITS hash of another slot")
+	}
 	engines := rc.Engines()
 	for _, n := range nodes[:3] {
 		if engines[n.addr()] != client.Functions {

@@ -14,13 +14,13 @@ import (
 
 // TestLimitsUnderTraffic: a fixed window whose limit is held in Redis
 // (LIMITS, client.Override) while eight clients take from it and another
-// changes the limit (20, 60, 10, 40, then cleared to the call's 1000) on
-// a real server, through the module and through the library's functions:
-// the call after each change decides with the new limit; every admitted
-// call's count is within the limit that admitted it, a limit that was in
-// the hash when it was admitted; once the limit is lowered below the count,
-// nothing more is admitted until it is raised; and in all, the window
-// admits no more than the largest limit it was given. The window is a day,
+// changes the limit (20, 60, 10, 40, 80, then cleared to the call's 1000)
+// on a real server, through the module and through the library's
+// functions: the call after each change decides with the new limit; every
+// admitted call's count is within the limit that admitted it, a limit the
+// hash held; while the limit is below the count (10, 40) nothing is
+// admitted; raised past it (80), the difference is; and in all the window
+// admits exactly the largest limit it was given. The window is a day,
 // so no edge falls inside the run but by one chance in 20,000 (then the
 // totals are not checked).
 func TestLimitsUnderTraffic(t *testing.T) {
@@ -100,7 +100,13 @@ func TestLimitsUnderTraffic(t *testing.T) {
 				if r, err := c.Take(ctx, key, fw, 1); err != nil || !r.Limited || r.Limit != 10 {
 					t.Errorf("a call under the lowered limit: %+v %v, want refused by 10", r, err)
 				}
-				set(40)
+				set(40) // still below the count
+				time.Sleep(20 * time.Millisecond)
+				if now := admitted.Load(); now != before {
+					t.Errorf("under a limit of 40 below the count, %d more were admitted", now-before)
+				}
+				set(80) // above: it admits the difference, and no more
+				waitFor(80)
 				time.Sleep(20 * time.Millisecond)
 				close(stop)
 				wg.Wait()
@@ -112,8 +118,8 @@ func TestLimitsUnderTraffic(t *testing.T) {
 					t.Fatal(err)
 				}
 				if time.Now().Unix()/86400 == day {
-					if count != admitted.Load() || count > 60 {
-						t.Fatalf("the window counts %d and admitted %d, want equal and at most 60, the largest limit given", count, admitted.Load())
+					if count != admitted.Load() || count != 80 {
+						t.Fatalf("the window counts %d and admitted %d, want both 80, the largest limit given", count, admitted.Load())
 					}
 				}
 				if refused.Load() == 0 {

@@ -56,8 +56,13 @@ func isGCRA(l client.Limit) bool { return l.Family() == "GCRA" }
 // unspent units go back), and the fixed window (its units are spent before
 // their window ends, or lost). Other limits go to the limiter, one call a
 // decision: Leases(client.PerSecond(10)) is true,
-// Leases(client.SlidingWindow(10, time.Second)) false.
+// Leases(client.SlidingWindow(10, time.Second)) false. A limit whose
+// parameters Redis holds (client.Limit.Override) goes to the limiter too:
+// the tier would pace its grants by parameters the hash may have changed.
 func Leases(l client.Limit) bool {
+	if _, _, over := l.Overridden(); over {
+		return false
+	}
 	f := spec.Named(l.Family())
 	return f != nil && f.Lease
 }

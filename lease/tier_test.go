@@ -152,7 +152,8 @@ func decide(ctx context.Context, p *Tier, wants []*limitWant) error {
 
 // Whether a limit refunds and leases is what the command table says of
 // its family: GCRA and the token bucket both, the fixed window leases
-// (its units spent or lost), the others neither.
+// (its units spent or lost), the others neither; no limit whose
+// parameters Redis holds leases.
 func TestLeases(t *testing.T) {
 	for _, c := range []struct {
 		l               client.Limit
@@ -165,6 +166,9 @@ func TestLeases(t *testing.T) {
 		{client.FixedWindow(1000, time.Hour), false, true},
 		{client.SlidingLog(5, 15*time.Minute), false, false},
 		{client.Limit{}, false, false},
+		// Its parameters in Redis: decided there, every call.
+		{client.PerSecond(10).Override("{t}:plan", "api"), true, false},
+		{client.FixedWindow(1000, time.Hour).Override("{t}:plan", "api"), false, false},
 	} {
 		if refunds(c.l) != c.refunds || Leases(c.l) != c.leases {
 			t.Errorf("%v: refunds %v, leases %v; want %v, %v", c.l, refunds(c.l), Leases(c.l), c.refunds, c.leases)

@@ -55,20 +55,17 @@ func (r cReader) Holders(i int) engine.HolderSet { return cHolders{&r.c.keys[i]}
 
 func (r cReader) MemoryRoom() int64 { return int64(C.rl_memory_room(r.c)) }
 
-// Limits is the LIMITS key field whose key is argument arg, as C read it
-// (engine.LimitsUnread when C read none there).
+// Limits reads the LIMITS key field whose key is argument arg, through
+// rl_limits_field.
 func (r cReader) Limits(arg int) (string, int) {
-	for i := range int(r.c.nlimits) {
-		l := &r.c.limits[i]
-		if int(l.arg) != arg {
-			continue
-		}
-		if l.kind != C.RL_LIMITS_FOUND {
-			return "", int(l.kind)
-		}
-		return unsafe.String((*byte)(unsafe.Pointer(l.val)), int(l.len)), int(l.kind)
+	l := C.rl_limits_field(r.c, C.int(arg))
+	switch {
+	case l == nil:
+		return "", engine.LimitsUnread
+	case l.kind != C.RL_LIMITS_FOUND:
+		return "", int(l.kind)
 	}
-	return "", engine.LimitsUnread
+	return unsafe.String((*byte)(unsafe.Pointer(l.val)), int(l.len)), int(l.kind)
 }
 
 // cLog reads a sorted set as a sliding log through rl_zlog_count and

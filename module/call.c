@@ -83,40 +83,30 @@ static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name,
     k->expire_at_ms = key != NULL && k->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
 }
 
-/* Whether argument a is the word LIMITS, in any case. */
-static int rl_is_limits(const rl_arg *a) { return a->len == 6 && strncasecmp(a->ptr, "LIMITS", 6) == 0; }
-
-/* Reads every LIMITS key field among the arguments from i on (after the
- * keys), in order, as Go's parser meets them: each word LIMITS followed by
- * two arguments names a hash (read only) and a field; the field's value is
- * kept for Go, found or not, or the key is of another type. The hash is
- * opened and closed here: it is read, never written, and may even be one
- * of the command's own keys. */
-static void rl_read_limits(RedisModuleCtx *ctx, rl_call *c, RedisModuleString **argv, int i) {
-    for (; i + 2 < c->argc && c->nlimits < RL_MAX_KEYS; i++) {
-        if (!rl_is_limits(&c->argv[i])) continue;
-        rl_limits *l = &c->limits[c->nlimits++];
-        l->arg = i + 1;
-        l->kind = RL_LIMITS_ABSENT;
-        l->val = NULL;
-        l->len = 0;
-        l->str = NULL;
-        RedisModuleKey *key = RM_OpenKey(ctx, argv[i + 1], REDISMODULE_READ);
-        int type = RM_KeyType(key);
-        if (type == REDISMODULE_KEYTYPE_HASH) {
-            RedisModuleString *v = NULL;
-            RM_HashGet(key, REDISMODULE_HASH_NONE, argv[i + 2], &v, NULL);
-            if (v != NULL) {
-                l->kind = RL_LIMITS_FOUND;
-                l->str = v;
-                l->val = RM_StringPtrLen(v, &l->len);
-            }
-        } else if (type != REDISMODULE_KEYTYPE_EMPTY) {
-            l->kind = RL_LIMITS_WRONGTYPE;
+const rl_limits *rl_limits_field(rl_call *c, int arg) {
+    if (c->nlimits >= RL_MAX_KEYS || arg < 1 || arg + 1 >= c->argc) return NULL;
+    rl_limits *l = &c->limits[c->nlimits++];
+    RedisModuleCtx *ctx = (RedisModuleCtx *)c->ctx;
+    RedisModuleString **argv = (RedisModuleString **)c->rargv;
+    l->kind = RL_LIMITS_ABSENT;
+    l->val = NULL;
+    l->len = 0;
+    l->str = NULL;
+    RedisModuleKey *key = RM_OpenKey(ctx, argv[arg], REDISMODULE_READ);
+    int type = RM_KeyType(key);
+    if (type == REDISMODULE_KEYTYPE_HASH) {
+        RedisModuleString *v = NULL;
+        RM_HashGet(key, REDISMODULE_HASH_NONE, argv[arg + 1], &v, NULL);
+        if (v != NULL) {
+            l->kind = RL_LIMITS_FOUND;
+            l->str = v;
+            l->val = RM_StringPtrLen(v, &l->len);
         }
-        if (key) RM_CloseKey(key);
-        i += 2;
+    } else if (type != REDISMODULE_KEYTYPE_EMPTY) {
+        l->kind = RL_LIMITS_WRONGTYPE;
     }
+    if (key) RM_CloseKey(key);
+    return l;
 }
 
 /* The number of keys RL.ALL names at argument 1 (p, len) of argc, read as
@@ -258,22 +248,30 @@ static void rl_finish(RedisModuleCtx *ctx, rl_call *c, const rl_command_def *def
     for (int i = 0; i < len; i++) RM_ReplyWithLongLong(ctx, c->reply[i]);
 }
 
-/* RL.ALL's keys for the server, which asks the command itself (the
- * getkeys-api flag): Redis Cluster finds a command's keys through this
- * callback or the legacy first/last/step, never through a keynum key spec,
- * so without it the cluster would neither redirect RL.ALL nor refuse keys
- * of several slots. */
+/* The keys of a command with LIMITS (every command of a limiter) for the
+ * server, which asks the command itself (the getkeys-api flag): Redis
+ * Cluster finds a command's keys through this callback or the legacy
+ * first/last/step, never through its key specs, so without it the cluster
+ * would neither redirect RL.ALL nor refuse a LIMITS hash of another slot.
+ * The limiter's keys (RL.ALL's numkeys of them; the key and the hold's),
+ * then each LIMITS hash, read only: each word LIMITS with two arguments
+ * after it, in order (as Go's parser meets them in a call it accepts). */
 static int rl_report_keys(RedisModuleCtx *ctx, const rl_command_def *def, RedisModuleString **argv, int argc) {
     size_t len = 0;
-    const char *p = argc >= 2 ? RM_StringPtrLen(argv[1], &len) : NULL;
-    int nkeys = p ? rl_numkeys(p, len, argc) : 0;
+    int nkeys = 0, first = 1;
+    if (def->numkeys) {
+        const char *p = argc >= 2 ? RM_StringPtrLen(argv[1], &len) : NULL;
+        nkeys = p ? rl_numkeys(p, len, argc) : 0;
+        first = 2;
+    } else {
+        nkeys = def->hold && argc >= 3 ? 2 : argc >= 2 ? 1 : 0;
+    }
     int flags = (int)(def->readonly ? RL_KEYS_RO : RL_KEYS_RW);
     for (int i = 0; i < nkeys; i++) {
-        if (RM_KeyAtPosWithFlags) RM_KeyAtPosWithFlags(ctx, 2 + i, flags);
-        else RM_KeyAtPos(ctx, 2 + i);
+        if (RM_KeyAtPosWithFlags) RM_KeyAtPosWithFlags(ctx, first + i, flags);
+        else RM_KeyAtPos(ctx, first + i);
     }
-    /* Each LIMITS key field's hash, read only, as rl_read_limits finds them. */
-    for (int i = 2 + nkeys, found = 0; nkeys > 0 && i + 2 < argc && found < RL_MAX_KEYS; i++) {
+    for (int i = first + nkeys, found = 0; nkeys > 0 && i + 2 < argc && found < RL_MAX_KEYS; i++) {
         size_t n = 0;
         const char *w = RM_StringPtrLen(argv[i], &n);
         if (n != 6 || strncasecmp(w, "LIMITS", 6) != 0) continue;
@@ -287,7 +285,8 @@ static int rl_report_keys(RedisModuleCtx *ctx, const rl_command_def *def, RedisM
 
 int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx) {
     const rl_command_def *def = &rl_commands[idx];
-    if (def->numkeys && RM_IsKeysPositionRequest(ctx)) return rl_report_keys(ctx, def, argv, argc);
+    if ((def->numkeys || def->limits) && RM_IsKeysPositionRequest && RM_IsKeysPositionRequest(ctx))
+        return rl_report_keys(ctx, def, argv, argc);
     rl_counters *n = &rl_stats[idx];
     n->calls++;
     if (argc > RL_MAX_ARGS || argc < 2) {
@@ -307,9 +306,9 @@ int rl_command(RedisModuleCtx *ctx, RedisModuleString **argv, int argc, int idx)
     c.nkeys = def->numkeys ? rl_numkeys(c.argv[1].ptr, c.argv[1].len, argc) : def->hold && argc >= 3 ? 2 : 1;
     int first = def->numkeys ? 2 : 1;
     for (int i = 0; i < c.nkeys; i++) rl_read_key(ctx, &c.keys[i], argv[first + i], def->readonly);
-    c.nlimits = 0;
-    if (def->limits && c.nkeys > 0) rl_read_limits(ctx, &c, argv, first + c.nkeys);
     c.now_ns = rl_now_ns();
+    c.nlimits = 0;
+    c.rargv = argv;
 
     rlExecute(&c);
 

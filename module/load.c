@@ -70,6 +70,11 @@ static int rl_register(RedisModuleCtx *ctx, int i) {
             return REDISMODULE_OK;
         }
         flags = def->readonly ? "readonly fast getkeys-api" : "write deny-oom fast getkeys-api";
+    } else if (def->limits && RM_IsKeysPositionRequest != NULL && RM_KeyAtPos != NULL) {
+        /* A LIMITS hash is a key too, anywhere among the options: the
+         * command reports it (for Cluster's slot check, as RL.ALL's). A
+         * server without the key-position calls runs it unchecked. */
+        flags = def->readonly ? "readonly fast getkeys-api" : "write deny-oom fast getkeys-api";
     }
     int key = def->numkeys ? 0 : 1;
     if (RM_CreateCommand(ctx, def->name, rl_handlers[i], flags, key, def->hold ? 2 : key, key) != REDISMODULE_OK) {

@@ -8,7 +8,7 @@
  * computes and leaves what to write and reply in the same struct; C then
  * writes, replicates and replies. Only the sorted sets call back into C:
  * the sliding log and the concurrency limiter to count and find entries, a
- * log write to ask how much memory is left.
+ * log write to ask how much memory is left, and LIMITS to read its hash.
  */
 #ifndef RL_SHIM_H
 #define RL_SHIM_H
@@ -70,7 +70,6 @@ typedef struct rl_key {
 
 /* One LIMITS key field of a command: the hash's field, as C read it. */
 typedef struct {
-    int arg;         /* the index of the hash's key among the arguments (field follows) */
     int kind;        /* enum rl_limits_kind */
     const char *val; /* RL_LIMITS_FOUND: the field's value, valid until C frees str */
     size_t len;
@@ -85,8 +84,6 @@ typedef struct rl_call {
     long long now_ns; /* one clock read per command, Unix nanoseconds */
     int nkeys;        /* the keys C opened: 0 when numkeys does not parse */
     rl_key keys[RL_MAX_KEYS];
-    int nlimits; /* the LIMITS key field words after the keys, in order */
-    rl_limits limits[RL_MAX_KEYS];
 
     /* Set by Go. */
     int action; /* enum rl_action */
@@ -96,6 +93,9 @@ typedef struct rl_call {
 
     /* Private to C. */
     void *ctx;
+    void *rargv;   /* the arguments as the server passed them */
+    int nlimits;   /* the LIMITS fields read (rl_limits_field), freed after the call */
+    rl_limits limits[RL_MAX_KEYS];
 } rl_call;
 
 /* Sliding log, on a sorted set of entries scored in Unix microseconds:
@@ -118,6 +118,12 @@ typedef struct {
 } rl_holder;
 long long rl_conc_count(rl_key *k, long long after_us);
 rl_holder rl_conc_holder(rl_key *k, const char *id, size_t len);
+
+/* LIMITS key field, when Go's parser meets it: rl_limits_field reads the
+ * field argument arg + 1 names of the hash at argument arg, read only, in
+ * the same atomic step as the rest of the command (NULL past RL_MAX_KEYS
+ * reads in one call). Only calls with LIMITS pay for it. */
+const rl_limits *rl_limits_field(rl_call *c, int arg);
 
 /* The bytes the server may still allocate before it passes maxmemory, as
  * its own deny-oom check counts them, or -1 when it has no maxmemory. */

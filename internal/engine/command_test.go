@@ -779,11 +779,11 @@ var opNames = [spec.NumOps]string{
 // fakeKeys is a Reader of several keys, each a fakeKey.
 type fakeKeys []*fakeKey
 
-func (f fakeKeys) Keys() int               { return len(f) }
-func (f fakeKeys) Key(i int) KeyState      { return f[i].Key(0) }
-func (f fakeKeys) Log(i int) window.Log    { return f[i].Log(0) }
-func (f fakeKeys) MemoryRoom() int64       { return f[0].MemoryRoom() }
-func (f fakeKeys) Holders(i int) HolderSet { return f[i].Holders(0) }
+func (f fakeKeys) Keys() int                    { return len(f) }
+func (f fakeKeys) Key(i int) KeyState           { return f[i].Key(0) }
+func (f fakeKeys) Log(i int) window.Log         { return f[i].Log(0) }
+func (f fakeKeys) MemoryRoom() int64            { return f[0].MemoryRoom() }
+func (f fakeKeys) Holders(i int) HolderSet      { return f[i].Holders(0) }
 func (f fakeKeys) Limits(arg int) (string, int) { return f[0].Limits(arg) }
 
 // BenchmarkCommands runs the Go side of each command — parse, compute,

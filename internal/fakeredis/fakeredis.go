@@ -578,29 +578,22 @@ func (v *value) hash() map[string]string {
 	return v.h
 }
 
-// readLimits reads each LIMITS key field among a[i:] as the module's C
-// does: every word LIMITS with two arguments after it, in order, at most
-// MaxKeys.
-func (s *Server) readLimits(a []string, i int) map[int]limitsField {
-	m := map[int]limitsField{}
-	for ; i+2 < len(a) && len(m) < engine.MaxKeys; i++ {
-		if !strings.EqualFold(a[i], "LIMITS") {
-			continue
-		}
-		f := limitsField{kind: engine.LimitsAbsent}
-		switch v := s.lookup(a[i+1]); {
-		case v == nil:
-		case v.h == nil:
-			f.kind = engine.LimitsWrongType
-		default:
-			if val, ok := v.h[a[i+2]]; ok {
-				f = limitsField{val, engine.LimitsFound}
-			}
-		}
-		m[i+1] = f
-		i += 2
+// limitsField reads the LIMITS key field whose key is a[arg], as the
+// module's C does when the engine asks.
+func (s *Server) limitsField(a []string, arg int) (string, int) {
+	if arg < 1 || arg+1 >= len(a) {
+		return "", engine.LimitsUnread
 	}
-	return m
+	switch v := s.lookup(a[arg]); {
+	case v == nil:
+	case v.h == nil:
+		return "", engine.LimitsWrongType
+	default:
+		if val, ok := v.h[a[arg+1]]; ok {
+			return val, engine.LimitsFound
+		}
+	}
+	return "", engine.LimitsAbsent
 }
 
 // keysOf are the keys a module command names: its first argument (and
@@ -637,12 +630,8 @@ func (s *Server) execute(c *spec.Command, a []string) (any, error) {
 	for _, k := range keys {
 		r.vals = append(r.vals, s.lookup(k))
 	}
-	if c.Limits() && len(keys) > 0 {
-		start := 1 + len(keys) // after the key, or the hold's
-		if c.NumKeys {
-			start++ // after numkeys and the keys
-		}
-		r.limits = s.readLimits(a, start)
+	if c.Limits() {
+		r.limits = func(arg int) (string, int) { return s.limitsField(a, arg) }
 	}
 	var o engine.Outcome
 	engine.Execute(c.Op, a, r, &o)

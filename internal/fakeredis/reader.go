@@ -14,21 +14,15 @@ import (
 type reader struct {
 	now    int64
 	keys   []string
-	vals   []*value // nil: no such key
-	limits map[int]limitsField
-}
-
-// limitsField is a LIMITS key field as C reads it.
-type limitsField struct {
-	value string
-	kind  int
+	vals   []*value                    // nil: no such key
+	limits func(arg int) (string, int) // LIMITS's field, read when asked
 }
 
 func (r *reader) Limits(arg int) (string, int) {
-	if f, ok := r.limits[arg]; ok {
-		return f.value, f.kind
+	if r.limits == nil {
+		return "", engine.LimitsUnread
 	}
-	return "", engine.LimitsUnread
+	return r.limits(arg)
 }
 
 func (r *reader) Keys() int         { return len(r.keys) }

@@ -43,7 +43,7 @@ const (
 	LimitsAbsent    = iota // no such key, or no such field: the call's parameters stand
 	LimitsFound            // the field's value
 	LimitsWrongType        // the key holds something else than a hash
-	LimitsUnread           // C read no LIMITS at that argument (never, when Go parses as C scans)
+	LimitsUnread           // C read nothing: past MaxKeys reads in one call (never: one per limiter)
 )
 
 const (
