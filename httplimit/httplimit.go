@@ -176,6 +176,20 @@ type Policy struct {
 	// limit here: the policy then does not apply, and a ConfigError is
 	// reported. Not for a concurrency policy.
 	LimitFunc func(r *http.Request, key string) client.Limit
+	// Overrides, when set, names the hash in Redis that may hold this
+	// policy's limit for a request (key is what Key returned; "" for
+	// none): when the hash holds a field of the policy's Name, its
+	// parameters decide in place of Limit's (or LimitFunc's), read in the
+	// same atomic step as the decision (the module's LIMITS;
+	// client.Limit.Override). A change takes effect on the next request.
+	// Limiter.LimitsKey(key) is a hash of the key's own, in its Cluster
+	// slot; write it with client.Client.SetLimit(ctx, lim.LimitsKey(key),
+	// policy name, limit). The overriding field keeps the policy's family;
+	// RateLimit-Policy and X-RateLimit-Limit state its limit (q) over the
+	// policy's window (w): override how many, keep over how long. Such a
+	// request is decided in Redis, never by the local tier. Not for a
+	// concurrency policy.
+	Overrides func(r *http.Request, key string) string
 }
 
 // Priority orders requests for shedding: Lowest goes first, Critical
@@ -428,7 +442,8 @@ type Limiter struct {
 	opt        Options
 	policies   []Policy
 	header     string      // RateLimit-Policy, the same for every response ("" when it varies: perRequest)
-	perRequest bool        // a policy has a LimitFunc: RateLimit-Policy is made for each request
+	perRequest bool        // a policy has a LimitFunc or Overrides: RateLimit-Policy is made for each request
+	overrides  bool        // a policy has Overrides: RateLimit-Policy is made again once decided
 	counts     bool        // a policy has a Count
 	gate       *admit.Gate // decides the rate policies; its breakers see every call
 	inFlight   atomic.Int64
@@ -484,7 +499,7 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 		if p.OnError < FailOpen || p.OnError > FailLocal {
 			return nil, fmt.Errorf("httplimit: policy %s: OnError %d is not FailOpen, FailClosed or FailLocal", p.Name, int(p.OnError))
 		}
-		perRequest = perRequest || p.LimitFunc != nil
+		perRequest = perRequest || p.LimitFunc != nil || p.Overrides != nil
 		counts = counts || p.Count != nil
 		if !validName(p.Name) || seen[p.Name] {
 			return nil, fmt.Errorf("httplimit: policy name %q: want a unique name of letters, digits, '-', '_', '.'", p.Name)
@@ -510,7 +525,8 @@ func New(rdb redis.UniversalClient, opt Options, policies ...Policy) (*Limiter, 
 		}
 	}
 	c := client.New(rdb)
-	l := &Limiter{c: c, opt: opt, policies: policies, perRequest: perRequest, counts: counts, log: opt.Logger}
+	l := &Limiter{c: c, opt: opt, policies: policies, perRequest: perRequest, counts: counts, log: opt.Logger,
+		overrides: slices.ContainsFunc(policies, func(p Policy) bool { return p.Overrides != nil })}
 	if !perRequest {
 		l.header = strings.Join(items, ", ")
 	}

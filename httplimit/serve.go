@@ -53,6 +53,15 @@ func (l *Limiter) redisKey(k, name string) (key, tag string) {
 	return l.opt.Prefix + "{" + k + "}:" + name, k
 }
 
+// LimitsKey is the hash of limits of a request's key (what a policy's Key
+// returned): Prefix + "{" + key + "}:limits", in the Cluster slot of the
+// key's limiter keys, whose fields, named after the policies, hold their
+// parameters for the key (Policy.Overrides).
+func (l *Limiter) LimitsKey(key string) string {
+	_, tag := l.redisKey(key, "")
+	return l.opt.Prefix + "{" + tag + "}:limits"
+}
+
 // shed reports whether the in-flight shedder drops a request of prio
 // arriving as the n-th in flight.
 func (l *Limiter) shed(prio Priority, n int64) bool {
@@ -133,10 +142,16 @@ func (l *Limiter) policyHeader(rate []applied) string {
 	for i := range l.policies {
 		p := &l.policies[i]
 		lim := p.Limit
-		if j := slices.IndexFunc(rate, func(a applied) bool { return a.p == p }); j >= 0 {
+		j := slices.IndexFunc(rate, func(a applied) bool { return a.p == p })
+		if j >= 0 {
 			lim = rate[j].Limit
 		}
-		if item := policyItem(p, lim); item != "" {
+		item := policyItem(p, lim)
+		if j >= 0 && item != "" && overridden(&rate[j]) {
+			q, w := quota(&rate[j])
+			item = ratelimit.PolicyItem(p.Name, q, w)
+		}
+		if item != "" {
 			items = append(items, item)
 		}
 	}
@@ -175,6 +190,11 @@ func (l *Limiter) collect(w http.ResponseWriter, r *http.Request, prio Priority)
 			}
 			if q, _ := a.Limit.Quota(); q == 0 {
 				continue // no plan, no default: unlimited
+			}
+		}
+		if p.Overrides != nil {
+			if h := p.Overrides(r, k); h != "" && a.Limit != (client.Limit{}) {
+				a.Limit = a.Limit.Override(h, p.Name)
 			}
 		}
 		if p.Cost != nil {
@@ -430,6 +450,11 @@ func (l *Limiter) refund(ctx context.Context, rate []applied) {
 // the refusing enforcing policy (nil when admitted). Shadow refusals are
 // reported, not enforced.
 func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
+	if l.overrides && l.opt.Headers&IETF != 0 { // the limits Redis gave are known now
+		if h := l.policyHeader(rate); h != "" {
+			w.Header().Set("RateLimit-Policy", h)
+		}
+	}
 	var refused, least *applied // least: the shown policy with the least remaining, for XRateLimit
 	var leastR int64
 	var items []string
@@ -476,7 +501,7 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 			shown = refused
 		}
 		if shown != nil {
-			q, _ := shown.Limit.Quota()
+			q, _ := quota(shown)
 			r, t := figures(shown)
 			h := w.Header()
 			h.Set("X-RateLimit-Limit", strconv.FormatInt(ratelimit.FieldInt(q), 10))
@@ -489,6 +514,25 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 		unmark(rate, LocalAdmitted)
 	}
 	return refused
+}
+
+// overridden reports a policy whose limit Redis gave this request: its
+// hash held it (the reply's limit differs from the policy's own).
+func overridden(a *applied) bool {
+	_, _, over := a.Limit.Overridden()
+	q, _ := a.Limit.Quota()
+	return over && a.Known && a.Result.Limit != q
+}
+
+// quota is what a policy's fields state as its quota: the limit's, or,
+// where Redis gave another (Overrides), the reply's limit over the
+// policy's window.
+func quota(a *applied) (int64, time.Duration) {
+	q, w := a.Limit.Quota()
+	if overridden(a) {
+		q = a.Result.Limit
+	}
+	return q, w
 }
 
 // field is one policy's RateLimit item: remaining and the seconds until
