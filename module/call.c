@@ -83,6 +83,9 @@ static void rl_read_key(RedisModuleCtx *ctx, rl_key *k, RedisModuleString *name,
     k->expire_at_ms = key != NULL && k->kind != RL_KEY_EMPTY ? RM_GetAbsExpire(key) : REDISMODULE_NO_EXPIRE;
 }
 
+/* Reads LIMITS's field when Go's parser meets the word (shim.h): the hash
+ * opened read only and closed at once (it may even be one of the
+ * command's own keys), its field's value kept until the call ends. */
 const rl_limits *rl_limits_field(rl_call *c, int arg) {
     if (c->nlimits >= RL_MAX_KEYS || arg < 1 || arg + 1 >= c->argc) return NULL;
     rl_limits *l = &c->limits[c->nlimits++];

@@ -334,7 +334,7 @@ func isSpan(s string) bool { return spec.EqualFold(s, "SPAN") }
 func isLimits(s string) bool { return spec.EqualFold(s, "LIMITS") }
 
 // override replaces l's parameters by those the LIMITS key field at
-// args[at], args[at+1] holds (r read it with the keys), when the hash holds
+// args[at], args[at+1] holds (r reads it, in the call's atomic step), when the hash holds
 // the field: the family's positional arguments as integers separated by
 // spaces, each within its range ("100 60" for FW's limit window). Without
 // the key or the field, the call's stand. Errors name the hash and the
