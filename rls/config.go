@@ -119,6 +119,9 @@ type rule struct {
 	detailed  bool
 	debt      bool // hits are counted even past the limit (the module's DEBT)
 	spread    bool // each key's windows start at its own offset (the module's SPREAD)
+	// overrides: each key's limit may be held in Redis, in the field
+	// "limit" of the hash overridesKey(key) (the module's LIMITS).
+	overrides bool
 	// calendar, where set, makes a fixed window's unit one of the calendar
 	// (a month in a time zone, from a billing day: the module's SPAN).
 	calendar *calendar.Period
@@ -318,9 +321,10 @@ type rateLimitForm struct {
 	line                                                      int    // where the mapping starts
 	perUnit, limit                                            uint32 // limit: Concurrency's holders
 	unit, name, algorithm, holdTTL                            string
-	unlimited, debt, lease, reserve, spread                   bool
+	unlimited, debt, lease, reserve, spread, overrides        bool
 	perUnitLine, unitLine, algorithmLine, debtLine, leaseLine int
 	limitLine, holdTTLLine, reserveLine, spreadLine           int
+	overridesLine                                             int
 	replaces                                                  []replaceForm
 	calendar                                                  *calendarForm
 }
@@ -448,6 +452,9 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 	if f.err != nil {
 		return nil, f.err
 	}
+	if f.overrides && (f.algorithm == string(Concurrency) || f.lease || f.unlimited) {
+		return nil, b.errAt(f.overridesLine, "overrides: true for '%s' needs a rate limit decided in Redis: not concurrency, unlimited nor lease: true", statKey)
+	}
 	if f.algorithm == string(Concurrency) {
 		return b.concurrency(f, statKey)
 	}
@@ -479,6 +486,7 @@ func (b builder) rateLimit(f *rateLimitForm, statKey string) (*rule, error) {
 		unlimited: f.unlimited,
 		debt:      f.debt,
 		spread:    f.spread,
+		overrides: f.overrides,
 		lease:     f.lease,
 		name:      f.name,
 		statKey:   statKey,
@@ -651,7 +659,7 @@ var (
 	rootKeys       = []string{"domain", "descriptors"}
 	descriptorKeys = []string{"key", "value", "rate_limit", "descriptors", "shadow_mode", "detailed_metric", "holder", "value_to_metric", "share_threshold",
 		"quota_mode", "metadata"}
-	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve", "spread", "calendar"}
+	rateLimitKeys = []string{"requests_per_unit", "unit", "unlimited", "name", "replaces", "algorithm", "debt", "lease", "limit", "hold_ttl", "reserve", "spread", "calendar", "overrides"}
 	replacesKeys  = []string{"name"}
 	calendarKeys  = []string{"time_zone", "month", "day", "weekday", "hour", "minute"}
 )
@@ -851,14 +859,14 @@ func (l loader) rateLimit(n *yaml.Node, statKey string) *rateLimitForm {
 		return r
 	}
 	if err := l.scalars(f, statKey, []field{{"requests_per_unit", &r.perUnit}, {"unit", &r.unit}, {"name", &r.name}, {"algorithm", &r.algorithm}, {"unlimited", &r.unlimited},
-		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}, {"reserve", &r.reserve}, {"spread", &r.spread}}); err != nil {
+		{"debt", &r.debt}, {"lease", &r.lease}, {"limit", &r.limit}, {"hold_ttl", &r.holdTTL}, {"reserve", &r.reserve}, {"spread", &r.spread}, {"overrides", &r.overrides}}); err != nil {
 		r.err = err
 		return r
 	}
 	r.perUnitLine, r.unitLine, r.algorithmLine = lineOf(f["requests_per_unit"]), lineOf(f["unit"]), lineOf(f["algorithm"])
 	r.debtLine, r.leaseLine = lineOf(f["debt"]), lineOf(f["lease"])
 	r.limitLine, r.holdTTLLine, r.reserveLine = lineOf(f["limit"]), lineOf(f["hold_ttl"]), lineOf(f["reserve"])
-	r.spreadLine = lineOf(f["spread"])
+	r.spreadLine, r.overridesLine = lineOf(f["spread"]), lineOf(f["overrides"])
 	if x := f["calendar"]; x != nil {
 		c := &calendarForm{line: x.Line}
 		cf, err := l.fields(x, "calendar of '"+statKey+"'", calendarKeys)

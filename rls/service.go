@@ -342,6 +342,9 @@ func (s *Service) match(cfg *Config, req *pb.RateLimitRequest, resp *pb.RateLimi
 		it.Cost, it.Debt = hits(req, d), r.debt || (s.opts.DebtCharges && charge(req, d) && r.algorithm != SlidingLog)
 		if r.perUnit > 0 {
 			it.Key, it.Limit = s.key(req.Domain, d, r), r.limit
+			if r.overrides {
+				it.Limit = r.limit.Override(overridesKey(it.Key), overridesField)
+			}
 		}
 		if r.algorithm == Concurrency { // a hold: one slot, taken, or given back
 			it.Cost, it.Debt, it.Lease, it.id = 1, false, false, holdID(d.Entries[r.holder].Value)
@@ -534,6 +537,33 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 		b.WriteString("_cal")
 	}
 	return b.String()
+}
+
+// overridesKey is the hash that may hold the limit of a rule with
+// overrides: true on key, in key's Cluster slot: "{" + key + "}_limits",
+// or, for a key with a hash tag of its own, key + "_limits". Its field
+// overridesField holds the algorithm's parameters as the module reads
+// them (LIMITS): "5000 60" for 5,000 a minute in a fixed window.
+func overridesKey(key string) string {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key + "_limits"
+		}
+	}
+	return "{" + key + "}_limits"
+}
+
+// overridesField is the field of an overrides hash that holds the limit.
+const overridesField = "limit"
+
+// perUnitOf is the requests per unit an item's limit states: its rule's,
+// or, where Redis gave another (overrides: true), the reply's limit (what
+// it admits at once: requests_per_unit for every algorithm rls maps).
+func perUnitOf(it *item) int64 {
+	if it.r.overrides && it.Known && it.Result.Limit != it.r.perUnit {
+		return it.Result.Limit
+	}
+	return it.r.perUnit
 }
 
 var algCode = map[Algorithm]string{FixedWindow: "fw", SlidingWindow: "sw", SlidingLog: "sl", GCRA: "gcra", TokenBucket: "tb", Concurrency: "conc"}
@@ -931,6 +961,9 @@ func statusOf(it *item) *pb.RateLimitResponse_DescriptorStatus {
 	if !it.Known {
 		return st
 	}
+	if n := perUnitOf(it); n != it.r.perUnit { // the limit Redis held for the key, over the rule's unit
+		st.CurrentLimit = &pb.RateLimitResponse_RateLimit{Name: it.r.proto.Name, RequestsPerUnit: uint32(min(max(n, 0), math.MaxUint32)), Unit: it.r.proto.Unit}
+	}
 	if it.Result.Limited && !it.r.shadow {
 		st.Code = pb.RateLimitResponse_OVER_LIMIT
 	}
@@ -1009,6 +1042,9 @@ func headers(lists ...[]*item) []*core.HeaderValue {
 			q, w := it.r.perUnit, it.r.unit
 			if it.r.perUnit > 0 {
 				q, w = it.r.limit.Quota()
+			}
+			if n := perUnitOf(it); n != it.r.perUnit {
+				q, _ = limitOf(it.r.algorithm, n, it.r.unit).Quota()
 			}
 			policy = append(policy, ratelimit.PolicyItem(name, q, w))
 			r := it.Result.Remaining

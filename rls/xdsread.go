@@ -460,7 +460,7 @@ func (r resourceReader) rateLimit(p *rlcfg.RateLimitPolicy, md map[string]*struc
 		}
 	}
 	// In the order a file's are read.
-	if err := r.fields(md, statKey, []field{{"algorithm", &f.algorithm}, {"debt", &f.debt}, {"lease", &f.lease}, {"limit", &f.limit}, {"hold_ttl", &f.holdTTL}, {"reserve", &f.reserve}, {"spread", &f.spread}}); err != nil {
+	if err := r.fields(md, statKey, []field{{"algorithm", &f.algorithm}, {"debt", &f.debt}, {"lease", &f.lease}, {"limit", &f.limit}, {"hold_ttl", &f.holdTTL}, {"reserve", &f.reserve}, {"spread", &f.spread}, {"overrides", &f.overrides}}); err != nil {
 		f.err = err
 		return f
 	}
