@@ -465,8 +465,8 @@ func (l Limit) appendArgs(args []any) ([]any, error) {
 
 // appendCost appends the cost of a call of l, then SPREAD when l spreads,
 // or SPAN and its window's bounds (with the next window's end) when l is on
-// the calendar: where a command of one key, RL.ALL and RL.HOLD all take
-// them.
+// the calendar, and LIMITS key field when l has an Override: where a
+// command of one key, RL.ALL and RL.HOLD all take them.
 func (l Limit) appendCost(args []any, cost int64) []any {
 	args = append(args, cost)
 	switch {
@@ -1036,10 +1036,10 @@ func wrap(err error) error {
 // SetLimit writes l's parameters into field of the hash at key (HSET),
 // where the calls of every Limit with Override(key, field) read them on
 // their next call: SetLimit(ctx, "{acme}:plan", "api", FixedWindow(5000,
-// time.Minute)) writes api = "5000 60". A change takes effect at once and
-// never admits past the new limit nor the old within a window: the
-// limiter's state stays, and the next call weighs it against the new
-// parameters (a fixed window that counted 80 under a limit of 100 admits
+// time.Minute)) writes api = "5000 60". A change takes effect at once,
+// and within a window never admits past the larger of the old limit and
+// the new: the limiter's state stays, and the next call weighs it against
+// the new parameters (a fixed window that counted 80 under a limit of 100 admits
 // 20 more under 100, none under 50). Keep one family per field: a field
 // read by a limit of another family fails its calls. Only l's parameters
 // are written; SPREAD, a calendar and its own Override stay the caller's.

@@ -6,6 +6,8 @@ import (
 	"testing"
 
 	rlv3 "github.com/envoyproxy/go-control-plane/envoy/extensions/common/ratelimit/v3"
+
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 )
 
 const overridesConfig = `
@@ -32,6 +34,14 @@ func TestOverrides(t *testing.T) {
 	}
 	if got := overridesKey("d_tenant_{b}_fw60"); got != "d_tenant_{b}_fw60_limits" {
 		t.Fatalf("overridesKey of a tagged key = %q", got)
+	}
+	// In the key's slot, but for a key with a '}' and no tag of its own.
+	for _, k := range []string{"d_tenant_beta_fw60", "d_tenant_{b}_fw60", "d_t_{}x_fw60", "d_t_x}{y_fw60", "{", "d_{a}{b}_fw60", "d_{x_fw60"} {
+		h, i := overridesKey(k), strings.IndexByte(k, '{')
+		tagged := i >= 0 && strings.IndexByte(k[i+1:], '}') > 0
+		if (tagged || !strings.Contains(k, "}")) && protocol.Slot(h) != protocol.Slot(k) {
+			t.Errorf("the hash %q of %q is in slot %d, the key in %d", h, k, protocol.Slot(h), protocol.Slot(k))
+		}
 	}
 	if err := rdb.HSet(ctx, "{d_tenant_beta_fw60}_limits", "limit", "2 60").Err(); err != nil {
 		t.Fatal(err)

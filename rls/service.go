@@ -543,12 +543,17 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 // overrides: true on key, in key's Cluster slot: "{" + key + "}_limits",
 // or, for a key with a hash tag of its own, key + "_limits". Its field
 // overridesField holds the algorithm's parameters as the module reads
-// them (LIMITS): "5000 60" for 5,000 a minute in a fixed window.
+// them (LIMITS): "5000 60" for 5,000 a minute in a fixed window. A key
+// with a '}' but no tag (a descriptor value "a{}b") cannot be a tag: its
+// hash is key + "_limits", another slot, which a Cluster refuses.
 func overridesKey(key string) string {
 	if i := strings.IndexByte(key, '{'); i >= 0 {
 		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key + "_limits"
+			return key + "_limits" // the same tag
 		}
+	}
+	if strings.IndexByte(key, '}') >= 0 {
+		return key + "_limits"
 	}
 	return "{" + key + "}_limits"
 }
