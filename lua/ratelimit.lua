@@ -542,6 +542,7 @@ local function parse_options(args, i, allowed, names, each, upto, no_debt, sprea
 end
 local function override(syn, v, args, at, prefix)
   local h = redis.pcall('HGET', args[at], args[at + 1])
+  if type(h) == 'table' and string.sub(h.err, 1, 9) ~= 'WRONGTYPE' then return h end -- the server's own (a Cluster's slot)
   if type(h) == 'table' then return fail(text(T_LIMITS_TYPE, prefix, quote(args[at]))) end
   if not h then return nil end
   local words, names = {}, {}
@@ -1995,4 +1996,4 @@ redis.register_function{function_name = 'conc_release', callback = function(keys
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'rl_hold', callback = function(keys, args) return hold_command("hold", "rl.hold", false, keys, args) end}
 redis.register_function{function_name = 'rl_settle', callback = function(keys, args) return hold_command("settle", "rl.settle", false, keys, args) end}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+04f47e697460c7e6' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+528f14e4d49cdea4' end, flags = {'no-writes'}}

@@ -96,6 +96,7 @@ end
 -- v stands. It returns nil, or an error starting with prefix.
 local function override(syn, v, args, at, prefix)
   local h = redis.pcall('HGET', args[at], args[at + 1])
+  if type(h) == 'table' and string.sub(h.err, 1, 9) ~= 'WRONGTYPE' then return h end -- the server's own (a Cluster's slot)
   if type(h) == 'table' then return fail(text(T_LIMITS_TYPE, prefix, quote(args[at]))) end
   if not h then return nil end
   local words, names = {}, {}
