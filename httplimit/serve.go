@@ -516,12 +516,11 @@ func (l *Limiter) verdict(w http.ResponseWriter, rate []applied) *applied {
 	return refused
 }
 
-// overridden reports a policy whose limit Redis gave this request: its
-// hash held it (the reply's limit differs from the policy's own).
+// overridden reports a policy whose limit Redis may have given this
+// request (Overrides), decided: its reply states the limit.
 func overridden(a *applied) bool {
 	_, _, over := a.Limit.Overridden()
-	q, _ := a.Limit.Quota()
-	return over && a.Known && a.Result.Limit != q
+	return over && a.Known
 }
 
 // quota is what a policy's fields state as its quota: the limit's, or,

@@ -545,10 +545,11 @@ local function override(syn, v, args, at, prefix)
   if type(h) == 'table' and string.sub(h.err, 1, 9) ~= 'WRONGTYPE' then return h end -- the server's own (a Cluster's slot)
   if type(h) == 'table' then return fail(text(T_LIMITS_TYPE, prefix, quote(args[at]))) end
   if not h then return nil end
-  local words, names = {}, {}
+  local words = {}
   for w in string.gmatch(h, '[^ ]+') do words[#words + 1] = w end
-  for j, a in ipairs(syn.positional) do names[j] = a.name end
-  if #words ~= #names then
+  if #words ~= #syn.positional then
+    local names = {}
+    for j, a in ipairs(syn.positional) do names[j] = a.name end
     return fail(text(T_LIMITS_WORDS, prefix, quote(args[at]), quote(args[at + 1]), #names, table.concat(names, ' '), quote(h)))
   end
   for j, a in ipairs(syn.positional) do
@@ -1996,4 +1997,4 @@ redis.register_function{function_name = 'conc_release', callback = function(keys
 redis.register_function{function_name = 'conc_peek', callback = function(keys, args) return conc_command("peek", "conc.peek", true, keys, args) end, flags = {'no-writes'}}
 redis.register_function{function_name = 'rl_hold', callback = function(keys, args) return hold_command("hold", "rl.hold", false, keys, args) end}
 redis.register_function{function_name = 'rl_settle', callback = function(keys, args) return hold_command("settle", "rl.settle", false, keys, args) end}
-redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+528f14e4d49cdea4' end, flags = {'no-writes'}}
+redis.register_function{function_name = 'ratelimit_version', callback = function() return '0.1.0+4afd5417cb986743' end, flags = {'no-writes'}}

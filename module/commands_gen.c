@@ -12,22 +12,18 @@ RedisModuleCommandInfoVersion rl_info_version = {
     1, sizeof(RedisModuleCommandHistoryEntry), sizeof(RedisModuleCommandKeySpec),
     sizeof(RedisModuleCommandArg)};
 
-/* A key spec list of one spec searching from argument 1; the rest of the
+/* A key spec found at argument pos_, with flags_; the rest of the
  * arguments say how the keys are found from there. */
-#define RL_KEY_SPEC(notes_, flags_, ...)                                                                    \
-    {{.notes = notes_, .flags = flags_, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = 1, \
-      __VA_ARGS__},                                                                                       \
-     {0}}
+#define RL_INDEX_SPEC(notes_, flags_, pos_, ...)                                                               \
+    {.notes = notes_, .flags = flags_, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = pos_, \
+     __VA_ARGS__}
 
 /* The key is argument 1 and the only key. */
 #define RL_ONE_KEY .find_keys_type = REDISMODULE_KSPEC_FK_RANGE, .fk.range = {0, 1, 0}
-RedisModuleCommandKeySpec rl_keys_write[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RW, RL_ONE_KEY);
-RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL_KEYS_RO, RL_ONE_KEY);
+#define RL_LIMITER_SPEC(flags_) RL_INDEX_SPEC("the limiter's state", flags_, 1, RL_ONE_KEY)
+RedisModuleCommandKeySpec rl_keys_write[] = {RL_LIMITER_SPEC(RL_KEYS_RW), {0}};
+RedisModuleCommandKeySpec rl_keys_read[] = {RL_LIMITER_SPEC(RL_KEYS_RO), {0}};
 
-/* RL.HOLD, RL.SETTLE: the limiter's key is argument 1, the hold's 2. */
-#define RL_HOLD_SPEC(notes_, pos_)                                                                       \
-    {.notes = notes_, .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = pos_, \
-     RL_ONE_KEY}
 /* LIMITS key field: a hash of limits, read only, found by its keyword
  * from argument from_ on, with flags_ beyond RO and ACCESS: the first
  * LIMITS, all a command of one limiter takes; RL.ALL's may have one per
@@ -37,22 +33,17 @@ RedisModuleCommandKeySpec rl_keys_read[] = RL_KEY_SPEC("the limiter's state", RL
     {.notes = "a hash of limits (LIMITS key field)", .flags = RL_KEYS_RO | (flags_),                             \
      .begin_search_type = REDISMODULE_KSPEC_BS_KEYWORD, .bs.keyword = {.keyword = "LIMITS", .startfrom = from_}, \
      RL_ONE_KEY}
-RedisModuleCommandKeySpec rl_keys_hold[] = {RL_HOLD_SPEC("the limiter's state", 1),
-                                            RL_HOLD_SPEC("the hold: the estimate held", 2), RL_LIMITS_SPEC(3, 0), {0}};
-RedisModuleCommandKeySpec rl_keys_limits_write[] = {
-    {.notes = "the limiter's state", .flags = RL_KEYS_RW, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1, RL_ONE_KEY},
-    RL_LIMITS_SPEC(2, 0), {0}};
-RedisModuleCommandKeySpec rl_keys_limits_read[] = {
-    {.notes = "the limiter's state", .flags = RL_KEYS_RO, .begin_search_type = REDISMODULE_KSPEC_BS_INDEX,
-     .bs.index.pos = 1, RL_ONE_KEY},
-    RL_LIMITS_SPEC(2, 0), {0}};
+RedisModuleCommandKeySpec rl_keys_limits_write[] = {RL_LIMITER_SPEC(RL_KEYS_RW), RL_LIMITS_SPEC(2, 0), {0}};
+RedisModuleCommandKeySpec rl_keys_limits_read[] = {RL_LIMITER_SPEC(RL_KEYS_RO), RL_LIMITS_SPEC(2, 0), {0}};
+
+/* RL.HOLD, RL.SETTLE: the limiter's key is argument 1, the hold's 2. */
+RedisModuleCommandKeySpec rl_keys_hold[] = {RL_LIMITER_SPEC(RL_KEYS_RW),
+                                            RL_INDEX_SPEC("the hold: the estimate held", RL_KEYS_RW, 2, RL_ONE_KEY),
+                                            RL_LIMITS_SPEC(3, 0), {0}};
 
 /* RL.ALL, RL.PEEK: argument 1 is numkeys, the keys follow it. */
 #define RL_NUMKEYS .find_keys_type = REDISMODULE_KSPEC_FK_KEYNUM, .fk.keynum = {0, 1, 1}
-#define RL_ALL_SPEC(flags_)                                                                              \
-    {.notes = "the limits' states, one key per limiter", .flags = flags_,                                 \
-     .begin_search_type = REDISMODULE_KSPEC_BS_INDEX, .bs.index.pos = 1, RL_NUMKEYS}
+#define RL_ALL_SPEC(flags_) RL_INDEX_SPEC("the limits' states, one key per limiter", flags_, 1, RL_NUMKEYS)
 RedisModuleCommandKeySpec rl_keys_all_write[] = {RL_ALL_SPEC(RL_KEYS_RW), RL_LIMITS_SPEC(3, REDISMODULE_CMD_KEY_INCOMPLETE), {0}};
 RedisModuleCommandKeySpec rl_keys_all_read[] = {RL_ALL_SPEC(RL_KEYS_RO), RL_LIMITS_SPEC(3, REDISMODULE_CMD_KEY_INCOMPLETE), {0}};
 

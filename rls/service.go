@@ -32,6 +32,7 @@ import (
 	"github.com/seed-6b3823f5/ratelimit"
 	"github.com/seed-6b3823f5/ratelimit/admit"
 	"github.com/seed-6b3823f5/ratelimit/client"
+	"github.com/seed-6b3823f5/ratelimit/internal/protocol"
 	"github.com/seed-6b3823f5/ratelimit/internal/spec"
 	"github.com/seed-6b3823f5/ratelimit/lease"
 	"github.com/seed-6b3823f5/ratelimit/window"
@@ -547,13 +548,8 @@ func (s *Service) key(domain string, d *rlv3.RateLimitDescriptor, r *rule) strin
 // with a '}' but no tag (a descriptor value "a{}b") cannot be a tag: its
 // hash is key + "_limits", another slot, which a Cluster refuses.
 func overridesKey(key string) string {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			return key + "_limits" // the same tag
-		}
-	}
-	if strings.IndexByte(key, '}') >= 0 {
-		return key + "_limits"
+	if _, tagged := protocol.HashTag(key); tagged || strings.IndexByte(key, '}') >= 0 {
+		return key + "_limits" // the same tag; or none to be had
 	}
 	return "{" + key + "}_limits"
 }
@@ -1049,7 +1045,7 @@ func headers(lists ...[]*item) []*core.HeaderValue {
 				q, w = it.r.limit.Quota()
 			}
 			if n := perUnitOf(it); n != it.r.perUnit {
-				q, _ = limitOf(it.r.algorithm, n, it.r.unit).Quota()
+				q = n // what every algorithm rls maps admits at once: its quota
 			}
 			policy = append(policy, ratelimit.PolicyItem(name, q, w))
 			r := it.Result.Remaining

@@ -470,7 +470,7 @@ func (s *Server) script(verb, name string) (lua.Script, bool) {
 // run answers a command the fake runs itself: the module's (and the Lua
 // engine's) on the engine, and the three of Redis's own the tests read
 // state with (GET, ZCARD, PTTL), and the hash commands of the limits
-// held in Redis (HSET, HGET, HGETALL, HDEL).
+// held in Redis (HSET, HGET, HDEL).
 func (s *Server) run(lower string, args []any) (any, error) {
 	a := strs(args)
 	switch lower {
@@ -506,34 +506,29 @@ func (s *Server) run(lower string, args []any) (any, error) {
 			v.h[a[i]] = a[i+1]
 		}
 		return added, nil
-	case "hgetall", "hdel", "hget":
+	case "hget", "hdel":
 		v := s.lookup(a[1])
-		switch {
-		case lower == "hget" && (v == nil || v.h != nil):
-			if x, ok := v.hash()[a[2]]; ok {
+		if v != nil && v.h == nil {
+			return nil, ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
+		}
+		h := v.hash()
+		if lower == "hget" {
+			if x, ok := h[a[2]]; ok {
 				return x, nil
 			}
 			return nil, redis.Nil
-		case v == nil && lower == "hdel":
-			return int64(0), nil
-		case v == nil:
-			return map[string]string{}, nil
-		case v.h == nil:
-			return nil, ReplyError("WRONGTYPE Operation against a key holding the wrong kind of value")
-		case lower == "hdel":
-			var n int64
-			for _, f := range a[2:] {
-				if _, ok := v.h[f]; ok {
-					delete(v.h, f)
-					n++
-				}
-			}
-			if len(v.h) == 0 {
-				delete(s.keys, a[1])
-			}
-			return n, nil
 		}
-		return maps.Clone(v.h), nil
+		var n int64
+		for _, f := range a[2:] {
+			if _, ok := h[f]; ok {
+				delete(h, f)
+				n++
+			}
+		}
+		if v != nil && len(h) == 0 {
+			delete(s.keys, a[1])
+		}
+		return n, nil
 	case "zcard":
 		if v := s.lookup(a[1]); v != nil {
 			return int64(len(v.z)), nil

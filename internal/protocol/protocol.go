@@ -71,10 +71,8 @@ const (
 // CRC16 (XMODEM) of the key, or of its hash tag (the first {...} with
 // something inside), modulo 16384.
 func Slot(key string) int {
-	if i := strings.IndexByte(key, '{'); i >= 0 {
-		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
-			key = key[i+1 : i+1+j]
-		}
+	if tag, ok := HashTag(key); ok {
+		key = tag
 	}
 	var crc uint16
 	for k := 0; k < len(key); k++ {
@@ -88,4 +86,16 @@ func Slot(key string) int {
 		}
 	}
 	return int(crc) % 16384
+}
+
+// HashTag is key's hash tag, the part Slot hashes when it has one: what
+// stands between its first '{' and the first '}' after it, when that is
+// not empty.
+func HashTag(key string) (string, bool) {
+	if i := strings.IndexByte(key, '{'); i >= 0 {
+		if j := strings.IndexByte(key[i+1:], '}'); j > 0 {
+			return key[i+1 : i+1+j], true
+		}
+	}
+	return "", false
 }

@@ -99,10 +99,11 @@ local function override(syn, v, args, at, prefix)
   if type(h) == 'table' and string.sub(h.err, 1, 9) ~= 'WRONGTYPE' then return h end -- the server's own (a Cluster's slot)
   if type(h) == 'table' then return fail(text(T_LIMITS_TYPE, prefix, quote(args[at]))) end
   if not h then return nil end
-  local words, names = {}, {}
+  local words = {}
   for w in string.gmatch(h, '[^ ]+') do words[#words + 1] = w end
-  for j, a in ipairs(syn.positional) do names[j] = a.name end
-  if #words ~= #names then
+  if #words ~= #syn.positional then
+    local names = {}
+    for j, a in ipairs(syn.positional) do names[j] = a.name end
     return fail(text(T_LIMITS_WORDS, prefix, quote(args[at]), quote(args[at + 1]), #names, table.concat(names, ' '), quote(h)))
   end
   for j, a in ipairs(syn.positional) do
