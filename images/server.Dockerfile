@@ -1,6 +1,7 @@
-# ratelimit/redis and ratelimit/valkey (images/build.sh): Debian trixie's
-# server with the ratelimit module loaded, listening on port 6379 of the
-# container: docker run -p 6379:6379 ratelimit/redis
+# ghcr.io/seed-6b3823f5/ratelimit-redis and -valkey (images/build.sh):
+# Debian trixie's server with the ratelimit module loaded, listening on
+# port 6379 of the container:
+#   docker run -p 127.0.0.1:6379:6379 ghcr.io/seed-6b3823f5/ratelimit-redis
 ARG BASE
 FROM ${BASE}
 ARG SERVER

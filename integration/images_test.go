@@ -10,6 +10,7 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -40,8 +41,15 @@ func docker(t *testing.T, args ...string) string {
 	return strings.TrimSpace(string(out))
 }
 
+// imageRepo is where the project's images are named (the Makefile's
+// IMAGE_REPO): imageRepo/ratelimit-NAME.
+const imageRepo = "ghcr.io/seed-6b3823f5"
+
 // image is the name of one of the project's images at this version.
-func image(name string) string { return "ratelimit/" + name + ":" + ratelimit.Version }
+func image(name string) string { return imageRef(name, ratelimit.Version) }
+
+// imageRef is the name of one of the project's images with a tag.
+func imageRef(name, tag string) string { return imageRepo + "/ratelimit-" + name + ":" + tag }
 
 // runImage starts a container (docker run -d args...), removed when the
 // test ends, with its log shown if the test failed.
@@ -79,14 +87,19 @@ func waitHealthy(t *testing.T, id string) {
 	})
 }
 
-// assertTags: the image is tagged with the version and latest, both the
-// same image, and runs as user.
+// assertTags: the image is tagged with the version, latest and the
+// version and this machine's architecture, all the same image, and runs
+// as user.
 func assertTags(t *testing.T, name, user string) {
 	t.Helper()
 	v := docker(t, "image", "inspect", "-f", "{{.Id}} {{.Config.User}}", image(name))
-	latest := docker(t, "image", "inspect", "-f", "{{.Id}} {{.Config.User}}", "ratelimit/"+name+":latest")
-	if v != latest || !strings.HasSuffix(v, " "+user) {
-		t.Fatalf("%s: %q, latest %q, want the same image running as %q", image(name), v, latest, user)
+	for _, tag := range []string{"latest", ratelimit.Version + "-" + runtime.GOARCH} {
+		if other := docker(t, "image", "inspect", "-f", "{{.Id}} {{.Config.User}}", imageRef(name, tag)); other != v {
+			t.Fatalf("%s: %q, %s %q, want the same image", image(name), v, tag, other)
+		}
+	}
+	if !strings.HasSuffix(v, " "+user) {
+		t.Fatalf("%s: %q, want it running as %q", image(name), v, user)
 	}
 }
 
@@ -99,7 +112,8 @@ func redisAt(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
-// docker run -p 6379:6379 ratelimit/redis (and ratelimit/valkey): the
+// docker run -p 6379:6379 ghcr.io/seed-6b3823f5/ratelimit-redis (and
+// -valkey): the
 // server answers GCRA.THROTTLE, reports the version, runs as its own
 // user and passes its health check.
 func TestImageServers(t *testing.T) {
@@ -129,7 +143,7 @@ func TestImageServers(t *testing.T) {
 	}
 }
 
-// ratelimit/module as a Kubernetes init container: it copies the module and
+// ghcr.io/seed-6b3823f5/ratelimit-module as a Kubernetes init container: it copies the module and
 // the Lua files into a volume, and a stock Redis (local/redis:8.0, Debian's,
 // as a user's pod runs one) loads the module from it; the Lua files are
 // package lua's and the library loads.
@@ -165,8 +179,8 @@ func TestImageModule(t *testing.T) {
 	}
 }
 
-// ratelimit/rls swapped in for envoyproxy/ratelimit's image on a Docker
-// network beside ratelimit/redis: started as Envoy Gateway starts the
+// ghcr.io/seed-6b3823f5/ratelimit-rls swapped in for envoyproxy/ratelimit's image on a Docker
+// network beside ratelimit-redis: started as Envoy Gateway starts the
 // peer's (/bin/ratelimit, its environment variables, the config under
 // RUNTIME_ROOT), it listens on the container's own address, passes its
 // health check, answers, and stops cleanly on docker stop.
@@ -203,7 +217,7 @@ func TestImageRLS(t *testing.T) {
 // peer's: /bin/ratelimit with the gateway's environment (config over xDS
 // from the gateway's xDS server, mutual TLS to it and from Envoy, the
 // certificates mounted at /certs, Prometheus on, FORCE_START), beside
-// ratelimit/redis on a Docker network. The xDS server is go-control-plane's
+// ratelimit-redis on a Docker network. The xDS server is go-control-plane's
 // in this test, on the network's gateway address. Before the first config
 // rls answers OK; then Envoy AI Gateway's token budget (a plain limit
 // from xDS, its charges in debt) stops the client at the third check; a
