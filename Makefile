@@ -13,10 +13,10 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build rls run test unit integration lint images dist release deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium clients
+.PHONY: help build rls run test unit integration lint images dist release release-dry publish push deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium clients
 
 help: ## list the targets
-	@grep -E '^[a-z]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
 
 build: ## build build/ratelimit.so
 	./build.sh
@@ -65,7 +65,7 @@ test: deps images build lint unit integration ## run every test: lint, unit and 
 MODULES := . prom rls examples bench integration release
 STATICCHECK := $(GO) run honnef.co/go/tools/cmd/staticcheck@v0.8.2
 
-deps: ## download the Go modules and the linter (images.sh installs debootstrap itself)
+deps: ## download the Go modules and the linter (images/build.sh installs debootstrap itself)
 	for m in $(MODULES); do (cd $$m && $(GO) mod download) || exit 1; done
 	$(STATICCHECK) -version
 
@@ -86,14 +86,30 @@ build/clockshift.so: integration/clockshift/clockshift.c
 	gcc -O2 -Wall -Wextra -Werror -shared -fPIC -o $@ integration/clockshift/clockshift.c -ldl
 	chmod 755 $@
 
-images: dist ## build the images from Debian's packages (no registry): the test servers, and ratelimit/redis, /valkey, /module, /rls from build/dist
+# The images make images builds and make publish pushes:
+# $(IMAGE_REPO)/ratelimit-NAME for each NAME of IMAGES (deploy/ and the
+# docs name them; a test checks they agree).
+IMAGE_REPO ?= ghcr.io/seed-6b3823f5
+IMAGES := redis valkey module rls
+export IMAGE_REPO
+
+images: dist ## build the images from Debian's packages (no registry): the test servers, and ghcr.io/seed-6b3823f5/ratelimit-redis, -valkey, -module, -rls from build/dist (module and rls for linux/amd64 and arm64)
 	./images/build.sh
 
 dist: deps ## write build/dist: the module for linux-amd64 and -arm64 (glibc 2.17 and later), rls for both, the Lua library and scripts, SHA256SUMS
 	./release/dist.sh
 
-release: ## tag vVERSION, prom/vVERSION and rls/vVERSION locally (make release VERSION=X.Y.Z; pushes nothing)
+release: ## tag vVERSION, prom/vVERSION and rls/vVERSION locally (make release VERSION=X.Y.Z; pushes nothing); pushing the tags starts the release workflow
 	./release/release.sh $(VERSION)
+
+release-dry: dist images ## what the release workflow publishes, published nowhere: build/publish/ (the files attached, the release's text, the image references) and the commands it would run
+	./release/publish.sh --dry-run
+
+publish: ## publish release vVERSION from make dist and make images: push the images, create the GitHub release (REGISTRY_USER, REGISTRY_PASSWORD, GH_TOKEN); the release workflow runs it
+	./release/publish.sh
+
+push: ## push the images make images built to REGISTRY (default IMAGE_REPO, ghcr.io/seed-6b3823f5): each architecture as VERSION-ARCH, then VERSION and latest as lists of them
+	./images/push.sh
 
 # Debian's Python and Node clients, for docs/clients.md's examples.
 clients:

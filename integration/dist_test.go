@@ -7,6 +7,7 @@ import (
 	"crypto/sha256"
 	"debug/elf"
 	"encoding/hex"
+	"encoding/json"
 	"fmt"
 	"io"
 	"os"
@@ -47,7 +48,7 @@ func distFile(t *testing.T, name string) string {
 // distNames are the files make dist writes, SHA256SUMS aside.
 var distNames = []string{
 	"ratelimit-V-linux-amd64.so", "ratelimit-V-linux-arm64.so", "rls-V-linux-amd64", "rls-V-linux-arm64",
-	"ratelimit-V.lua", "ratelimit-V-scripts.tar.gz",
+	"ratelimit-V.lua", "ratelimit-V-scripts.tar.gz", "ratelimit-V.spdx.json",
 }
 
 // SHA256SUMS lists every file once with its digest, and sha256sum -c
@@ -344,5 +345,103 @@ int main(int argc, char **argv) {
 		"local/build:bullseye", "sh", "-c", "ldd --version | head -1 && gcc -o /tmp/load /t/load.c -ldl && /tmp/load /opt/ratelimit.so")
 	if !strings.Contains(out, "2.31") || !strings.Contains(out, "loaded /opt/ratelimit.so") {
 		t.Fatalf("on glibc 2.31:\n%s", out)
+	}
+}
+
+// The SBOM (ratelimit-V.spdx.json) is SPDX 2.3 describing every other
+// file of the release with its SHA-256, and each binary CONTAINS exactly
+// the modules its build information lists (what `go version -m` prints),
+// at their versions, with the licenses the README's table gives them.
+func TestDistSBOM(t *testing.T) {
+	b, err := os.ReadFile(distFile(t, "ratelimit-V.spdx.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	var doc struct {
+		SPDXVersion string
+		Packages    []struct {
+			SPDXID, Name, VersionInfo, LicenseDeclared string
+			ExternalRefs                               []struct{ ReferenceLocator string }
+		}
+		Files []struct {
+			FileName, SPDXID string
+			Checksums        []struct{ Algorithm, ChecksumValue string }
+		}
+		Relationships []struct{ SpdxElementID, RelationshipType, RelatedSpdxElement string }
+	}
+	if err := json.Unmarshal(b, &doc); err != nil {
+		t.Fatal(err)
+	}
+	if doc.SPDXVersion != "SPDX-2.3" {
+		t.Fatalf("spdxVersion %q", doc.SPDXVersion)
+	}
+	pkgs := map[string]string{} // SPDXID: "name version license purl"
+	for _, p := range doc.Packages {
+		purl := ""
+		if len(p.ExternalRefs) == 1 {
+			purl = p.ExternalRefs[0].ReferenceLocator
+		}
+		pkgs[p.SPDXID] = p.Name + " " + p.VersionInfo + " " + p.LicenseDeclared + " " + purl
+	}
+	licenses := map[string]string{}
+	readme, _ := os.ReadFile("../README.md")
+	_, table, _ := strings.Cut(string(readme), "| module | license | in |\n|---|---|---|\n")
+	for _, line := range strings.Split(table, "\n") {
+		if !strings.HasPrefix(line, "| ") {
+			break
+		}
+		cells := strings.Split(strings.Trim(line, "| "), " | ")
+		licenses[strings.Trim(cells[0], "`")] = cells[1]
+	}
+	described := map[string]bool{}
+	for _, f := range doc.Files {
+		name := strings.TrimPrefix(f.FileName, "./")
+		data, err := os.ReadFile(distFile(t, name))
+		if err != nil || len(f.Checksums) != 1 || f.Checksums[0].Algorithm != "SHA256" || f.Checksums[0].ChecksumValue != sha256Hex(data) {
+			t.Errorf("%s: checksums %v (%v)", name, f.Checksums, err)
+		}
+		described[name] = true
+		var contains []string
+		for _, r := range doc.Relationships {
+			if r.SpdxElementID == f.SPDXID && r.RelationshipType == "CONTAINS" {
+				contains = append(contains, pkgs[r.RelatedSpdxElement])
+			}
+		}
+		out, err := exec.Command("go", "version", "-m", distFile(t, name)).Output()
+		if err != nil { // not a Go binary: the Lua files
+			if len(contains) != 0 {
+				t.Errorf("%s contains %v", name, contains)
+			}
+			continue
+		}
+		var want []string
+		for _, line := range strings.Split(string(out), "\n") {
+			fields := strings.Fields(line)
+			switch {
+			case len(fields) == 0:
+			case !strings.HasPrefix(line, "\t"): // FILE: goVERSION
+				goVersion := fields[len(fields)-1]
+				want = append(want, "stdlib "+goVersion+" BSD-3-Clause pkg:golang/stdlib@"+goVersion)
+			case len(fields) >= 3 && (fields[0] == "mod" || fields[0] == "dep"):
+				path, v, license := fields[1], fields[2], licenses[fields[1]]
+				if strings.HasPrefix(path, "github.com/seed-6b3823f5/ratelimit") {
+					v, license = "v"+ratelimit.Version, "Apache-2.0"
+				}
+				if license == "" {
+					t.Errorf("%s links %s, which the README's license table lacks", name, path)
+				}
+				want = append(want, path+" "+v+" "+license+" pkg:golang/"+path+"@"+v)
+			}
+		}
+		slices.Sort(want)
+		slices.Sort(contains)
+		if !slices.Equal(contains, want) {
+			t.Errorf("%s: the SBOM says it contains\n%s\ngo version -m says\n%s", name, strings.Join(contains, "\n"), strings.Join(want, "\n"))
+		}
+	}
+	for _, n := range distNames {
+		if n = strings.ReplaceAll(n, "V", ratelimit.Version); !described[n] && !strings.HasSuffix(n, ".spdx.json") {
+			t.Errorf("the SBOM does not describe %s", n)
+		}
 	}
 }

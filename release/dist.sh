@@ -8,6 +8,9 @@
 #   rls-V-linux-arm64            libc at all)
 #   ratelimit-V.lua              the FUNCTION library (lua/ratelimit.lua)
 #   ratelimit-V-scripts.tar.gz   scripts/<command>.lua: every command's EVAL script
+#   ratelimit-V.spdx.json        the SBOM: each file above, and the Go modules
+#                                linked into each binary with their licenses
+#                                (SPDX 2.3, release/sbom.go)
 #   SHA256SUMS                   sha256sum -c SHA256SUMS checks them all
 # The module is built with this machine's Go, module cache and build cache,
 # mounted into the container, which has no network.
@@ -49,5 +52,7 @@ when=$(git log -1 --format=%ct 2>/dev/null || echo 0)
 tar --sort=name --owner=0 --group=0 --numeric-owner --mtime="@$when" -C "$tmp" -cf - scripts |
   gzip -n -9 >"$out/ratelimit-$version-scripts.tar.gz"
 
+(cd release && go run . sbom -dist "../$out" -version "$version" -readme ../README.md \
+  -created "$(date -u -d "@$when" +%Y-%m-%dT%H:%M:%SZ)" -out "../$out/ratelimit-$version.spdx.json")
 (cd "$out" && sha256sum -- * >SHA256SUMS)
 ls -l "$out" | awk 'NR > 1 { printf "dist: %-36s %10d bytes\n", $9, $5 }' >&2

@@ -13,6 +13,9 @@
 // them (release.sh); the integration tests install from one
 // (TestInstallFromTags). It lives in a module of its own so that
 // golang.org/x/mod stays out of the library's users' module graphs.
+//
+// It also writes a release's SBOM (sbom.go), from the files make dist
+// wrote.
 package main
 
 import (
@@ -41,8 +44,13 @@ const Library = "github.com/seed-6b3823f5/ratelimit"
 var released = map[string]string{"root": "", "prom": "prom", "rls": "rls"}
 
 func main() {
+	if len(os.Args) >= 2 && os.Args[1] == "sbom" {
+		sbomMain(os.Args[2:])
+		return
+	}
 	if len(os.Args) < 2 || os.Args[1] != "proxy" {
 		fmt.Fprintln(os.Stderr, "usage: release proxy -repo DIR -version vX.Y.Z -out DIR [-rev REV] [-modules root,prom,rls]")
+		fmt.Fprintln(os.Stderr, "       release sbom -dist DIR -version X.Y.Z -readme README.md -created RFC3339 -out FILE")
 		os.Exit(2)
 	}
 	fs := flag.NewFlagSet("proxy", flag.ExitOnError)

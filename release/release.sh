@@ -94,5 +94,6 @@ git add $pinned
 git commit -q -m "Back to development after v$version: prom and rls build against this checkout (replace ../)"
 
 step=done
-echo "release: tagged ${tags[*]} at $released; nothing was pushed. To publish:"
+echo "release: tagged ${tags[*]} at $released; nothing was pushed. To publish (the release workflow"
+echo "builds and publishes v$version when its tag arrives; make release-dry shows what it publishes):"
 echo "  git push origin HEAD ${tags[*]}"
