@@ -13,7 +13,7 @@ export CGO_ENABLED := 1
 # apt-get as root, or through sudo.
 SUDO := $(if $(filter 0,$(shell id -u)),,sudo)
 
-.PHONY: help build rls run test unit integration lint images dist release release-dry publish push deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium clients
+.PHONY: help build rls run test unit integration lint images emulation dist release release-dry publish push deps fuzz soak bench callgrind callgrind-lua redis-server clean generate lua demo charts chromium clients
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | awk -F':.*## ' '{printf "  make %-12s %s\n", $$1, $$2}'
@@ -55,7 +55,7 @@ run: build redis-server ## build, then serve the module on 127.0.0.1:$(PORT) in 
 rls: ## build the Envoy rate limit service: build/rls (see docs/rls.md)
 	cd rls && $(GO) build -o ../build/rls ./cmd/rls
 
-test: deps images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers, the release files and images
+test: deps emulation images build lint unit integration ## run every test: lint, unit and fuzz seeds, the demo in Chromium, integration on all servers, the release files and images
 
 # The Go modules: the library (what users get); prom, its Prometheus
 # adapter (client_golang only for those who import it); rls, the Envoy rate
@@ -93,7 +93,10 @@ IMAGE_REPO ?= ghcr.io/seed-6b3823f5
 IMAGES := redis valkey module rls
 export IMAGE_REPO
 
-images: dist ## build the images from Debian's packages (no registry): the test servers, and ghcr.io/seed-6b3823f5/ratelimit-redis, -valkey, -module, -rls from build/dist (module and rls for linux/amd64 and arm64)
+emulation: ## let this machine run the other architecture's programs (qemu-user-static in binfmt_misc), so that make images builds the server images for linux/amd64 and linux/arm64; where the kernel refuses, it says so and goes on
+	./images/emulation.sh
+
+images: dist ## build the images from Debian's packages (no registry): the test servers, and ghcr.io/seed-6b3823f5/ratelimit-redis, -valkey, -module, -rls from build/dist (module and rls for linux/amd64 and arm64, the servers for each this machine runs)
 	./images/build.sh
 
 dist: deps ## write build/dist: the module for linux-amd64 and -arm64 (glibc 2.17 and later), rls for both, the Lua library and scripts, SHA256SUMS

@@ -25,9 +25,10 @@
 #                                           static binary alone (also at
 #                                           /bin/ratelimit), non-root
 #   module and rls for linux/amd64 and linux/arm64; redis and valkey for
-#   this machine's architecture only, and the build says so.
-# The trees the server images start from (local/base:redis-trixie,
-# local/base:valkey-trixie) are kept once built too.
+#   each of those this machine runs (its own, and the other through qemu
+#   once make emulation registered it), and the build says what it skipped.
+# The trees the server images start from (local/base:redis-trixie-ARCH,
+# local/base:valkey-trixie-ARCH) are kept once built too.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
@@ -86,13 +87,15 @@ if [ ${#missing[@]} -gt 0 ]; then
   apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "${missing[@]}" >/dev/null
 fi
 
-# root SUITE PACKAGES: a minimal Debian tree with PACKAGES installed, made
-# once per suite and package list.
+# root SUITE PACKAGES ARCH: a minimal Debian tree for ARCH with PACKAGES
+# installed, made once per suite, package list and architecture (another
+# architecture than this machine's runs its install scripts through qemu:
+# runs below).
 root() {
-  local suite=$1 pkgs=$2 dir=$work/$1-${2//,/-}
+  local suite=$1 pkgs=$2 arch=$3 dir=$work/$1-$3-${2//,/-}
   if [ ! -d "$dir" ]; then
-    echo "images: debootstrap $suite ($pkgs)" >&2
-    debootstrap --keyring="$keyring" --variant=minbase --include="$pkgs" "$suite" "$dir" "$mirror" >"$dir.log" 2>&1 \
+    echo "images: debootstrap $suite for $arch ($pkgs)" >&2
+    debootstrap --arch="$arch" --keyring="$keyring" --variant=minbase --include="$pkgs" "$suite" "$dir" "$mirror" >"$dir.log" 2>&1 \
       || { tail -20 "$dir.log" >&2; exit 1; }
     # Nothing in the image needs apt's caches or docs, but each package's
     # copyright file (its license) stays.
@@ -102,18 +105,40 @@ root() {
   echo "$dir"
 }
 
-# image TAG SUITE PACKAGES: import the tree as TAG unless it exists.
+# image TAG SUITE PACKAGES [ARCH]: the tree as the image TAG unless it
+# exists; ARCH defaults to this machine's.
 image() {
-  local tag=$1 suite=$2 pkgs=$3
+  local tag=$1 suite=$2 pkgs=$3 arch=${4:-$host}
   if have "$tag" && [ -z "${FORCE:-}" ]; then
     echo "images: $tag present" >&2
     return
   fi
   local dir
-  dir=$(root "$suite" "$pkgs")
-  tar -C "$dir" -c . | docker import - "$tag" >/dev/null
+  dir=$(root "$suite" "$pkgs" "$arch")
+  if [ "$arch" = "$host" ]; then
+    tar -C "$dir" -c . | docker import - "$tag" >/dev/null
+  else
+    # docker import records this machine's architecture whatever the
+    # tree's; a build that ADDs the tree's tar records the one asked for,
+    # and keeps the tar's owners.
+    local ctx=$work/import-$arch
+    mkdir -p "$ctx"
+    tar -C "$dir" -cf "$ctx/rootfs.tar" .
+    printf 'FROM scratch\nADD rootfs.tar /\n' >"$ctx/Dockerfile"
+    docker build -q --platform "linux/$arch" -t "$tag" "$ctx" >"$ctx.log" 2>&1 || { cat "$ctx.log" >&2; exit 1; }
+    rm -rf "$ctx"
+  fi
   echo "images: built $tag" >&2
 }
+
+# runs ARCH: this machine runs ARCH's programs, its own or through qemu
+# registered in binfmt_misc (make emulation registers it).
+runs() {
+  [ "$1" = "$host" ] && return 0
+  local entry=/proc/sys/fs/binfmt_misc/qemu-${qemu[$1]}
+  [ -f "$entry" ] && [ "$(head -1 "$entry")" = enabled ]
+}
+declare -A qemu=([amd64]=x86_64 [arm64]=aarch64)
 
 servers() {
   image local/redis:7.0 bookworm redis-server
@@ -160,8 +185,9 @@ deb() {
 # ratelimit: the images users run, from build/dist, under the project's
 # name (repo below): the module and rls images for linux/amd64 and
 # linux/arm64 (files only, no step runs in them, so no emulation is needed),
-# the server images for this machine's architecture (Debian's server
-# packages run install scripts, which need that architecture's CPU).
+# the server images for each architecture this machine runs (Debian's
+# server packages run install scripts, which need that architecture's CPU
+# or qemu).
 ratelimit() {
   local version revision=$REVISION dist=build/dist arch
   version=$(release/version.sh)
@@ -169,17 +195,15 @@ ratelimit() {
   for f in "$lib" "$scripts" "$dist"/{ratelimit-$version-linux-{amd64,arm64}.so,rls-$version-linux-{amd64,arm64}}; do
     [ -f "$f" ] || { echo "images: $f is missing: run make dist first" >&2; exit 1; }
   done
-  image local/base:redis-trixie trixie redis-server
-  image local/base:valkey-trixie trixie valkey-server
 
   # The build contexts, one per Dockerfile and architecture; the project's
   # license in each image.
   local ctx=$work/context
   rm -rf "$ctx"
-  install -D -m 755 "$dist/ratelimit-$version-linux-$host.so" "$ctx/server/ratelimit.so"
-  install -D -m 755 images/entrypoint.sh "$ctx/server/entrypoint.sh"
-  install -D -m 644 LICENSE "$ctx/server/LICENSE"
   for arch in amd64 arm64; do
+    install -D -m 755 "$dist/ratelimit-$version-linux-$arch.so" "$ctx/server-$arch/ratelimit.so"
+    install -D -m 755 images/entrypoint.sh "$ctx/server-$arch/entrypoint.sh"
+    install -D -m 644 LICENSE "$ctx/server-$arch/LICENSE"
     local m=$ctx/module-$arch r=$ctx/rls-$arch
     install -D -m 755 "$dist/ratelimit-$version-linux-$arch.so" "$m/ratelimit/ratelimit.so"
     install -D -m 644 "$lib" "$m/ratelimit/ratelimit.lua"
@@ -208,12 +232,20 @@ ratelimit() {
     done
   done
 
+  # The server images, for each architecture this machine runs: Debian's
+  # server packages run install scripts, and the image's own step runs too.
   local name
-  for name in redis valkey; do
-    build "$name" "$host" "Debian trixie's ${name^} with the ratelimit module loaded" "$ctx/server" \
-      --build-arg "BASE=local/base:$name-trixie" --build-arg "SERVER=$name-server" \
-      --build-arg "RUNAS=$name" -f "$PWD/images/server.Dockerfile"
-    skipped+=("$repo/ratelimit-$name for linux/$other: Debian's $name-server runs install scripts, which need a linux/$other machine; build it on one")
+  for arch in amd64 arm64; do
+    for name in redis valkey; do
+      if ! runs "$arch"; then
+        skipped+=("$repo/ratelimit-$name for linux/$arch: Debian's $name-server runs install scripts, which need a linux/$arch CPU or its emulation, and this machine has neither (make emulation registers qemu-user-static where the kernel allows)")
+        continue
+      fi
+      image "local/base:$name-trixie-$arch" trixie "$name-server" "$arch"
+      build "$name" "$arch" "Debian trixie's ${name^} with the ratelimit module loaded" "$ctx/server-$arch" \
+        --build-arg "BASE=local/base:$name-trixie-$arch" --build-arg "SERVER=$name-server" \
+        --build-arg "RUNAS=$name" -f "$PWD/images/server.Dockerfile"
+    done
   done
   for arch in amd64 arm64; do
     build module "$arch" "The ratelimit module and its Lua files, and a static busybox to copy them (an init container)" \
@@ -242,8 +274,7 @@ repo=${IMAGE_REPO:-ghcr.io/seed-6b3823f5}
 source=org.opencontainers.image.source=https://github.com/seed-6b3823f5/ratelimit
 host=$(dpkg --print-architecture)
 case $host in
-  amd64) other=arm64 ;;
-  arm64) other=amd64 ;;
+  amd64 | arm64) ;;
   *) echo "images: this machine is $host; the images are built on amd64 or arm64" >&2; exit 1 ;;
 esac
 skipped=()

@@ -112,41 +112,105 @@ func redisAt(t *testing.T, addr string) *redis.Client {
 	return c
 }
 
+// emulates: this machine runs arch's programs through qemu registered in
+// binfmt_misc (make emulation), as images/build.sh decides whether to
+// build the server images for arch.
+func emulates(arch string) bool {
+	b, err := os.ReadFile("/proc/sys/fs/binfmt_misc/qemu-" + unameMachine[arch])
+	return err == nil && strings.HasPrefix(string(b), "enabled\n")
+}
+
+// unameMachine is each architecture's name in uname -m (and qemu's).
+var unameMachine = map[string]string{"amd64": "x86_64", "arm64": "aarch64"}
+
+// otherArch is the architecture of the two this machine is not.
+func otherArch() string {
+	if runtime.GOARCH == "arm64" {
+		return "amd64"
+	}
+	return "arm64"
+}
+
+// serverArchs are the architectures make images built the server images
+// for: this machine's, and the other where it runs its programs.
+func serverArchs() []string {
+	if emulates(otherArch()) {
+		return []string{runtime.GOARCH, otherArch()}
+	}
+	return []string{runtime.GOARCH}
+}
+
 // docker run -p 6379:6379 ghcr.io/seed-6b3823f5/ratelimit-redis (and
-// -valkey): the
-// server answers GCRA.THROTTLE, reports the version, runs as its own
-// user and passes its health check.
+// -valkey), on this machine's architecture and, where it runs them, the
+// other's (docker run --platform): the server answers GCRA.THROTTLE,
+// reports the version, runs as its own user and passes its health check.
 func TestImageServers(t *testing.T) {
 	for _, name := range []string{"redis", "valkey"} {
-		t.Run(name, func(t *testing.T) {
-			t.Parallel()
-			assertTags(t, name, name)
-			id := runImage(t, "-p", "127.0.0.1::6379", image(name))
-			c := redisAt(t, published(t, id, "6379/tcp"))
-			assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
-			assertVersion(t, &server{rdb: c})
-			if got := docker(t, "exec", id, "id", "-un"); got != name {
-				t.Errorf("the server runs as %q, want %q", got, name)
-			}
-			waitHealthy(t, id)
-			// Options alone go to the server; its data stays in /data.
-			id = runImage(t, "-p", "127.0.0.1::6379", image(name), "--maxmemory", "12345678")
-			c = redisAt(t, published(t, id, "6379/tcp"))
-			if mem := c.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]; mem != "12345678" {
-				t.Errorf("maxmemory %q after docker run ... --maxmemory 12345678", mem)
-			}
-			if dir := c.ConfigGet(ctx, "dir").Val()["dir"]; dir != "/data" {
-				t.Errorf("dir %q, want /data", dir)
-			}
-			assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
-		})
+		for _, arch := range serverArchs() {
+			t.Run(name+"-"+arch, func(t *testing.T) {
+				t.Parallel()
+				ref, run := image(name), []string{"-p", "127.0.0.1::6379"}
+				if arch == runtime.GOARCH {
+					assertTags(t, name, name)
+				} else {
+					ref, run = imageRef(name, ratelimit.Version+"-"+arch), append(run, "--platform", "linux/"+arch)
+				}
+				id := runImage(t, append(run, ref)...)
+				if got := docker(t, "exec", id, "uname", "-m"); got != unameMachine[arch] {
+					t.Errorf("the server's machine is %s, want %s's", got, arch)
+				}
+				c := redisAt(t, published(t, id, "6379/tcp"))
+				assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
+				assertVersion(t, &server{rdb: c})
+				if got := docker(t, "exec", id, "id", "-un"); got != name {
+					t.Errorf("the server runs as %q, want %q", got, name)
+				}
+				waitHealthy(t, id)
+				// Options alone go to the server; its data stays in /data.
+				id = runImage(t, append(run, ref, "--maxmemory", "12345678")...)
+				c = redisAt(t, published(t, id, "6379/tcp"))
+				if mem := c.ConfigGet(ctx, "maxmemory").Val()["maxmemory"]; mem != "12345678" {
+					t.Errorf("maxmemory %q after docker run ... --maxmemory 12345678", mem)
+				}
+				if dir := c.ConfigGet(ctx, "dir").Val()["dir"]; dir != "/data" {
+					t.Errorf("dir %q, want /data", dir)
+				}
+				assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
+			})
+		}
 	}
 }
 
-// ghcr.io/seed-6b3823f5/ratelimit-module as a Kubernetes init container: it copies the module and
-// the Lua files into a volume, and a stock Redis (local/redis:8.0, Debian's,
-// as a user's pod runs one) loads the module from it; the Lua files are
-// package lua's and the library loads.
+// The other architecture's module image (arm64's on amd64) as an init
+// container, and that architecture's Redis, run through qemu, loading the
+// module it copied: the module make dist cross-compiles works where it
+// is meant to run.
+func TestImageModuleOtherArch(t *testing.T) {
+	arch := otherArch()
+	if !emulates(arch) {
+		t.Skipf("this machine does not run linux/%s programs (make emulation registers qemu where the kernel allows)", arch)
+	}
+	vol := fmt.Sprintf("ratelimit-modules-%s-%d", arch, time.Now().UnixNano())
+	docker(t, "volume", "create", vol)
+	t.Cleanup(func() { exec.Command("docker", "volume", "rm", "-f", vol).Run() })
+	platform := "linux/" + arch
+	docker(t, "run", "--rm", "--platform", platform, "-v", vol+":/modules", imageRef("module", ratelimit.Version+"-"+arch))
+	// The server image's own command line, without the module it holds.
+	id := runImage(t, "--platform", platform, "-p", "127.0.0.1::6379", "-v", vol+":/modules:ro",
+		imageRef("redis", ratelimit.Version+"-"+arch),
+		"redis-server", "--loadmodule", "/modules/ratelimit.so", "--protected-mode", "no", "--save", "")
+	c := redisAt(t, published(t, id, "6379/tcp"))
+	assertReply(t, "GCRA.THROTTLE", mustCall(t, c, "GCRA.THROTTLE", "user123", 15, 30, 60), 0, 16, 15, -1, 2)
+	assertVersion(t, &server{rdb: c})
+	if got := docker(t, "exec", id, "uname", "-m"); got != unameMachine[arch] {
+		t.Fatalf("the server's machine is %s, want %s's", got, arch)
+	}
+}
+
+// ghcr.io/seed-6b3823f5/ratelimit-module as a Kubernetes init container:
+// it copies the module and the Lua files into a volume, and a stock Redis
+// (local/redis:8.0, Debian's, as a user's pod runs one) loads the module
+// from it; the Lua files are package lua's and the library loads.
 func TestImageModule(t *testing.T) {
 	assertTags(t, "module", "65532:65532")
 	vol := "ratelimit-modules-" + strings.ToLower(strings.NewReplacer("/", "-").Replace(t.Name())) + fmt.Sprint(time.Now().UnixNano())

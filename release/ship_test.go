@@ -121,8 +121,8 @@ func commands(t *testing.T, w workflow) [][]string {
 
 // The release workflow runs on a vX.Y.Z tag only (not on prom/ and rls/'s
 // tags, nor on branches), may write the release and the packages, and
-// calls the Makefile's targets, each of which exists: dist and images, then
-// publish, which make release-dry runs dry.
+// calls the Makefile's targets, each of which exists: emulation, dist and
+// images, then publish, which make release-dry runs dry.
 func TestReleaseWorkflow(t *testing.T) {
 	w := readWorkflow(t, "release.yml")
 	targets, _ := makefile(t)
@@ -151,8 +151,8 @@ func TestReleaseWorkflow(t *testing.T) {
 			called = append(called, target)
 		}
 	}
-	if !slices.Equal(called, []string{"dist", "images", "publish"}) {
-		t.Errorf("the release runs make %v, want dist images publish", called)
+	if !slices.Equal(called, []string{"emulation", "dist", "images", "publish"}) {
+		t.Errorf("the release runs make %v, want emulation dist images publish", called)
 	}
 	if !targets["release-dry"] {
 		t.Error("the Makefile has no release-dry")
