@@ -99,7 +99,7 @@ emulation: ## let this machine run the other architecture's programs (qemu-user-
 images: dist ## build the images from Debian's packages (no registry): the test servers, and ghcr.io/seed-6b3823f5/ratelimit-redis, -valkey, -module, -rls from build/dist (module and rls for linux/amd64 and arm64, the servers for each this machine runs)
 	./images/build.sh
 
-dist: deps ## write build/dist: the module for linux-amd64 and -arm64 (glibc 2.17 and later), rls for both, the Lua library and scripts, SHA256SUMS
+dist: deps ## write build/dist: the module for linux-amd64 and -arm64 (glibc 2.17 and later), rls for both, the Lua library and scripts, the SBOM, SHA256SUMS
 	./release/dist.sh
 
 release: ## tag vVERSION, prom/vVERSION and rls/vVERSION locally (make release VERSION=X.Y.Z; pushes nothing); pushing the tags starts the release workflow
