@@ -238,6 +238,9 @@ ratelimit() {
   for arch in amd64 arm64; do
     for name in redis valkey; do
       if ! runs "$arch"; then
+        # One an earlier build left is not this build's: push.sh would
+        # publish it.
+        docker rmi "$repo/ratelimit-$name:$version-$arch" >/dev/null 2>&1 || true
         skipped+=("$repo/ratelimit-$name for linux/$arch: Debian's $name-server runs install scripts, which need a linux/$arch CPU or its emulation, and this machine has neither (make emulation registers qemu-user-static where the kernel allows)")
         continue
       fi
