@@ -12,12 +12,16 @@
 # localhost is spoken to over plain HTTP, as Docker does). With
 # REGISTRY_USER and REGISTRY_PASSWORD set, it logs in to the registry's
 # host first. --dry-run prints the commands instead of running them, each
-# after "+ ", and checks what it can without a registry.
+# after "+ ", and checks what it can without a registry. With IMAGES_LIST
+# set to a file, it writes there every reference it pushes, one per line,
+# each list followed by its platforms (make publish's images.txt).
 # Refused when the module or rls image lacks one of linux/amd64 and
 # linux/arm64: those two are published for both or not at all.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 own=${IMAGE_REPO:-ghcr.io/seed-6b3823f5}
+list=${IMAGES_LIST:-/dev/null}
+: >"$list"
 registry=${REGISTRY:-$own}
 version=$(release/version.sh)
 dry=
@@ -43,7 +47,7 @@ fi
 
 for name in redis valkey module rls; do
   src=$own/ratelimit-$name dst=$registry/ratelimit-$name
-  refs=()
+  refs=() platforms=()
   for arch in amd64 arm64; do
     if ! docker image inspect "$src:$version-$arch" >/dev/null 2>&1; then
       case $name in
@@ -57,10 +61,13 @@ for name in redis valkey module rls; do
     [ "$src" = "$dst" ] || run docker tag "$src:$version-$arch" "$dst:$version-$arch"
     run docker push -q "$dst:$version-$arch"
     refs+=("$dst:$version-$arch")
+    platforms+=("linux/$arch")
+    echo "$dst:$version-$arch" >>"$list"
   done
   [ ${#refs[@]} -gt 0 ] || { echo "push: no image of $src:$version: run make images" >&2; exit 1; }
   for tag in "$version" latest; do
     run docker manifest create "${insecure[@]}" --amend "$dst:$tag" "${refs[@]}"
     run docker manifest push "${insecure[@]}" --purge "$dst:$tag"
+    (IFS=,; echo "$dst:$tag ${platforms[*]}") >>"$list"
   done
 done

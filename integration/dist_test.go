@@ -201,24 +201,9 @@ func TestDistLua(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	tr := tar.NewReader(z)
 	got := map[string]string{}
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag != tar.TypeReg {
-			continue
-		}
-		b, err := io.ReadAll(tr)
-		if err != nil {
-			t.Fatal(err)
-		}
-		got[h.Name] = string(b)
+	for name, b := range tarFiles(t, z) {
+		got[name] = string(b)
 	}
 	if len(got) != len(lua.Commands()) {
 		t.Errorf("the tarball holds %d scripts, want %d", len(got), len(lua.Commands()))
@@ -442,6 +427,27 @@ func TestDistSBOM(t *testing.T) {
 	for _, n := range distNames {
 		if n = strings.ReplaceAll(n, "V", ratelimit.Version); !described[n] && !strings.HasSuffix(n, ".spdx.json") {
 			t.Errorf("the SBOM does not describe %s", n)
+		}
+	}
+}
+
+// tarFiles is the regular files of a tar stream, by name.
+func tarFiles(t *testing.T, r io.Reader) map[string][]byte {
+	t.Helper()
+	files := map[string][]byte{}
+	tr := tar.NewReader(r)
+	for {
+		h, err := tr.Next()
+		if err == io.EOF {
+			return files
+		}
+		if err != nil {
+			t.Fatal(err)
+		}
+		if h.Typeflag == tar.TypeReg {
+			if files[h.Name], err = io.ReadAll(tr); err != nil {
+				t.Fatal(err)
+			}
 		}
 	}
 }

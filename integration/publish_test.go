@@ -1,7 +1,6 @@
 package integration
 
 import (
-	"archive/tar"
 	"bytes"
 	"debug/elf"
 	"encoding/json"
@@ -32,7 +31,7 @@ import (
 var elfMachines = map[string]elf.Machine{"amd64": elf.EM_X86_64, "arm64": elf.EM_AARCH64}
 
 // imageFiles is the regular files of an image's file system (docker create,
-// docker export), by path.
+// docker export), by path; each of paths among them.
 func imageFiles(t *testing.T, ref, arch string, paths ...string) map[string][]byte {
 	t.Helper()
 	id := docker(t, "create", "--platform", "linux/"+arch, ref)
@@ -41,20 +40,7 @@ func imageFiles(t *testing.T, ref, arch string, paths ...string) map[string][]by
 	if err != nil {
 		t.Fatalf("docker export %s: %v", ref, err)
 	}
-	files := map[string][]byte{}
-	tr := tar.NewReader(bytes.NewReader(out))
-	for {
-		h, err := tr.Next()
-		if err == io.EOF {
-			break
-		}
-		if err != nil {
-			t.Fatal(err)
-		}
-		if h.Typeflag == tar.TypeReg && slices.Contains(paths, h.Name) {
-			files[h.Name], _ = io.ReadAll(tr)
-		}
-	}
+	files := tarFiles(t, bytes.NewReader(out))
 	for _, p := range paths {
 		if files[p] == nil {
 			t.Fatalf("%s holds no file %s", ref, p)

@@ -24,29 +24,11 @@ var licensePhrases = map[string]struct{ present, absent []string }{
 	"MPL-2.0":      {present: []string{"mozilla public license", "2.0"}},
 }
 
-// row is one line of the README's table.
-type row struct{ module, license, in string }
-
 func readmeLicenses(t *testing.T) []row {
 	t.Helper()
-	b, err := os.ReadFile("../README.md")
+	rows, err := readmeTable("../README.md")
 	if err != nil {
 		t.Fatal(err)
-	}
-	_, table, ok := strings.Cut(string(b), "| module | license | in |\n|---|---|---|\n")
-	if !ok {
-		t.Fatal("README.md has no table of modules and licenses")
-	}
-	var rows []row
-	for _, line := range strings.Split(table, "\n") {
-		if !strings.HasPrefix(line, "| ") {
-			break
-		}
-		cells := strings.Split(strings.Trim(line, "| "), " | ")
-		if len(cells) != 3 {
-			t.Fatalf("README.md: row %q", line)
-		}
-		rows = append(rows, row{cells[0], cells[1], cells[2]})
 	}
 	return rows
 }

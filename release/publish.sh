@@ -51,18 +51,7 @@ awk -v v="$version" '/^## \[/ { if (inside) exit; if (index($0, "## [" v "]") ==
 
 # The pushes, as images/push.sh will make them (its dry run checks the
 # images exist, built for the architectures their tags say).
-plan=$(images/push.sh --dry-run)
-{
-  grep '^+ docker push ' <<<"$plan" | awk '{ print $NF }'
-  grep '^+ docker manifest create ' <<<"$plan" | awk '{ n = 0; list = ""
-    for (i = 5; i <= NF; i++) {
-      if ($i ~ /^--/) continue
-      if (list == "") { list = $i; continue }
-      a = $i; sub(/.*-/, "", a); p[++n] = "linux/" a
-    }
-    s = ""; for (i = 1; i <= n; i++) s = s (i > 1 ? "," : "") p[i]
-    print list " " s }'
-} >"$out/images.txt"
+plan=$(IMAGES_LIST=$out/images.txt images/push.sh --dry-run)
 
 if [ -n "$dry" ]; then
   echo "$plan"

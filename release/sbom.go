@@ -96,8 +96,12 @@ func sbomMain(args []string) {
 	created := fs.String("created", "", "the document's creation time, RFC 3339 (the release commit's, so that it is reproducible)")
 	out := fs.String("out", "", "the SPDX JSON file to write")
 	fs.Parse(args)
-	licenses, err := licenseTable(*readme)
+	rows, err := readmeTable(*readme)
 	if err == nil {
+		licenses := map[string]string{}
+		for _, r := range rows {
+			licenses[r.module] = r.license
+		}
 		var doc *spdxDoc
 		doc, err = sbom(*dist, *version, *created, licenses)
 		if err == nil {
@@ -114,9 +118,13 @@ func sbomMain(args []string) {
 	}
 }
 
-// licenseTable reads the README's table of modules and licenses: module
-// path to SPDX license identifier.
-func licenseTable(readme string) (map[string]string, error) {
+// row is one line of the README's table of modules and licenses: the
+// module's path, its license (SPDX identifiers), what links it.
+type row struct{ module, license, in string }
+
+// readmeTable reads the README's table of modules and licenses
+// (licenses_test.go checks it against each module's license file).
+func readmeTable(readme string) ([]row, error) {
 	b, err := os.ReadFile(readme)
 	if err != nil {
 		return nil, err
@@ -125,7 +133,7 @@ func licenseTable(readme string) (map[string]string, error) {
 	if !ok {
 		return nil, fmt.Errorf("%s has no table of modules and licenses", readme)
 	}
-	licenses := map[string]string{}
+	var rows []row
 	for _, line := range strings.Split(table, "\n") {
 		if !strings.HasPrefix(line, "| ") {
 			break
@@ -134,9 +142,9 @@ func licenseTable(readme string) (map[string]string, error) {
 		if len(cells) != 3 {
 			return nil, fmt.Errorf("%s: row %q of the licenses table", readme, line)
 		}
-		licenses[strings.Trim(cells[0], "`")] = cells[1]
+		rows = append(rows, row{cells[0], cells[1], cells[2]})
 	}
-	return licenses, nil
+	return rows, nil
 }
 
 var spdxIDUnsafe = regexp.MustCompile(`[^A-Za-z0-9.-]+`)

@@ -1,11 +1,14 @@
 package main
 
 import (
+	"errors"
+	"io"
 	"os"
 	"path"
 	"path/filepath"
 	"regexp"
 	"slices"
+	"strconv"
 	"strings"
 	"testing"
 
@@ -199,7 +202,7 @@ func yamlDocs(t *testing.T, file string) []any {
 	for {
 		var d any
 		if err := dec.Decode(&d); err != nil {
-			if err.Error() == "EOF" {
+			if errors.Is(err, io.EOF) {
 				return docs
 			}
 			t.Fatalf("%s: %v", file, err)
@@ -233,9 +236,9 @@ func exposed(t *testing.T, dockerfile string) []int {
 	var ports []int
 	for _, m := range regexp.MustCompile(`(?m)^EXPOSE ([0-9 ]+)$`).FindAllSubmatch(b, -1) {
 		for _, p := range strings.Fields(string(m[1])) {
-			var n int
-			for _, c := range p {
-				n = n*10 + int(c-'0')
+			n, err := strconv.Atoi(p)
+			if err != nil {
+				t.Fatal(err)
 			}
 			ports = append(ports, n)
 		}
