@@ -24,8 +24,8 @@ import (
 //	go run . sbom -dist DIR -version 0.1.0 -readme ../README.md -created RFC3339 -out FILE
 //
 // Licenses come from the README's table of modules and licenses, which
-// licenses_test.go checks against each module's own license file; a module
-// the table lacks is NOASSERTION. The project's modules are at the
+// licenses_test.go checks against each module's own license file, written
+// as SPDX license expressions; a module the table lacks is NOASSERTION. The project's modules are at the
 // release's version (a build between releases records them as (devel) or
 // through a replace directive).
 
@@ -189,7 +189,9 @@ func sbom(dist, version, created string, licenses map[string]string) (*spdxDoc, 
 			p.ExternalRefs = []spdxExtRef{{"PACKAGE-MANAGER", "purl", "pkg:golang/" + m.path + "@" + m.version}}
 		default:
 			if l := licenses[m.path]; l != "" {
-				p.LicenseDeclared = l
+				// The README's "MIT and Apache-2.0" is SPDX's
+				// "MIT AND Apache-2.0" (both apply).
+				p.LicenseDeclared = strings.ReplaceAll(l, " and ", " AND ")
 			}
 			p.DownloadLocation = "https://proxy.golang.org/" + m.path + "/@v/" + m.version + ".zip"
 			p.ExternalRefs = []spdxExtRef{{"PACKAGE-MANAGER", "purl", "pkg:golang/" + m.path + "@" + m.version}}

@@ -28,7 +28,7 @@ func TestSBOM(t *testing.T) {
 			t.Fatal(err)
 		}
 	}
-	doc, err := sbom(dist, "1.2.3", "2026-11-29T00:00:00Z", map[string]string{"golang.org/x/mod": "BSD-3-Clause"})
+	doc, err := sbom(dist, "1.2.3", "2026-11-29T00:00:00Z", map[string]string{"golang.org/x/mod": "BSD-3-Clause and MIT"})
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -54,7 +54,7 @@ func TestSBOM(t *testing.T) {
 		}
 	}
 	bin := strings.Join(rel["SPDXRef-File-tool-1.2.3-linux-amd64"], "\n")
-	for _, want := range []string{"CONTAINS golang.org/x/mod " + xmod + " BSD-3-Clause", "CONTAINS stdlib go1."} {
+	for _, want := range []string{"CONTAINS golang.org/x/mod " + xmod + " BSD-3-Clause AND MIT", "CONTAINS stdlib go1."} {
 		if !strings.Contains(bin, want) {
 			t.Errorf("the binary's relationships lack %q:\n%s", want, bin)
 		}
